@@ -1,0 +1,76 @@
+"""The kg exception hierarchy and its documented exit codes.
+
+Every error a user can cause is a ``KgError``: it carries a stable machine-readable ``code`` (shown in
+``--json`` output) and the ``exit_code`` the CLI ends with. Anything else that escapes is a bug (exit 70).
+The table is documented in ``docs/reference/exit-codes.md``; changing it is a breaking change.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of the ``kg`` command."""
+
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+    SNAPSHOT_INVALID = 3
+    UNSUPPORTED = 4
+    EXECUTION_FAILED = 5
+    MISSING_DEPENDENCY = 6
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+class KgError(Exception):
+    """Base of every error kg reports to the user as one line.
+
+    Args:
+        message: One line naming the problem (and the file, where there is one).
+        code: A stable upper-case error code; defaults to the class's ``default_code``.
+    """
+
+    default_code = "KG_ERROR"
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+
+
+class InvalidArgumentError(KgError):
+    """A value the user passed is out of bounds (Flink's own wording where Flink has one)."""
+
+    default_code = "INVALID_ARGUMENT"
+    exit_code = ExitCode.USAGE
+
+
+class InvalidSnapshotError(KgError):
+    """A snapshot or savepoint is missing, truncated, corrupt or inconsistent."""
+
+    default_code = "SNAPSHOT_INVALID"
+    exit_code = ExitCode.SNAPSHOT_INVALID
+
+
+class UnsupportedFormatError(KgError):
+    """A format version, state backend, handle type or key type kg does not handle."""
+
+    default_code = "UNSUPPORTED"
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class ExecutionError(KgError):
+    """Executing a plan failed; nothing was committed at the destination."""
+
+    default_code = "EXECUTION_FAILED"
+    exit_code = ExitCode.EXECUTION_FAILED
+
+
+class MissingDependencyError(KgError):
+    """An optional runtime (Java, Spark) is missing or broken; the message says what to install."""
+
+    default_code = "MISSING_DEPENDENCY"
+    exit_code = ExitCode.MISSING_DEPENDENCY

@@ -1,0 +1,256 @@
+"""Java ``hashCode()`` per key type, so that key-group math stays type-agnostic.
+
+Scalar functions mirror ``String.hashCode``, ``Long.hashCode``, ``Integer.hashCode`` and
+``Boolean.hashCode`` with Java's 32-bit wrapping arithmetic; ``hash_codes`` does the same over a whole
+Arrow or numpy array at once. Binary (opaque) keys have no Java hash code that kg could reproduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+
+#: Key types kg can re-hash. ``binary`` keys can be moved between subtasks but never re-hashed.
+HASHABLE_KEY_TYPES = ("string", "long", "int", "boolean")
+KEY_TYPES = (*HASHABLE_KEY_TYPES, "binary")
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _int32(value: int) -> int:
+    value &= _MASK32
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def string_hash_code(value: str) -> int:
+    """Return Java's ``String.hashCode()``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units."""
+    h = 0
+    for unit in _utf16_units(value):
+        h = (31 * h + unit) & _MASK32
+    return _int32(h)
+
+
+def _utf16_units(value: str) -> Iterable[int]:
+    for ch in value:
+        cp = ord(ch)
+        if cp >= 0x10000:
+            # A supplementary character is two surrogate code units in a Java String.
+            cp -= 0x10000
+            yield 0xD800 | (cp >> 10)
+            yield 0xDC00 | (cp & 0x3FF)
+        else:
+            yield cp
+
+
+def long_hash_code(value: int) -> int:
+    """Return Java's ``Long.hashCode()``: ``(int)(v ^ (v >>> 32))``."""
+    if not -(2**63) <= value < 2**63:
+        raise InvalidArgumentError(f"Not a Java long: {value}", code="KEY_OUT_OF_RANGE")
+    unsigned = value & 0xFFFFFFFFFFFFFFFF
+    return _int32(unsigned ^ (unsigned >> 32))
+
+
+def int_hash_code(value: int) -> int:
+    """Return Java's ``Integer.hashCode()``: the value itself."""
+    if not -(2**31) <= value < 2**31:
+        raise InvalidArgumentError(f"Not a Java int: {value}", code="KEY_OUT_OF_RANGE")
+    return value
+
+
+def boolean_hash_code(value: bool) -> int:
+    """Return Java's ``Boolean.hashCode()``: 1231 for true, 1237 for false."""
+    return 1231 if value else 1237
+
+
+def hash_code(value: Any, key_type: str) -> int:
+    """Return the Java ``hashCode()`` of one key of the given kg key type."""
+    if key_type == "string":
+        return string_hash_code(value)
+    if key_type == "long":
+        return long_hash_code(value)
+    if key_type == "int":
+        return int_hash_code(value)
+    if key_type == "boolean":
+        return boolean_hash_code(value)
+    raise _not_hashable(key_type)
+
+
+def parse_key(text: str, key_type: str) -> Any:
+    """Parse one key given on the command line or in a keys file into its Python value."""
+    if key_type == "string":
+        return text
+    if key_type in ("long", "int"):
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"Not a {key_type} key: {text!r}", code="KEY_PARSE_ERROR") from None
+        hash_code(value, key_type)  # range check with the type's own message
+        return value
+    if key_type == "boolean":
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise InvalidArgumentError(f"Not a boolean key (true/false): {text!r}", code="KEY_PARSE_ERROR")
+        return lowered == "true"
+    raise _not_hashable(key_type)
+
+
+def _not_hashable(key_type: str) -> UnsupportedFormatError:
+    if key_type == "binary":
+        return UnsupportedFormatError(
+            "binary keys are opaque: kg cannot compute their Java hashCode()", code="KEY_TYPE_NOT_HASHABLE"
+        )
+    return UnsupportedFormatError(
+        f"Unknown key type {key_type!r}; expected one of {', '.join(KEY_TYPES)}", code="UNKNOWN_KEY_TYPE"
+    )
+
+
+# -- Vectorised --------------------------------------------------------------------------------------------
+
+
+def hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike, key_type: str) -> npt.NDArray[np.int32]:
+    """Return the Java ``hashCode()`` of every key, as an int32 array in input order.
+
+    Args:
+        keys: An Arrow array (any chunking) or anything numpy accepts; strings should be Arrow strings.
+        key_type: One of ``string``, ``long``, ``int``, ``boolean``.
+    """
+    if key_type == "string":
+        return string_hash_codes(keys)
+    if key_type not in HASHABLE_KEY_TYPES:
+        raise _not_hashable(key_type)
+    values = _to_numpy(keys)
+    if key_type == "long":
+        u = values.astype(np.int64, copy=False).view(np.uint64)
+        return (u ^ (u >> np.uint64(32))).astype(np.uint32).view(np.int32)
+    if key_type == "int":
+        return values.astype(np.int32, copy=False)
+    return np.where(values.astype(bool, copy=False), np.int32(1231), np.int32(1237)).astype(np.int32)
+
+
+def _to_numpy(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.NDArray[Any]:
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if isinstance(keys, pa.Array):
+        if keys.null_count:
+            raise InvalidArgumentError("Null keys are not allowed (Flink rejects them)", code="NULL_KEY")
+        return keys.to_numpy(zero_copy_only=False)
+    return np.asarray(keys)
+
+
+# 31**k mod 2**32 for k = 0, 1, ...; grown on demand and shared across calls.
+_POWERS_31 = np.ones(1, dtype=np.uint32)
+
+
+def _powers_of_31(n: int) -> npt.NDArray[np.uint32]:
+    global _POWERS_31
+    if len(_POWERS_31) < n:
+        size = max(n, 2 * len(_POWERS_31))
+        powers = np.empty(size, dtype=np.uint32)
+        powers[0] = 1
+        # Doubling: powers[k:2k] = powers[0:k] * 31**k, all mod 2**32.
+        filled = 1
+        with np.errstate(over="ignore"):
+            while filled < size:
+                step = min(filled, size - filled)
+                factor = np.uint32(pow(31, filled, 1 << 32))
+                powers[filled : filled + step] = powers[:step] * factor
+                filled += step
+        _POWERS_31 = powers
+    return _POWERS_31[:n]
+
+
+def string_hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.NDArray[np.int32]:
+    """Return ``String.hashCode()`` of every string without a Python loop.
+
+    The UTF-8 bytes of the Arrow array are decoded to UTF-16 code units in numpy; each unit is weighted by
+    ``31**(units after it in its string)`` and the weighted units are summed per string, all mod 2**32.
+    """
+    arr = _as_large_string_array(keys)
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    if arr.null_count:
+        raise InvalidArgumentError("Null keys are not allowed (Flink rejects them)", code="NULL_KEY")
+    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8, count=stop - start, offset=start)
+        if data_buf is not None and stop > start
+        else np.zeros(0, dtype=np.uint8)
+    )
+    offsets = offsets - start
+    if data.size == 0:
+        return np.zeros(n, dtype=np.int32)
+    if int(data.max()) < 0x80:
+        units = data.astype(np.uint32)
+        unit_offsets = offsets
+    else:
+        units, unit_offsets = _utf8_to_utf16_units(data, offsets)
+    lengths = np.diff(unit_offsets)
+    total = int(unit_offsets[-1])
+    # Exponent of each unit: how many units follow it within its own string.
+    string_of_unit = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    exponents = unit_offsets[1:][string_of_unit] - 1 - np.arange(total, dtype=np.int64)
+    max_len = int(lengths.max()) if n else 0
+    with np.errstate(over="ignore"):
+        weighted = units * _powers_of_31(max(max_len, 1))[exponents]
+    sums = np.zeros(n, dtype=np.uint32)
+    nonempty = lengths > 0
+    if total:
+        reduced = np.add.reduceat(weighted, unit_offsets[:-1][nonempty], dtype=np.uint32)
+        sums[nonempty] = reduced
+    return sums.view(np.int32)
+
+
+def _as_large_string_array(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> pa.LargeStringArray:
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, type=pa.large_string())
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.dictionary_decode()
+    if not pa.types.is_large_string(keys.type):
+        keys = keys.cast(pa.large_string())
+    return keys
+
+
+def _utf8_to_utf16_units(
+    data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
+    """Decode valid UTF-8 bytes to UTF-16 code units; return the units and per-string unit offsets."""
+    b = data.astype(np.uint32)
+    padded = np.concatenate([b, np.zeros(3, dtype=np.uint32)])
+    lead_idx = np.flatnonzero((data & 0xC0) != 0x80)
+    lead = b[lead_idx]
+    b1 = padded[lead_idx + 1] & 0x3F
+    b2 = padded[lead_idx + 2] & 0x3F
+    b3 = padded[lead_idx + 3] & 0x3F
+    cp = np.where(
+        lead < 0x80,
+        lead,
+        np.where(
+            lead < 0xE0,
+            ((lead & 0x1F) << 6) | b1,
+            np.where(lead < 0xF0, ((lead & 0x0F) << 12) | (b1 << 6) | b2, ((lead & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3),
+        ),
+    )
+    supplementary = cp >= 0x10000
+    units_per_cp = 1 + supplementary.astype(np.int64)
+    # Code points per string, from how many lead bytes fall before each string's byte offset.
+    cp_offsets = np.searchsorted(lead_idx, offsets, side="left")
+    unit_end = np.cumsum(units_per_cp)
+    unit_offsets = np.concatenate([[0], unit_end])[cp_offsets]
+    units = np.empty(int(unit_end[-1]) if len(unit_end) else 0, dtype=np.uint32)
+    first_unit = unit_end - units_per_cp
+    shifted = cp - 0x10000
+    units[first_unit] = np.where(supplementary, 0xD800 | (shifted >> 10), cp)
+    low_at = first_unit[supplementary] + 1
+    units[low_at] = 0xDC00 | (shifted[supplementary] & 0x3FF)
+    return units, unit_offsets.astype(np.int64)

@@ -1,0 +1,203 @@
+"""Flink's key-group math, bit for bit, in scalar and vectorised (numpy) form.
+
+Mirrors ``org.apache.flink.runtime.state.KeyGroupRangeAssignment`` and ``org.apache.flink.util.MathUtils``
+(Flink 2.3). Key types are not known here: callers pass Java ``hashCode()`` values, which
+``keygroup_cli.javahash`` computes per key type.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mmh3
+import numpy as np
+import numpy.typing as npt
+
+from keygroup_cli.errors import InvalidArgumentError
+
+#: ``KeyGroupRangeAssignment.DEFAULT_LOWER_BOUND_MAX_PARALLELISM``.
+DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
+#: ``Transformation.UPPER_BOUND_MAX_PARALLELISM`` (inclusive).
+UPPER_BOUND_MAX_PARALLELISM = 1 << 15
+
+_INT_MIN = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupRange:
+    """An inclusive range of key groups, ``[start, end]``; ``end == start - 1`` is the empty range."""
+
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        """Return the number of key groups in the range."""
+        return max(0, self.end - self.start + 1)
+
+    def __contains__(self, key_group: object) -> bool:
+        return isinstance(key_group, int) and self.start <= key_group <= self.end
+
+    def intersection(self, other: KeyGroupRange) -> KeyGroupRange:
+        """Return the overlap of two ranges (``KeyGroupRange.getIntersection``), possibly empty."""
+        start, end = max(self.start, other.start), min(self.end, other.end)
+        return KeyGroupRange(start, end) if start <= end else KeyGroupRange(0, -1)
+
+
+def murmur_hash(code: int) -> int:
+    """Return Flink's non-negative ``MathUtils.murmurHash(int)`` of a Java int.
+
+    One MurmurHash3_x86_32 block over the 4 little-endian bytes of ``code`` with seed 0, then Flink's fold:
+    negative results are negated, and ``Integer.MIN_VALUE`` becomes 0.
+    """
+    h: int = mmh3.hash(struct.pack("<i", _to_int32(code)), 0, signed=True)
+    if h >= 0:
+        return h
+    return -h if h != _INT_MIN else 0
+
+
+def key_group_for_hash(hash_code: int, max_parallelism: int) -> int:
+    """Return the key group of a key with the given Java ``hashCode()``.
+
+    Matches ``KeyGroupRangeAssignment.computeKeyGroupForKeyHash``.
+    """
+    return murmur_hash(hash_code) % max_parallelism
+
+
+def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
+    """Return the subtask that owns a key group; ``computeOperatorIndexForKeyGroup``."""
+    return key_group * parallelism // max_parallelism
+
+
+def check_parallelism_bounds(max_parallelism: int, parallelism: int) -> None:
+    """Raise ``InvalidArgumentError`` unless ``1 <= parallelism <= max_parallelism <= 32768``.
+
+    Same checks, order and messages as ``computeKeyGroupRangeForOperatorIndex``: first
+    ``checkParallelismPreconditions`` on the parallelism, then on the maxParallelism, then their order.
+    """
+    for value in (parallelism, max_parallelism):
+        if not 0 < value <= UPPER_BOUND_MAX_PARALLELISM:
+            raise InvalidArgumentError(
+                f"Operator parallelism not within bounds: {value}", code="PARALLELISM_OUT_OF_BOUNDS"
+            )
+    if max_parallelism < parallelism:
+        raise InvalidArgumentError(
+            "Maximum parallelism must not be smaller than parallelism.",
+            code="PARALLELISM_EXCEEDS_MAX_PARALLELISM",
+        )
+
+
+def key_group_range_for_operator_index(max_parallelism: int, parallelism: int, index: int) -> KeyGroupRange:
+    """Return the key groups subtask ``index`` of ``parallelism`` owns.
+
+    Matches ``KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex``.
+    """
+    check_parallelism_bounds(max_parallelism, parallelism)
+    if not 0 <= index < parallelism:
+        raise InvalidArgumentError(
+            f"Operator index {index} is outside 0..{parallelism - 1}", code="OPERATOR_INDEX_OUT_OF_BOUNDS"
+        )
+    start = (index * max_parallelism + parallelism - 1) // parallelism
+    end = ((index + 1) * max_parallelism - 1) // parallelism
+    return KeyGroupRange(start, end)
+
+
+def subtask_ranges(max_parallelism: int, parallelism: int) -> tuple[KeyGroupRange, ...]:
+    """Return the key-group range of every subtask, in subtask order (``createKeyGroupPartitions``)."""
+    check_parallelism_bounds(max_parallelism, parallelism)
+    return tuple(
+        key_group_range_for_operator_index(max_parallelism, parallelism, i) for i in range(parallelism)
+    )
+
+
+def _round_up_to_power_of_two(x: int) -> int:
+    # MathUtils.roundUpToPowerOfTwo: bit-smear of x - 1 over 32 bits, plus one.
+    x = (x - 1) & 0xFFFFFFFF
+    for shift in (1, 2, 4, 8, 16):
+        x |= x >> shift
+    return (x + 1) & 0xFFFFFFFF
+
+
+def default_max_parallelism(parallelism: int) -> int:
+    """Return the maxParallelism Flink picks when none is configured.
+
+    Matches ``KeyGroupRangeAssignment.computeDefaultMaxParallelism``:
+    ``min(max(roundUpToPowerOfTwo(p + p/2), 128), 32768)``.
+    """
+    if parallelism <= 0:
+        raise InvalidArgumentError(
+            f"Operator parallelism not within bounds: {parallelism}", code="PARALLELISM_OUT_OF_BOUNDS"
+        )
+    rounded = _round_up_to_power_of_two(parallelism + parallelism // 2)
+    return min(max(rounded, DEFAULT_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
+
+
+def key_group_prefix_bytes(max_parallelism: int) -> int:
+    """Return how many bytes prefix a serialized key (``computeRequiredBytesInKeyGroupPrefix``)."""
+    return 2 if max_parallelism > DEFAULT_LOWER_BOUND_MAX_PARALLELISM else 1
+
+
+def key_group_counts(max_parallelism: int, parallelism: int) -> list[int]:
+    """Return how many key groups each subtask owns."""
+    return [r.size for r in subtask_ranges(max_parallelism, parallelism)]
+
+
+def skew(loads: Sequence[float]) -> float:
+    """Return the hottest subtask's load divided by the mean load (1.0 is perfectly even)."""
+    total = float(sum(loads))
+    if not loads or total == 0.0:
+        return 1.0
+    return max(loads) / (total / len(loads))
+
+
+def _to_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+# -- Vectorised forms: the same functions over numpy arrays of Java int hash codes. ------------------------
+
+_C1 = np.uint32(0xCC9E2D51)
+_C2 = np.uint32(0x1B873593)
+
+
+def _rotl32(x: npt.NDArray[np.uint32], r: int) -> npt.NDArray[np.uint32]:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def murmur_hash_array(codes: npt.ArrayLike) -> npt.NDArray[np.int32]:
+    """Return ``murmur_hash`` of every Java int in ``codes``, as int32 (vectorised ``MathUtils.murmurHash``)."""
+    k = np.asarray(codes).astype(np.int32, copy=False).view(np.uint32)
+    with np.errstate(over="ignore"):
+        k = k * _C1
+        k = _rotl32(k, 15)
+        k = k * _C2
+        h = _rotl32(k, 13)
+        h = h * np.uint32(5) + np.uint32(0xE6546B64)
+        h ^= np.uint32(4)
+        # fmix32, as MathUtils.bitMix.
+        h ^= h >> np.uint32(16)
+        h = h * np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h = h * np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+        signed = h.view(np.int32)
+        # Negation of INT_MIN wraps to INT_MIN in numpy; Flink maps it to 0 instead.
+        result = np.where(signed >= 0, signed, -signed)
+        result[signed == np.int32(_INT_MIN)] = 0
+    return result.astype(np.int32, copy=False)
+
+
+def key_groups_for_hashes(codes: npt.ArrayLike, max_parallelism: int) -> npt.NDArray[np.int32]:
+    """Return the key group of every hash code (vectorised ``key_group_for_hash``)."""
+    return (murmur_hash_array(codes) % np.int32(max_parallelism)).astype(np.int32, copy=False)
+
+
+def operator_indexes_for_key_groups(
+    key_groups: npt.ArrayLike, max_parallelism: int, parallelism: int
+) -> npt.NDArray[np.int32]:
+    """Return the owning subtask of every key group (vectorised ``operator_index_for_key_group``)."""
+    kg = np.asarray(key_groups).astype(np.int64, copy=False)
+    return (kg * parallelism // max_parallelism).astype(np.int32, copy=False)
