@@ -1,0 +1,128 @@
+"""The ``kg`` command: root group, global flags and the single error → exit-code boundary."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+import click
+
+from keygroup_cli import __version__
+from keygroup_cli.cli.render import Output
+from keygroup_cli.errors import ExitCode, KgError
+
+#: Command name → module under ``keygroup_cli.cli.commands`` exposing ``command``. Loaded on first use, so
+#: ``kg ranges`` never pays for pyarrow or Spark.
+COMMANDS: dict[str, str] = {
+    "advise": "advise",
+    "check": "check",
+    "convert": "convert",
+    "diff": "diff",
+    "generate": "generate",
+    "inspect": "inspect",
+    "key": "key",
+    "plan": "plan",
+    "ranges": "ranges",
+    "rescale": "rescale",
+    "verify": "verify",
+}
+
+ROOT_EPILOG = """\b
+Examples:
+  kg ranges --max-parallelism 128 --parallelism 3
+  kg key user-42 --key-type string --max-parallelism 128 --parallelism 4
+  kg plan --from 3 --to 4 --max-parallelism 128
+  kg check path/to/savepoint --parallelism 8
+  kg rescale snapshot/ --to 4 --out rescaled/
+
+Exit codes: 0 ok, 1 check failed, 2 usage, 3 invalid snapshot, 4 unsupported,
+5 execution failed, 6 missing dependency, 70 internal error, 130 interrupted.
+"""
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a command's module only when that command runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if _module_exists(COMMANDS[name]))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = COMMANDS.get(cmd_name)
+        if module_name is None or not _module_exists(module_name):
+            return None
+        module = importlib.import_module(f"keygroup_cli.cli.commands.{module_name}")
+        command: click.Command = module.command
+        return command
+
+
+def _module_exists(module_name: str) -> bool:
+    return importlib.util.find_spec(f"keygroup_cli.cli.commands.{module_name}") is not None
+
+
+@click.group(cls=LazyGroup, epilog=ROOT_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--json", "json_output", is_flag=True, help="Print exactly one JSON document on stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or warnings on stderr.")
+@click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
+@click.option("--no-color", is_flag=True, help="Plain output without colours (NO_COLOR is honoured too).")
+@click.version_option(__version__, prog_name="kg")
+@click.pass_context
+def cli(ctx: click.Context, json_output: bool, quiet: bool, debug: bool, no_color: bool) -> None:
+    """Inspect, check and rescale the keyed state of Apache Flink jobs."""
+    ctx.obj = Output(json=json_output, quiet=quiet, debug=debug, no_color=no_color)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run kg and exit with a documented code; the one place exceptions become exit codes."""
+    sys.exit(run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run kg and return its exit code instead of exiting (used by ``main`` and tests)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cli.main(args=args, prog_name="kg", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except click.exceptions.Abort:
+        _fallback_output(args).failure("INTERRUPTED", "Interrupted.", command=_command_name(args))
+        return ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        _fallback_output(args).failure("INTERRUPTED", "Interrupted.", command=_command_name(args))
+        return ExitCode.INTERRUPTED
+    except click.ClickException as exc:
+        out = _fallback_output(args)
+        if out.json:
+            out.failure("USAGE", exc.format_message(), command=_command_name(args))
+        else:
+            exc.show(file=sys.stderr)
+        return exc.exit_code
+    except KgError as exc:
+        _fallback_output(args).failure(exc.code, exc.message, command=_command_name(args))
+        return int(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the documented boundary: anything else is a bug
+        out = _fallback_output(args)
+        if out.debug:
+            traceback.print_exc()
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        if not out.debug:
+            message += " (rerun with --debug for the traceback)"
+        out.failure("INTERNAL", message, command=_command_name(args))
+        return ExitCode.INTERNAL
+    return ExitCode.OK
+
+
+def _fallback_output(args: list[str]) -> Output:
+    """Return an Output built from the raw flags: the click context is gone once an error escapes it."""
+    return Output(
+        json="--json" in args,
+        quiet="--quiet" in args or "-q" in args,
+        debug="--debug" in args,
+        no_color="--no-color" in args,
+    )
+
+
+def _command_name(args: list[str]) -> str | None:
+    return next((a for a in args if a in COMMANDS), None)
+
+
+__all__ = ["cli", "main", "run"]

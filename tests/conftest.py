@@ -1,0 +1,58 @@
+"""Shared fixtures: run kg in-process with stdout/stderr kept apart, and the golden vectors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from keygroup_cli.cli import run
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@dataclass(frozen=True)
+class KgResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def kg(monkeypatch: pytest.MonkeyPatch) -> Callable[..., KgResult]:
+    """Return ``invoke(*args, input=None)`` running ``kg`` through its real error boundary."""
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    def invoke(*args: str, input: str | bytes | None = None) -> KgResult:
+        runner = CliRunner()
+        with runner.isolation(input=input) as (out, err, _):
+            code = run([str(a) for a in args])
+        return KgResult(code, out.getvalue().decode(), err.getvalue().decode())
+
+    return invoke
+
+
+@pytest.fixture(scope="session")
+def key_vectors() -> list[dict[str, Any]]:
+    """Return the Flink-generated key → hashCode → key group → operator index vectors."""
+    with gzip.open(FIXTURES / "vectors" / "keys.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+@pytest.fixture(scope="session")
+def range_vectors() -> dict[str, Any]:
+    """Return the Flink-generated subtask ranges and default maxParallelism values."""
+    with gzip.open(FIXTURES / "vectors" / "ranges.json.gz", "rt", encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
