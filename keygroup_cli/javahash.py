@@ -166,10 +166,12 @@ def _powers_of_31(n: int) -> npt.NDArray[np.uint32]:
 
 
 def string_hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.NDArray[np.int32]:
-    """Return ``String.hashCode()`` of every string without a Python loop.
+    """Return ``String.hashCode()`` of every string without a per-key Python loop.
 
-    The UTF-8 bytes of the Arrow array are decoded to UTF-16 code units in numpy; each unit is weighted by
-    ``31**(units after it in its string)`` and the weighted units are summed per string, all mod 2**32.
+    The UTF-8 bytes of the Arrow array are decoded to UTF-16 code units in numpy (ASCII is used as is).
+    Strings of up to ``_HORNER_LIMIT`` units are hashed by Horner's rule one position at a time over all
+    strings still that long, which needs only key-sized temporaries; longer strings are hashed as
+    ``sum(unit * 31**units_after_it)`` over their own units. Both are exact mod 2**32.
     """
     arr = _as_large_string_array(keys)
     n = len(arr)
@@ -180,33 +182,65 @@ def string_hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.N
     offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
     offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
     start, stop = int(offsets[0]), int(offsets[-1])
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8, count=stop - start, offset=start)
-        if data_buf is not None and stop > start
-        else np.zeros(0, dtype=np.uint8)
-    )
-    offsets = offsets - start
-    if data.size == 0:
+    if data_buf is None or stop == start:
         return np.zeros(n, dtype=np.int32)
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=stop - start, offset=start)
+    offsets = offsets - start
+    units: npt.NDArray[np.uint8] | npt.NDArray[np.uint32]
     if int(data.max()) < 0x80:
-        units = data.astype(np.uint32)
-        unit_offsets = offsets
+        units, unit_offsets = data, offsets
     else:
         units, unit_offsets = _utf8_to_utf16_units(data, offsets)
     lengths = np.diff(unit_offsets)
-    total = int(unit_offsets[-1])
-    # Exponent of each unit: how many units follow it within its own string.
-    string_of_unit = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    exponents = unit_offsets[1:][string_of_unit] - 1 - np.arange(total, dtype=np.int64)
-    max_len = int(lengths.max()) if n else 0
+    result = np.zeros(n, dtype=np.uint32)
+    long_ones = np.flatnonzero(lengths > _HORNER_LIMIT)
+    if len(long_ones):
+        result[long_ones] = _weighted_sums(units, unit_offsets, long_ones)
+    short_ones = np.flatnonzero((lengths > 0) & (lengths <= _HORNER_LIMIT))
+    if len(short_ones):
+        result[short_ones] = _horner(units, unit_offsets[short_ones], lengths[short_ones])
+    return result.view(np.int32)
+
+
+#: Strings longer than this many UTF-16 units are hashed by weighted sums instead of Horner steps.
+_HORNER_LIMIT = 256
+
+
+def _horner(
+    units: npt.NDArray[np.uint8] | npt.NDArray[np.uint32],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+) -> npt.NDArray[np.uint32]:
+    # Longest first, so the strings still active at position j are always a prefix.
+    order = np.argsort(-lengths, kind="stable")
+    sorted_starts = starts[order]
+    descending = lengths[order]
+    active = np.searchsorted(-descending, -np.arange(int(descending[0])), side="left")
+    h = np.zeros(len(order), dtype=np.uint32)
+    thirty_one = np.uint32(31)
     with np.errstate(over="ignore"):
-        weighted = units * _powers_of_31(max(max_len, 1))[exponents]
-    sums = np.zeros(n, dtype=np.uint32)
-    nonempty = lengths > 0
-    if total:
-        reduced = np.add.reduceat(weighted, unit_offsets[:-1][nonempty], dtype=np.uint32)
-        sums[nonempty] = reduced
-    return sums.view(np.int32)
+        for j, count in enumerate(active.tolist()):
+            head = h[:count]
+            head *= thirty_one
+            head += units[sorted_starts[:count] + j]
+    out = np.empty_like(h)
+    out[order] = h
+    return out
+
+
+def _weighted_sums(
+    units: npt.NDArray[np.uint8] | npt.NDArray[np.uint32],
+    unit_offsets: npt.NDArray[np.int64],
+    which: npt.NDArray[np.int64],
+) -> npt.NDArray[np.uint32]:
+    sums = np.empty(len(which), dtype=np.uint32)
+    max_len = int((unit_offsets[which + 1] - unit_offsets[which]).max())
+    powers = _powers_of_31(max_len)
+    with np.errstate(over="ignore"):
+        for i, string in enumerate(which.tolist()):
+            chunk = units[unit_offsets[string] : unit_offsets[string + 1]].astype(np.uint32)
+            sums[i] = np.sum(chunk * powers[: len(chunk)][::-1], dtype=np.uint32)
+    return sums
 
 
 def _as_large_string_array(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> pa.LargeStringArray:

@@ -201,3 +201,13 @@ def operator_indexes_for_key_groups(
     """Return the owning subtask of every key group (vectorised ``operator_index_for_key_group``)."""
     kg = np.asarray(key_groups).astype(np.int64, copy=False)
     return (kg * parallelism // max_parallelism).astype(np.int32, copy=False)
+
+
+def operator_id_for_uid(uid: str) -> str:
+    """Return the 32-hex OperatorID Flink derives from an operator's ``uid``.
+
+    Matches ``StreamGraphHasherV2`` for a user-specified uid: Guava ``murmur3_128(0)`` over the uid's
+    UTF-8 bytes, both 64-bit halves little-endian, h1 first; the hex of those 16 bytes is the id.
+    """
+    digest: bytes = mmh3.hash_bytes(uid.encode("utf-8"), 0, x64arch=True)
+    return digest.hex()

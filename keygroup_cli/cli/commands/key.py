@@ -1,0 +1,167 @@
+"""``kg key``: the Java hash code, key group and subtask of keys, one by one or a million from a file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import BinaryIO
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from rich.console import Console
+from rich.table import Table
+
+from keygroup_cli import keys as keys_core
+from keygroup_cli.cli.options import key_type_option, max_parallelism_option, output_options
+from keygroup_cli.cli.render import SCHEMA_VERSION, output_for
+
+EPILOG = """\b
+Examples:
+  kg key hello --max-parallelism 128
+  kg key user-1 user-2 -m 128 -p 4 --json
+  kg key 42 -9000000000 --key-type long -m 4096 -p 7
+  kg key --keys-file keys.txt -m 128 -p 3 > placement.tsv
+  cut -f1 users.csv | kg key --keys-file - -m 128 -p 3 --json
+
+Keys files are UTF-8, one key per line (\\n or \\r\\n); '-' reads stdin.
+More than 50 keys print as tab-separated lines instead of a table.
+"""
+
+#: Above this many keys the text output is tab-separated lines, not a rich table.
+TABLE_LIMIT = 50
+
+
+@click.command(epilog=EPILOG)
+@click.argument("key_args", nargs=-1, metavar="KEY...")
+@click.option("--keys-file", "-f", type=click.File("rb"), help="Read keys from FILE, one per line ('-' = stdin).")
+@key_type_option
+@max_parallelism_option(required=True)
+@click.option("--parallelism", "-p", type=int, metavar="P", help="Also show the owning subtask at parallelism P.")
+@output_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    key_args: tuple[str, ...],
+    keys_file: BinaryIO | None,
+    key_type: str,
+    max_parallelism: int,
+    parallelism: int | None,
+) -> None:
+    """Show where keys land: Java hashCode(), key group and subtask."""
+    out = output_for(ctx)
+    if keys_file is not None and key_args:
+        raise click.UsageError("Give keys as arguments or with --keys-file, not both.")
+    if keys_file is None and not key_args:
+        raise click.UsageError("Give at least one KEY, or --keys-file FILE.")
+    if keys_file is not None:
+        source = "stdin" if keys_file.name == "<stdin>" else keys_file.name
+        texts = keys_core.split_lines(keys_file.read())
+        parsed = keys_core.parse_keys(texts, key_type, source=str(source))
+    else:
+        # Arguments that were not valid UTF-8 arrive surrogate-escaped; re-encode so parsing names them.
+        texts = [a.encode("utf-8", "surrogateescape") for a in key_args]
+        parsed = keys_core.parse_keys(texts, key_type)
+    located = keys_core.locate_keys(parsed, key_type, max_parallelism, parallelism)
+    if out.json:
+        _write(_json_document(located))
+    elif len(located.keys) <= TABLE_LIMIT:
+        _print_table(out.stdout, located)
+    else:
+        _write(_tsv(located))
+
+
+def _columns(located: keys_core.KeyLocations) -> dict[str, pa.Array]:
+    columns = {
+        "hash_code": pa.array(located.hash_codes),
+        "key_group": pa.array(located.key_groups),
+    }
+    if located.subtasks is not None:
+        columns["subtask"] = pa.array(located.subtasks)
+    return columns
+
+
+def _print_table(console: Console, located: keys_core.KeyLocations) -> None:
+    table = Table(title=f"{located.key_type} keys, maxParallelism {located.max_parallelism}")
+    columns = _columns(located)
+    table.add_column("key")
+    for name in columns:
+        table.add_column(name.replace("_", " "), justify="right")
+    keys = located.keys.to_pylist()
+    for i, key in enumerate(keys):
+        shown = json.dumps(key) if isinstance(key, bool) else str(key)
+        table.add_row(shown, *(str(col[i].as_py()) for col in columns.values()))
+    console.print(table)
+
+
+def _escaped_keys(located: keys_core.KeyLocations, escapes: list[tuple[str, str]]) -> pa.Array:
+    keys = located.keys
+    if located.key_type == "boolean":
+        return pc.if_else(keys, "true", "false")
+    if located.key_type != "string":
+        return keys.cast(pa.string())
+    for pattern, replacement in escapes:
+        keys = pc.replace_substring(keys, pattern, replacement)
+    return keys
+
+
+_TSV_ESCAPES = [("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")]
+
+
+def _tsv(located: keys_core.KeyLocations) -> bytes:
+    # Tab-separated, backslash-escaped keys, written by Arrow's C++ CSV writer (no quoting needed).
+    table = pa.table({"key": _escaped_keys(located, _TSV_ESCAPES), **_columns(located)})
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"))
+    return ("\t".join(table.column_names) + "\n").encode() + sink.getvalue().to_pybytes()
+
+
+def _json_key(located: keys_core.KeyLocations) -> pa.Array:
+    if located.key_type != "string":
+        return _escaped_keys(located, [])
+    keys = located.keys
+    encoded = pc.binary_join_element_wise("\"", _escaped_keys(located, [("\\", "\\\\"), ('"', '\\"')]), "\"", "")
+    # Control characters need \u escapes; they are rare, so those keys go through json.dumps one by one.
+    control = pc.match_substring_regex(keys, "[\\x00-\\x1f]")
+    if pc.any(control).as_py():
+        rows = np.flatnonzero(control.to_numpy(zero_copy_only=False))
+        fixed = encoded.to_pylist()
+        for row in rows.tolist():
+            fixed[row] = json.dumps(keys[row].as_py(), ensure_ascii=False)
+        encoded = pa.array(fixed, type=pa.string())
+    return encoded
+
+
+def _json_document(located: keys_core.KeyLocations) -> bytes:
+    # One JSON document; the keys array is assembled by Arrow, so a million keys take a fraction of a second.
+    parts: list[pa.Array | str] = ['{"key": ', _json_key(located)]
+    for name, column in _columns(located).items():
+        parts += [f', "{name}": ', column.cast(pa.string())]
+    parts.append("},\n")
+    items = _concatenated(pc.binary_join_element_wise(*parts, ""))
+    head = {
+        "schema_version": SCHEMA_VERSION,
+        "command": "key",
+        "max_parallelism": located.max_parallelism,
+        "parallelism": located.parallelism,
+        "key_type": located.key_type,
+    }
+    opening = json.dumps(head, ensure_ascii=False)[:-1] + ', "keys": [\n'
+    # Every item ends with ",\n"; the last one's comma is dropped.
+    return opening.encode("utf-8") + items[:-2] + b"\n]}\n"
+
+
+def _concatenated(strings: pa.Array) -> bytes:
+    """Return the bytes of all strings back to back (the Arrow data buffer, no per-string copies)."""
+    strings = strings.cast(pa.large_string())
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64, count=len(strings) + 1, offset=strings.offset * 8)
+    data = strings.buffers()[2]
+    return b"" if data is None else data.to_pybytes()[int(offsets[0]) : int(offsets[-1])]
+
+
+def _write(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
