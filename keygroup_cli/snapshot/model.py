@@ -24,10 +24,15 @@ STATE_KINDS = KEYED_KINDS + OPERATOR_KINDS
 
 @dataclass(frozen=True, slots=True)
 class StateDescriptor:
-    """A named state of an operator and its kind (one of ``STATE_KINDS``)."""
+    """A named state of an operator and its kind (one of ``STATE_KINDS``).
+
+    ``extensions`` here, on ``KeyedFile`` and on ``OperatorFile`` keeps unknown additive manifest fields,
+    written back unchanged, as on ``Operator`` and ``Manifest``.
+    """
 
     name: str
     kind: str
+    extensions: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_keyed(self) -> bool:
@@ -47,6 +52,7 @@ class KeyedFile:
     bytes: int
     xxh64: str
     key_group_rows: tuple[int, ...]
+    extensions: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key_groups(self) -> KeyGroupRange:
@@ -63,6 +69,7 @@ class OperatorFile:
     rows: int
     bytes: int
     xxh64: str
+    extensions: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

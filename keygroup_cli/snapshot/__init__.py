@@ -1,0 +1,68 @@
+"""The kg snapshot format: ``open_snapshot()`` and the model types.
+
+A kg snapshot is a directory of Parquet files plus ``_manifest.json`` (the commit point); see
+``docs/reference/snapshot-format.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.snapshot.manifest import check_paths_inside, read_manifest
+from keygroup_cli.snapshot.model import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    KEYED_KINDS,
+    MANIFEST_NAME,
+    OPERATOR_KINDS,
+    STATE_KINDS,
+    KeyedFile,
+    Manifest,
+    Operator,
+    OperatorFile,
+    Snapshot,
+    StateDescriptor,
+)
+
+
+def open_snapshot(path: Path | str) -> Snapshot:
+    """Open the committed kg snapshot at ``path`` (its directory or its ``_manifest.json``).
+
+    Raises:
+        InvalidSnapshotError: The path does not exist, holds no ``_manifest.json`` (not a snapshot, or an
+            uncommitted write), or the manifest is invalid or names a path outside the directory.
+        UnsupportedFormatError: The manifest's ``format_version`` is unknown.
+    """
+    path = Path(path)
+    if path.is_dir():
+        directory, manifest_path = path, path / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise InvalidSnapshotError(
+                f"not a kg snapshot (no {MANIFEST_NAME}): {path}, maybe an uncommitted write",
+                code="NOT_A_KG_SNAPSHOT",
+            )
+    elif path.is_file():
+        directory, manifest_path = path.parent, path
+    else:
+        raise InvalidSnapshotError(f"no such snapshot: {path}", code="SNAPSHOT_NOT_FOUND")
+    manifest = read_manifest(manifest_path)
+    check_paths_inside(directory, manifest, source=str(manifest_path))
+    return Snapshot(path=directory, manifest=manifest)
+
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "KEYED_KINDS",
+    "MANIFEST_NAME",
+    "OPERATOR_KINDS",
+    "STATE_KINDS",
+    "KeyedFile",
+    "Manifest",
+    "Operator",
+    "OperatorFile",
+    "Snapshot",
+    "StateDescriptor",
+    "open_snapshot",
+]
