@@ -95,9 +95,11 @@ def key_group_range_for_operator_index(max_parallelism: int, parallelism: int, i
     Matches ``KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex``.
     """
     check_parallelism_bounds(max_parallelism, parallelism)
-    if not 0 <= index < parallelism:
+    # Flink does not bound the index above (index p yields a range past maxP); a negative index fails in
+    # the KeyGroupRange constructor. Callers that take an index from users check it themselves.
+    if index < 0:
         raise InvalidArgumentError(
-            f"Operator index {index} is outside 0..{parallelism - 1}", code="OPERATOR_INDEX_OUT_OF_BOUNDS"
+            f"Operator index must not be negative: {index}", code="OPERATOR_INDEX_OUT_OF_BOUNDS"
         )
     start = (index * max_parallelism + parallelism - 1) // parallelism
     end = ((index + 1) * max_parallelism - 1) // parallelism
@@ -126,7 +128,7 @@ def default_max_parallelism(parallelism: int) -> int:
     Matches ``KeyGroupRangeAssignment.computeDefaultMaxParallelism``:
     ``min(max(roundUpToPowerOfTwo(p + p/2), 128), 32768)``.
     """
-    if parallelism <= 0:
+    if not 0 < parallelism <= UPPER_BOUND_MAX_PARALLELISM:
         raise InvalidArgumentError(
             f"Operator parallelism not within bounds: {parallelism}", code="PARALLELISM_OUT_OF_BOUNDS"
         )

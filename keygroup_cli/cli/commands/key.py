@@ -10,7 +10,6 @@ import click
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 from rich.console import Console
 from rich.table import Table
 
@@ -57,9 +56,10 @@ def command(
     if keys_file is None and not key_args:
         raise click.UsageError("Give at least one KEY, or --keys-file FILE.")
     if keys_file is not None:
-        source = "stdin" if keys_file.name == "<stdin>" else keys_file.name
+        name = str(getattr(keys_file, "name", "<stdin>"))
+        source = "stdin" if name in ("<stdin>", "-") else name
         texts = keys_core.split_lines(keys_file.read())
-        parsed = keys_core.parse_keys(texts, key_type, source=str(source))
+        parsed = keys_core.parse_keys(texts, key_type, source=source)
     else:
         # Arguments that were not valid UTF-8 arrive surrogate-escaped; re-encode so parsing names them.
         texts = [a.encode("utf-8", "surrogateescape") for a in key_args]
@@ -111,11 +111,12 @@ _TSV_ESCAPES = [("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")]
 
 
 def _tsv(located: keys_core.KeyLocations) -> bytes:
-    # Tab-separated, backslash-escaped keys, written by Arrow's C++ CSV writer (no quoting needed).
-    table = pa.table({"key": _escaped_keys(located, _TSV_ESCAPES), **_columns(located)})
-    sink = pa.BufferOutputStream()
-    pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"))
-    return ("\t".join(table.column_names) + "\n").encode() + sink.getvalue().to_pybytes()
+    # Tab-separated lines with backslash-escaped keys, joined by Arrow (no per-key Python work).
+    columns = _columns(located)
+    fields = [_escaped_keys(located, _TSV_ESCAPES), *(c.cast(pa.string()) for c in columns.values())]
+    lines = pc.binary_join_element_wise(*fields, "\t")
+    header = "\t".join(["key", *columns]) + "\n"
+    return header.encode() + _concatenated(pc.binary_join_element_wise(lines, "\n", ""))
 
 
 def _json_key(located: keys_core.KeyLocations) -> pa.Array:

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_key_json_in_input_order_with_flinks_answers(kg, key_vectors):
+    rows = [r for r in key_vectors if r["type"] == "string"][:200]
+    keys = [r["key"] for r in rows if "\n" not in r["key"] and not r["key"].startswith("-")]
+    result = kg("key", *keys, "--max-parallelism", "128", "--parallelism", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert (doc["max_parallelism"], doc["parallelism"], doc["key_type"]) == (128, 3, "string")
+    by_key = {r["key"]: r for r in rows}
+    assert [k["key"] for k in doc["keys"]] == keys
+    for item in doc["keys"]:
+        flink = by_key[item["key"]]
+        assert item["hash_code"] == flink["hash_code"]
+        assert item["key_group"] == flink["key_groups"]["128"]
+        assert item["subtask"] == flink["operator_index"]["128/3"]
+
+
+@pytest.mark.parametrize("key_type,arrow_name", [("long", "long"), ("int", "int")])
+def test_keys_file_numeric(kg, key_vectors, tmp_path, key_type, arrow_name):
+    rows = [r for r in key_vectors if r["type"] == key_type][:500]
+    path = tmp_path / "keys.txt"
+    path.write_text("".join(f"{r['key']}\r\n" for r in rows))
+    result = kg("key", "--keys-file", str(path), "-t", key_type, "-m", "4096", "-p", "7", "--json")
+    assert result.exit_code == 0, result.stderr
+    got = result.json()["keys"]
+    assert [k["key"] for k in got] == [r["key"] for r in rows]
+    assert [k["key_group"] for k in got] == [r["key_groups"]["4096"] for r in rows]
+    assert [k["subtask"] for k in got] == [r["operator_index"]["4096/7"] for r in rows]
+    assert "subtask" in got[0]
+
+
+def test_keys_file_strings_from_stdin_tsv(kg, key_vectors):
+    rows = [r for r in key_vectors if r["type"] == "string" and "\n" not in r["key"] and "\r" not in r["key"]]
+    text = "".join(r["key"] + "\n" for r in rows)
+    result = kg("key", "--keys-file", "-", "-m", "32768", "-p", "1000", input=text.encode())
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "key\thash_code\tkey_group\tsubtask"
+    body = [line.split("\t") for line in lines[1:-1]]
+    assert len(body) == len(rows)
+    for fields, row in zip(body, rows):
+        assert int(fields[1]) == row["hash_code"]
+        assert int(fields[2]) == row["key_groups"]["32768"]
+        assert int(fields[3]) == row["operator_index"]["32768/1000"]
+
+
+def test_json_escapes_control_characters_and_quotes(kg):
+    keys = ['a"b', "back\\slash", "tab\there", "nul\x00", "emoji😀"]
+    result = kg("key", "--keys-file", "-", "-m", "10", "--json", input="\n".join(keys).encode())
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert [k["key"] for k in doc["keys"]] == keys
+    assert "subtask" not in doc["keys"][0] and doc["parallelism"] is None
+
+
+def test_boolean_keys(kg):
+    doc = kg("key", "true", "FALSE", "-t", "boolean", "-m", "10", "--json").json()
+    assert [(k["key"], k["hash_code"]) for k in doc["keys"]] == [(True, 1231), (False, 1237)]
+
+
+def test_bad_long_key_names_the_line(kg, tmp_path):
+    path = tmp_path / "k.txt"
+    path.write_text("1\n2\nthree\n")
+    result = kg("key", "-f", str(path), "-t", "long", "-m", "128")
+    assert result.exit_code == 2
+    assert result.stderr == f"kg: error: {path} line 3: Not a long key: 'three'\n"
+
+
+def test_int_overflow_is_refused(kg):
+    result = kg("key", "2147483648", "-t", "int", "-m", "128")
+    assert result.exit_code == 2
+    assert "Not a Java int" in result.stderr
+
+
+def test_invalid_utf8_in_file_is_refused(kg):
+    result = kg("key", "-f", "-", "-m", "128", input=b"ok\n\xff\xfe\n")
+    assert result.exit_code == 2
+    assert "stdin line 2 is not valid UTF-8" in result.stderr
+
+
+def test_keys_and_file_together_is_usage_error(kg, tmp_path):
+    path = tmp_path / "k.txt"
+    path.write_text("a\n")
+    assert kg("key", "x", "-f", str(path), "-m", "10").exit_code == 2
+    assert kg("key", "-m", "10").exit_code == 2
