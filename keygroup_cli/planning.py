@@ -4,14 +4,19 @@
 new subtask, folded into maximal runs, with the share of key groups that change owner and the skew on
 each side. Optional per-key-group row and byte counts (from a snapshot manifest) weight the same plan.
 ``advise_parallelism`` ranks parallelisms by how evenly they spread key groups (or measured bytes).
+``plan_rescale`` plans a whole snapshot: per operator, its key-group plan (or a re-hash when maxParallelism
+changes) weighted by the manifest's row counts, and its operator-state redistribution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from keygroup_cli.keygroups import check_parallelism_bounds, skew, subtask_ranges
+from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.keygroups import KeyGroupRange, check_parallelism_bounds, skew, subtask_ranges
+from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
+from keygroup_cli.snapshot.model import Operator, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +222,238 @@ def advise_parallelism(
         total = sum(loads)
         advice.append(ParallelismAdvice(p, skew(loads), max(loads), min(loads), total / p))
     return tuple(advice)
+
+
+# -- Rescaling a snapshot ------------------------------------------------------------------------------------
+
+#: How an operator's keyed rows are rewritten: not at all (no keyed state), copied file for file (same
+#: parallelism and maxParallelism), moved by key group (new parallelism) or re-hashed (new maxParallelism).
+KEYED_MODES = ("none", "copy", "move", "rehash")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorPlan:
+    """How one operator of a snapshot is rescaled (or kept as it is, when it is not selected).
+
+    ``key_groups`` is the key-group plan weighted by the manifest's per-key-group row counts (bytes are
+    estimated in proportion to rows within each file); it is None when keys are re-hashed (their new key
+    groups are only known once the keys are read) or when there is no keyed state.
+    """
+
+    uid: str | None
+    operator_id: str
+    key_type: str | None
+    rescaled: bool
+    old_parallelism: int
+    new_parallelism: int
+    old_max_parallelism: int
+    new_max_parallelism: int
+    keyed_mode: str
+    key_groups: KeyGroupPlan | None
+    operator_state: OperatorStatePlan | None
+    keyed_rows: int
+    keyed_bytes: int
+    operator_rows: int
+
+    @property
+    def label(self) -> str:
+        """Return the uid if there is one, else the operator id."""
+        return self.uid if self.uid else self.operator_id
+
+    @property
+    def new_ranges(self) -> tuple[KeyGroupRange, ...]:
+        """Return the key-group range of every new subtask."""
+        return subtask_ranges(self.new_max_parallelism, self.new_parallelism)
+
+    @property
+    def moved_rows(self) -> int:
+        """Return the keyed rows that change subtask (all of them when keys are re-hashed)."""
+        if self.keyed_mode == "rehash":
+            return self.keyed_rows
+        return self.key_groups.moved_rows or 0 if self.key_groups is not None else 0
+
+    @property
+    def moved_bytes(self) -> int:
+        """Return the (estimated) keyed bytes that change subtask."""
+        if self.keyed_mode == "rehash":
+            return self.keyed_bytes
+        return self.key_groups.moved_bytes or 0 if self.key_groups is not None else 0
+
+    @property
+    def new_row_loads(self) -> tuple[int, ...] | None:
+        """Return keyed rows per new subtask, or None when only reading the keys can tell (re-hash)."""
+        if self.keyed_mode == "none":
+            return (0,) * self.new_parallelism
+        if self.key_groups is None:
+            return None
+        return self.key_groups.new_row_loads
+
+
+@dataclass(frozen=True, slots=True)
+class RescalePlan:
+    """The plan of a whole snapshot rescale: one ``OperatorPlan`` per operator, in manifest order."""
+
+    snapshot_id: int
+    new_parallelism: int
+    new_max_parallelism: int | None
+    operators: tuple[OperatorPlan, ...]
+
+    @property
+    def rescaled(self) -> tuple[OperatorPlan, ...]:
+        """Return the plans of the operators that are rescaled."""
+        return tuple(op for op in self.operators if op.rescaled)
+
+
+def plan_rescale(
+    snapshot: Snapshot,
+    new_parallelism: int,
+    operators: Sequence[str] | None = None,
+    new_max_parallelism: int | None = None,
+    *,
+    expected_parallelism: int | None = None,
+    operator_state_counts: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
+) -> RescalePlan:
+    """Plan the rescale of ``snapshot`` to ``new_parallelism`` without reading keyed data.
+
+    Args:
+        snapshot: The opened input snapshot.
+        new_parallelism: The new parallelism of the selected operators.
+        operators: uids or operator ids to rescale; None rescales every operator. The others are kept.
+        new_max_parallelism: A new maxParallelism for the selected operators (keys are re-hashed).
+        expected_parallelism: If given, every selected operator must currently have this parallelism.
+        operator_state_counts: Elements per old subtask per operator-state name, by operator id; read from
+            the operator-state files (their ``state`` column only) when not given.
+
+    Raises:
+        InvalidArgumentError: An unknown operator, a parallelism out of Flink's bounds, or a mismatch with
+            ``expected_parallelism``.
+        UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
+    """
+    manifest = snapshot.manifest
+    selected = _select(manifest.operators, operators)
+    plans = []
+    for op in manifest.operators:
+        if op.operator_id not in selected:
+            plans.append(_keep(op))
+            continue
+        if expected_parallelism is not None and op.parallelism != expected_parallelism:
+            raise InvalidArgumentError(
+                f"--from {expected_parallelism} does not match operator {op.label!r}, "
+                f"which has parallelism {op.parallelism} in the snapshot",
+                code="PARALLELISM_MISMATCH",
+            )
+        new_max = op.max_parallelism if new_max_parallelism is None else new_max_parallelism
+        check_parallelism_bounds(new_max, new_parallelism)
+        if new_max != op.max_parallelism and op.keyed_files and op.key_type == "binary":
+            raise UnsupportedFormatError(
+                f"operator {op.label!r} has binary keys, which kg cannot re-hash, so its maxParallelism "
+                f"cannot change from {op.max_parallelism} to {new_max}; drop --max-parallelism",
+                code="KEY_TYPE_NOT_HASHABLE",
+            )
+        if not op.keyed_files:
+            mode = "none"
+        elif new_max != op.max_parallelism:
+            mode = "rehash"
+        elif new_parallelism == op.parallelism:
+            mode = "copy"
+        else:
+            mode = "move"
+        key_groups = None
+        if mode in ("copy", "move"):
+            rows, sizes = _key_group_weights(op)
+            key_groups = plan_key_groups(
+                op.max_parallelism,
+                op.parallelism,
+                new_parallelism,
+                key_group_rows=rows,
+                key_group_bytes=sizes,
+            )
+        operator_state = None
+        if any(not s.is_keyed for s in op.states) and op.operator_files:
+            counts = (operator_state_counts or {}).get(op.operator_id) or _operator_state_counts(snapshot, op)
+            operator_state = redistribute_operator_state(op.states, counts, new_parallelism)
+        plans.append(
+            OperatorPlan(
+                uid=op.uid,
+                operator_id=op.operator_id,
+                key_type=op.key_type,
+                rescaled=True,
+                old_parallelism=op.parallelism,
+                new_parallelism=new_parallelism,
+                old_max_parallelism=op.max_parallelism,
+                new_max_parallelism=new_max,
+                keyed_mode=mode,
+                key_groups=key_groups,
+                operator_state=operator_state,
+                keyed_rows=op.keyed_rows,
+                keyed_bytes=sum(f.bytes for f in op.keyed_files),
+                operator_rows=sum(f.rows for f in op.operator_files),
+            )
+        )
+    return RescalePlan(manifest.snapshot_id, new_parallelism, new_max_parallelism, tuple(plans))
+
+
+def _select(all_operators: Sequence[Operator], labels: Sequence[str] | None) -> set[str]:
+    if not labels:
+        return {op.operator_id for op in all_operators}
+    chosen = set()
+    for label in labels:
+        match = next((op for op in all_operators if label in (op.uid, op.operator_id)), None)
+        if match is None:
+            known = ", ".join(op.label for op in all_operators) or "none"
+            raise InvalidArgumentError(
+                f"no operator {label!r} in the snapshot (operators: {known})", code="OPERATOR_NOT_FOUND"
+            )
+        chosen.add(match.operator_id)
+    return chosen
+
+
+def _keep(op: Operator) -> OperatorPlan:
+    """Return the plan of an operator that is not rescaled: every file is copied as it is."""
+    return OperatorPlan(
+        uid=op.uid,
+        operator_id=op.operator_id,
+        key_type=op.key_type,
+        rescaled=False,
+        old_parallelism=op.parallelism,
+        new_parallelism=op.parallelism,
+        old_max_parallelism=op.max_parallelism,
+        new_max_parallelism=op.max_parallelism,
+        keyed_mode="copy" if op.keyed_files else "none",
+        key_groups=None,
+        operator_state=None,
+        keyed_rows=op.keyed_rows,
+        keyed_bytes=sum(f.bytes for f in op.keyed_files),
+        operator_rows=sum(f.rows for f in op.operator_files),
+    )
+
+
+def _key_group_weights(op: Operator) -> tuple[list[int], list[int]]:
+    """Return rows and estimated bytes per key group from the manifest (bytes pro rata of rows per file)."""
+    rows = [0] * op.max_parallelism
+    sizes = [0] * op.max_parallelism
+    for f in op.keyed_files:
+        total = max(f.rows, 1)
+        cumulative = 0
+        for j, n in enumerate(f.key_group_rows):
+            kg = f.key_group_start + j
+            rows[kg] = n
+            # Cumulative rounding makes the per-key-group estimates add up to the file's size exactly.
+            before = cumulative * f.bytes // total
+            cumulative += n
+            sizes[kg] = cumulative * f.bytes // total - before
+    return rows, sizes
+
+
+def _operator_state_counts(snapshot: Snapshot, op: Operator) -> list[dict[str, int]]:
+    """Return, per old subtask, how many elements of each operator state its file holds."""
+    # Deferred: keeps `kg plan --from/--to` (pure math) free of pyarrow.
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    counts: list[dict[str, int]] = [{} for _ in range(op.parallelism)]
+    for f in op.operator_files:
+        column = pq.read_table(snapshot.resolve(f.path), columns=["state"]).column("state")
+        for item in pc.value_counts(column.cast("string")).to_pylist():
+            counts[f.subtask][str(item["values"])] = int(item["counts"])
+    return counts
