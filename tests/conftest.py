@@ -56,3 +56,17 @@ def range_vectors() -> dict[str, Any]:
     with gzip.open(FIXTURES / "vectors" / "ranges.json.gz", "rt", encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="Rewrite generated files (docs/reference/cli.md, fixtures/golden/) instead of comparing.",
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
