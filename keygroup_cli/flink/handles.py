@@ -10,7 +10,7 @@ handles (``deserializeOperatorStateHandle``) and the unaligned-checkpoint channe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.binary import DataInput
@@ -125,9 +125,14 @@ class KeyGroupsHandle:
         return stream_size(self.delegate)
 
 
-StreamHandle = Union[
-    ByteStreamHandle, FileHandle, RelativeFileHandle, SegmentFileHandle, EmptySegmentFileHandle, KeyGroupsHandle
-]
+StreamHandle: TypeAlias = (
+    ByteStreamHandle
+    | FileHandle
+    | RelativeFileHandle
+    | SegmentFileHandle
+    | EmptySegmentFileHandle
+    | KeyGroupsHandle
+)
 
 
 def stream_size(handle: StreamHandle | None) -> int:
@@ -243,9 +248,13 @@ class ChangelogStreamHandle:
         return self.state_size
 
 
-KeyedHandle = Union[
-    KeyGroupsHandle, IncrementalKeyedHandle, ChangelogBackendHandle, InMemoryChangelogHandle, ChangelogStreamHandle
-]
+KeyedHandle: TypeAlias = (
+    KeyGroupsHandle
+    | IncrementalKeyedHandle
+    | ChangelogBackendHandle
+    | InMemoryChangelogHandle
+    | ChangelogStreamHandle
+)
 
 
 # -- operator and channel handles --------------------------------------------------------------------------
@@ -323,7 +332,7 @@ class MergedChannelStateHandle:
         return self.state_size
 
 
-AnyChannelHandle = Union[ChannelStateHandle, MergedChannelStateHandle]
+AnyChannelHandle: TypeAlias = ChannelStateHandle | MergedChannelStateHandle
 
 
 # -- readers -----------------------------------------------------------------------------------------------
@@ -409,18 +418,37 @@ def read_keyed_handle(reader: DataInput, depth: int = 0) -> KeyedHandle | None:
         private = _read_local_handles(reader, depth)
         handle_id = reader.read_utf() if v2 else None
         return IncrementalKeyedHandle(
-            tag, checkpoint_id, backend_id, start, num, checkpointed_size, metadata, shared, private, handle_id
+            tag,
+            checkpoint_id,
+            backend_id,
+            start,
+            num,
+            checkpointed_size,
+            metadata,
+            shared,
+            private,
+            handle_id,
         )
     if tag in (CHANGELOG_HANDLE, CHANGELOG_HANDLE_V2):
         start = reader.read_int()
         num = reader.read_int()
-        checkpointed_size = reader.read_long()
-        base = tuple(read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "materialized handle")))
+        changelog_size = reader.read_long()
+        base = tuple(
+            read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "materialized handle"))
+        )
         delta = tuple(read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "changelog handle")))
         materialization_id = reader.read_long()
-        checkpoint_id = reader.read_long() if tag == CHANGELOG_HANDLE_V2 else None
+        changelog_checkpoint = reader.read_long() if tag == CHANGELOG_HANDLE_V2 else None
         return ChangelogBackendHandle(
-            tag, start, num, checkpointed_size, base, delta, materialization_id, checkpoint_id, reader.read_utf()
+            tag,
+            start,
+            num,
+            changelog_size,
+            base,
+            delta,
+            materialization_id,
+            changelog_checkpoint,
+            reader.read_utf(),
         )
     if tag == CHANGELOG_BYTE_INCREMENT_HANDLE:
         start = reader.read_int()
@@ -443,7 +471,9 @@ def read_keyed_handle(reader: DataInput, depth: int = 0) -> KeyedHandle | None:
         checkpointed_size = reader.read_long()
         handle_id = reader.read_utf()
         storage = reader.read_utf() if tag == CHANGELOG_FILE_INCREMENT_HANDLE_V2 else None
-        return ChangelogStreamHandle(tag, start, num, tuple(parts), size, checkpointed_size, handle_id, storage)
+        return ChangelogStreamHandle(
+            tag, start, num, tuple(parts), size, checkpointed_size, handle_id, storage
+        )
     raise _corrupt(reader, f"Reading invalid KeyedStateHandle, type: {tag}")
 
 

@@ -209,8 +209,12 @@ def _parse_body(reader: DataInput, version: int) -> CheckpointMetadata:
     # MetadataV4Serializer.deserializeProperties: the rest is one Java-serialized CheckpointProperties.
     trailer = reader.read_bytes(reader.remaining)
     if not trailer.startswith(JAVA_SERIALIZATION_MAGIC):
-        raise _corrupt(reader, "Could not deserialize properties: missing or invalid CheckpointProperties trailer")
-    return CheckpointMetadata(version, checkpoint_id, masters, operators, trailer, describe_properties(trailer))
+        raise _corrupt(
+            reader, "Could not deserialize properties: missing or invalid CheckpointProperties trailer"
+        )
+    return CheckpointMetadata(
+        version, checkpoint_id, masters, operators, trailer, describe_properties(trailer)
+    )
 
 
 def _read_master_state(reader: DataInput) -> MasterState:
@@ -248,7 +252,9 @@ def _read_operator_state(reader: DataInput, version: int) -> OperatorState:
     coordinator = read_stream_handle(reader)
     if coordinator is not None and not isinstance(coordinator, ByteStreamHandle):
         raise _corrupt(
-            reader, f"operator {operator_id}: Expected a ByteStreamStateHandle but found a {type(coordinator).__name__}"
+            reader,
+            f"operator {operator_id}: Expected a ByteStreamStateHandle but found a "
+            f"{type(coordinator).__name__}",
         )
     num_subtasks = reader.read_int()
     if num_subtasks == -1:
@@ -266,9 +272,12 @@ def _read_operator_state(reader: DataInput, version: int) -> OperatorState:
             index = -index - 1
         if index >= parallelism:
             raise _corrupt(
-                reader, f"operator {operator_id}: subtask index {index} is not below parallelism {parallelism}"
+                reader,
+                f"operator {operator_id}: subtask index {index} is not below parallelism {parallelism}",
             )
-        subtasks.append(SubtaskState(index, finished=True) if finished else _read_subtask(reader, index, version))
+        subtasks.append(
+            SubtaskState(index, finished=True) if finished else _read_subtask(reader, index, version)
+        )
     return OperatorState(operator_id, parallelism, max_parallelism, name, uid, coordinator, tuple(subtasks))
 
 
@@ -281,7 +290,9 @@ def _read_subtask(reader: DataInput, index: int, version: int) -> SubtaskState:
     managed_keyed = read_keyed_handle(reader)
     raw_keyed = read_keyed_handle(reader)
     typed = version >= 6
-    inputs = tuple(read_channel_handle(reader, 1, typed) for _ in range(_count(reader, "input channel handle")))
+    inputs = tuple(
+        read_channel_handle(reader, 1, typed) for _ in range(_count(reader, "input channel handle"))
+    )
     outputs = tuple(
         read_channel_handle(reader, 2, typed) for _ in range(_count(reader, "result subpartition handle"))
     )

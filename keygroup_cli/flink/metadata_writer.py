@@ -1,4 +1,4 @@
-"""Write a ``CheckpointMetadata`` model back to ``_metadata`` bytes (the inverse of ``metadata.parse_metadata``).
+"""Write a ``CheckpointMetadata`` model back to ``_metadata`` bytes (the inverse of ``parse_metadata``).
 
 Mirrors ``MetadataV3Serializer.serialize`` … ``MetadataV6Serializer`` and the handle serializers of
 ``MetadataV2V3SerializerBase`` (Flink 2.3). Fed a model parsed from a real file, it reproduces the file
@@ -50,7 +50,8 @@ def write_metadata(metadata: CheckpointMetadata) -> bytes:
     if version >= 4:
         if metadata.properties_bytes is None:
             raise InvalidArgumentError(
-                "a version 4+ _metadata needs its CheckpointProperties trailer", code="FLINK_METADATA_PROPERTIES"
+                "a version 4+ _metadata needs its CheckpointProperties trailer",
+                code="FLINK_METADATA_PROPERTIES",
             )
         out.write_bytes(metadata.properties_bytes)
     return out.getvalue()

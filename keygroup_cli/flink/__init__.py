@@ -1,0 +1,190 @@
+"""Read Apache Flink savepoints and checkpoints without a JVM.
+
+``find_metadata`` turns what a user points at (a savepoint directory, a ``_metadata`` file, a ``chk-N``
+directory or a job's checkpoint root) into the ``_metadata`` file; ``read_flink_metadata`` parses it; and
+``read_stream_prefix`` reads the first bytes of a state handle's data (inline bytes, a file beside
+``_metadata``, an absolute local path or a segment of a merged file) with one bounded read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.handles import (
+    ByteStreamHandle,
+    EmptySegmentFileHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    SegmentFileHandle,
+    StreamHandle,
+)
+from keygroup_cli.flink.metadata import CheckpointMetadata, parse_metadata
+
+METADATA_FILE = "_metadata"
+_CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkSnapshot:
+    """A parsed Flink savepoint or checkpoint: where its ``_metadata`` is, and what it says."""
+
+    metadata_path: Path
+    metadata: CheckpointMetadata
+
+    @property
+    def directory(self) -> Path:
+        """Return the directory holding ``_metadata`` (relative handles resolve against it)."""
+        return self.metadata_path.parent
+
+    @property
+    def is_savepoint(self) -> bool:
+        """Return whether this is a savepoint; V3 (no properties) falls back to the directory name."""
+        flag = self.metadata.is_savepoint
+        if flag is not None:
+            return flag
+        return _CHECKPOINT_DIR.fullmatch(self.directory.name) is None
+
+
+def find_metadata(path: str | os.PathLike[str]) -> Path:
+    """Return the ``_metadata`` file for a savepoint / checkpoint path.
+
+    Accepts a ``_metadata`` file, a directory containing one (savepoint or ``chk-N``), or a job's checkpoint
+    root: the latest *completed* ``chk-N`` (one with ``_metadata``) is chosen. A directory that holds a
+    single job-id directory with ``chk-N`` inside is accepted too.
+
+    Raises:
+        InvalidSnapshotError: Nothing there, or no completed checkpoint.
+    """
+    p = Path(path)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise InvalidSnapshotError(f"{p}: no such file or directory", code="SNAPSHOT_NOT_FOUND")
+    if (p / METADATA_FILE).is_file():
+        return p / METADATA_FILE
+    latest = _latest_completed(p)
+    if latest is not None:
+        return latest
+    roots = [
+        child for child in _subdirs(p) if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(child))
+    ]
+    if len(roots) == 1:
+        latest = _latest_completed(roots[0])
+        if latest is not None:
+            return latest
+    if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(p)) or roots:
+        raise InvalidSnapshotError(
+            f"{p}: no completed checkpoint (no chk-N directory with a _metadata file)",
+            code="NO_COMPLETED_CHECKPOINT",
+        )
+    raise InvalidSnapshotError(
+        f"{p}: not a Flink savepoint or checkpoint (no _metadata file and no chk-N directories)",
+        code="SNAPSHOT_NOT_FOUND",
+    )
+
+
+def _subdirs(p: Path) -> list[Path]:
+    try:
+        return [c for c in p.iterdir() if c.is_dir()]
+    except OSError:
+        return []
+
+
+def _latest_completed(root: Path) -> Path | None:
+    completed = []
+    for child in _subdirs(root):
+        match = _CHECKPOINT_DIR.fullmatch(child.name)
+        if match and (child / METADATA_FILE).is_file():
+            completed.append((int(match.group(1)), child / METADATA_FILE))
+    return max(completed)[1] if completed else None
+
+
+def read_flink_metadata(path: str | os.PathLike[str]) -> FlinkSnapshot:
+    """Find and parse the ``_metadata`` of a savepoint or checkpoint (see ``find_metadata``).
+
+    Raises:
+        InvalidSnapshotError: Missing, truncated or corrupt metadata.
+        UnsupportedFormatError: A metadata version kg does not read.
+    """
+    metadata_path = find_metadata(path)
+    try:
+        data = metadata_path.read_bytes()
+    except OSError as exc:
+        raise InvalidSnapshotError(
+            f"{metadata_path}: cannot read: {exc.strerror}", code="SNAPSHOT_UNREADABLE"
+        ) from None
+    return FlinkSnapshot(metadata_path, parse_metadata(data, str(metadata_path)))
+
+
+def local_path(handle: StreamHandle, directory: Path) -> Path | None:
+    """Return the local file holding a handle's data, or None for inline / empty handles.
+
+    Absolute ``file:`` paths that no longer exist (a checkpoint copied elsewhere) fall back to the file of
+    the same name beside ``_metadata``, or under the job's ``shared/`` directory.
+
+    Raises:
+        UnsupportedFormatError: A remote file system (``s3://``, ``hdfs://``, …); kg reads local files only.
+    """
+    if isinstance(handle, RelativeFileHandle):
+        return directory / handle.relative_path
+    if isinstance(handle, (FileHandle, SegmentFileHandle)):
+        return _resolve_absolute(handle.path, directory)
+    if isinstance(handle, KeyGroupsHandle) and handle.delegate is not None:
+        return local_path(handle.delegate, directory)
+    return None
+
+
+def _resolve_absolute(uri: str, directory: Path) -> Path:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        raise UnsupportedFormatError(
+            f"{uri}: state on a remote file system ({parsed.scheme}://) is not readable by kg; "
+            "copy the savepoint to a local directory first",
+            code="REMOTE_STATE_FILE",
+        )
+    path = Path(unquote(parsed.path))
+    if path.exists():
+        return path
+    for candidate in (directory / path.name, directory.parent / path.parent.name / path.name):
+        if candidate.exists():
+            return candidate
+    return path
+
+
+def read_stream_prefix(handle: StreamHandle | None, directory: Path, limit: int) -> bytes:
+    """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
+
+    Raises:
+        InvalidSnapshotError: The state file is missing or unreadable.
+        UnsupportedFormatError: The state lives on a remote file system.
+    """
+    if handle is None or isinstance(handle, EmptySegmentFileHandle):
+        return b""
+    if isinstance(handle, ByteStreamHandle):
+        return handle.data[:limit]
+    path = local_path(handle, directory)
+    if path is None:
+        return b""
+    start = handle.start_pos if isinstance(handle, SegmentFileHandle) else 0
+    if isinstance(handle, SegmentFileHandle):
+        limit = min(limit, handle.size)
+    try:
+        with open(path, "rb") as fh:
+            if start:
+                fh.seek(start)
+            return fh.read(limit)
+    except FileNotFoundError:
+        raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+    except OSError as exc:
+        raise InvalidSnapshotError(
+            f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
+        ) from None
+
+
+__all__ = ["FlinkSnapshot", "find_metadata", "local_path", "read_flink_metadata", "read_stream_prefix"]

@@ -1,0 +1,477 @@
+"""The headers of Flink state files: serializer snapshots and the backend serialization proxies.
+
+Mirrors ``KeyedBackendSerializationProxy.read`` and ``OperatorBackendSerializationProxy.read`` (Flink 2.3),
+``StateMetaInfoSnapshotReadersWriters.CurrentReaderImpl`` (meta-info format 7) and
+``TypeSerializerSnapshotSerializationUtil`` / ``TypeSerializerSnapshot.readVersionedSnapshot``.
+
+Serializer snapshots carry no length, so a snapshot class kg does not know (POJO, Kryo, Avro, …) has no
+findable end on its own. Two facts make the header parseable anyway: every ``CompositeTypeSerializerSnapshot``
+is self-describing (magic ``911108``, outer version, outer body, magic ``1333245``, nested snapshots), and the
+header's end is known from the file (the first key-group / element offset). Unknown bodies are therefore
+resolved by backtracking: the parser tries each candidate end and keeps the one from which the rest of the
+header parses and ends exactly where the data begins. Such snapshots are reported by class name with
+``known=False``; their raw bytes are kept either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.binary import decode_modified_utf8
+
+#: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
+COMPOSITE_MAGIC = 911108
+#: ``NestedSerializersSnapshotDelegate.MAGIC_NUMBER``.
+NESTED_MAGIC = 1333245
+#: ``TypeSerializerSnapshotSerializationUtil``'s proxy version (1, the pre-1.7 config snapshot, is refused).
+SNAPSHOT_PROXY_VERSION = 2
+
+#: ``StateMetaInfoSnapshot.BackendStateType`` by ordinal.
+BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
+
+#: Snapshot classes whose body is empty (``SimpleTypeSerializerSnapshot`` and similar).
+SIMPLE_SNAPSHOTS = frozenset(
+    f"org.apache.flink.api.common.typeutils.base.{name}Serializer${name}SerializerSnapshot"
+    for name in (
+        "String",
+        "Long",
+        "Int",
+        "Short",
+        "Byte",
+        "Boolean",
+        "Char",
+        "Double",
+        "Float",
+        "Void",
+        "Date",
+        "SqlDate",
+        "SqlTime",
+        "SqlTimestamp",
+        "BigInteger",
+        "BigDecimal",
+        "Instant",
+        "LocalDate",
+        "LocalTime",
+        "LocalDateTime",
+        "BooleanValue",
+        "ByteValue",
+        "CharValue",
+        "DoubleValue",
+        "FloatValue",
+        "IntValue",
+        "LongValue",
+        "NullValue",
+        "ShortValue",
+        "StringValue",
+    )
+) | frozenset(
+    (
+        "org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer"
+        "$BytePrimitiveArraySerializerSnapshot",
+        "org.apache.flink.api.common.typeutils.base.array.LongPrimitiveArraySerializer"
+        "$LongPrimitiveArraySerializerSnapshot",
+        "org.apache.flink.api.common.typeutils.base.array.IntPrimitiveArraySerializer"
+        "$IntPrimitiveArraySerializerSnapshot",
+        "org.apache.flink.api.common.typeutils.base.array.StringArraySerializer$StringArraySerializerSnapshot",
+        "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot",
+        "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot",
+        "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot",
+        "org.apache.flink.runtime.state.JavaSerializer$JavaSerializerSnapshot",
+    )
+)
+
+_CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_USHORT = struct.Struct(">H")
+#: Upper bound on parse attempts while resolving unknown snapshot bodies (keeps corrupt input fast).
+_BUDGET = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class SerializerSnapshot:
+    """A ``TypeSerializerSnapshot`` as written by ``writeVersionedSnapshot``.
+
+    Attributes:
+        class_name: The snapshot class, e.g. ``…LongSerializer$LongSerializerSnapshot``.
+        version: The snapshot version.
+        raw: The exact bytes from the class name to the end of the body (lossless).
+        nested: Nested snapshots of a composite snapshot, in order.
+        known: False when the body's end was inferred by backtracking rather than understood.
+    """
+
+    class_name: str
+    version: int
+    raw: bytes
+    nested: tuple[SerializerSnapshot, ...] = ()
+    known: bool = True
+
+    @property
+    def serializer_name(self) -> str:
+        """Return the short serializer name, e.g. ``LongSerializer`` or ``ListSerializer<LongSerializer>``."""
+        outer = self.class_name.rsplit(".", 1)[-1].split("$", 1)[0]
+        if outer.endswith("Snapshot"):
+            outer = outer[: -len("Snapshot")]
+        if self.nested:
+            return f"{outer}<{', '.join(n.serializer_name for n in self.nested)}>"
+        return outer
+
+
+@dataclass(frozen=True, slots=True)
+class StateMetaInfo:
+    """One state's ``StateMetaInfoSnapshot``: name, backend type ordinal, options and serializers."""
+
+    name: str
+    backend_type: int
+    options: tuple[tuple[str, str], ...]
+    serializers: tuple[tuple[str, SerializerSnapshot], ...]
+
+    @property
+    def backend_type_name(self) -> str:
+        """Return the ``BackendStateType`` name."""
+        return BACKEND_STATE_TYPES[self.backend_type]
+
+    def option(self, key: str) -> str | None:
+        """Return an option value, e.g. ``KEYED_STATE_TYPE``."""
+        return next((v for k, v in self.options if k == key), None)
+
+    def serializer(self, key: str) -> SerializerSnapshot | None:
+        """Return a serializer snapshot, e.g. ``VALUE_SERIALIZER``."""
+        return next((s for k, s in self.serializers if k == key), None)
+
+    @property
+    def kind(self) -> str:
+        """Return kg's kind: value/list/map/reducing/aggregating, timer, operator-split/union/broadcast."""
+        kind = self.backend_type_name
+        if kind == "PRIORITY_QUEUE":
+            return "timer"
+        if kind == "BROADCAST":
+            return "operator-broadcast"
+        if kind == "OPERATOR":
+            mode = self.option("OPERATOR_STATE_DISTRIBUTION_MODE") or "SPLIT_DISTRIBUTE"
+            return "operator-union" if mode == "UNION" else "operator-split"
+        return (self.option("KEYED_STATE_TYPE") or "unknown").lower()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedStateHeader:
+    """The ``KeyedBackendSerializationProxy`` at the start of a keyed-state stream.
+
+    ``states`` is None when the header could not be resolved (an unknown serializer snapshot whose end
+    could not be inferred); ``end`` is the byte length of the header when known.
+    """
+
+    version: int
+    compressed: bool
+    key_serializer: SerializerSnapshot | None
+    states: tuple[StateMetaInfo, ...] | None
+    end: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorStateHeader:
+    """The ``OperatorBackendSerializationProxy`` at the start of an operator-state stream."""
+
+    version: int
+    compressed: bool
+    states: tuple[StateMetaInfo, ...] | None
+    broadcast_states: tuple[StateMetaInfo, ...] | None
+    end: int | None
+
+
+class _Fail(Exception):
+    """This alternative does not parse; try the next one."""
+
+
+class _GiveUp(Exception):
+    """The search budget is spent."""
+
+
+_G = TypeVar("_G")
+
+
+def _parser(fn: Callable[..., Iterator[_G]]) -> Callable[..., Iterator[_G]]:
+    """Make a parse method yield no alternatives, instead of raising, when its own reads fail.
+
+    A failure inside a *continuation* happens in the caller's frame, so it never cuts off this
+    generator's remaining alternatives.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: object) -> Iterator[_G]:
+        try:
+            yield from fn(*args)
+        except _Fail:
+            return
+
+    return wrapper
+
+
+class _Grammar:
+    """Backtracking parser over a header's bytes; every method yields ``(value, next_pos)`` alternatives."""
+
+    def __init__(self, data: bytes, limit: int) -> None:
+        self.data = data
+        self.limit = limit
+        self.steps = 0
+
+    def _tick(self) -> None:
+        self.steps += 1
+        if self.steps > _BUDGET:
+            raise _GiveUp
+
+    def int_at(self, pos: int) -> int:
+        if pos + 4 > self.limit:
+            raise _Fail
+        value: int = _INT.unpack_from(self.data, pos)[0]
+        return value
+
+    def utf_at(self, pos: int) -> tuple[str, int]:
+        if pos + 2 > self.limit:
+            raise _Fail
+        n = _USHORT.unpack_from(self.data, pos)[0]
+        end = pos + 2 + n
+        if end > self.limit:
+            raise _Fail
+        try:
+            return decode_modified_utf8(self.data[pos + 2 : end]), end
+        except ValueError:
+            raise _Fail from None
+
+    @_parser
+    def top_snapshot(self, pos: int) -> Iterator[tuple[SerializerSnapshot, int]]:
+        # TypeSerializerSnapshotSerializationUtil.readSerializerSnapshot: proxy version, then the snapshot.
+        if self.int_at(pos) != SNAPSHOT_PROXY_VERSION:
+            raise _Fail
+        yield from self.versioned(pos + 4)
+
+    @_parser
+    def versioned(self, pos: int) -> Iterator[tuple[SerializerSnapshot, int]]:
+        # TypeSerializerSnapshot.readVersionedSnapshot: class name, version, body.
+        self._tick()
+        name, p = self.utf_at(pos)
+        if not _CLASS_NAME.fullmatch(name):
+            raise _Fail
+        version = self.int_at(p)
+        p += 4
+        if name in SIMPLE_SNAPSHOTS:
+            yield SerializerSnapshot(name, version, self.data[pos:p]), p
+            return
+        if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
+            for nested, q in self._composite(p):
+                yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
+        for q in range(p, self.limit + 1):
+            self._tick()
+            yield SerializerSnapshot(name, version, self.data[pos:q], known=False), q
+
+    @_parser
+    def _composite(self, pos: int) -> Iterator[tuple[tuple[SerializerSnapshot, ...], int]]:
+        # CompositeTypeSerializerSnapshot: magic, outer version, outer body (class-specific, usually
+        # empty or a class name), then NestedSerializersSnapshotDelegate: magic, version 1, n snapshots.
+        marker = _INT.pack(NESTED_MAGIC)
+        start = pos + 8
+        while True:
+            at = self.data.find(marker, start, self.limit)
+            if at < 0:
+                return
+            start = at + 1
+            try:
+                if self.int_at(at + 4) != 1:
+                    continue
+                count = self.int_at(at + 8)
+            except _Fail:
+                return
+            if not 0 <= count <= 255:
+                continue
+            yield from self._sequence(at + 12, count)
+
+    @_parser
+    def _sequence(self, pos: int, count: int) -> Iterator[tuple[tuple[SerializerSnapshot, ...], int]]:
+        if count == 0:
+            yield (), pos
+            return
+        for value, p in self.versioned(pos):
+            for rest, q in self._sequence(p, count - 1):
+                yield (value, *rest), q
+
+    @_parser
+    def meta_info(self, pos: int) -> Iterator[tuple[StateMetaInfo, int]]:
+        # StateMetaInfoSnapshotReadersWriters.CurrentReaderImpl.readStateMetaInfoSnapshot
+        name, p = self.utf_at(pos)
+        backend_type = self.int_at(p)
+        if not 0 <= backend_type < len(BACKEND_STATE_TYPES):
+            raise _Fail
+        n_options = self.int_at(p + 4)
+        if not 0 <= n_options <= 64:
+            raise _Fail
+        p += 8
+        options = []
+        for _ in range(n_options):
+            key, p = self.utf_at(p)
+            value, p = self.utf_at(p)
+            options.append((key, value))
+        n_serializers = self.int_at(p)
+        if not 0 <= n_serializers <= 64:
+            raise _Fail
+        for serializers, q in self._serializers(p + 4, n_serializers):
+            yield StateMetaInfo(name, backend_type, tuple(options), serializers), q
+
+    @_parser
+    def _serializers(
+        self, pos: int, count: int
+    ) -> Iterator[tuple[tuple[tuple[str, SerializerSnapshot], ...], int]]:
+        if count == 0:
+            yield (), pos
+            return
+        key, p = self.utf_at(pos)
+        for snapshot, q in self.top_snapshot(p):
+            for rest, r in self._serializers(q, count - 1):
+                yield ((key, snapshot), *rest), r
+
+    @_parser
+    def meta_infos(self, pos: int, count: int) -> Iterator[tuple[tuple[StateMetaInfo, ...], int]]:
+        if count == 0:
+            yield (), pos
+            return
+        for info, p in self.meta_info(pos):
+            for rest, q in self.meta_infos(p, count - 1):
+                yield (info, *rest), q
+
+    def short_at(self, pos: int) -> int:
+        if pos + 2 > self.limit:
+            raise _Fail
+        value: int = _SHORT.unpack_from(self.data, pos)[0]
+        return value
+
+    def short_at_or(self, pos: int, default: int) -> int:
+        return int(_SHORT.unpack_from(self.data, pos)[0]) if pos + 2 <= self.limit else default
+
+
+def _first(alternatives: Iterator[tuple[_G, int]], end: int | None) -> tuple[_G, int] | None:
+    for value, pos in alternatives:
+        if end is None or pos == end:
+            return value, pos
+    return None
+
+
+def read_keyed_header(data: bytes, source: str, end: int | None = None) -> KeyedStateHeader:
+    """Parse a ``KeyedBackendSerializationProxy`` from the first bytes of a keyed-state stream.
+
+    Args:
+        data: The stream's first bytes (at least the header).
+        source: The file, for error messages.
+        end: Where the header ends (the first non-zero key-group offset, or the stream size), if known.
+
+    Raises:
+        UnsupportedFormatError: A proxy version below 6 (Flink < 1.8; Flink 1.17+ refuses them too).
+        InvalidSnapshotError: The bytes are not a keyed-state header.
+    """
+    if len(data) < 5:
+        raise InvalidSnapshotError(
+            f"{source}: keyed-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
+        )
+    version = _INT.unpack_from(data, 0)[0]
+    if version < 6:
+        raise UnsupportedFormatError(
+            f"{source}: Unsupported readVersion [{version}], please migrate using Flink 1.16",
+            code="FLINK_STATE_HEADER_VERSION",
+        )
+    compressed = data[4] != 0
+    grammar = _Grammar(data, min(len(data), end) if end is not None else len(data))
+
+    @_parser
+    def header(pos: int) -> Iterator[tuple[tuple[SerializerSnapshot, tuple[StateMetaInfo, ...]], int]]:
+        for key, p in grammar.top_snapshot(pos):
+            count = grammar.short_at_or(p, -1)
+            if count < 0:
+                continue
+            for states, q in grammar.meta_infos(p + 2, count):
+                yield (key, states), q
+
+    try:
+        found = _first(header(5), end)
+    except _GiveUp:
+        return KeyedStateHeader(version, compressed, None, None, end)
+    if found is None:
+        raise InvalidSnapshotError(
+            f"{source}: cannot parse the keyed-state header (KeyedBackendSerializationProxy)",
+            code="FLINK_STATE_HEADER_CORRUPT",
+        )
+    (key, states), pos = found
+    return KeyedStateHeader(version, compressed, key, states, pos)
+
+
+def read_operator_header(data: bytes, source: str, end: int | None = None) -> OperatorStateHeader:
+    """Parse an ``OperatorBackendSerializationProxy`` from the first bytes of an operator-state stream.
+
+    Args:
+        data: The stream's first bytes (at least the header).
+        source: The file, for error messages.
+        end: Where the header ends, if known (see ``operator_header_end``).
+
+    Raises:
+        UnsupportedFormatError: A proxy version below 5.
+        InvalidSnapshotError: The bytes are not an operator-state header.
+    """
+    if len(data) < 4:
+        raise InvalidSnapshotError(
+            f"{source}: operator-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
+        )
+    version = _INT.unpack_from(data, 0)[0]
+    if version not in (5, 6):
+        raise UnsupportedFormatError(
+            f"{source}: unsupported operator-state proxy version {version} (kg reads 5 and 6, Flink 1.8+)",
+            code="FLINK_STATE_HEADER_VERSION",
+        )
+    # The compression flag exists from proxy version 6 (meta-info format 7) on.
+    compressed = version >= 6 and len(data) > 4 and data[4] != 0
+    start = 5 if version >= 6 else 4
+    grammar = _Grammar(data, min(len(data), end) if end is not None else len(data))
+
+    @_parser
+    def header(pos: int) -> Iterator[tuple[tuple[tuple[StateMetaInfo, ...], tuple[StateMetaInfo, ...]], int]]:
+        count = grammar.short_at(pos)
+        if count < 0:
+            return
+        for states, p in grammar.meta_infos(pos + 2, count):
+            n_broadcast = grammar.short_at_or(p, -1)
+            if n_broadcast < 0:
+                continue
+            for broadcast, q in grammar.meta_infos(p + 2, n_broadcast):
+                yield (states, broadcast), q
+
+    try:
+        found = _first(header(start), end)
+    except _GiveUp:
+        return OperatorStateHeader(version, compressed, None, None, end)
+    if found is None:
+        raise InvalidSnapshotError(
+            f"{source}: cannot parse the operator-state header (OperatorBackendSerializationProxy)",
+            code="FLINK_STATE_HEADER_CORRUPT",
+        )
+    (states, broadcast), pos = found
+    return OperatorStateHeader(version, compressed, states, broadcast, pos)
+
+
+#: The snappy framing-format stream identifier chunk a compressed operator-state stream starts with.
+SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
+
+
+def operator_header_end(data: bytes, offsets: list[int], size: int) -> int | None:
+    """Return where an operator-state header ends, from the element offsets and the stream bytes.
+
+    Uncompressed, the first element starts right after the header. Compressed
+    (``CompressibleFSDataOutputStream``), one snappy frame stream starts after the header, so its 10-byte
+    stream identifier sits between the header and the first element (or at the end, with no elements).
+    """
+    first = min((o for o in offsets if o > 0), default=size)
+    marker = first - len(SNAPPY_STREAM_IDENTIFIER)
+    if marker >= 0 and data[marker:first] == SNAPPY_STREAM_IDENTIFIER:
+        return marker
+    return first

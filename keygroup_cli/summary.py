@@ -1,0 +1,431 @@
+"""A format-neutral summary of a snapshot's operators, for ``kg inspect`` and ``kg check``.
+
+``summarize(path)`` accepts a Flink savepoint / checkpoint (anything ``flink.find_metadata`` accepts) or a
+kg snapshot directory (one with ``_manifest.json``) and returns the same frozen view of both: operators
+with identity, parallelism, maxParallelism, whether they have state, their states, and per-subtask
+key-group ranges and sizes. The checks in ``checks.py`` judge this view, so they work on either format.
+
+For Flink input only ``_metadata`` is needed; with ``read_states=True`` the header of each state file is
+read too (one bounded read per file, never the whole file) to list state names, kinds and serializers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from keygroup_cli.errors import KgError, UnsupportedFormatError
+
+#: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """A named state: kind (value/list/map/…, timer, operator-split/union/broadcast) and serializer."""
+
+    name: str
+    kind: str
+    serializer: str | None = None
+    known_serializer: bool = True
+    #: Elements of an operator list state, summed over subtasks (None for keyed and broadcast state).
+    elements: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskSummary:
+    """One subtask: its keyed key-group range (None without keyed state) and state sizes."""
+
+    subtask: int
+    key_group_start: int | None
+    key_group_end: int | None
+    keyed_bytes: int
+    operator_state_bytes: int
+    files: int = 0
+    rows: int | None = None
+    non_empty_key_groups: int | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSummary:
+    """One operator, format-neutral: what the checks and ``kg inspect`` need."""
+
+    uid: str | None
+    operator_id: str
+    name: str | None
+    parallelism: int
+    max_parallelism: int
+    has_state: bool
+    has_keyed_state: bool
+    states: tuple[StateSummary, ...] | None
+    subtasks: tuple[SubtaskSummary, ...]
+    key_serializer: str | None = None
+    files: int = 0
+    coordinator_state_bytes: int = 0
+    handle_kind: str | None = None
+    #: Rows per key group over the operator's whole key-group range (kg snapshots only).
+    key_group_rows: tuple[int, ...] | None = None
+    #: The key group ``key_group_rows[0]`` counts.
+    key_group_rows_start: int = 0
+    fully_finished: bool = False
+
+    @property
+    def label(self) -> str:
+        """Return the uid if there is one, else the operator id."""
+        return self.uid or self.operator_id
+
+    @property
+    def keyed_bytes(self) -> int:
+        """Return the keyed-state bytes over all subtasks."""
+        return sum(s.keyed_bytes for s in self.subtasks)
+
+    @property
+    def operator_state_bytes(self) -> int:
+        """Return the operator-state bytes over all subtasks."""
+        return sum(s.operator_state_bytes for s in self.subtasks)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSummary:
+    """A snapshot as ``kg inspect`` shows it."""
+
+    format: str
+    path: Path
+    checkpoint_id: int | None
+    operators: tuple[OperatorSummary, ...]
+    metadata_version: int | None = None
+    snapshot_type: str | None = None
+    format_type: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def is_kg_snapshot(path: str | os.PathLike[str]) -> bool:
+    """Return whether ``path`` is a kg snapshot directory or its manifest."""
+    p = Path(path)
+    return (p / "_manifest.json").is_file() or (p.is_file() and p.name == "_manifest.json")
+
+
+def summarize(
+    path: str | os.PathLike[str], *, read_states: bool = True, on_progress: ProgressCallback | None = None
+) -> SnapshotSummary:
+    """Summarise a Flink savepoint / checkpoint or a kg snapshot.
+
+    Args:
+        path: A savepoint or checkpoint path, or a kg snapshot directory.
+        read_states: Read state-file headers (Flink) to list states; ``kg check`` does not need them.
+        on_progress: Called as ``(stage, done, total)`` while state files are read.
+
+    Raises:
+        InvalidSnapshotError: Missing, truncated or corrupt input.
+        UnsupportedFormatError: A format version kg does not read.
+    """
+    if is_kg_snapshot(path):
+        return _summarize_kg(Path(path))
+    return _summarize_flink(path, read_states, on_progress)
+
+
+# -- Flink -------------------------------------------------------------------------------------------------
+
+
+def _summarize_flink(
+    path: str | os.PathLike[str], read_states: bool, on_progress: ProgressCallback | None
+) -> SnapshotSummary:
+    from keygroup_cli import flink
+    from keygroup_cli.flink import handles as h
+
+    snapshot = flink.read_flink_metadata(path)
+    metadata = snapshot.metadata
+    warnings: list[str] = []
+    total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
+    done = 0
+    operators = []
+    for op in metadata.operators:
+        files: set[str] = set()
+        subtasks = []
+        states: dict[str, StateSummary] = {}
+        key_serializer = None
+        handle_kinds = set()
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            sub_files = _files_of(sub, snapshot.directory)
+            files |= sub_files
+            start = end = non_empty = None
+            if keyed is not None:
+                start, end = keyed.key_group_start, keyed.key_group_end
+                handle_kinds.add(_handle_kind(keyed))
+                if isinstance(keyed, h.KeyGroupsHandle):
+                    non_empty = sum(1 for o in keyed.offsets if o)
+            subtasks.append(
+                SubtaskSummary(
+                    sub.index,
+                    start,
+                    end,
+                    sub.keyed_bytes,
+                    sub.operator_state_bytes,
+                    len(sub_files),
+                    non_empty_key_groups=non_empty,
+                    finished=sub.finished,
+                )
+            )
+            if read_states and sub.has_state:
+                try:
+                    found_key = _collect_states(sub, snapshot.directory, states)
+                except UnsupportedFormatError as exc:
+                    if exc.code != "REMOTE_STATE_FILE":
+                        raise
+                    warnings.append(exc.message)
+                    found_key = None
+                key_serializer = key_serializer or found_key
+            done += 1
+            if on_progress is not None and read_states:
+                on_progress("reading state headers", done, total)
+        operators.append(
+            OperatorSummary(
+                uid=op.uid,
+                operator_id=op.operator_id,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                has_state=op.has_state,
+                has_keyed_state=op.has_keyed_state,
+                states=tuple(states.values()) if read_states else None,
+                subtasks=tuple(subtasks),
+                key_serializer=key_serializer,
+                files=len(files),
+                coordinator_state_bytes=0 if op.coordinator_state is None else op.coordinator_state.size,
+                handle_kind=", ".join(sorted(handle_kinds)) or None,
+                fully_finished=op.fully_finished,
+            )
+        )
+    props = metadata.properties
+    return SnapshotSummary(
+        format="flink-savepoint" if snapshot.is_savepoint else "flink-checkpoint",
+        path=snapshot.metadata_path,
+        checkpoint_id=metadata.checkpoint_id,
+        operators=tuple(operators),
+        metadata_version=metadata.version,
+        snapshot_type=None if props is None else props.type_name,
+        format_type=None if props is None else props.format_type,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def _handle_kind(handle: object) -> str:
+    from keygroup_cli.flink import handles as h
+
+    if isinstance(handle, h.KeyGroupsHandle):
+        return "canonical" if handle.tag == h.SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
+    if isinstance(handle, h.IncrementalKeyedHandle):
+        return "rocksdb-native"
+    return "changelog"
+
+
+def _files_of(sub: object, directory: Path) -> set[str]:
+    """Return the distinct files a subtask's handles point at (inline state counts as none)."""
+    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.metadata import SubtaskState
+
+    assert isinstance(sub, SubtaskState)
+    streams: list[h.StreamHandle | None] = []
+    for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
+        if op_handle is not None:
+            streams.append(op_handle.delegate)
+    for keyed in (sub.managed_keyed_state, sub.raw_keyed_state):
+        if isinstance(keyed, h.KeyGroupsHandle):
+            streams.append(keyed.delegate)
+        elif isinstance(keyed, h.IncrementalKeyedHandle):
+            streams.append(keyed.metadata)
+            streams.extend(f.handle for f in keyed.shared + keyed.private)
+    names = set()
+    for stream in streams:
+        if isinstance(stream, h.RelativeFileHandle):
+            names.add(str(directory / stream.relative_path))
+        elif isinstance(stream, (h.FileHandle, h.SegmentFileHandle)):
+            names.add(stream.path)
+    return names
+
+
+def _collect_states(sub: object, directory: Path, states: dict[str, StateSummary]) -> str | None:
+    """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
+    from keygroup_cli import flink
+    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
+    from keygroup_cli.flink.metadata import SubtaskState
+
+    assert isinstance(sub, SubtaskState)
+    key_serializer = None
+    keyed = sub.managed_keyed_state
+    header = None
+    if isinstance(keyed, h.KeyGroupsHandle) and keyed.delegate is not None:
+        first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
+        source = _describe(keyed.delegate, directory)
+        data = flink.read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES))
+        header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
+    elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
+        # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
+        size = min(h.stream_size(keyed.metadata), MAX_HEADER_BYTES)
+        data = flink.read_stream_prefix(keyed.metadata, directory, size)
+        header = read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
+    if header is not None:
+        if header.key_serializer is not None:
+            key_serializer = header.key_serializer.serializer_name
+        for info in header.states or ():
+            if info.name not in states:
+                value = info.serializer("VALUE_SERIALIZER")
+                states[info.name] = StateSummary(
+                    info.name,
+                    info.kind,
+                    None if value is None else value.serializer_name,
+                    value is None or value.known,
+                )
+    for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
+        if op_handle is None:
+            continue
+        infos = {}
+        if op_handle.delegate is not None and op_handle.size > 0:
+            offsets = [o for e in op_handle.states for o in e.offsets]
+            # Read through the first bytes of the last element: a broadcast state's map size sits there.
+            wanted = max(offsets) + 4 if offsets else op_handle.size
+            limit = min(op_handle.size, wanted, MAX_HEADER_BYTES)
+            data = flink.read_stream_prefix(op_handle.delegate, directory, limit)
+            end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
+            op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
+            infos = {i.name: i for i in (op_header.states or ()) + (op_header.broadcast_states or ())}
+        for entry in op_handle.states:
+            kind = ("operator-split", "operator-union", "operator-broadcast")[entry.mode]
+            meta = infos.get(entry.name)
+            value = None if meta is None else meta.serializer("VALUE_SERIALIZER")
+            previous = states.get(entry.name)
+            elements = None if entry.mode == 2 else len(entry.offsets)
+            if previous is not None and previous.elements is not None and elements is not None:
+                elements += previous.elements
+            states[entry.name] = StateSummary(
+                entry.name,
+                kind,
+                (previous.serializer if previous else None)
+                or (None if value is None else value.serializer_name),
+                value is None or value.known,
+                elements,
+            )
+    return key_serializer
+
+
+def _describe(handle: object, directory: Path) -> str:
+    from keygroup_cli import flink
+    from keygroup_cli.flink import handles as h
+
+    if isinstance(handle, h.ByteStreamHandle):
+        return f"{directory / '_metadata'} (inline state {handle.handle_name or ''})".replace(" )", ")")
+    try:
+        path = flink.local_path(handle, directory)  # type: ignore[arg-type]
+    except KgError:
+        path = None
+    return str(path) if path is not None else str(handle)
+
+
+# -- kg snapshots ------------------------------------------------------------------------------------------
+
+
+def _summarize_kg(path: Path) -> SnapshotSummary:
+    from keygroup_cli.snapshot import open_snapshot
+
+    snapshot = open_snapshot(path)
+    manifest = snapshot.manifest
+    operators = []
+    for op in manifest.operators:
+        by_subtask: dict[int, dict[str, int | None]] = {}
+        for kf in op.keyed_files:
+            entry = by_subtask.setdefault(kf.subtask, _empty_entry())
+            entry["start"], entry["end"] = kf.key_group_start, kf.key_group_end
+            entry["keyed_bytes"] = (entry["keyed_bytes"] or 0) + kf.bytes
+            entry["rows"] = (entry["rows"] or 0) + kf.rows
+            entry["files"] = (entry["files"] or 0) + 1
+            entry["non_empty"] = (entry["non_empty"] or 0) + sum(1 for r in kf.key_group_rows if r)
+        for of in op.operator_files:
+            entry = by_subtask.setdefault(of.subtask, _empty_entry())
+            entry["operator_bytes"] = (entry["operator_bytes"] or 0) + of.bytes
+            entry["rows"] = (entry["rows"] or 0) + of.rows
+            entry["files"] = (entry["files"] or 0) + 1
+        subtasks = tuple(
+            SubtaskSummary(
+                subtask=i,
+                key_group_start=by_subtask.get(i, {}).get("start"),
+                key_group_end=by_subtask.get(i, {}).get("end"),
+                keyed_bytes=by_subtask.get(i, {}).get("keyed_bytes") or 0,
+                operator_state_bytes=by_subtask.get(i, {}).get("operator_bytes") or 0,
+                files=by_subtask.get(i, {}).get("files") or 0,
+                rows=by_subtask.get(i, {}).get("rows") or 0,
+                non_empty_key_groups=by_subtask.get(i, {}).get("non_empty"),
+            )
+            for i in range(op.parallelism)
+        )
+        key_group_rows: tuple[int, ...] | None = None
+        ordered_files = sorted(op.keyed_files, key=lambda f: f.key_group_start)
+        if ordered_files:
+            key_group_rows = tuple(r for kf in ordered_files for r in kf.key_group_rows)
+        operators.append(
+            OperatorSummary(
+                uid=op.uid,
+                operator_id=op.operator_id,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                has_state=bool(op.keyed_files or op.operator_files),
+                has_keyed_state=bool(op.keyed_files),
+                states=tuple(StateSummary(s.name, s.kind) for s in op.states),
+                subtasks=subtasks,
+                key_serializer=op.key_type,
+                files=len(op.keyed_files) + len(op.operator_files),
+                key_group_rows=key_group_rows,
+                key_group_rows_start=ordered_files[0].key_group_start if ordered_files else 0,
+            )
+        )
+    origin = manifest.origin
+    return SnapshotSummary(
+        format="kg-snapshot",
+        path=snapshot.path,
+        checkpoint_id=manifest.snapshot_id,
+        operators=tuple(operators),
+        snapshot_type=str(origin.get("format")) if origin.get("format") else None,
+    )
+
+
+def _empty_entry() -> dict[str, int | None]:
+    return {
+        "start": None,
+        "end": None,
+        "keyed_bytes": 0,
+        "operator_bytes": 0,
+        "rows": 0,
+        "files": 0,
+        "non_empty": None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupHistogram:
+    """Rows per key group: min / median / max and the hottest key groups."""
+
+    key_groups: int
+    min_rows: int
+    median_rows: float
+    max_rows: int
+    hottest: tuple[tuple[int, int], ...]
+
+
+def key_group_histogram(operator: OperatorSummary, top: int = 5) -> KeyGroupHistogram | None:
+    """Return the per-key-group row histogram of an operator, if its rows per key group are known."""
+    rows = operator.key_group_rows
+    if not rows:
+        return None
+    ordered = sorted(rows)
+    n = len(ordered)
+    median = float(ordered[n // 2]) if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    first = operator.key_group_rows_start
+    hottest = sorted(enumerate(rows, start=first), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return KeyGroupHistogram(n, ordered[0], median, ordered[-1], tuple((kg, r) for kg, r in hottest if r > 0))
