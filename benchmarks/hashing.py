@@ -63,19 +63,36 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "keys.txt"
-        path.write_text("".join(f"user-{i}-{v}\n" for i, v in enumerate(rng.integers(0, 10**9, size=1_000_000))))
+        path.write_text(
+            "".join(f"user-{i}-{v}\n" for i, v in enumerate(rng.integers(0, 10**9, size=1_000_000)))
+        )
         for extra in ([], ["--json"]):
             walls = []
             for _ in range(3):
                 start = time.perf_counter()
                 subprocess.run(
-                    [sys.executable, "-m", "keygroup_cli", "key", "--keys-file", str(path), "-m", "128", "-p", "3", *extra],
+                    [
+                        sys.executable,
+                        "-m",
+                        "keygroup_cli",
+                        "key",
+                        "--keys-file",
+                        str(path),
+                        "-m",
+                        "128",
+                        "-p",
+                        "3",
+                        *extra,
+                    ],
                     check=True,
                     stdout=subprocess.DEVNULL,
                 )
                 walls.append(time.perf_counter() - start)
             mode = "json" if extra else "tsv "
-            print(f"kg key --keys-file 1M strings ({mode}): median wall {statistics.median(walls):.2f} s (target < 2 s)")
+            print(
+                f"kg key --keys-file 1M strings ({mode}): "
+                f"median wall {statistics.median(walls):.2f} s (target < 2 s)"
+            )
 
 
 if __name__ == "__main__":

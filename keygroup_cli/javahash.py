@@ -127,10 +127,10 @@ def hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike, key_type: str) 
     values = _to_numpy(keys)
     if key_type == "long":
         u = values.astype(np.int64, copy=False).view(np.uint64)
-        return (u ^ (u >> np.uint64(32))).astype(np.uint32).view(np.int32)
+        return np.asarray((u ^ (u >> np.uint64(32))).astype(np.uint32).view(np.int32), dtype=np.int32)
     if key_type == "int":
-        return values.astype(np.int32, copy=False)
-    return np.where(values.astype(bool, copy=False), np.int32(1231), np.int32(1237)).astype(np.int32)
+        return np.asarray(values, dtype=np.int32)
+    return np.asarray(np.where(np.asarray(values, dtype=bool), 1231, 1237), dtype=np.int32)
 
 
 def _to_numpy(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.NDArray[Any]:
@@ -139,7 +139,7 @@ def _to_numpy(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.NDArray[A
     if isinstance(keys, pa.Array):
         if keys.null_count:
             raise InvalidArgumentError("Null keys are not allowed (Flink rejects them)", code="NULL_KEY")
-        return keys.to_numpy(zero_copy_only=False)
+        return np.asarray(keys.to_numpy(zero_copy_only=False))
     return np.asarray(keys)
 
 
@@ -272,7 +272,11 @@ def _utf8_to_utf16_units(
         np.where(
             lead < 0xE0,
             ((lead & 0x1F) << 6) | b1,
-            np.where(lead < 0xF0, ((lead & 0x0F) << 12) | (b1 << 6) | b2, ((lead & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3),
+            np.where(
+                lead < 0xF0,
+                ((lead & 0x0F) << 12) | (b1 << 6) | b2,
+                ((lead & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
+            ),
         ),
     )
     supplementary = cp >= 0x10000

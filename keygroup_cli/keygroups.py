@@ -166,11 +166,11 @@ _C2 = np.uint32(0x1B873593)
 
 
 def _rotl32(x: npt.NDArray[np.uint32], r: int) -> npt.NDArray[np.uint32]:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    return np.asarray((x << np.uint32(r)) | (x >> np.uint32(32 - r)), dtype=np.uint32)
 
 
 def murmur_hash_array(codes: npt.ArrayLike) -> npt.NDArray[np.int32]:
-    """Return ``murmur_hash`` of every Java int in ``codes``, as int32 (vectorised ``MathUtils.murmurHash``)."""
+    """Return ``murmur_hash`` of every Java int in ``codes``, vectorised ``MathUtils.murmurHash``."""
     k = np.asarray(codes).astype(np.int32, copy=False).view(np.uint32)
     with np.errstate(over="ignore"):
         k = k * _C1
@@ -189,12 +189,12 @@ def murmur_hash_array(codes: npt.ArrayLike) -> npt.NDArray[np.int32]:
         # Negation of INT_MIN wraps to INT_MIN in numpy; Flink maps it to 0 instead.
         result = np.where(signed >= 0, signed, -signed)
         result[signed == np.int32(_INT_MIN)] = 0
-    return result.astype(np.int32, copy=False)
+    return np.asarray(result, dtype=np.int32)
 
 
 def key_groups_for_hashes(codes: npt.ArrayLike, max_parallelism: int) -> npt.NDArray[np.int32]:
     """Return the key group of every hash code (vectorised ``key_group_for_hash``)."""
-    return (murmur_hash_array(codes) % np.int32(max_parallelism)).astype(np.int32, copy=False)
+    return np.asarray(murmur_hash_array(codes) % np.int32(max_parallelism), dtype=np.int32)
 
 
 def operator_indexes_for_key_groups(

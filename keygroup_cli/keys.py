@@ -33,7 +33,7 @@ class KeyLocations:
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """Split a keys file into lines: ``\\n`` or ``\\r\\n`` separated, a final newline ends the last key."""
+    r"""Split a keys file into lines: ``\n`` or ``\r\n`` separated, a final newline ends the last key."""
     if not data:
         return []
     lines = data.split(b"\n")

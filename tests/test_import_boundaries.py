@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +25,10 @@ def _core_modules() -> list[str]:
 
 def _loaded_after_import(module: str) -> set[str]:
     code = (
-        "import importlib, sys, json; importlib.import_module(%r); "
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))" % module
+        f"import importlib, sys, json; importlib.import_module({module!r}); "
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    import json
-
     return set(json.loads(out))
 
 
@@ -42,8 +41,8 @@ def test_core_module_imports_no_ui_or_spark(module):
 @pytest.mark.parametrize("command", ["ranges", "key", "plan", "advise", "inspect", "check"])
 def test_metadata_commands_never_import_pyspark(command):
     code = (
-        "import sys, importlib; importlib.import_module('keygroup_cli.cli.commands.%s'); "
-        "sys.exit(1 if 'pyspark' in sys.modules or 'py4j' in sys.modules else 0)" % command
+        f"import sys, importlib; importlib.import_module('keygroup_cli.cli.commands.{command}'); "
+        "sys.exit(1 if 'pyspark' in sys.modules or 'py4j' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import traceback
+
 import click
 
 from keygroup_cli import __version__

@@ -23,7 +23,9 @@ SCHEMA_VERSION = 1
 class Output:
     """Where and how a command's result, warnings and errors are written."""
 
-    def __init__(self, *, json: bool = False, quiet: bool = False, debug: bool = False, no_color: bool = False):
+    def __init__(
+        self, *, json: bool = False, quiet: bool = False, debug: bool = False, no_color: bool = False
+    ):
         self.json = json
         self.quiet = quiet
         self.debug = debug
@@ -85,7 +87,11 @@ class Output:
         sys.stderr.flush()
         if self.json:
             self.emit_json(
-                {"schema_version": SCHEMA_VERSION, "command": command, "error": {"code": code, "message": message}}
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "command": command,
+                    "error": {"code": code, "message": message},
+                }
             )
 
 

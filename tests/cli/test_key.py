@@ -44,7 +44,7 @@ def test_keys_file_strings_from_stdin_tsv(kg, key_vectors):
     assert lines[0] == "key\thash_code\tkey_group\tsubtask"
     body = [line.split("\t") for line in lines[1:-1]]
     assert len(body) == len(rows)
-    for fields, row in zip(body, rows):
+    for fields, row in zip(body, rows, strict=True):
         assert int(fields[1]) == row["hash_code"]
         assert int(fields[2]) == row["key_groups"]["32768"]
         assert int(fields[3]) == row["operator_index"]["32768/1000"]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from itertools import pairwise
+
 from keygroup_cli import keygroups
 
 
@@ -9,7 +11,7 @@ def test_plan_runs_cover_every_key_group_in_order(kg):
     doc = result.json()
     runs = doc["runs"]
     assert runs[0]["start"] == 0 and runs[-1]["end"] == 127
-    for left, right in zip(runs, runs[1:]):
+    for left, right in pairwise(runs):
         assert right["start"] == left["end"] + 1
         assert (left["from_subtask"], left["to_subtask"]) != (right["from_subtask"], right["to_subtask"])
     for run in runs:

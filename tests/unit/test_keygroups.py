@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -94,7 +95,9 @@ def test_operator_ids_match_flink():
 
 @given(int32s)
 def test_vectorised_murmur_equals_scalar(code):
-    assert int(keygroups.murmur_hash_array(np.array([code], dtype=np.int32))[0]) == keygroups.murmur_hash(code)
+    assert int(keygroups.murmur_hash_array(np.array([code], dtype=np.int32))[0]) == keygroups.murmur_hash(
+        code
+    )
 
 
 def test_murmur_folds_int_min_to_zero():
@@ -118,7 +121,7 @@ def test_ranges_partition_all_key_groups(case):
     ranges = keygroups.subtask_ranges(max_p, p)
     assert len(ranges) == p
     assert ranges[0].start == 0 and ranges[-1].end == max_p - 1
-    for left, right in zip(ranges, ranges[1:]):
+    for left, right in pairwise(ranges):
         assert right.start == left.end + 1  # contiguous and disjoint
     sizes = [r.size for r in ranges]
     assert max(sizes) - min(sizes) <= 1

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +22,7 @@ def test_runs_are_maximal_and_agree_with_flink_ranges(case):
     max_p, old, new = case
     plan = planning.plan_key_groups(max_p, old, new)
     assert plan.runs[0].start == 0 and plan.runs[-1].end == max_p - 1
-    for left, right in zip(plan.runs, plan.runs[1:]):
+    for left, right in pairwise(plan.runs):
         assert right.start == left.end + 1
         assert (left.from_subtask, left.to_subtask) != (right.from_subtask, right.to_subtask)
     for run in plan.runs:

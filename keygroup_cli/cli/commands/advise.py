@@ -23,9 +23,13 @@ carries 1.56x the mean. Parallelisms that divide maxParallelism are perfectly ev
 
 @click.command(epilog=EPILOG)
 @max_parallelism_option(required=True)
-@click.option("--min", "minimum", type=int, default=1, show_default=True, help="Smallest parallelism considered.")
+@click.option(
+    "--min", "minimum", type=int, default=1, show_default=True, help="Smallest parallelism considered."
+)
 @click.option("--max", "maximum", type=int, help="Largest parallelism considered [default: maxParallelism].")
-@click.option("--all", "show_all", is_flag=True, help="List every parallelism, not only the even ones and a sample.")
+@click.option(
+    "--all", "show_all", is_flag=True, help="List every parallelism, not only the even ones and a sample."
+)
 @output_options
 @click.pass_context
 def command(
@@ -70,7 +74,7 @@ def command(
 
 def _worth_showing(advice: tuple[planning.ParallelismAdvice, ...]) -> list[planning.ParallelismAdvice]:
     """Return the even parallelisms with their neighbours, the five least skewed, and the range's ends."""
-    keep = set()
+    keep: set[int] = set()
     for i, a in enumerate(advice):
         if a.even:
             keep.update(j for j in (i - 1, i, i + 1) if 0 <= j < len(advice))

@@ -35,10 +35,14 @@ TABLE_LIMIT = 50
 
 @click.command(epilog=EPILOG)
 @click.argument("key_args", nargs=-1, metavar="KEY...")
-@click.option("--keys-file", "-f", type=click.File("rb"), help="Read keys from FILE, one per line ('-' = stdin).")
+@click.option(
+    "--keys-file", "-f", type=click.File("rb"), help="Read keys from FILE, one per line ('-' = stdin)."
+)
 @key_type_option
 @max_parallelism_option(required=True)
-@click.option("--parallelism", "-p", type=int, metavar="P", help="Also show the owning subtask at parallelism P.")
+@click.option(
+    "--parallelism", "-p", type=int, metavar="P", help="Also show the owning subtask at parallelism P."
+)
 @output_options
 @click.pass_context
 def command(
@@ -123,7 +127,9 @@ def _json_key(located: keys_core.KeyLocations) -> pa.Array:
     if located.key_type != "string":
         return _escaped_keys(located, [])
     keys = located.keys
-    encoded = pc.binary_join_element_wise("\"", _escaped_keys(located, [("\\", "\\\\"), ('"', '\\"')]), "\"", "")
+    encoded = pc.binary_join_element_wise(
+        '"', _escaped_keys(located, [("\\", "\\\\"), ('"', '\\"')]), '"', ""
+    )
     # Control characters need \u escapes; they are rare, so those keys go through json.dumps one by one.
     control = pc.match_substring_regex(keys, "[\\x00-\\x1f]")
     if pc.any(control).as_py():
@@ -157,7 +163,9 @@ def _json_document(located: keys_core.KeyLocations) -> bytes:
 def _concatenated(strings: pa.Array) -> bytes:
     """Return the bytes of all strings back to back (the Arrow data buffer, no per-string copies)."""
     strings = strings.cast(pa.large_string())
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64, count=len(strings) + 1, offset=strings.offset * 8)
+    offsets = np.frombuffer(
+        strings.buffers()[1], dtype=np.int64, count=len(strings) + 1, offset=strings.offset * 8
+    )
     data = strings.buffers()[2]
     return b"" if data is None else data.to_pybytes()[int(offsets[0]) : int(offsets[-1])]
 

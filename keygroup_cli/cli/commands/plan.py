@@ -61,7 +61,8 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     weighted = any(t.rows is not None for t in plan.transfers)
     table = Table(
         title=title
-        or f"maxParallelism {plan.max_parallelism}: parallelism {plan.old_parallelism} → {plan.new_parallelism}"
+        or f"maxParallelism {plan.max_parallelism}: "
+        f"parallelism {plan.old_parallelism} → {plan.new_parallelism}"
     )
     for name in ("from", "to", "key groups", *(("rows", "bytes") if weighted else ()), "runs"):
         table.add_column(name, justify="left" if name == "runs" else "right")
