@@ -102,6 +102,16 @@ class Operator:
         """Return the total number of keyed rows."""
         return sum(f.rows for f in self.keyed_files)
 
+    @property
+    def files(self) -> tuple[KeyedFile | OperatorFile, ...]:
+        """Return every file of the operator: keyed files, then operator files."""
+        return (*self.keyed_files, *self.operator_files)
+
+    @property
+    def total_bytes(self) -> int:
+        """Return the size of all the operator's files."""
+        return sum(f.bytes for f in self.files)
+
     def state(self, name: str) -> StateDescriptor | None:
         """Return the state with that name, if any."""
         return next((s for s in self.states if s.name == name), None)
