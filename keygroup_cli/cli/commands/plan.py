@@ -1,7 +1,13 @@
-"""``kg plan``: where every key group goes when parallelism changes, before anything is executed."""
+"""``kg plan``: where every key group goes when parallelism changes, before anything is executed.
+
+With a SNAPSHOT the plan is ``planning.plan_rescale``'s, weighted by the manifest's row counts; it is what
+``kg rescale --dry-run`` prints too.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,12 +16,14 @@ from rich.table import Table
 
 from keygroup_cli import planning
 from keygroup_cli.cli.options import max_parallelism_option, output_options
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import Output, output_for
 
 EPILOG = """\b
 Examples:
   kg plan --from 3 --to 4 --max-parallelism 128
   kg plan --from 3 --to 4 -m 128 --json | jq '.runs[] | select(.from_subtask != .to_subtask)'
+  kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
+  kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
 """
 
 
@@ -79,14 +87,56 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     )
 
 
+def show_snapshot_plan(
+    out: Output,
+    snapshot: Path,
+    to_parallelism: int,
+    from_parallelism: int | None = None,
+    operators: Sequence[str] = (),
+    max_parallelism: int | None = None,
+) -> None:
+    """Plan the rescale of a snapshot and print it (shared with ``kg rescale --dry-run``)."""
+    # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
+    from keygroup_cli.cli.rescale_render import plan_snapshot_document, render_snapshot_plan
+    from keygroup_cli.snapshot import open_snapshot
+
+    plan = planning.plan_rescale(
+        open_snapshot(snapshot),
+        to_parallelism,
+        operators,
+        max_parallelism,
+        expected_parallelism=from_parallelism,
+    )
+    document = plan_snapshot_document(str(snapshot), plan)
+    out.result("plan", document, lambda console: render_snapshot_plan(console, plan))
+
+
 @click.command(epilog=EPILOG)
-@click.option("--from", "from_parallelism", type=int, required=True, metavar="P", help="Current parallelism.")
+@click.argument("snapshot", required=False, type=click.Path(path_type=Path))
+@click.option("--from", "from_parallelism", type=int, metavar="P", help="Current parallelism.")
 @click.option("--to", "to_parallelism", type=int, required=True, metavar="Q", help="New parallelism.")
-@max_parallelism_option(required=True)
+@max_parallelism_option(
+    required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
+)
+@click.option(
+    "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
+)
 @output_options
 @click.pass_context
-def command(ctx: click.Context, from_parallelism: int, to_parallelism: int, max_parallelism: int) -> None:
-    """Plan a parallelism change: old and new subtask of every key group."""
+def command(
+    ctx: click.Context,
+    snapshot: Path | None,
+    from_parallelism: int | None,
+    to_parallelism: int,
+    max_parallelism: int | None,
+    operators: tuple[str, ...],
+) -> None:
+    """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given)."""
     out = output_for(ctx)
+    if snapshot is not None:
+        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        return
+    if from_parallelism is None or max_parallelism is None or operators:
+        raise click.UsageError("Without SNAPSHOT, give --from and --max-parallelism (and no --operator).")
     plan = planning.plan_key_groups(max_parallelism, from_parallelism, to_parallelism)
     out.result("plan", plan_document(plan), lambda console: render_plan(console, plan))

@@ -1,0 +1,81 @@
+"""``kg rescale``: rewrite a kg snapshot for a new parallelism (and optionally a new maxParallelism)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.progress import progress
+from keygroup_cli.cli.render import output_for
+
+EPILOG = """\b
+Examples:
+  kg rescale snapshot/ --to 4 --out rescaled/
+  kg rescale snapshot/ --to 4 --out rescaled/ --engine local
+  kg rescale snapshot/ --to 8 --out rescaled/ --from 4 --operator counter --json
+  kg rescale snapshot/ --to 8 --out rescaled/ --max-parallelism 1024   # re-hashes every key
+  kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
+
+DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.argument("snapshot", type=click.Path(path_type=Path))
+@click.option("--to", "to_parallelism", type=int, required=True, metavar="Q", help="New parallelism.")
+@click.option(
+    "--out", "dest", type=click.Path(path_type=Path), required=True, metavar="DEST", help="New snapshot."
+)
+@click.option(
+    "--from", "from_parallelism", type=int, metavar="P", help="Refuse unless this is the current one."
+)
+@click.option(
+    "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
+)
+@click.option("--max-parallelism", "-m", "max_parallelism", type=int, metavar="M", help="New maxParallelism.")
+@click.option("--engine", type=click.Choice(["spark", "local"]), default="spark", show_default=True)
+@click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
+@click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (exactly as `kg plan` does) and write nothing.")
+@output_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    snapshot: Path,
+    to_parallelism: int,
+    dest: Path,
+    from_parallelism: int | None,
+    operators: tuple[str, ...],
+    max_parallelism: int | None,
+    engine: str,
+    master: str | None,
+    verbose: bool,
+    dry_run: bool,
+) -> None:
+    """Rescale SNAPSHOT to Q subtasks into DEST: key groups move, operator state is redistributed."""
+    out = output_for(ctx)
+    if dry_run:
+        from keygroup_cli.cli.commands.plan import show_snapshot_plan
+
+        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        return
+    from keygroup_cli.cli.rescale_render import render_rescale, rescale_document
+    from keygroup_cli.execution.rescale import rescale
+
+    with progress(out) as on_progress:
+        result = rescale(
+            snapshot,
+            dest,
+            to_parallelism,
+            from_parallelism=from_parallelism,
+            operators=operators or None,
+            new_max_parallelism=max_parallelism,
+            engine=engine,
+            master=master,
+            verbose=verbose,
+            on_progress=on_progress,
+        )
+    document = rescale_document(result)
+    out.result("rescale", document, lambda console: render_rescale(console, document))

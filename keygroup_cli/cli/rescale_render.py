@@ -1,0 +1,185 @@
+"""JSON documents and text of a snapshot ``RescalePlan`` and of a finished rescale.
+
+Shared by ``kg plan SNAPSHOT`` and ``kg rescale`` so that ``kg rescale --dry-run`` prints exactly what
+``kg plan`` prints for the same arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from keygroup_cli.cli.commands.plan import plan_document, render_plan
+from keygroup_cli.execution.rescale import RescaleResult
+from keygroup_cli.keygroups import skew
+from keygroup_cli.planning import OperatorPlan, RescalePlan
+
+_MODES = {
+    "none": "no keyed state",
+    "copy": "keyed files kept as they are",
+    "move": "key groups move between subtasks",
+    "rehash": "every key is re-hashed into new key groups",
+}
+
+
+def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
+    """Return the JSON form of one operator's plan; key-group fields as ``kg plan --from/--to`` has them."""
+    loads = op.new_row_loads
+    document: dict[str, Any] = {
+        "uid": op.uid,
+        "operator_id": op.operator_id,
+        "rescaled": op.rescaled,
+        "mode": op.keyed_mode,
+        "key_type": op.key_type,
+        "from_parallelism": op.old_parallelism,
+        "to_parallelism": op.new_parallelism,
+        "from_max_parallelism": op.old_max_parallelism,
+        "to_max_parallelism": op.new_max_parallelism,
+        "keyed_rows": op.keyed_rows,
+        "keyed_bytes": op.keyed_bytes,
+        "moved_rows": op.moved_rows,
+        "moved_bytes": op.moved_bytes,
+        "to_row_loads": None if loads is None else list(loads),
+        "to_row_skew": None if loads is None else skew(loads),
+        "runs": [],
+    }
+    if op.key_groups is not None:
+        kg_doc = plan_document(op.key_groups)
+        for name in ("from_parallelism", "to_parallelism"):
+            kg_doc.pop(name)
+        document.update(kg_doc)
+    state = op.operator_state
+    document["operator_state"] = (
+        None
+        if state is None
+        else {
+            "unchanged": state.unchanged,
+            "to_rows": list(state.new_counts),
+            "moved_elements": state.moved_elements,
+        }
+    )
+    return document
+
+
+def plan_snapshot_document(snapshot: str, plan: RescalePlan) -> dict[str, Any]:
+    """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``)."""
+    return {
+        "snapshot": snapshot,
+        "snapshot_id": plan.snapshot_id,
+        "to_parallelism": plan.new_parallelism,
+        "to_max_parallelism": plan.new_max_parallelism,
+        "operators": [operator_plan_document(op) for op in plan.operators],
+    }
+
+
+def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
+    """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state."""
+    for op in plan.operators:
+        if not op.rescaled:
+            console.print(
+                f"{op.label}: kept as it is (parallelism {op.old_parallelism}, "
+                f"maxParallelism {op.old_max_parallelism})"
+            )
+            continue
+        title = (
+            f"{op.label}: parallelism {op.old_parallelism} → {op.new_parallelism}, maxParallelism "
+            f"{op.old_max_parallelism}"
+            + ("" if op.old_max_parallelism == op.new_max_parallelism else f" → {op.new_max_parallelism}")
+            + f" ({_MODES[op.keyed_mode]})"
+        )
+        if op.key_groups is not None and op.keyed_mode == "move":
+            render_plan(console, op.key_groups, title=title)
+        else:
+            console.print(title)
+        loads = op.new_row_loads
+        if op.keyed_mode != "none":
+            share = op.moved_rows / op.keyed_rows if op.keyed_rows else 0.0
+            console.print(
+                f"  keyed rows moved: {op.moved_rows:,} of {op.keyed_rows:,} ({share:.1%}), "
+                f"~{op.moved_bytes:,} of {op.keyed_bytes:,} bytes"
+            )
+        if loads is not None and op.keyed_mode != "none":
+            console.print(
+                f"  keyed rows per new subtask: {', '.join(f'{n:,}' for n in loads)} (skew {skew(loads):.2f})"
+            )
+        elif op.keyed_mode == "rehash":
+            ranges = ", ".join(f"{r.start}-{r.end}" for r in op.new_ranges)
+            console.print(f"  new key-group ranges: {ranges}; rows per subtask are known once keys are read")
+        state = op.operator_state
+        if state is not None:
+            what = (
+                "kept as it is" if state.unchanged else "redistributed as Flink's round-robin repartitioner"
+            )
+            counts = ", ".join(str(n) for n in state.new_counts)
+            console.print(f"  operator state {what}: rows per new subtask {counts}")
+
+
+def rescale_document(result: RescaleResult) -> dict[str, Any]:
+    """Return the JSON result document of ``kg rescale``."""
+    operators = []
+    for op_plan in result.plan.operators:
+        new = result.operator(op_plan.operator_id)
+        keyed = {f.subtask: f for f in new.keyed_files}
+        state = {f.subtask: f for f in new.operator_files}
+        operators.append(
+            {
+                "uid": op_plan.uid,
+                "operator_id": op_plan.operator_id,
+                "rescaled": op_plan.rescaled,
+                "mode": op_plan.keyed_mode,
+                "from_parallelism": op_plan.old_parallelism,
+                "to_parallelism": op_plan.new_parallelism,
+                "from_max_parallelism": op_plan.old_max_parallelism,
+                "to_max_parallelism": op_plan.new_max_parallelism,
+                "keyed_rows": new.keyed_rows,
+                "moved_rows": op_plan.moved_rows,
+                "subtasks": [
+                    {
+                        "subtask": i,
+                        "key_group_start": rng.start,
+                        "key_group_end": rng.end,
+                        "keyed_rows": keyed[i].rows if i in keyed else 0,
+                        "keyed_bytes": keyed[i].bytes if i in keyed else 0,
+                        "operator_rows": state[i].rows if i in state else 0,
+                        "operator_bytes": state[i].bytes if i in state else 0,
+                    }
+                    for i, rng in enumerate(op_plan.new_ranges)
+                ],
+            }
+        )
+    return {
+        "output": str(result.output),
+        "engine": result.engine,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "snapshot_id": result.manifest.snapshot_id,
+        "moved_rows": sum(op["moved_rows"] for op in operators),
+        "operators": operators,
+    }
+
+
+def render_rescale(console: Console, document: dict[str, Any]) -> None:
+    """Print the summary table of a finished rescale."""
+    table = Table(title=f"rescaled snapshot written to {document['output']}")
+    for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "operator rows"):
+        table.add_column(name, justify="left" if name == "operator" else "right")
+    for op in document["operators"]:
+        label = op["uid"] or op["operator_id"]
+        if not op["rescaled"]:
+            table.add_row(label, "kept", "", f"{op['keyed_rows']:,}", "", "")
+            continue
+        for s in op["subtasks"]:
+            table.add_row(
+                label,
+                str(s["subtask"]),
+                f"{s['key_group_start']}-{s['key_group_end']}",
+                f"{s['keyed_rows']:,}",
+                f"{s['keyed_bytes']:,}",
+                f"{s['operator_rows']:,}",
+            )
+    console.print(table)
+    console.print(
+        f"{document['moved_rows']:,} keyed rows moved; engine {document['engine']}, "
+        f"{document['wall_seconds']:.1f} s"
+    )
