@@ -1,0 +1,27 @@
+"""Session fixtures for the real-Flink suite (marker ``flink``): compile once, restore in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from tests.flink.harness import Dump, RestoreRequest, build_classpath, run_restores
+
+RestoreRunner = Callable[[Sequence[RestoreRequest]], list[Dump]]
+
+
+@pytest.fixture(scope="session")
+def flink_classpath() -> str:
+    """Classpath of fixtures/java compiled against the Flink 2.3.0 jars (fails if they are missing)."""
+    return build_classpath()
+
+
+@pytest.fixture(scope="session")
+def restore_savepoints(flink_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> RestoreRunner:
+    """Return ``run(requests) -> dumps``: one JVM per call, so pass a module's requests at once."""
+
+    def run(requests: Sequence[RestoreRequest]) -> list[Dump]:
+        return run_restores(requests, tmp_path_factory.mktemp("restore-dump"), flink_classpath)
+
+    return run

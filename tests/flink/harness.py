@@ -1,0 +1,225 @@
+"""Restore savepoints of the fixture job in real Flink and read back what Flink restored.
+
+Runs ``kg.fixtures.RestoreDump`` (fixtures/java/src) in ONE ``java`` process per batch: the JVM and
+MiniCluster start once (about 1.5 s), then each restore takes well under a second. Each restore
+writes a dump (schema: fixtures/flink/README.md, "Restore and dump") that tests compare with a
+case's ``expected-state.json``; kg-written savepoints go through the same path.
+
+Import it from tests as ``from tests.flink.harness import ...``; the session fixtures live in
+``tests/flink/conftest.py``. Missing Java or Flink jars raise :class:`FlinkHarnessError`, so the
+``flink`` suite fails (never skips) where they are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_SH = ROOT / "fixtures" / "java" / "build.sh"
+CASES = ROOT / "fixtures" / "flink" / "2.3"
+MAIN_CLASS = "kg.fixtures.RestoreDump"
+INSTALL_HINT = "pip install apache-flink-libraries==2.3.0 (and put Java 17 on PATH)"
+
+KEYED_OPERATORS = ("keyed-state", "count-no-uid")
+OP_STATE = "op-state"
+ASYNC = "async-wait"
+# RestoreDump holds JVM flags for a short-lived batch: serial GC and C1 only start faster.
+JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx1g")
+
+Dump = dict[str, Any]
+
+
+class FlinkHarnessError(RuntimeError):
+    """Java, the Flink jars or the restore batch itself failed (not a restore Flink rejected)."""
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    """One restore of a KgTestJob savepoint, as RestoreDump's batch file spells it.
+
+    Attributes:
+        savepoint: The savepoint (or retained checkpoint) directory, or its ``_metadata`` file.
+        parallelism: Parallelism of every operator but the source (always 1, as in KgTestJob).
+        max_parallelism: Set with ``env.setMaxParallelism``, i.e. explicitly: a savepoint whose
+            maxParallelism differs fails the way Flink always fails it.
+        key_type: ``"string"`` or ``"long"``, the key type the savepoint was written with.
+        backend: ``"hashmap"`` or ``"rocksdb"``.
+        allow_non_restored_state: Flink's ``--allowNonRestoredState``.
+        timeout_seconds: Upper bound for this restore inside the batch.
+    """
+
+    savepoint: Path
+    parallelism: int
+    max_parallelism: int
+    key_type: str
+    backend: str = "hashmap"
+    allow_non_restored_state: bool = False
+    timeout_seconds: int = 120
+
+    def to_json(self, out: Path) -> dict[str, Any]:
+        return {
+            "savepoint": str(Path(self.savepoint).resolve()),
+            "parallelism": self.parallelism,
+            "max_parallelism": self.max_parallelism,
+            "key_type": self.key_type,
+            "backend": self.backend,
+            "out": str(out),
+            "allow_non_restored_state": self.allow_non_restored_state,
+            "timeout_seconds": self.timeout_seconds,
+        }
+
+
+def _tool_env() -> dict[str, str]:
+    # build.sh finds the jars with `python3 -c "import pyflink"`: make that the interpreter running
+    # the tests (a CI venv is not activated, so the first python3 on PATH may lack pyflink).
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def build_classpath() -> str:
+    """Compile fixtures/java (once; build.sh skips up-to-date builds) and return the classpath.
+
+    Raises:
+        FlinkHarnessError: java/javac or the Flink jars are missing, or the sources do not compile.
+    """
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            raise FlinkHarnessError(f"the flink tests need `{tool}` (Java 17) on PATH; {INSTALL_HINT}")
+    proc = subprocess.run(
+        ["bash", str(BUILD_SH)], capture_output=True, text=True, env=_tool_env(), timeout=600, check=False
+    )
+    if proc.returncode == 6:
+        raise FlinkHarnessError(f"the Flink 2.3.0 jars are missing: {INSTALL_HINT}")
+    if proc.returncode != 0:
+        raise FlinkHarnessError(f"fixtures/java/build.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def run_restores(
+    requests: Sequence[RestoreRequest], workdir: Path, classpath: str, *, timeout: float | None = None
+) -> list[Dump]:
+    """Restore every request in one JVM and return the dumps, in request order.
+
+    A restore that Flink rejects is a dump whose ``error`` is Flink's message chain; anything else
+    going wrong (JVM, batch file, timeout) raises.
+
+    Args:
+        requests: The restores to run.
+        workdir: Where the batch file and the dumps are written (created if missing).
+        classpath: From :func:`build_classpath`.
+        timeout: Seconds for the whole batch; default 60 plus 30 per request.
+
+    Raises:
+        FlinkHarnessError: The java process failed, timed out or wrote no dump.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    outs = [workdir / f"dump-{i:03d}.json" for i in range(len(requests))]
+    for out in outs:
+        out.unlink(missing_ok=True)
+    batch = workdir / "batch.json"
+    batch.write_text(json.dumps([r.to_json(o) for r, o in zip(requests, outs, strict=True)], indent=1))
+    limit = timeout if timeout is not None else 60.0 + 30.0 * len(requests)
+    cmd = ["java", *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(batch)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise FlinkHarnessError(
+            f"RestoreDump timed out after {limit:.0f} s ({len(requests)} restores)"
+        ) from exc
+    (workdir / "restore-dump.stderr").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise FlinkHarnessError(f"RestoreDump exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    dumps: list[Dump] = []
+    for req, out in zip(requests, outs, strict=True):
+        if not out.is_file():
+            raise FlinkHarnessError(f"RestoreDump wrote no dump for {req}:\n{proc.stderr[-4000:]}")
+        dumps.append(json.loads(out.read_text(encoding="utf-8")))
+    return dumps
+
+
+# ---------------------------------------------------------------------------------------------
+# Logical views used to compare a dump with expected-state.json (or with another dump)
+
+
+def canonical(value: Any) -> str:
+    """Order-independent-by-key, order-preserving-by-list JSON text of a value (for multisets)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def key_state(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The logical state of one dumped key: key, state values and timers (no placement)."""
+    return {
+        "key": entry["key"],
+        "values": entry["values"],
+        "eventTimers": entry["eventTimers"],
+        "processingTimers": entry["processingTimers"],
+    }
+
+
+def dumped_keys(dump: Dump, operator: str) -> list[dict[str, Any]]:
+    """Every (key, subtask) entry Flink restored for a keyed operator, sorted by key then subtask."""
+    keys: list[dict[str, Any]] = dump["keyedOperators"][operator]["keys"]
+    return keys
+
+
+def expected_keys(expected: Mapping[str, Any], operator: str) -> list[dict[str, Any]]:
+    """A case's expected-state.json keys of ``operator`` in the dump's per-key shape."""
+    op = next(o for o in expected["keyedOperators"] if o["name"] == operator)
+    out = []
+    for k in op["keys"]:
+        if operator == "keyed-state":
+            values = {"sum": k["sum"], "ids": k["ids"], "buckets": k["buckets"]}
+            ev, pr = k["eventTimers"], k["processingTimers"]
+        else:
+            values, ev, pr = {"n": k["n"]}, [], []
+        out.append(
+            {
+                "key": k["key"],
+                "keyGroup": k["keyGroup"],
+                "subtask": k["subtask"],
+                "values": values,
+                "eventTimers": ev,
+                "processingTimers": pr,
+            }
+        )
+    return out
+
+
+def key_multiset(entries: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """Keys with their state as a multiset: equal multisets = nothing lost, nothing duplicated."""
+    return Counter(canonical(key_state(e)) for e in entries)
+
+
+def subtask_of_key_group(dump: Dump, operator: str, key_group: int) -> int:
+    """The subtask whose restored keyed backend (as Flink reported it) owns ``key_group``."""
+    owners: list[int] = [
+        s["index"]
+        for s in dump["keyedOperators"][operator]["subtasks"]
+        if s["keyGroupRange"] and s["keyGroupRange"][0] <= key_group <= s["keyGroupRange"][1]
+    ]
+    if len(owners) != 1:
+        raise AssertionError(f"key group {key_group} of {operator} is owned by subtasks {owners}")
+    return owners[0]
+
+
+def async_elements(dump: Dump) -> Counter[str]:
+    """Every in-flight element re-delivered to the async operator, over all subtasks."""
+    return Counter(canonical(e) for s in dump["asyncInFlight"][ASYNC]["subtasks"] for e in s["elements"])
+
+
+def restore_error(dump: Dump) -> str | None:
+    """Flink's message chain if it rejected the restore, else None."""
+    err: str | None = dump.get("error")
+    return err
