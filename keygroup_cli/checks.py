@@ -6,11 +6,15 @@ savepoint or snapshot return ``Finding`` records; they never raise for what they
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from keygroup_cli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from keygroup_cli.summary import OperatorSummary
 
 
 class Severity(str, Enum):
@@ -33,6 +37,7 @@ class Finding:
 
 #: Every finding code kg can emit, sorted, with a one-line meaning (rendered in docs/reference).
 FINDING_CODES: dict[str, str] = {
+    "DEFAULT_MAX_PARALLELISM_TRAP": "State has the default maxParallelism 128 and the parallelism nears it.",
     "FILE_CHECKSUM_MISMATCH": "A kg snapshot file's xxh64 differs from the manifest's.",
     "FILE_EXTRA": "A kg snapshot operator directory holds a file the manifest does not name.",
     "FILE_MISSING": "A file the kg manifest names does not exist.",
@@ -44,11 +49,16 @@ FINDING_CODES: dict[str, str] = {
     "KEY_GROUP_COUNTS_MISMATCH": "A keyed file's rows per key group differ from its key_group_rows.",
     "KEY_GROUP_OUT_OF_RANGE": "A row's key group lies outside its keyed file's key-group range.",
     "KEY_GROUP_WRONG_FOR_KEY": "A row's key group is not murmurHash(key.hashCode()) % maxParallelism.",
+    "MAX_PARALLELISM_MISMATCH": "The new job's explicit maxParallelism differs from the state's.",
     "NULL_IN_REQUIRED_COLUMN": "A column the kg format declares non-null holds nulls.",
     "OPERATOR_ID_NOT_UID_HASH": "An operator's id is not Flink's id for its uid.",
+    "OPERATOR_NOT_IN_JOB": "A stateful operator of the snapshot is not in the new job.",
     "OPERATOR_STATE_POSITIONS": "An operator state's positions in a file are not 0..n-1.",
+    "OPTION_OPERATOR_NOT_IN_SNAPSHOT": "A per-operator option names an operator the snapshot lacks.",
+    "PARALLELISM_EXCEEDS_MAX_PARALLELISM": "The new parallelism is above the state's maxParallelism.",
     "STATE_ROW_SHAPE": "A row lacks (or has) a column its state kind requires (or forbids).",
     "STATE_UNDECLARED": "A row names a state the operator does not declare with that kind.",
+    "UNEVEN_KEY_GROUPS": "The busiest subtask owns clearly more key groups than the mean.",
 }
 
 
@@ -56,3 +66,171 @@ def exit_code_for(findings: Iterable[Finding], *, strict: bool = False) -> ExitC
     """Return the exit code the worst finding implies: 1 for an error (or a warning under ``strict``)."""
     failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
     return ExitCode.CHECK_FAILED if any(f.severity in failing for f in findings) else ExitCode.OK
+
+
+# -- restore checks (kg check) -----------------------------------------------------------------------------
+
+#: ``KeyGroupRangeAssignment.DEFAULT_LOWER_BOUND_MAX_PARALLELISM``: Flink's maxParallelism for p <= 85.
+DEFAULT_MAX_PARALLELISM = 128
+#: Hottest subtask's key-group count over the mean above which UNEVEN_KEY_GROUPS is reported.
+UNEVEN_KEY_GROUPS_THRESHOLD = 1.25
+#: Share of maxParallelism from which a defaulted maxParallelism of 128 counts as "approaching".
+TRAP_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """What the new deployment looks like, for ``check_restore``.
+
+    Per-operator maps are keyed by uid or operator id (hex). An operator without an entry keeps the
+    global value, or its current parallelism / the state's maxParallelism when there is none.
+    """
+
+    parallelism: int | None = None
+    parallelism_for: Mapping[str, int] = field(default_factory=dict)
+    max_parallelism: int | None = None
+    max_parallelism_for: Mapping[str, int] = field(default_factory=dict)
+    job_uids: Collection[str] | None = None
+    allow_non_restored_state: bool = False
+
+
+def _lookup(values: Mapping[str, int], op: OperatorSummary) -> int | None:
+    for key in (op.uid, op.operator_id):
+        if key is not None and key in values:
+            return values[key]
+    return None
+
+
+def check_restore(operators: Sequence[OperatorSummary], plan: RestorePlan, *, snapshot: str) -> list[Finding]:
+    """Judge whether a snapshot's state restores into the planned job, as Flink's restore would.
+
+    Mirrors the checks of ``Checkpoints.loadAndValidateCheckpoint`` (max parallelism mismatch, missing
+    operator) and ``StateAssignmentOperation.checkParallelismPreconditions`` (parallelism above the
+    state's maxParallelism). Only operators with state are judged, as Flink skips stateless ones. Two
+    warnings add what Flink does not check: uneven key-group shares and the default-maxParallelism trap.
+
+    Args:
+        operators: The snapshot's operators (``summary.OperatorSummary``; Flink or kg format).
+        plan: The new job's parallelism, maxParallelism and uids.
+        snapshot: The snapshot's path, quoted in Flink's messages.
+    """
+    findings: list[Finding] = []
+    known = {key for op in operators for key in (op.uid, op.operator_id) if key}
+    for key in sorted(set(plan.parallelism_for) | set(plan.max_parallelism_for)):
+        if key not in known:
+            findings.append(
+                Finding(
+                    "OPTION_OPERATOR_NOT_IN_SNAPSHOT",
+                    Severity.INFO,
+                    key,
+                    f"no operator with uid or id {key!r} in the snapshot; its option is ignored",
+                )
+            )
+    job_ids = _job_operator_ids(plan.job_uids) if plan.job_uids is not None else None
+    for op in operators:
+        if not op.has_state:
+            continue
+        label = op.label
+        state_max = op.max_parallelism
+        if job_ids is not None and not ({op.operator_id, op.uid} & job_ids):
+            if plan.allow_non_restored_state:
+                findings.append(
+                    Finding(
+                        "OPERATOR_NOT_IN_JOB",
+                        Severity.WARNING,
+                        label,
+                        f"the state of operator {op.operator_id} will be skipped "
+                        "(--allow-non-restored-state)",
+                    )
+                )
+            else:
+                findings.append(
+                    Finding(
+                        "OPERATOR_NOT_IN_JOB",
+                        Severity.ERROR,
+                        label,
+                        f"Failed to rollback to checkpoint/savepoint {snapshot}. Cannot map "
+                        f"checkpoint/savepoint state for operator {op.operator_id} to the new program, "
+                        "because the operator is not "
+                        "available in the new program. If you want to allow to skip this, you can set the "
+                        "--allowNonRestoredState option on the CLI.",
+                    )
+                )
+            continue
+        new_p = _lookup(plan.parallelism_for, op) or plan.parallelism or op.parallelism
+        explicit_max = _lookup(plan.max_parallelism_for, op) or plan.max_parallelism
+        if explicit_max is not None and explicit_max != state_max:
+            findings.append(
+                Finding(
+                    "MAX_PARALLELISM_MISMATCH",
+                    Severity.ERROR,
+                    label,
+                    "Failed to rollback to checkpoint/savepoint Checkpoint Metadata. Max parallelism "
+                    "mismatch between checkpoint/savepoint state and new program. Cannot map operator "
+                    f"{op.operator_id} with max parallelism {state_max} to new program with max "
+                    f"parallelism {explicit_max}. This indicates that the program has been changed in a "
+                    "non-compatible way after the checkpoint/savepoint.",
+                )
+            )
+        if new_p > state_max:
+            findings.append(
+                Finding(
+                    "PARALLELISM_EXCEEDS_MAX_PARALLELISM",
+                    Severity.ERROR,
+                    label,
+                    f"The state for task {op.operator_id} can not be restored. The maximum parallelism "
+                    f"({state_max}) of the restored state is lower than the configured parallelism "
+                    f"({new_p}). Please reduce the parallelism of the task to be lower or equal to the "
+                    "maximum parallelism.",
+                )
+            )
+            continue
+        if op.has_keyed_state:
+            findings.extend(_keyed_warnings(op, label, new_p, explicit_max))
+    return findings
+
+
+def _keyed_warnings(op: OperatorSummary, label: str, new_p: int, explicit_max: int | None) -> list[Finding]:
+    findings = []
+    max_p = op.max_parallelism
+    # Flink's ranges (computeKeyGroupRangeForOperatorIndex) differ in size by at most one key group, so
+    # the hottest subtask owns ceil(maxP / p) key groups against a mean of maxP / p.
+    hottest = -(-max_p // new_p)
+    skew = hottest * new_p / max_p
+    if skew >= UNEVEN_KEY_GROUPS_THRESHOLD:
+        findings.append(
+            Finding(
+                "UNEVEN_KEY_GROUPS",
+                Severity.WARNING,
+                label,
+                f"at parallelism {new_p} with maxParallelism {max_p} the busiest subtask owns {hottest} "
+                f"key groups, {skew:.2f}x the mean of {max_p / new_p:.2f}; pick a parallelism that divides "
+                f"{max_p} (or is much smaller than it) for an even spread",
+            )
+        )
+    if max_p == DEFAULT_MAX_PARALLELISM and explicit_max is None and new_p >= max_p * TRAP_SHARE:
+        findings.append(
+            Finding(
+                "DEFAULT_MAX_PARALLELISM_TRAP",
+                Severity.WARNING,
+                label,
+                f"the state's maxParallelism is 128, Flink's default for parallelism up to 85; at "
+                f"parallelism {new_p} the operator can never scale past 128 subtasks, and changing it later "
+                "means rewriting the state. Set maxParallelism explicitly (setMaxParallelism or "
+                "pipeline.max-parallelism) while the state is still small",
+            )
+        )
+    return findings
+
+
+def _job_operator_ids(uids: Collection[str]) -> set[str | None]:
+    """Return the new job's uids plus the OperatorIDs they hash to (and 32-hex ids given as-is)."""
+    from keygroup_cli.keygroups import operator_id_for_uid
+
+    ids: set[str | None] = set()
+    for uid in uids:
+        ids.add(uid)
+        ids.add(operator_id_for_uid(uid))
+        if len(uid) == 32 and all(c in "0123456789abcdefABCDEF" for c in uid):
+            ids.add(uid.lower())
+    return ids

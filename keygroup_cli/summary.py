@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from keygroup_cli.errors import KgError, UnsupportedFormatError
 
@@ -429,3 +430,74 @@ def key_group_histogram(operator: OperatorSummary, top: int = 5) -> KeyGroupHist
     first = operator.key_group_rows_start
     hottest = sorted(enumerate(rows, start=first), key=lambda kv: (-kv[1], kv[0]))[:top]
     return KeyGroupHistogram(n, ordered[0], median, ordered[-1], tuple((kg, r) for kg, r in hottest if r > 0))
+
+
+def summary_document(summary: SnapshotSummary) -> dict[str, Any]:
+    """Return the ``kg inspect --json`` document (without ``schema_version`` / ``command``)."""
+    operators = []
+    for op in summary.operators:
+        document: dict[str, Any] = {
+            "uid": op.uid,
+            "operator_id": op.operator_id,
+            "name": op.name,
+            "parallelism": op.parallelism,
+            "max_parallelism": op.max_parallelism,
+            "has_state": op.has_state,
+            "has_keyed_state": op.has_keyed_state,
+            "keyed_bytes": op.keyed_bytes,
+            "operator_state_bytes": op.operator_state_bytes,
+            "files": op.files,
+            "key_serializer": op.key_serializer,
+            "handle_kind": op.handle_kind,
+            "coordinator_state_bytes": op.coordinator_state_bytes,
+            "fully_finished": op.fully_finished,
+            "states_known": op.states is not None,
+            "states": [
+                {
+                    "name": s.name,
+                    "kind": s.kind,
+                    "serializer": s.serializer,
+                    "serializer_known": s.known_serializer,
+                    "elements": s.elements,
+                }
+                for s in op.states or ()
+            ],
+            "subtasks": [_subtask_document(t, summary.format) for t in op.subtasks],
+        }
+        histogram = key_group_histogram(op)
+        if histogram is not None:
+            document["rows"] = sum(op.key_group_rows or ())
+            document["key_group_histogram"] = {
+                "key_groups": histogram.key_groups,
+                "min_rows": histogram.min_rows,
+                "median_rows": histogram.median_rows,
+                "max_rows": histogram.max_rows,
+                "hottest": [{"key_group": kg, "rows": rows} for kg, rows in histogram.hottest],
+            }
+        operators.append(document)
+    return {
+        "format": summary.format,
+        "path": str(summary.path),
+        "checkpoint_id": summary.checkpoint_id,
+        "metadata_version": summary.metadata_version,
+        "snapshot_type": summary.snapshot_type,
+        "format_type": summary.format_type,
+        "warnings": list(summary.warnings),
+        "operators": operators,
+    }
+
+
+def _subtask_document(subtask: SubtaskSummary, fmt: str) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "subtask": subtask.subtask,
+        "key_group_start": subtask.key_group_start,
+        "key_group_end": subtask.key_group_end,
+        "keyed_bytes": subtask.keyed_bytes,
+        "operator_state_bytes": subtask.operator_state_bytes,
+        "files": subtask.files,
+        "non_empty_key_groups": subtask.non_empty_key_groups,
+        "finished": subtask.finished,
+    }
+    if fmt == "kg-snapshot":
+        document["rows"] = subtask.rows
+    return document

@@ -1,0 +1,137 @@
+"""``kg check``: the pre-deploy gate, "will this state restore into the job I am about to deploy?"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from keygroup_cli.checks import Finding, RestorePlan, Severity, check_restore, exit_code_for
+from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.render import output_for
+from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.summary import summarize
+
+EPILOG = """\b
+Examples:
+  kg check savepoint/ --parallelism 8
+  kg check savepoint/ -p 8 -p keyed-state=16 --max-parallelism 128
+  kg check /checkpoints/<job-id> -p 4 --job-uids new-job-uids.txt --strict --json
+
+Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
+3 invalid snapshot, 4 unsupported format.
+"""
+
+
+def _per_operator(values: tuple[str, ...], flag: str) -> tuple[int | None, dict[str, int]]:
+    """Split ``N`` and ``UID=N`` values; bounds as Flink's ``checkParallelismPreconditions``."""
+    default, per_op = None, {}
+    for value in values:
+        key, _, number = value.rpartition("=")
+        try:
+            n = int(number)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{flag} {value}: expected N or UID=N", code="INVALID_OPTION"
+            ) from None
+        if not 0 < n <= 32768:
+            raise InvalidArgumentError(
+                f"{flag} {value}: Operator parallelism not within bounds: {n}",
+                code="PARALLELISM_OUT_OF_BOUNDS",
+            )
+        if key:
+            per_op[key] = n
+        else:
+            default = n
+    return default, per_op
+
+
+def _read_uids(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"--job-uids {path}: cannot read: {exc.strerror}", code="INVALID_OPTION"
+        ) from None
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+@click.command(epilog=EPILOG)
+@click.argument("path", type=click.Path(path_type=str))
+@click.option(
+    "--parallelism",
+    "-p",
+    multiple=True,
+    metavar="N|UID=N",
+    help="New parallelism for all operators (N) or one operator (UID=N, uid or operator id); repeatable.",
+)
+@click.option(
+    "--max-parallelism",
+    "-m",
+    multiple=True,
+    metavar="M|UID=M",
+    help="The new job's explicitly configured maxParallelism, for all or one operator; repeatable.",
+)
+@click.option(
+    "--job-uids",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="FILE",
+    help="File with the new job's operator uids (or 32-hex ids), one per line; # comments.",
+)
+@click.option(
+    "--allow-non-restored-state",
+    is_flag=True,
+    help="Stateful operators missing from --job-uids are warnings, not errors (Flink's -n).",
+)
+@click.option("--strict", is_flag=True, help="Warnings fail the check too (exit 1).")
+@output_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    path: str,
+    parallelism: tuple[str, ...],
+    max_parallelism: tuple[str, ...],
+    job_uids: Path | None,
+    allow_non_restored_state: bool,
+    strict: bool,
+) -> None:
+    """Check that a savepoint, checkpoint or kg snapshot restores at the planned parallelism.
+
+    Applies Flink's own restore checks (maxParallelism mismatch, parallelism above maxParallelism,
+    operators missing from the new job) to every operator that has state, and warns about uneven
+    key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata; no JVM.
+    """
+    out = output_for(ctx)
+    p_all, p_for = _per_operator(parallelism, "--parallelism")
+    m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
+    plan = RestorePlan(
+        p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
+    )
+    summary = summarize(path, read_states=False)
+    findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
+    code = exit_code_for(findings, strict=strict)
+    checked = sum(1 for op in summary.operators if op.has_state)
+    document = {
+        "ok": code == 0,
+        "path": str(summary.path),
+        "format": summary.format,
+        "checked_operators": checked,
+        "findings": [
+            {"code": f.code, "severity": f.severity.value, "operator": f.subject, "message": f.message}
+            for f in findings
+        ],
+    }
+    out.result("check", document, lambda console: _text(console, findings, checked, code == 0))
+    ctx.exit(int(code))
+
+
+def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> None:
+    styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+    for f in findings:
+        console.print(f"[{styles[f.severity]}]{f.severity.value.upper():7}[/] {f.code} [bold]{f.subject}[/]")
+        console.print(f"        {f.message}", markup=False, highlight=False)
+    errors = sum(f.severity is Severity.ERROR for f in findings)
+    warnings = sum(f.severity is Severity.WARNING for f in findings)
+    verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"
+    console.print(f"{verdict}: {checked} operators with state checked, {errors} errors, {warnings} warnings")

@@ -1,0 +1,126 @@
+"""``kg inspect``: what a savepoint, checkpoint or kg snapshot holds, read without a JVM."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.render import output_for
+from keygroup_cli.summary import (
+    OperatorSummary,
+    SnapshotSummary,
+    key_group_histogram,
+    summarize,
+    summary_document,
+)
+
+EPILOG = """\b
+Examples:
+  kg inspect s3-copy/savepoint-1a2b3c-4d5e6f7a8b9c      # a savepoint directory
+  kg inspect /checkpoints/<job-id>                        # the latest completed chk-N
+  kg inspect savepoint/_metadata --subtasks               # key-group ranges per subtask
+  kg inspect snapshot/ --json | jq '.operators[].uid'     # a kg snapshot, as JSON
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--subtasks", is_flag=True, help="Also list every subtask's key-group range and sizes.")
+@output_options
+@click.pass_context
+def command(ctx: click.Context, path: str, subtasks: bool) -> None:
+    """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
+
+    PATH is a savepoint directory, a _metadata file, a chk-N directory, a job's checkpoint root (the
+    latest completed checkpoint is used) or a kg snapshot directory.
+    """
+    out = output_for(ctx)
+    if out.progress_enabled:
+        # rich.progress is imported only when a bar can be drawn: inspect must stay fast in CI.
+        from keygroup_cli.cli.progress import progress
+
+        with progress(out) as on_progress:
+            summary = summarize(path, on_progress=on_progress)
+    else:
+        summary = summarize(path)
+    for warning in summary.warnings:
+        out.warn(warning)
+    out.result("inspect", summary_document(summary), lambda console: _text(console, summary, subtasks))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _text(console: Console, summary: SnapshotSummary, subtasks: bool) -> None:
+    grid = Table.grid(padding=(0, 2))
+    kind = ", ".join(x for x in (summary.snapshot_type, summary.format_type) if x)
+    rows = [("Path", str(summary.path)), ("Format", summary.format + (f" ({kind})" if kind else ""))]
+    rows.append(("Checkpoint id", str(summary.checkpoint_id)))
+    if summary.metadata_version is not None:
+        rows.append(("Flink metadata version", str(summary.metadata_version)))
+    stateful = [op for op in summary.operators if op.has_state]
+    rows.append(("Operators", f"{len(summary.operators)} ({len(stateful)} with state)"))
+    for key, value in rows:
+        grid.add_row(f"[bold]{key}[/bold]", value)
+    console.print(grid)
+    table = Table(title="Operators")
+    table.add_column("uid", overflow="fold")
+    table.add_column("operator id", no_wrap=True, min_width=32)
+    table.add_column("name", overflow="fold")
+    for name in ("p", "maxP", "keyed", "op state", "files"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for op in summary.operators:
+        table.add_row(
+            op.uid or "-",
+            op.operator_id,
+            op.name or "-",
+            str(op.parallelism),
+            str(op.max_parallelism),
+            _size(op.keyed_bytes),
+            _size(op.operator_state_bytes),
+            str(op.files),
+        )
+    console.print(table)
+    for op in stateful:
+        _operator_text(console, op, subtasks)
+
+
+def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
+    key = f", key {op.key_serializer}" if op.key_serializer else ""
+    title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
+    console.print(f"\n{title} ({op.handle_kind or 'operator state'}{key})", markup=False, style="bold")
+    if op.states is None:
+        console.print("  states: not read")
+    for s in op.states or ():
+        extra = f" ({s.elements} elements)" if s.elements is not None else ""
+        unknown = " (unknown serializer)" if not s.known_serializer else ""
+        console.print(f"  {s.name}: {s.kind}{extra} {s.serializer or ''}{unknown}".rstrip(), markup=False)
+    histogram = key_group_histogram(op)
+    if histogram is not None:
+        hot = ", ".join(f"{kg} ({rows})" for kg, rows in histogram.hottest)
+        console.print(
+            f"  rows per key group: min {histogram.min_rows}, median {histogram.median_rows:g}, "
+            f"max {histogram.max_rows}; hottest: {hot or '-'}"
+        )
+    if subtasks:
+        table = Table(box=None, padding=(0, 2))
+        for name in ("subtask", "key groups", "non-empty", "keyed", "operator state", "rows"):
+            table.add_column(name, justify="right")
+        for t in op.subtasks:
+            groups = "-" if t.key_group_start is None else f"{t.key_group_start}-{t.key_group_end}"
+            table.add_row(
+                str(t.subtask),
+                groups,
+                "-" if t.non_empty_key_groups is None else str(t.non_empty_key_groups),
+                _size(t.keyed_bytes),
+                _size(t.operator_state_bytes),
+                "-" if t.rows is None else str(t.rows),
+            )
+        console.print(table)
