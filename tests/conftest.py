@@ -70,3 +70,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """Return the one SparkSession of the test run (local[2], UI off), stopped at the end."""
+    from keygroup_cli.execution.spark import spark_session
+
+    session = spark_session("local[2]", config={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()

@@ -1,0 +1,78 @@
+"""The Spark engine on the test run's one SparkSession, and how a missing Java is reported."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from keygroup_cli.errors import MissingDependencyError
+from keygroup_cli.execution import get_executor
+from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.spark import SparkExecutor, check_java, spark_session
+from keygroup_cli.snapshot import open_snapshot
+from tests.execution.snapshots import generate, keyed_rows
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    return generate(tmp_path_factory.mktemp("spark") / "in", ("counter", "string", 1200, 3, 10))
+
+
+def test_spark_executor_moves_key_groups(spark, source, tmp_path):
+    result = rescale(source, tmp_path / "out", 4, executor=SparkExecutor(session=spark))
+    assert result.engine == "spark"
+    op = open_snapshot(result.output).manifest.operator("counter")
+    assert [f.subtask for f in op.keyed_files] == [0, 1, 2, 3]
+    assert keyed_rows(result.output, "counter").equals(keyed_rows(source, "counter"))
+
+
+def test_spark_executor_rehashes_through_a_shuffle(spark, source, tmp_path):
+    truth = generate(tmp_path / "truth", ("counter", "string", 1200, 5, 64))
+    result = rescale(
+        source, tmp_path / "out", 5, new_max_parallelism=64, executor=SparkExecutor(session=spark)
+    )
+    assert keyed_rows(result.output, "counter").equals(keyed_rows(truth, "counter"))
+
+
+def test_session_factory_reuses_the_active_session(spark):
+    assert spark_session() is spark
+    assert get_executor("spark").session is spark
+
+
+def test_broken_java_home_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    with pytest.raises(
+        MissingDependencyError, match=r"JAVA_HOME=.*no-jdk has no executable bin/java"
+    ) as info:
+        check_java()
+    assert info.value.code == "JAVA_HOME_BROKEN" and info.value.exit_code == 6
+
+
+def test_no_java_on_path_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingDependencyError, match="no java on PATH.*install Java 17") as info:
+        check_java()
+    assert info.value.code == "JAVA_MISSING"
+
+
+def test_a_java_that_exits_is_reported_as_gateway_failure(monkeypatch, tmp_path):
+    # A JAVA_HOME whose java exits at once: spark-submit cannot start the gateway.
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'Error: broken JVM' >&2\nexit 1\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    monkeypatch.setattr("pyspark.sql.SparkSession.getActiveSession", classmethod(lambda cls: None))
+    monkeypatch.setattr("pyspark.SparkContext._gateway", None)
+    monkeypatch.setattr("pyspark.SparkContext._jvm", None)
+    monkeypatch.setattr("pyspark.SparkContext._active_spark_context", None)
+    monkeypatch.setattr("pyspark.sql.SparkSession._instantiatedSession", None)
+    with pytest.raises(MissingDependencyError, match="Java gateway did not start") as info:
+        spark_session()
+    assert info.value.code == "SPARK_GATEWAY_FAILED"
+    assert os.environ["JAVA_HOME"].endswith("jdk")
