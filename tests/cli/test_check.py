@@ -1,0 +1,134 @@
+"""kg check, the pre-deploy gate, on real Flink savepoints and checkpoints and on kg snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from keygroup_cli.cli import cli
+
+FLINK = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
+HEAP_P3 = FLINK / "heap-files-p3-maxp128-long"
+INLINE_MAXP10 = FLINK / "heap-inline-p3-maxp10-string"
+CHECKPOINT = FLINK / "heap-checkpoint-p2-maxp128-string"
+
+
+def _exit_code(*args: object) -> int:
+    """Return the exit code a standalone ``kg`` run ends with (what a CI shell sees)."""
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    return result.exit_code
+
+
+def test_check_passes_at_a_valid_parallelism(kg: Callable[..., Any]) -> None:
+    result = kg("check", HEAP_P3, "--parallelism", "4", "--json")
+    assert result.stderr == ""
+    doc = result.json()
+    assert doc == {
+        "schema_version": 1,
+        "command": "check",
+        "ok": True,
+        "path": str(HEAP_P3 / "_metadata"),
+        "format": "flink-savepoint",
+        "checked_operators": 5,
+        "findings": [],
+    }
+    assert result.exit_code == 0
+    assert _exit_code("check", HEAP_P3, "-p", "4") == 0
+
+
+def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) -> None:
+    result = kg("check", INLINE_MAXP10, "-p", "11", "--json")
+    doc = result.json()
+    assert doc["ok"] is False
+    codes = {(f["code"], f["severity"], f["operator"]) for f in doc["findings"]}
+    assert ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-state") in codes
+    # Only operators with state are judged: the stateless sinks are not in the findings.
+    assert {f["operator"] for f in doc["findings"]} == {
+        "keyed-state",
+        "op-state",
+        "async-wait",
+        "kg-source",
+        "9887c2fb29a6e66df7039a0be00a90dd",
+    }
+    message = next(f["message"] for f in doc["findings"] if f["operator"] == "keyed-state")
+    assert message == (
+        "The state for task 826c38023c4272520855c3219fef4f3f can not be restored. The maximum "
+        "parallelism (10) of the restored state is lower than the configured parallelism (11). Please "
+        "reduce the parallelism of the task to be lower or equal to the maximum parallelism."
+    )
+    assert _exit_code("check", INLINE_MAXP10, "-p", "11") == 1
+
+
+def test_per_operator_parallelism_overrides_the_default(kg: Callable[..., Any]) -> None:
+    doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "--json").json()
+    assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
+        ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state")
+    ]
+
+
+def test_explicit_max_parallelism_mismatch(kg: Callable[..., Any]) -> None:
+    doc = kg("check", HEAP_P3, "-p", "3", "--max-parallelism", "keyed-state=256", "--json").json()
+    (finding,) = doc["findings"]
+    assert finding["code"] == "MAX_PARALLELISM_MISMATCH"
+    assert (
+        "Cannot map operator 826c38023c4272520855c3219fef4f3f with max parallelism 128 to new program with "
+        "max parallelism 256." in finding["message"]
+    )
+    assert _exit_code("check", HEAP_P3, "-m", "256") == 1
+    assert _exit_code("check", HEAP_P3, "-m", "128") == 0
+
+
+def test_job_uids_missing_operator(kg: Callable[..., Any], tmp_path: Path) -> None:
+    uids = tmp_path / "uids.txt"
+    # count-no-uid has no uid: listing its generated id keeps it; op-state and async-wait are gone.
+    uids.write_text("# new job\nkeyed-state\nkg-source\n9887c2fb29a6e66df7039a0be00a90dd\n", encoding="utf-8")
+    doc = kg("check", CHECKPOINT, "-p", "2", "--job-uids", uids, "--json").json()
+    missing = sorted(f["operator"] for f in doc["findings"] if f["code"] == "OPERATOR_NOT_IN_JOB")
+    assert missing == ["async-wait", "op-state"]
+    assert all(f["severity"] == "error" for f in doc["findings"])
+    assert "Cannot map checkpoint/savepoint state for operator 5bcd88bb93ab9e5694f5fb26d5804aba" in str(doc)
+    assert _exit_code("check", CHECKPOINT, "--job-uids", uids) == 1
+    relaxed = kg("check", CHECKPOINT, "--job-uids", uids, "--allow-non-restored-state", "--json").json()
+    assert {f["severity"] for f in relaxed["findings"]} == {"warning"}
+    assert relaxed["ok"] is True
+    assert _exit_code("check", CHECKPOINT, "--job-uids", uids, "--allow-non-restored-state") == 0
+    assert _exit_code("check", CHECKPOINT, "--job-uids", uids, "--allow-non-restored-state", "--strict") == 1
+
+
+def test_uneven_key_groups_and_default_trap_are_warnings(kg: Callable[..., Any]) -> None:
+    result = kg("check", HEAP_P3, "-p", "100")
+    assert "UNEVEN_KEY_GROUPS" in result.stdout
+    assert "DEFAULT_MAX_PARALLELISM_TRAP" in result.stdout
+    assert "OK: 5 operators with state checked, 0 errors, 4 warnings" in result.stdout
+    assert _exit_code("check", HEAP_P3, "-p", "100") == 0
+    assert _exit_code("check", HEAP_P3, "-p", "100", "--strict") == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "message"), [("0", "not within bounds: 0"), ("x=y", "expected N or UID=N")]
+)
+def test_bad_parallelism_is_a_usage_error(kg: Callable[..., Any], value: str, message: str) -> None:
+    result = kg("check", HEAP_P3, "-p", value)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_check_invalid_savepoint(kg: Callable[..., Any], tmp_path: Path) -> None:
+    (tmp_path / "_metadata").write_bytes(b"not a savepoint at all")
+    result = kg("check", tmp_path, "-p", "2", "--json")
+    assert result.exit_code == 3
+    assert result.json()["error"]["code"] == "FLINK_BAD_MAGIC"
+
+
+def test_check_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
+    out = tmp_path / "snap"
+    assert kg("generate", out, "--operator", "counter", "-p", "2", "-m", "16", "--keys", "100").exit_code == 0
+    doc = kg("check", out, "-p", "17", "--json").json()
+    assert doc["format"] == "kg-snapshot"
+    assert [f["code"] for f in doc["findings"]] == ["PARALLELISM_EXCEEDS_MAX_PARALLELISM"]
+    assert _exit_code("check", out, "-p", "16") == 0
