@@ -10,8 +10,12 @@ run in one JVM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import struct
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,11 +78,43 @@ REQUESTS: dict[str, RestoreRequest] = {
 }
 
 
+# Negative control: a copy of this case whose _metadata says "no data" (offset 0) for one key group
+# of keyed-state that holds keys. Flink restores it silently; the harness must see the loss.
+TAMPERED_CASE = "heap-files-p3-maxp128-long"
+
+
+def _keyed_handle(case: str, subtask: int) -> dict[str, Any]:
+    ops = _json(case, "flink-report.json")["metadata"]["operators"]
+    (op,) = (o for o in ops if o["operatorName"] == "keyed-state")
+    handle: dict[str, Any] = op["subtasks"][subtask]["managedKeyedState"][0]
+    return handle
+
+
+def _drop_first_key_group(dst: Path) -> int:
+    """Copy TAMPERED_CASE to ``dst`` with subtask 0's first non-empty key group marked empty."""
+    shutil.copytree(CASES / TAMPERED_CASE, dst)
+    handle = _keyed_handle(TAMPERED_CASE, 0)
+    offsets = handle["offsets"]
+    j = next(i for i, off in enumerate(offsets) if off != 0)
+    # KeyGroupRangeOffsets are big-endian longs in _metadata; the whole array is unique there
+    before = struct.pack(f">{len(offsets)}q", *offsets)
+    after = struct.pack(f">{len(offsets)}q", *(0 if i == j else off for i, off in enumerate(offsets)))
+    data = (dst / "_metadata").read_bytes()
+    assert data.count(before) == 1
+    (dst / "_metadata").write_bytes(data.replace(before, after))
+    return int(handle["keyGroupRange"][0]) + j
+
+
 @pytest.fixture(scope="module")
-def dumps(restore_savepoints: RestoreRunner) -> dict[str, Dump]:
+def dumps(restore_savepoints: RestoreRunner, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Dump]:
     """Every restore of this module, run in one JVM up front."""
-    labels = list(REQUESTS)
-    return dict(zip(labels, restore_savepoints([REQUESTS[label] for label in labels]), strict=True))
+    tampered = tmp_path_factory.mktemp("tampered") / TAMPERED_CASE
+    dropped = _drop_first_key_group(tampered)
+    requests = {**REQUESTS, "tampered": dataclasses.replace(_request(TAMPERED_CASE), savepoint=tampered)}
+    labels = list(requests)
+    out = dict(zip(labels, restore_savepoints([requests[label] for label in labels]), strict=True))
+    out["tampered"]["droppedKeyGroup"] = dropped
+    return out
 
 
 def _restored(dumps: dict[str, Dump], label: str) -> Dump:
@@ -199,6 +235,20 @@ def test_dumps_are_canonical_json(dumps: dict[str, Dump]) -> None:
     }  # fmt: skip
     keys = [e["key"] for e in dumped_keys(dump, "keyed-state")]
     assert keys == sorted(keys)
+
+
+def test_harness_sees_a_key_group_that_a_savepoint_lost(dumps: dict[str, Dump]) -> None:
+    dump = _restored(dumps, "tampered")  # Flink itself does not notice
+    dropped = dump["droppedKeyGroup"]
+    expected = _json(TAMPERED_CASE, "expected-state.json")
+    exp = expected_keys(expected, "keyed-state")
+    lost = key_multiset(exp) - key_multiset(dumped_keys(dump, "keyed-state"))
+    assert lost == key_multiset(e for e in exp if e["keyGroup"] == dropped)
+    assert len(lost) > 0
+    assert key_multiset(dumped_keys(dump, "keyed-state")) - key_multiset(exp) == Counter()
+    # other operators' state in the same savepoint is intact
+    exp_count = expected_keys(expected, "count-no-uid")
+    assert key_multiset(dumped_keys(dump, "count-no-uid")) == key_multiset(exp_count)
 
 
 def test_savepoints_are_left_untouched(dumps: dict[str, Dump]) -> None:
