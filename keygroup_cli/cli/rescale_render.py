@@ -161,7 +161,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
 
 def render_rescale(console: Console, document: dict[str, Any]) -> None:
     """Print the summary table of a finished rescale."""
-    table = Table(title=f"rescaled snapshot written to {document['output']}")
+    table = Table()
     for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "operator rows"):
         table.add_column(name, justify="left" if name == "operator" else "right")
     for op in document["operators"]:
@@ -181,5 +181,6 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     console.print(table)
     console.print(
         f"{document['moved_rows']:,} keyed rows moved; engine {document['engine']}, "
-        f"{document['wall_seconds']:.1f} s"
+        f"{document['wall_seconds']:.1f} s; committed {document['output']}",
+        soft_wrap=True,
     )

@@ -1,0 +1,180 @@
+"""kg rescale: results, refusals that write nothing, and crashes that leave nothing behind."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from keygroup_cli.execution import tasks
+from keygroup_cli.snapshot import open_snapshot
+from tests.execution.snapshots import generate, keyed_rows, tree_digest
+
+
+@pytest.fixture
+def source(tmp_path):
+    return generate(tmp_path / "in", ("counter", "string", 600, 3, 10), ("blob", "binary", 200, 2, 128))
+
+
+def _leftovers(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir() if p.name != "in")
+
+
+def test_rescale_local_json(kg, source, tmp_path):
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    doc = result.json()
+    assert doc["command"] == "rescale" and doc["engine"] == "local"
+    assert doc["output"] == str(tmp_path / "out")
+    counter = next(op for op in doc["operators"] if op["uid"] == "counter")
+    assert (counter["from_parallelism"], counter["to_parallelism"]) == (3, 4)
+    assert [s["subtask"] for s in counter["subtasks"]] == [0, 1, 2, 3]
+    assert sum(s["keyed_rows"] for s in counter["subtasks"]) == counter["keyed_rows"]
+    manifest = open_snapshot(tmp_path / "out").manifest
+    assert manifest.origin["kind"] == "rescale"
+    assert [f.rows for f in manifest.operator("counter").keyed_files] == [
+        s["keyed_rows"] for s in counter["subtasks"]
+    ]
+    assert doc["moved_rows"] == sum(op["moved_rows"] for op in doc["operators"]) > 0
+
+
+def test_rescale_text_summary(kg, source, tmp_path):
+    result = kg("rescale", source, "--to", "2", "--out", tmp_path / "out", "--engine", "local")
+    assert result.exit_code == 0, result.stderr
+    assert "keyed rows moved; engine local" in result.stdout
+    assert f"committed {tmp_path / 'out'}\n" in result.stdout
+
+
+@pytest.mark.spark
+def test_rescale_spark_engine_is_quiet_and_equal_to_local(kg, spark, source, tmp_path):
+    spark_run = kg("rescale", source, "--to", "4", "--out", tmp_path / "s", "--json")
+    assert spark_run.exit_code == 0, spark_run.stderr
+    assert spark_run.stderr == ""
+    assert spark_run.json()["engine"] == "spark"
+    local_run = kg("rescale", source, "--to", "4", "--out", tmp_path / "l", "--engine", "local", "--json")
+    assert local_run.exit_code == 0
+    spark_files = sorted((tmp_path / "s").rglob("*.parquet"))
+    local_files = sorted((tmp_path / "l").rglob("*.parquet"))
+    assert [p.relative_to(tmp_path / "s") for p in spark_files] == [
+        p.relative_to(tmp_path / "l") for p in local_files
+    ]
+    for a, b in zip(spark_files, local_files, strict=True):
+        assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--to", "11"], 2, "kg: error: Maximum parallelism must not be smaller than parallelism.\n"),
+        (["--to", "0"], 2, "kg: error: Operator parallelism not within bounds: 0\n"),
+        (["--to", "4", "--from", "2"], 2, "--from 2 does not match operator 'counter'"),
+        (["--to", "4", "--operator", "nope"], 2, "no operator 'nope' in the snapshot"),
+        (["--to", "4", "-m", "64"], 4, "operator 'blob' has binary keys"),
+        (["--to", "4", "-m", "32769"], 2, "Operator parallelism not within bounds: 32769"),
+    ],
+)
+def test_refusals_write_nothing(kg, source, tmp_path, args, code, message):
+    before = tree_digest(source)
+    result = kg("rescale", source, "--out", tmp_path / "out", "--engine", "local", *args)
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert _leftovers(tmp_path) == []
+    assert tree_digest(source) == before
+
+
+def test_existing_destination_is_refused(kg, source, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
+    assert result.exit_code == 2
+    assert result.json()["error"]["code"] == "DESTINATION_EXISTS"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+
+
+def test_corrupt_input_is_refused_with_exit_3(kg, source, tmp_path):
+    victim = source / open_snapshot(source).manifest.operator("counter").keyed_files[1].path
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local")
+    assert result.exit_code == 3
+    assert (
+        result.stderr.startswith("kg: error: ") and "xxh64" in result.stderr and victim.name in result.stderr
+    )
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("disk on fire"), KeyboardInterrupt()])
+def test_a_crash_mid_way_leaves_no_destination_and_a_rerun_succeeds(
+    kg, source, tmp_path, monkeypatch, failure
+):
+    before = tree_digest(source)
+    real = tasks.write_operator_state
+
+    def crash(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(tasks, "write_operator_state", crash)
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local")
+    assert result.exit_code == (130 if isinstance(failure, KeyboardInterrupt) else 70)
+    assert _leftovers(tmp_path) == []
+    assert tree_digest(source) == before
+    monkeypatch.setattr(tasks, "write_operator_state", real)
+    again = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local")
+    assert again.exit_code == 0, again.stderr
+    assert keyed_rows(tmp_path / "out", "counter").equals(keyed_rows(source, "counter"))
+
+
+def test_output_verification_failure_commits_nothing(kg, source, tmp_path, monkeypatch):
+    from keygroup_cli.execution import rescale as rescale_module
+
+    real = rescale_module.build_manifest
+
+    def lying(snapshot, plan, result):
+        manifest = real(snapshot, plan, result)
+        op = manifest.operators[0]
+        files = (replace(op.keyed_files[0], xxh64="0" * 16), *op.keyed_files[1:])
+        return replace(manifest, operators=(replace(op, keyed_files=files), *manifest.operators[1:]))
+
+    monkeypatch.setattr(rescale_module, "build_manifest", lying)
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local")
+    assert result.exit_code == 5
+    assert result.stderr.startswith("kg: error: output verification failed: ")
+    assert _leftovers(tmp_path) == []
+
+
+def test_missing_java_is_exit_6_and_one_line(kg, source, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    monkeypatch.setattr("pyspark.sql.SparkSession.getActiveSession", classmethod(lambda cls: None))
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out")
+    assert result.exit_code == 6
+    assert result.stderr.count("\n") == 1 and "JAVA_HOME=" in result.stderr and "Java 17" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_is_never_modified(kg, source, tmp_path):
+    before = tree_digest(source)
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    assert kg("rescale", source, "--to", "5", "--out", tmp_path / "out", "--engine", "local").exit_code == 0
+    assert (
+        kg(
+            "rescale",
+            source,
+            "--to",
+            "5",
+            "-m",
+            "64",
+            "--operator",
+            "counter",
+            "--out",
+            tmp_path / "o2",
+            "--engine",
+            "local",
+        ).exit_code
+        == 0
+    )
+    assert tree_digest(source) == before == tree_digest(copy)
