@@ -12,7 +12,6 @@ import pytest
 
 from keygroup_cli.checks import FINDING_CODES, Severity
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.verify import verify_snapshot
 from keygroup_cli.synthetic import SyntheticOperator, generate_snapshot
@@ -47,7 +46,7 @@ def _save(path: Path, manifest: dict) -> None:
 def _rewrite(
     path: Path, transform: Callable[[pa.Table], pa.Table], *, keyed: bool = True, recount: bool = False
 ) -> str:
-    """Rewrite counter's first keyed (or operator) file with plain pyarrow and re-digest it in the manifest."""
+    """Rewrite counter's first keyed (or operator) file with plain pyarrow; re-digest it in the manifest."""
     manifest = _manifest(path)
     entry = manifest["operators"][0]["keyed_files" if keyed else "operator_files"][0]
     target = path / entry["path"]
