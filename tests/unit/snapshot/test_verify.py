@@ -12,6 +12,7 @@ import pytest
 
 from keygroup_cli.checks import FINDING_CODES, Severity
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.verify import verify_snapshot
 from keygroup_cli.synthetic import SyntheticOperator, generate_snapshot
@@ -67,13 +68,8 @@ def test_generated_snapshot_is_clean(snap: Path) -> None:
     report = verify_snapshot(snap, on_progress=lambda _s, done, total: progress.append((done, total)))
     assert report.ok and report.findings == ()
     assert report.files == 8 and progress[-1] == (8, 8)
-    assert report.rows == sum(
-        op.keyed_rows for op in __import__("keygroup_cli").snapshot.open_snapshot(snap).manifest.operators
-    ) + sum(
-        f.rows
-        for op in __import__("keygroup_cli").snapshot.open_snapshot(snap).manifest.operators
-        for f in op.operator_files
-    )
+    operators = open_snapshot(snap).manifest.operators
+    assert report.rows == sum(f.rows for op in operators for f in op.files)
 
 
 def test_missing_extra_and_resized_files(snap: Path) -> None:
