@@ -3,10 +3,12 @@
 Mirrors ``MetadataV3Serializer.serialize`` … ``MetadataV6Serializer`` and the handle serializers of
 ``MetadataV2V3SerializerBase`` (Flink 2.3). Fed a model parsed from a real file, it reproduces the file
 byte for byte; the V4+ properties trailer is written from its raw bytes, or from
-``default_properties_bytes`` when a synthesised model has none.
+``CANONICAL_SAVEPOINT_PROPERTIES`` when a synthesised model has none.
 """
 
 from __future__ import annotations
+
+import base64
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink import handles as h
@@ -20,12 +22,28 @@ from keygroup_cli.flink.metadata import (
     SubtaskState,
 )
 
+#: The ``CheckpointProperties`` trailer Flink 2.3 writes for a CANONICAL savepoint (``SavepointType``
+#: "Savepoint", postCheckpointAction NONE, forced), copied byte for byte from a real savepoint. Used for
+#: synthesised models, which have no trailer of their own.
+CANONICAL_SAVEPOINT_PROPERTIES = base64.b64decode(
+    "rO0ABXNyADhvcmcuYXBhY2hlLmZsaW5rLnJ1bnRpbWUuY2hlY2twb2ludC5DaGVja3BvaW50UHJvcGVydGllcwAAAAAAAAACAgAI"
+    "WgAQZGlzY2FyZENhbmNlbGxlZFoADWRpc2NhcmRGYWlsZWRaAA9kaXNjYXJkRmluaXNoZWRaAA9kaXNjYXJkU3Vic3VtZWRaABBk"
+    "aXNjYXJkU3VzcGVuZGVkWgAGZm9yY2VkWgAJdW5jbGFpbWVkTAAOY2hlY2twb2ludFR5cGV0ADJMb3JnL2FwYWNoZS9mbGluay9y"
+    "dW50aW1lL2NoZWNrcG9pbnQvU25hcHNob3RUeXBlO3hwAAAAAAABAHNyADFvcmcuYXBhY2hlLmZsaW5rLnJ1bnRpbWUuY2hlY2tw"
+    "b2ludC5TYXZlcG9pbnRUeXBloIfTCKRYFLgCAANMAApmb3JtYXRUeXBldAA1TG9yZy9hcGFjaGUvZmxpbmsvY29yZS9leGVjdXRp"
+    "b24vU2F2ZXBvaW50Rm9ybWF0VHlwZTtMAARuYW1ldAASTGphdmEvbGFuZy9TdHJpbmc7TAAUcG9zdENoZWNrcG9pbnRBY3Rpb250"
+    "AEhMb3JnL2FwYWNoZS9mbGluay9ydW50aW1lL2NoZWNrcG9pbnQvU2F2ZXBvaW50VHlwZSRQb3N0Q2hlY2twb2ludEFjdGlvbjt4"
+    "cH5yADNvcmcuYXBhY2hlLmZsaW5rLmNvcmUuZXhlY3V0aW9uLlNhdmVwb2ludEZvcm1hdFR5cGUAAAAAAAAAABIAAHhyAA5qYXZh"
+    "LmxhbmcuRW51bQAAAAAAAAAAEgAAeHB0AAlDQU5PTklDQUx0AAlTYXZlcG9pbnR+cgBGb3JnLmFwYWNoZS5mbGluay5ydW50aW1l"
+    "LmNoZWNrcG9pbnQuU2F2ZXBvaW50VHlwZSRQb3N0Q2hlY2twb2ludEFjdGlvbgAAAAAAAAAAEgAAeHEAfgAJdAAETk9ORQ=="
+)
+
 
 def write_metadata(metadata: CheckpointMetadata) -> bytes:
     """Return the ``_metadata`` bytes of ``metadata`` in its own version's layout.
 
     Raises:
-        InvalidArgumentError: The version is not 3–6, or a V4+ model has no properties trailer.
+        InvalidArgumentError: The version is not 3–6.
     """
     version = metadata.version
     if version not in SUPPORTED_VERSIONS:
@@ -48,12 +66,8 @@ def write_metadata(metadata: CheckpointMetadata) -> bytes:
     for operator in metadata.operators:
         _write_operator(out, operator, version)
     if version >= 4:
-        if metadata.properties_bytes is None:
-            raise InvalidArgumentError(
-                "a version 4+ _metadata needs its CheckpointProperties trailer",
-                code="FLINK_METADATA_PROPERTIES",
-            )
-        out.write_bytes(metadata.properties_bytes)
+        trailer = metadata.properties_bytes
+        out.write_bytes(CANONICAL_SAVEPOINT_PROPERTIES if trailer is None else trailer)
     return out.getvalue()
 
 
