@@ -1,0 +1,224 @@
+"""Decode and encode operator (non-keyed) state files: list elements and broadcast maps at their offsets.
+
+Mirrors ``DefaultOperatorStateBackendSnapshotStrategy`` (Flink 2.3): an ``OperatorBackendSerializationProxy``
+header, then each list state's elements back to back (``PartitionableListState.write``: one offset per
+element) and each broadcast state as ``int size, size × (key, value)`` at one offset
+(``HeapBroadcastState.write``), both in the header's state order. With compression
+(``CompressibleFSDataOutputStream``) one snappy framed stream starts right after the header and is flushed
+before every recorded offset, so each element starts on a chunk boundary and is decoded on its own.
+
+Rows are in the kg operator schema: ``state``, ``position`` (element index), ``entry_key`` (broadcast map key)
+and ``value`` (the serialized element or map value). A broadcast state whose key or value serializer kg
+cannot delimit is kept as one row with a null ``entry_key`` holding the whole ``size, entries`` blob.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.handles import OperatorStateEntry, OperatorStateHandle
+from keygroup_cli.flink.keyed_header import OperatorStateHeader, StateMetaInfo
+from keygroup_cli.flink.keyed_state import StreamSource
+from keygroup_cli.flink.serializers import value_end
+from keygroup_cli.flink.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
+from keygroup_cli.snapshot.parquet import OPERATOR_SCHEMA
+
+_INT = struct.Struct(">i")
+#: ``OperatorStateHandle.Mode`` ordinals.
+MODE_ORDINALS = {"SPLIT_DISTRIBUTE": 0, "UNION": 1, "BROADCAST": 2}
+KIND_BY_MODE = {0: "operator-split", 1: "operator-union", 2: "operator-broadcast"}
+
+
+def _serializer_class(info: StateMetaInfo, key: str) -> str | None:
+    snapshot = info.serializer(key)
+    return snapshot.class_name if snapshot is not None else None
+
+
+def decode_operator_file(
+    source: StreamSource, handle: OperatorStateHandle, header: OperatorStateHeader
+) -> pa.Table:
+    """Return every element of one operator-state stream as a table in the kg operator schema.
+
+    Raises:
+        InvalidSnapshotError: Offsets outside the stream, or a broadcast blob that does not parse.
+    """
+    broadcast_infos = {i.name: i for i in header.broadcast_states or ()}
+    # Each element ends where the next one (in file order) begins, or at the end of the stream.
+    starts = sorted((off, n, j) for n, e in enumerate(handle.states) for j, off in enumerate(e.offsets))
+    ends: dict[tuple[int, int], int] = {}
+    for k, (_off, n, j) in enumerate(starts):
+        ends[(n, j)] = starts[k + 1][0] if k + 1 < len(starts) else source.size
+    state: list[str] = []
+    position: list[int] = []
+    entry_key: list[bytes | None] = []
+    value: list[bytes] = []
+    for n, entry in enumerate(handle.states):
+        for j, off in enumerate(entry.offsets):
+            end = ends[(n, j)]
+            if not 0 < off <= end <= source.size:
+                raise InvalidSnapshotError(
+                    f"{source.source}: state {entry.name!r} element {j} has offset {off} outside the stream",
+                    code="FLINK_STATE_CORRUPT",
+                )
+            raw = source.read(off, end)
+            data = decode_frames(raw, f"{source.source} state {entry.name!r}") if header.compressed else raw
+            if entry.mode_name != "BROADCAST":
+                state.append(entry.name)
+                position.append(j)
+                entry_key.append(None)
+                value.append(data)
+                continue
+            info = broadcast_infos.get(entry.name)
+            pairs = _split_broadcast(data, info, f"{source.source} state {entry.name!r}") if info else None
+            if pairs is None:
+                state.append(entry.name)
+                position.append(0)
+                entry_key.append(None)
+                value.append(data)
+                continue
+            for i, (pair_key, pair_value) in enumerate(pairs):
+                state.append(entry.name)
+                position.append(i)
+                entry_key.append(pair_key)
+                value.append(pair_value)
+    return pa.Table.from_arrays(
+        [
+            pa.array(state, type=pa.string()),
+            pa.array(position, type=pa.int32()),
+            pa.array(entry_key, type=pa.binary()),
+            pa.array(value, type=pa.binary()),
+        ],
+        schema=OPERATOR_SCHEMA,
+    )
+
+
+def _split_broadcast(data: bytes, info: StateMetaInfo, source: str) -> list[tuple[bytes, bytes]] | None:
+    """Split a broadcast blob into (key, value) pairs, or None when a serializer is opaque to kg."""
+    key_class = _serializer_class(info, "KEY_SERIALIZER")
+    value_class = _serializer_class(info, "VALUE_SERIALIZER")
+    if len(data) < 4:
+        raise InvalidSnapshotError(f"{source}: broadcast state truncated", code="FLINK_STATE_CORRUPT")
+    size = _INT.unpack_from(data, 0)[0]
+    pos = 4
+    pairs = []
+    for _ in range(size):
+        k_end = value_end(key_class, data, pos, source)
+        if k_end is None:
+            return None
+        v_end = value_end(value_class, data, k_end, source)
+        if v_end is None:
+            return None
+        pairs.append((data[pos:k_end], data[k_end:v_end]))
+        pos = v_end
+    if pos != len(data):
+        raise InvalidSnapshotError(
+            f"{source}: trailing bytes after broadcast entries", code="FLINK_STATE_CORRUPT"
+        )
+    return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedOperatorFile:
+    """What ``write_operator_file`` wrote: the handle entries (name, mode, offsets) and the size."""
+
+    states: tuple[OperatorStateEntry, ...]
+    size: int
+
+
+def header_state_order(header: OperatorStateHeader) -> list[tuple[str, int]]:
+    """Return ``(name, mode ordinal)`` of every state in the header, lists first, as Flink writes data."""
+    out = []
+    for info in header.states or ():
+        mode = info.option("OPERATOR_STATE_DISTRIBUTION_MODE") or "SPLIT_DISTRIBUTE"
+        out.append((info.name, MODE_ORDINALS[mode]))
+    out.extend((info.name, 2) for info in header.broadcast_states or ())
+    return out
+
+
+def write_operator_file(
+    out: BinaryIO,
+    header_bytes: bytes,
+    header: OperatorStateHeader,
+    rows: pa.Table | Iterable[dict[str, object]],
+    *,
+    compressed: bool,
+) -> EncodedOperatorFile:
+    """Write an operator-state stream: ``header_bytes`` (compression flag patched), then the elements.
+
+    Args:
+        out: A binary file opened for writing at position 0.
+        header_bytes: The ``OperatorBackendSerializationProxy`` bytes (version 6 has the compression flag).
+        header: ``header_bytes`` parsed; its state order is the data order.
+        rows: Rows in the kg operator schema (any order; sorted here by state order and position).
+        compressed: Write the elements inside one snappy framed stream, one chunk run per element.
+
+    Raises:
+        InvalidSnapshotError: A row names a state the header does not declare.
+    """
+    head = bytearray(header_bytes)
+    version = _INT.unpack_from(head, 0)[0]
+    if version >= 6:
+        head[4] = 1 if compressed else 0
+    elif compressed:
+        raise InvalidSnapshotError(
+            "operator-state proxy version 5 has no compression flag", code="FLINK_COMPRESSION_UNSUPPORTED"
+        )
+    order = header_state_order(header)
+    modes = dict(order)
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=OPERATOR_SCHEMA)
+    by_state: dict[str, list[tuple[int, bytes | None, bytes]]] = {name: [] for name, _ in order}
+    for name, pos, key, val in zip(
+        table.column("state").to_pylist(),
+        table.column("position").to_pylist(),
+        table.column("entry_key").to_pylist(),
+        table.column("value").to_pylist(),
+        strict=True,
+    ):
+        if name not in by_state:
+            raise InvalidSnapshotError(
+                f"operator state {name!r} is not in the savepoint's operator-state header",
+                code="FLINK_STATE_UNKNOWN",
+            )
+        by_state[name].append((pos, key, val))
+    out.write(head)
+    pos = len(head)
+    if compressed:
+        out.write(STREAM_IDENTIFIER)
+        pos += len(STREAM_IDENTIFIER)
+    entries = []
+    for name, mode in order:
+        elements = sorted(by_state[name], key=lambda e: e[0])
+        offsets = []
+        if mode == 2:
+            if len(elements) == 1 and elements[0][1] is None:
+                blobs = [elements[0][2]]
+            else:
+                packed = bytearray(_INT.pack(len(elements)))
+                for _p, key, val in elements:
+                    packed += (key or b"") + val
+                blobs = [bytes(packed)]
+        else:
+            blobs = [val for _p, _k, val in elements]
+        for blob in blobs:
+            offsets.append(pos)
+            data = encode_frames(blob, identifier=False) if compressed else blob
+            out.write(data)
+            pos += len(data)
+        entries.append(OperatorStateEntry(name, modes[name], tuple(offsets)))
+    return EncodedOperatorFile(tuple(entries), pos)
+
+
+__all__ = [
+    "KIND_BY_MODE",
+    "MODE_ORDINALS",
+    "EncodedOperatorFile",
+    "decode_operator_file",
+    "header_state_order",
+    "write_operator_file",
+]
