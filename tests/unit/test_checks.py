@@ -119,3 +119,13 @@ def test_option_for_unknown_operator_is_info() -> None:
     findings = check_restore([_op("a")], RestorePlan(parallelism_for={"nope": 2}), snapshot="sp")
     assert _codes(findings) == [("OPTION_OPERATOR_NOT_IN_SNAPSHOT", "info", "nope")]
     assert exit_code_for(findings, strict=True) == 0
+
+
+def test_every_code_is_documented() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "findings.md").read_text(
+        encoding="utf-8"
+    )
+    missing = [code for code in FINDING_CODES if f"`{code}`" not in page]
+    assert missing == []
