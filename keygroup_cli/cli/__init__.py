@@ -82,7 +82,8 @@ def run(argv: list[str] | None = None) -> int:
     """Run kg and return its exit code instead of exiting (used by ``main`` and tests)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli.main(args=args, prog_name="kg", standalone_mode=False)
+        # Without standalone mode click *returns* the code a command passed to ctx.exit() instead of raising.
+        returned = cli.main(args=args, prog_name="kg", standalone_mode=False)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
     except click.exceptions.Abort:
@@ -110,7 +111,7 @@ def run(argv: list[str] | None = None) -> int:
             message += " (rerun with --debug for the traceback)"
         out.failure("INTERNAL", message, command=_command_name(args))
         return ExitCode.INTERNAL
-    return ExitCode.OK
+    return int(returned) if isinstance(returned, int) else ExitCode.OK
 
 
 def _fallback_output(args: list[str]) -> Output:

@@ -57,3 +57,19 @@ def test_missing_parallelism_is_usage_error(kg):
     result = kg("ranges", "-m", "10")
     assert result.exit_code == 2
     assert "Missing option '--parallelism'" in result.stderr
+
+
+def test_exit_code_passed_to_ctx_exit_reaches_the_shell(tmp_path):
+    # kg check/verify/diff end with ctx.exit(1); the real entry point must return it, not 0.
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES
+
+    case = next(p for p in sorted((FIXTURES / "flink" / "2.3").iterdir()) if (p / "_metadata").exists())
+    result = subprocess.run(
+        [sys.executable, "-m", "keygroup_cli", "check", str(case), "--parallelism", "40000"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1, result.stderr
