@@ -66,10 +66,11 @@ def test_exit_code_passed_to_ctx_exit_reaches_the_shell(tmp_path):
 
     from tests.conftest import FIXTURES
 
-    case = next(p for p in sorted((FIXTURES / "flink" / "2.3").iterdir()) if (p / "_metadata").exists())
+    case = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
     result = subprocess.run(
-        [sys.executable, "-m", "keygroup_cli", "check", str(case), "--parallelism", "40000"],
+        [sys.executable, "-m", "keygroup_cli", "check", str(case), "--parallelism", "200"],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 1, result.stderr
+    assert "PARALLELISM_EXCEEDS_MAX_PARALLELISM" in result.stdout
