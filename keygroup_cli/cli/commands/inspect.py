@@ -71,16 +71,18 @@ def _text(console: Console, summary: SnapshotSummary, subtasks: bool) -> None:
         grid.add_row(f"[bold]{key}[/bold]", value)
     console.print(grid)
     table = Table(title="Operators")
-    table.add_column("uid", overflow="fold")
-    table.add_column("operator id", no_wrap=True, min_width=32)
-    table.add_column("name", overflow="fold")
+    # One "operator" column (uid, and the name beneath when it differs) keeps the table within 80 columns.
+    table.add_column("operator (uid / name)", overflow="fold", min_width=14)
+    table.add_column("operator id", overflow="fold", min_width=16)
     for name in ("p", "maxP", "keyed", "op state", "files"):
         table.add_column(name, justify="right", no_wrap=True)
     for op in summary.operators:
+        label = op.uid or f"- / {op.name or '-'}"
+        if op.uid and op.name and op.name != op.uid:
+            label += f"\n  {op.name}"
         table.add_row(
-            op.uid or "-",
+            label,
             op.operator_id,
-            op.name or "-",
             str(op.parallelism),
             str(op.max_parallelism),
             _size(op.keyed_bytes),
@@ -95,7 +97,8 @@ def _text(console: Console, summary: SnapshotSummary, subtasks: bool) -> None:
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
     key = f", key {op.key_serializer}" if op.key_serializer else ""
     title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
-    console.print(f"\n{title} ({op.handle_kind or 'operator state'}{key})", markup=False, style="bold")
+    kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
+    console.print(f"\n{title} ({kind}{key})", markup=False, style="bold")
     if op.states is None:
         console.print("  states: not read")
     for s in op.states or ():
