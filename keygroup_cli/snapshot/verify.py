@@ -279,7 +279,8 @@ def _scan_states(
     is_map, is_timer = kinds == "map", kinds == "timer"
     is_plain = (kinds == "value") | (kinds == "list")
     bad = (
-        (is_map & ~(present["user_key"] & present["value"] & ~present["timestamp"]))
+        # A null map value (Flink MapState.put(k, null), kept by RocksDB) is a null ``value``.
+        (is_map & ~(present["user_key"] & ~present["timestamp"]))
         | (is_timer & ~(present["timestamp"] & ~present["user_key"] & ~present["value"]))
         | (is_plain & ~(present["value"] & ~present["user_key"] & ~present["timestamp"]))
     )
@@ -290,7 +291,7 @@ def _scan_states(
 
 def _shape_example(state: pa.Array, kinds: npt.NDArray[np.object_], row: int) -> str:
     need = {
-        "map": "user_key and value, no timestamp",
+        "map": "user_key (value null only for a null map value), no timestamp",
         "timer": "timestamp only (no user_key, no value)",
         "value": "value only",
         "list": "value only",

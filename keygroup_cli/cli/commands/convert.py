@@ -1,0 +1,85 @@
+"""``kg convert``: a canonical Flink savepoint to a kg snapshot, or (``--to-flink``) back to a savepoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.progress import progress
+from keygroup_cli.cli.render import output_for
+from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.flink.convert import (
+    check_destination,
+    is_flink_savepoint,
+    savepoint_to_snapshot,
+    snapshot_to_savepoint,
+)
+
+EPILOG = """\b
+Examples:
+  kg convert /savepoints/savepoint-1a2b3c --out ./state.kg
+  kg rescale ./state.kg ./state-p8.kg --to 8
+  kg convert ./state-p8.kg --to-flink --out /savepoints/rescaled-p8
+  kg convert ./state.kg --to-flink --no-compression --out ./plain-savepoint --json
+"""
+
+
+@click.command(epilog=EPILOG)
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--out", "dest", required=True, type=click.Path(path_type=Path), help="Directory to create.")
+@click.option("--to-flink", is_flag=True, help="Write SOURCE (a kg snapshot) as a canonical Flink savepoint.")
+@click.option(
+    "--compression/--no-compression",
+    default=None,
+    help="With --to-flink: snappy-compress state (default: as the original savepoint was).",
+)
+@output_options
+@click.pass_context
+def command(ctx: click.Context, source: Path, dest: Path, to_flink: bool, compression: bool | None) -> None:
+    """Convert a canonical savepoint into a kg snapshot, or a kg snapshot into a savepoint Flink restores.
+
+    NATIVE savepoints and incremental checkpoints are refused: take a canonical savepoint.
+    """
+    out = output_for(ctx)
+    is_savepoint = is_flink_savepoint(source)
+    if to_flink and is_savepoint:
+        raise InvalidArgumentError(
+            f"{source} is already a Flink savepoint; --to-flink takes a kg snapshot", code="CONVERT_DIRECTION"
+        )
+    if not to_flink and not is_savepoint and (source / "_manifest.json").is_file():
+        raise InvalidArgumentError(
+            f"{source} is a kg snapshot; add --to-flink to write a Flink savepoint", code="CONVERT_DIRECTION"
+        )
+    if compression is not None and not to_flink:
+        raise click.UsageError("--compression/--no-compression only applies with --to-flink")
+    check_destination(dest)
+    with progress(out) as on_progress:
+        if to_flink:
+            result = snapshot_to_savepoint(source, dest, compression=compression, on_progress=on_progress)
+        else:
+            result = savepoint_to_snapshot(source, dest, on_progress=on_progress)
+    document = {
+        "direction": result.direction,
+        "source": result.source,
+        "destination": result.destination,
+        "operators": result.operators,
+        "keyed_files": result.keyed_files,
+        "keyed_rows": result.keyed_rows,
+        "operator_files": result.operator_files,
+        "operator_rows": result.operator_rows,
+        "bytes": result.bytes,
+        "compression": result.compressed,
+    }
+
+    def text(console: Console) -> None:
+        what = "Flink savepoint" if to_flink else "kg snapshot"
+        console.print(
+            f"Wrote {what} {result.destination}: {result.operators} operators, "
+            f"{result.keyed_rows} keyed rows in {result.keyed_files} files, {result.operator_rows} "
+            f"operator-state elements in {result.operator_files} files ({result.bytes} bytes)"
+        )
+
+    out.result("convert", document, text)

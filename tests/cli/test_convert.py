@@ -1,0 +1,56 @@
+"""``kg convert``: savepoint -> kg snapshot -> savepoint through the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from kg_fixture_state import FLINK_FIXTURES
+
+from tests.conftest import KgResult
+
+Kg = Callable[..., KgResult]
+
+
+def test_convert_and_back_with_json(kg: Kg, tmp_path: Path) -> None:
+    source = FLINK_FIXTURES / "heap-files-p3-maxp128-long"
+    result = kg("convert", source, "--out", tmp_path / "s.kg", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    doc = result.json()
+    assert doc["command"] == "convert" and doc["direction"] == "to-kg"
+    assert (doc["operators"], doc["keyed_files"], doc["keyed_rows"]) == (10, 6, 2030)
+    assert (doc["operator_files"], doc["operator_rows"]) == (7, 206)
+    verify = kg("verify", tmp_path / "s.kg")
+    assert verify.exit_code == 0, verify.stdout + verify.stderr
+    back = kg("convert", tmp_path / "s.kg", "--to-flink", "--out", tmp_path / "sp", "--json")
+    assert back.exit_code == 0, back.stderr
+    assert back.json()["direction"] == "to-flink" and back.json()["compression"] is False
+    assert (tmp_path / "sp" / "_metadata").is_file()
+
+
+def test_text_output(kg: Kg, tmp_path: Path) -> None:
+    result = kg("convert", FLINK_FIXTURES / "heap-inline-p3-maxp10-string", "--out", tmp_path / "s.kg")
+    assert result.exit_code == 0
+    assert "Wrote kg snapshot" in result.stdout and "2030 keyed rows" in result.stdout
+
+
+def test_native_savepoint_is_refused(kg: Kg, tmp_path: Path) -> None:
+    result = kg("convert", FLINK_FIXTURES / "rocksdb-native-p2-maxp128-string", "--out", tmp_path / "x")
+    assert result.exit_code == 4
+    assert result.stdout == ""
+    assert "NATIVE savepoint" in result.stderr and "take a canonical savepoint" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_direction_mistakes_are_usage_errors(kg: Kg, tmp_path: Path) -> None:
+    source = FLINK_FIXTURES / "heap-files-p3-maxp128-long"
+    wrong = kg("convert", source, "--to-flink", "--out", tmp_path / "x")
+    assert wrong.exit_code == 2 and "already a Flink savepoint" in wrong.stderr
+    assert kg("convert", source, "--out", tmp_path / "s.kg", "-q").exit_code == 0
+    missing_flag = kg("convert", tmp_path / "s.kg", "--out", tmp_path / "y")
+    assert missing_flag.exit_code == 2 and "add --to-flink" in missing_flag.stderr
+    compression = kg("convert", source, "--no-compression", "--out", tmp_path / "z")
+    assert compression.exit_code == 2 and "only applies with --to-flink" in compression.stderr
+    exists = kg("convert", source, "--out", tmp_path / "s.kg")
+    assert exists.exit_code == 2 and "destination exists" in exists.stderr
