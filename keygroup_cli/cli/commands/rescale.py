@@ -35,7 +35,13 @@ DEST must not exist; the result is committed by an atomic rename, and on any fai
     "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
 )
 @click.option("--max-parallelism", "-m", "max_parallelism", type=int, metavar="M", help="New maxParallelism.")
-@click.option("--engine", type=click.Choice(["spark", "local"]), default="spark", show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["spark", "local"]),
+    default="spark",
+    show_default=True,
+    help="spark: PySpark tasks; local: streaming pyarrow in this process (no JVM).",
+)
 @click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (exactly as `kg plan` does) and write nothing.")
