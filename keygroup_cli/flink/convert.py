@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
@@ -460,6 +461,9 @@ def snapshot_to_savepoint(
                     f"{where}: operator files but no saved operator-state header",
                     code="FLINK_EXTENSION_INVALID",
                 )
+            tables = {i: read_operator_file(snapshot, f) for i, f in op_by_subtask.items()}
+            if _union_replicated(manifest.origin, op.operator_id):
+                tables = _collapse_union_state(op, tables)
             subtasks: list[SubtaskState] = []
             for index in range(op.parallelism):
                 keyed_handle = op_handle = None
@@ -484,7 +488,7 @@ def snapshot_to_savepoint(
                     use = bool(op_ext.get("compressed")) if compression is None else compression
                     compressed_any = use if compressed_any is None else compressed_any or use
                     op_handle, rows, nbytes = _write_operator(
-                        snapshot, op_by_subtask[index], op_ext, index, same_p, use, staging, where
+                        tables[index], op_ext, index, same_p, use, staging, where
                     )
                     operator_rows += rows
                     operator_count += 1
@@ -583,9 +587,56 @@ def _write_keyed(
     return handle, written.rows, written.size
 
 
+def _union_replicated(origin: Mapping[str, Any], operator_id: str) -> bool:
+    """Return whether a kg rescale in the snapshot's history redistributed this operator's state.
+
+    ``kg rescale`` gives every new subtask every union element (the list Flink hands each subtask at
+    restore), whereas a savepoint stores union state as per-subtask partitions that Flink concatenates
+    when it restores; written back unchanged, each element would be restored once per subtask.
+    """
+    while isinstance(origin, Mapping):
+        rescaled = origin.get("operators", []) if origin.get("kind") == "rescale" else []
+        if any(isinstance(o, Mapping) and o.get("operator_id") == operator_id for o in rescaled):
+            return True
+        origin = origin.get("input_origin")  # type: ignore[assignment]
+    return False
+
+
+def _collapse_union_state(op: Operator, tables: dict[int, pa.Table]) -> dict[int, pa.Table]:
+    """Keep each union state's (identical, replicated) list on the lowest subtask only.
+
+    Flink restores union state as the concatenation of every subtask's partition, so one copy restores
+    exactly the list every subtask held. Lists that differ between subtasks are left as they are.
+    """
+    union = {s.name for s in op.states if s.kind == "operator-union"}
+    if not union or len(tables) < 2:
+        return tables
+    first = min(tables)
+    drop: set[str] = set()
+    for name in union:
+        lists = [_state_rows(t, name) for _i, t in sorted(tables.items())]
+        if all(rows == lists[0] for rows in lists[1:]):
+            drop.add(name)
+    if not drop:
+        return tables
+    mask_names = pa.array(sorted(drop), type=pa.string())
+    out = {}
+    for index, table in tables.items():
+        if index == first:
+            out[index] = table
+        else:
+            keep = pc.invert(pc.is_in(table.column("state"), value_set=mask_names))
+            out[index] = table.filter(keep)
+    return out
+
+
+def _state_rows(table: pa.Table, name: str) -> list[tuple[Any, ...]]:
+    rows = table.filter(pc.equal(table.column("state"), name)).sort_by("position")
+    return list(zip(rows.column("position").to_pylist(), rows.column("value").to_pylist(), strict=True))
+
+
 def _write_operator(
-    snapshot: Snapshot,
-    operator_file: OperatorFile,
+    table: pa.Table,
     op_ext: dict[str, Any],
     index: int,
     same_p: bool,
@@ -593,7 +644,6 @@ def _write_operator(
     staging: Path,
     where: str,
 ) -> tuple[OperatorStateHandle, int, int]:
-    table = read_operator_file(snapshot, operator_file)
     needed = set(table.column("state").to_pylist())
 
     def parse(raw: bytes) -> OperatorStateHeader:
