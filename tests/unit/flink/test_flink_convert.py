@@ -204,3 +204,31 @@ def test_existing_destination_is_refused(converted: dict[str, Path], tmp_path: P
     (tmp_path / "sp").mkdir()
     with pytest.raises(InvalidArgumentError, match="destination exists"):
         snapshot_to_savepoint(converted["heap-files-p3-maxp128-long"], tmp_path / "sp")
+
+
+def test_rescaled_union_state_is_written_once(converted: dict[str, Path], tmp_path: Path) -> None:
+    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.flink.handles import OperatorStateHandle
+
+    rescale(
+        converted["heap-files-p3-maxp128-long"], tmp_path / "r.kg", 4, operators=["op-state"], engine="local"
+    )
+    snap = open_snapshot(tmp_path / "r.kg")
+    op = snap.manifest.operator("op-state")
+    assert op is not None
+    # kg rescale hands every new subtask all 6 union elements ...
+    per_subtask = [
+        sum(1 for s in read_operator_file(snap, f).column("state").to_pylist() if s == "union-counts")
+        for f in op.operator_files
+    ]
+    assert per_subtask == [6, 6, 6, 6]
+    # ... while the savepoint stores them once: Flink concatenates every subtask's partition on restore.
+    snapshot_to_savepoint(tmp_path / "r.kg", tmp_path / "sp")
+    written = read_flink_metadata(tmp_path / "sp")
+    (state,) = (o for o in written.metadata.operators if o.uid == "op-state")
+    counts = []
+    for sub in state.subtasks:
+        handle = sub.managed_operator_state
+        assert isinstance(handle, OperatorStateHandle)
+        counts.append(sum(len(e.offsets) for e in handle.states if e.name == "union-counts"))
+    assert counts == [6, 0, 0, 0]
