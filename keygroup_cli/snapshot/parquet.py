@@ -343,9 +343,9 @@ def write_operator_file(path: Path | str, data: pa.Table | pa.RecordBatch) -> Wr
 # -- Reading -----------------------------------------------------------------------------------------------
 
 
-def _open(path: Path) -> pq.ParquetFile:
+def _open(path: Path, *, pre_buffer: bool = True) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=pre_buffer)
     except FileNotFoundError:
         raise InvalidSnapshotError(f"{path}: file is missing", code="FILE_MISSING") from None
     except (OSError, pa.ArrowException) as exc:
@@ -378,7 +378,9 @@ def iter_keyed_batches(
     Row groups whose ``key_group`` statistics lie outside ``key_groups`` are skipped without being read.
     """
     path = snapshot.resolve(keyed_file.path)
-    pf = _open(path)
+    # No pre-buffering: pyarrow would load every selected row group up front, making a streamed read's
+    # memory grow with the file instead of staying at one row group.
+    pf = _open(path, pre_buffer=False)
     wanted = list(columns) if columns is not None else None
     read_columns = wanted
     row_groups = list(range(pf.metadata.num_row_groups))
