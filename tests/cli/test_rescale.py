@@ -178,3 +178,16 @@ def test_input_is_never_modified(kg, source, tmp_path):
         == 0
     )
     assert tree_digest(source) == before == tree_digest(copy)
+
+
+@pytest.mark.parametrize(
+    "args", [["--to", "4"], ["--to", "7", "-m", "64", "--operator", "counter"], ["--to", "1"]]
+)
+def test_rescaled_output_verifies_and_diffs_equal_to_the_input(kg, source, tmp_path, args):
+    out = tmp_path / "out"
+    assert kg("rescale", source, "--out", out, "--engine", "local", *args).exit_code == 0
+    verify = kg("verify", out)
+    assert verify.exit_code == 0, verify.stdout + verify.stderr
+    diff = kg("diff", source, out, "--json")
+    assert diff.exit_code == 0, diff.stdout
+    assert all(op["same"] for op in diff.json()["operators"])
