@@ -1,0 +1,1 @@
+"""Click commands of kg, one module per command (loaded lazily by ``keygroup_cli.cli``)."""
