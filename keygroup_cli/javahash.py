@@ -15,6 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.keygroups import to_int32
 
 #: Key types kg can re-hash. ``binary`` keys can be moved between subtasks but never re-hashed.
 HASHABLE_KEY_TYPES = ("string", "long", "int", "boolean")
@@ -23,17 +24,12 @@ KEY_TYPES = (*HASHABLE_KEY_TYPES, "binary")
 _MASK32 = 0xFFFFFFFF
 
 
-def _int32(value: int) -> int:
-    value &= _MASK32
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 def string_hash_code(value: str) -> int:
     """Return Java's ``String.hashCode()``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units."""
     h = 0
     for unit in _utf16_units(value):
         h = (31 * h + unit) & _MASK32
-    return _int32(h)
+    return to_int32(h)
 
 
 def _utf16_units(value: str) -> Iterable[int]:
@@ -53,7 +49,7 @@ def long_hash_code(value: int) -> int:
     if not -(2**63) <= value < 2**63:
         raise InvalidArgumentError(f"Not a Java long: {value}", code="KEY_OUT_OF_RANGE")
     unsigned = value & 0xFFFFFFFFFFFFFFFF
-    return _int32(unsigned ^ (unsigned >> 32))
+    return to_int32(unsigned ^ (unsigned >> 32))
 
 
 def int_hash_code(value: int) -> int:

@@ -52,7 +52,7 @@ def murmur_hash(code: int) -> int:
     One MurmurHash3_x86_32 block over the 4 little-endian bytes of ``code`` with seed 0, then Flink's fold:
     negative results are negated, and ``Integer.MIN_VALUE`` becomes 0.
     """
-    h: int = mmh3.hash(struct.pack("<i", _to_int32(code)), 0, signed=True)
+    h: int = mmh3.hash(struct.pack("<i", to_int32(code)), 0, signed=True)
     if h >= 0:
         return h
     return -h if h != _INT_MIN else 0
@@ -154,7 +154,8 @@ def skew(loads: Sequence[float]) -> float:
     return max(loads) / (total / len(loads))
 
 
-def _to_int32(value: int) -> int:
+def to_int32(value: int) -> int:
+    """Return ``value`` wrapped to a Java int, as Java's 32-bit arithmetic would leave it."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value >= 1 << 31 else value
 
