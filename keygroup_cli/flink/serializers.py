@@ -74,6 +74,22 @@ def _corrupt(source: str, what: str) -> InvalidSnapshotError:
 # -- StringValue --------------------------------------------------------------------------------------------
 
 
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """Read StringValue's varint (7-bit groups, low group first, high bit = more); raise IndexError at end."""
+    value = data[pos]
+    pos += 1
+    if value < 0x80:
+        return value, pos
+    shift, value = 7, value & 0x7F
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
 def read_string(data: bytes, pos: int, source: str = "<bytes>") -> tuple[str | None, int]:
     """Decode a ``StringValue.writeString`` string at ``pos``; return it (None for null) and the end position.
 
@@ -81,17 +97,7 @@ def read_string(data: bytes, pos: int, source: str = "<bytes>") -> tuple[str | N
         InvalidSnapshotError: The bytes end inside the string.
     """
     try:
-        length = data[pos]
-        pos += 1
-        if length >= 0x80:
-            shift, length = 7, length & 0x7F
-            while True:
-                b = data[pos]
-                pos += 1
-                length |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
+        length, pos = _read_varint(data, pos)
         if length == 0:
             return None, pos
         n = length - 1
@@ -101,17 +107,7 @@ def read_string(data: bytes, pos: int, source: str = "<bytes>") -> tuple[str | N
             return chunk.decode("ascii"), pos + n
         units = []
         for _ in range(n):
-            c = data[pos]
-            pos += 1
-            if c >= 0x80:
-                shift, c = 7, c & 0x7F
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    c |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
+            c, pos = _read_varint(data, pos)
             units.append(c & 0xFFFF)
     except IndexError:
         raise _corrupt(source, f"string runs past the end of its bytes (at {pos})") from None
