@@ -358,11 +358,7 @@ def read_keyed_file(
     snapshot: Snapshot, keyed_file: KeyedFile, columns: Sequence[str] | None = None
 ) -> pa.Table:
     """Read a whole keyed file (or some of its columns) into memory."""
-    path = snapshot.resolve(keyed_file.path)
-    try:
-        return _open(path).read(columns=list(columns) if columns is not None else None)
-    except pa.ArrowException as exc:
-        raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
+    return _read_table(snapshot.resolve(keyed_file.path), columns)
 
 
 def iter_keyed_batches(
@@ -415,7 +411,10 @@ def read_operator_file(
     snapshot: Snapshot, operator_file: OperatorFile, columns: Sequence[str] | None = None
 ) -> pa.Table:
     """Read one subtask's operator state file into memory (operator state is small)."""
-    path = snapshot.resolve(operator_file.path)
+    return _read_table(snapshot.resolve(operator_file.path), columns)
+
+
+def _read_table(path: Path, columns: Sequence[str] | None) -> pa.Table:
     try:
         return _open(path).read(columns=list(columns) if columns is not None else None)
     except pa.ArrowException as exc:
