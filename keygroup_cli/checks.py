@@ -59,6 +59,7 @@ FINDING_CODES: dict[str, str] = {
     "STATE_ROW_SHAPE": "A row lacks (or has) a column its state kind requires (or forbids).",
     "STATE_UNDECLARED": "A row names a state the operator does not declare with that kind.",
     "UNEVEN_KEY_GROUPS": "The busiest subtask owns clearly more key groups than the mean.",
+    "UNION_REPLICAS_DIFFER": "A union state marked replicated holds different lists on different subtasks.",
 }
 
 

@@ -11,7 +11,9 @@ Semantics (flink-savepoint-format.md section 4.2):
   subtasks *of the round*. The round of the first name starts at subtask 0; each following name starts
   where the previous name's extra elements ran out (``repartitionSplitState``'s ``startParallelOp``), and
   names are visited in Java ``HashMap`` iteration order.
-- ``operator-union``: every new subtask receives every element of every old subtask.
+- ``operator-union``: every new subtask receives every element of every old subtask. A union state marked
+  ``replicated`` (what ``kg rescale`` writes, see ``StateDescriptor.replicated``) counts once: its first
+  copy is the state, so rescaling a rescaled snapshot does not multiply it.
 - ``operator-broadcast``: new subtask ``i`` receives the entries of the ``i % n``-th old subtask that
   reported the state (``n`` is normally the old parallelism).
 - Same parallelism: if no union state holds elements and no broadcast state is only partly reported, the
@@ -134,7 +136,16 @@ def redistribute_operator_state(
     op_states = [s for s in states if not s.is_keyed]
     order = {s.name: i for i, s in enumerate(op_states)}
 
+    # A replicated union state holds one complete list on every subtask: only the first copy is state.
+    first_copy = {
+        s.name: min((i for i in range(old_parallelism) if counts[i].get(s.name, 0)), default=0)
+        for s in op_states
+        if s.replicated
+    }
+
     def count(subtask: int, name: str) -> int:
+        if name in first_copy and subtask != first_copy[name]:
+            return 0
         return int(counts[subtask].get(name, 0))
 
     def reporters(name: str) -> list[int]:

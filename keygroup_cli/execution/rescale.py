@@ -30,7 +30,14 @@ from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest, verify_file
 from keygroup_cli.snapshot.manifest import write_manifest
-from keygroup_cli.snapshot.model import KeyedFile, Manifest, Operator, OperatorFile, Snapshot
+from keygroup_cli.snapshot.model import (
+    KeyedFile,
+    Manifest,
+    Operator,
+    OperatorFile,
+    Snapshot,
+    StateDescriptor,
+)
 from keygroup_cli.snapshot.staging import staged_directory
 
 
@@ -136,9 +143,13 @@ def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResul
         old = snapshot.manifest.operator(op_plan.operator_id)
         assert old is not None
         written = result.operator(op_plan.operator_id)
+        states = old.states
+        if op_plan.operator_state is not None and not op_plan.operator_state.unchanged:
+            states = tuple(_mark_replicated(s) for s in old.states)
         operators.append(
             replace(
                 old,
+                states=states,
                 parallelism=op_plan.new_parallelism,
                 max_parallelism=op_plan.new_max_parallelism,
                 keyed_files=tuple(sorted(written.keyed_files, key=lambda f: f.subtask)),
@@ -169,6 +180,13 @@ def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResul
         origin=origin,
         operators=tuple(operators),
     )
+
+
+def _mark_replicated(state: StateDescriptor) -> StateDescriptor:
+    """Mark a redistributed union state: every new subtask now holds the same complete list."""
+    if state.kind != "operator-union" or state.replicated:
+        return state
+    return replace(state, extensions={**state.extensions, "replicated": True})
 
 
 def verify_output(

@@ -462,8 +462,7 @@ def snapshot_to_savepoint(
                     code="FLINK_EXTENSION_INVALID",
                 )
             tables = {i: read_operator_file(snapshot, f) for i, f in op_by_subtask.items()}
-            if _union_replicated(manifest.origin, op.operator_id):
-                tables = _collapse_union_state(op, tables)
+            tables = _collapse_union_state(op, tables, where)
             subtasks: list[SubtaskState] = []
             for index in range(op.parallelism):
                 keyed_handle = op_handle = None
@@ -587,46 +586,36 @@ def _write_keyed(
     return handle, written.rows, written.size
 
 
-def _union_replicated(origin: Mapping[str, Any], operator_id: str) -> bool:
-    """Return whether a kg rescale in the snapshot's history redistributed this operator's state.
+def _collapse_union_state(op: Operator, tables: dict[int, pa.Table], where: str) -> dict[int, pa.Table]:
+    """Keep each replicated union state's list on the lowest subtask that holds it.
 
     ``kg rescale`` gives every new subtask every union element (the list Flink hands each subtask at
-    restore), whereas a savepoint stores union state as per-subtask partitions that Flink concatenates
-    when it restores; written back unchanged, each element would be restored once per subtask.
+    restore) and marks the state ``replicated``; a savepoint stores union state as per-subtask partitions
+    that Flink concatenates when it restores, so one copy restores exactly the list every subtask held.
+
+    Raises:
+        InvalidSnapshotError: A replicated state's copies differ (``UNION_REPLICAS_DIFFER``).
     """
-    while isinstance(origin, Mapping):
-        rescaled = origin.get("operators", []) if origin.get("kind") == "rescale" else []
-        if any(isinstance(o, Mapping) and o.get("operator_id") == operator_id for o in rescaled):
-            return True
-        origin = origin.get("input_origin")  # type: ignore[assignment]
-    return False
-
-
-def _collapse_union_state(op: Operator, tables: dict[int, pa.Table]) -> dict[int, pa.Table]:
-    """Keep each union state's (identical, replicated) list on the lowest subtask only.
-
-    Flink restores union state as the concatenation of every subtask's partition, so one copy restores
-    exactly the list every subtask held. Lists that differ between subtasks are left as they are.
-    """
-    union = {s.name for s in op.states if s.kind == "operator-union"}
-    if not union or len(tables) < 2:
+    replicated = [s.name for s in op.states if s.replicated]
+    if not replicated or len(tables) < 2:
         return tables
-    first = min(tables)
-    drop: set[str] = set()
-    for name in union:
-        lists = [_state_rows(t, name) for _i, t in sorted(tables.items())]
-        if all(rows == lists[0] for rows in lists[1:]):
-            drop.add(name)
-    if not drop:
-        return tables
-    mask_names = pa.array(sorted(drop), type=pa.string())
+    first: dict[str, int] = {}
+    for name in replicated:
+        holders = {i: rows for i, t in sorted(tables.items()) if (rows := _state_rows(t, name))}
+        copies = list(holders.values())
+        if any(rows != copies[0] for rows in copies[1:]):
+            raise InvalidSnapshotError(
+                f"{where}: union state {name!r} is marked replicated but its subtasks hold different lists",
+                code="UNION_REPLICAS_DIFFER",
+            )
+        first[name] = min(holders, default=-1)
     out = {}
     for index, table in tables.items():
-        if index == first:
-            out[index] = table
-        else:
-            keep = pc.invert(pc.is_in(table.column("state"), value_set=mask_names))
-            out[index] = table.filter(keep)
+        drop = [name for name in replicated if index != first[name]]
+        if drop:
+            keep = pc.invert(pc.is_in(table.column("state"), value_set=pa.array(drop, type=pa.string())))
+            table = table.filter(keep)
+        out[index] = table
     return out
 
 

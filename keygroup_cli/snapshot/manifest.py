@@ -322,6 +322,12 @@ def _validate_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
             )
         if state.name in names:
             raise InvalidSnapshotError(f"{where}: state {state.name!r} listed twice", code="STATE_DUPLICATE")
+        marker = state.extensions.get("replicated")
+        if marker is not None and (not isinstance(marker, bool) or state.kind != "operator-union"):
+            raise InvalidSnapshotError(
+                f"{where}: state {state.name!r}: 'replicated' must be a boolean on an operator-union state",
+                code="MANIFEST_FIELD_INVALID",
+            )
         names.add(state.name)
     has_keyed = any(s.kind in KEYED_KINDS for s in op.states)
     if op.key_type is not None and op.key_type not in KEY_TYPES:

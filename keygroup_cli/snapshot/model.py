@@ -39,6 +39,15 @@ class StateDescriptor:
         """Return whether the state lives in keyed files."""
         return self.kind in KEYED_KINDS
 
+    @property
+    def replicated(self) -> bool:
+        """Return whether this union state is marked replicated (``"replicated": true``).
+
+        A replicated union state holds the same, complete list on every subtask that has it (what
+        ``kg rescale`` writes: the list Flink hands each subtask at restore), so one copy is the state.
+        """
+        return self.kind == "operator-union" and self.extensions.get("replicated") is True
+
 
 @dataclass(frozen=True, slots=True)
 class KeyedFile:

@@ -78,12 +78,14 @@ def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) 
             done += 1
             if on_progress is not None:
                 on_progress("verify", done, total)
+        replicas: dict[str, dict[int, list[tuple[int, bytes]]]] = {}
         for operator_file in op.operator_files:
             if _check_digest(snapshot, operator_file, findings):
-                rows += _check_operator_file(snapshot, op, operator_file, findings)
+                rows += _check_operator_file(snapshot, op, operator_file, findings, replicas)
             done += 1
             if on_progress is not None:
                 on_progress("verify", done, total)
+        findings.extend(_replica_findings(op, replicas))
     findings.extend(_extra_files(snapshot))
     return VerifyReport(str(snapshot.path), total, rows, tuple(findings))
 
@@ -300,8 +302,13 @@ def _shape_example(state: pa.Array, kinds: npt.NDArray[np.object_], row: int) ->
 
 
 def _check_operator_file(
-    snapshot: Snapshot, op: Operator, entry: OperatorFile, findings: list[Finding]
+    snapshot: Snapshot,
+    op: Operator,
+    entry: OperatorFile,
+    findings: list[Finding],
+    replicas: dict[str, dict[int, list[tuple[int, bytes]]]],
 ) -> int:
+    """Check one operator-state file; collect the lists of replicated union states into ``replicas``."""
     pf = _open(snapshot, entry, findings)
     if pf is None:
         return 0
@@ -347,6 +354,12 @@ def _check_operator_file(
             )
             kinds[name] = "?"
         by_state.setdefault(name, []).append(position)
+    replicated = {st.name for st in op.states if st.replicated}
+    if replicated & by_state.keys():
+        values = table.column("value").to_pylist()
+        for name, position, value in zip(states, positions, values, strict=True):
+            if name in replicated:
+                replicas.setdefault(name, {}).setdefault(entry.subtask, []).append((position, value))
     for name, got in by_state.items():
         if sorted(p for p in got if p is not None) != list(range(len(got))):
             findings.append(
@@ -357,6 +370,25 @@ def _check_operator_file(
                 )
             )
     return int(table.num_rows)
+
+
+def _replica_findings(op: Operator, replicas: dict[str, dict[int, list[tuple[int, bytes]]]]) -> list[Finding]:
+    """A replicated union state must hold the very same list on every subtask that has it."""
+    findings = []
+    for name, lists in replicas.items():
+        copies = {subtask: sorted(rows, key=lambda r: r[0]) for subtask, rows in sorted(lists.items())}
+        first, reference = next(iter(copies.items()))
+        differing = [subtask for subtask, rows in copies.items() if rows != reference]
+        if differing:
+            findings.append(
+                _error(
+                    "UNION_REPLICAS_DIFFER",
+                    op.label,
+                    f"union state {name!r} is marked replicated, but subtask(s) "
+                    f"{', '.join(map(str, differing))} hold a different list than subtask {first}",
+                )
+            )
+    return findings
 
 
 def _extra_files(snapshot: Snapshot) -> Iterable[Finding]:

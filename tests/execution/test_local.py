@@ -9,6 +9,7 @@ from keygroup_cli.execution.local import LocalExecutor
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.keygroups import operator_index_for_key_group
 from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.execution.snapshots import generate, keyed_rows, operator_rows
 
 
@@ -140,3 +141,18 @@ def test_same_parallelism_with_union_state_spreads_the_union(source, tmp_path):
     # Keyed files are copied unchanged.
     old_op = open_snapshot(source).manifest.operator("counter")
     assert result.manifest.operator("counter").keyed_files == old_op.keyed_files
+
+
+@pytest.mark.parametrize("chain", [(4, 2), (3, 3), (1, 5)])
+def test_rescaling_twice_keeps_each_union_element_once(source, tmp_path, chain):
+    first = rescale(source, tmp_path / "a", chain[0], engine="local", operators=["counter"])
+    second = rescale(first.output, tmp_path / "b", chain[1], engine="local", operators=["counter"])
+    before = operator_rows(source, "counter")
+    old_union = [r[3] for s in sorted(before) for r in before[s] if r[0] == "offsets"]
+    for result in (first, second):
+        (offsets,) = (s for s in result.operator("counter").states if s.name == "offsets")
+        assert offsets.replicated
+        after = operator_rows(result.output, "counter")
+        for s in range(result.operator("counter").parallelism):
+            assert [r[3] for r in after[s] if r[0] == "offsets"] == old_union
+    assert diff_snapshots(source, second.output).same

@@ -68,6 +68,19 @@ def test_union_goes_everywhere_and_counts_add_up() -> None:
     assert all(r.state == "offsets" for r in plan.runs)
 
 
+def test_replicated_union_state_counts_once() -> None:
+    # After a kg rescale every subtask holds the same complete list: its first copy is the state.
+    states = [StateDescriptor("offsets", "operator-union", {"replicated": True})]
+    plan = redistribute_operator_state(states, [{}, {"offsets": 3}, {"offsets": 3}], 2)
+    assert plan.new_counts == (3, 3)
+    assert {r.from_subtask for r in plan.runs} == {1}
+    # Unmarked, the same counts are per-subtask partitions and are concatenated.
+    plain = redistribute_operator_state(
+        [StateDescriptor("offsets", "operator-union")], [{}, {"offsets": 3}, {"offsets": 3}], 2
+    )
+    assert plain.new_counts == (6, 6)
+
+
 def test_java_hashmap_order_buckets_then_insertion() -> None:
     # "a" (97) lands in bucket 1 and "b" (98) in 2, whatever the insertion order; "Aa" and "BB" collide
     # (both hash to 2112), so they keep insertion order within their bucket.

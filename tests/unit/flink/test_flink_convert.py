@@ -210,9 +210,11 @@ def test_rescaled_union_state_is_written_once(converted: dict[str, Path], tmp_pa
     from keygroup_cli.execution.rescale import rescale
     from keygroup_cli.flink.handles import OperatorStateHandle
 
+    # Rescaled twice (3 -> 2 -> 4): the replicated marker keeps the second rescale from multiplying it.
     rescale(
-        converted["heap-files-p3-maxp128-long"], tmp_path / "r.kg", 4, operators=["op-state"], engine="local"
+        converted["heap-files-p3-maxp128-long"], tmp_path / "r2.kg", 2, operators=["op-state"], engine="local"
     )
+    rescale(tmp_path / "r2.kg", tmp_path / "r.kg", 4, operators=["op-state"], engine="local")
     snap = open_snapshot(tmp_path / "r.kg")
     op = snap.manifest.operator("op-state")
     assert op is not None

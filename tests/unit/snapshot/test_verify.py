@@ -173,6 +173,36 @@ def test_operator_positions_and_broadcast_shape(snap: Path) -> None:
     assert _codes(snap) == ["OPERATOR_STATE_POSITIONS", "STATE_ROW_SHAPE"]
 
 
+def test_replicated_union_copies_must_agree(snap: Path, tmp_path: Path) -> None:
+    from keygroup_cli.execution.rescale import rescale
+
+    out = rescale(snap, tmp_path / "r", 3, operators=["counter"], engine="local").output
+    assert verify_snapshot(out).ok  # the marked copies are identical
+
+    def drop_a_union_element(t: pa.Table) -> pa.Table:
+        union_rows = pc.equal(t.column("state").cast(pa.string()), "offsets").to_pylist()
+        keep = [True] * t.num_rows
+        keep[max(i for i, u in enumerate(union_rows) if u)] = False
+        return t.filter(pa.array(keep))
+
+    path = _rewrite(out, drop_a_union_element, keyed=False, recount=False)
+    manifest = _manifest(out)
+    entry = next(f for f in manifest["operators"][0]["operator_files"] if f["path"] == path)
+    entry["rows"] = pq.read_metadata(out / path).num_rows
+    _save(out, manifest)
+    report = verify_snapshot(out)
+    assert [f.code for f in report.findings] == ["UNION_REPLICAS_DIFFER"]
+    assert "'offsets'" in report.findings[0].message
+
+
+def test_replicated_marker_only_on_union_state(snap: Path) -> None:
+    manifest = _manifest(snap)
+    manifest["operators"][0]["states"][0]["replicated"] = True
+    _save(snap, manifest)
+    with pytest.raises(InvalidSnapshotError, match="'replicated' must be a boolean on an operator-union"):
+        open_snapshot(snap)
+
+
 def test_operator_id_not_uid_hash_is_a_warning(snap: Path) -> None:
     manifest = _manifest(snap)
     manifest["operators"][0]["operator_id"] = "0" * 32
