@@ -140,6 +140,20 @@ def stream_size(handle: StreamHandle | None) -> int:
     return 0 if handle is None else handle.size
 
 
+def key_group_extents(handle: KeyGroupsHandle, size: int) -> list[tuple[int, int, int]]:
+    """Return ``(key_group, start, end)`` of every non-empty key group, in file order.
+
+    A block ends where the next block (in file order) begins, or at the end of the stream. Pure offset
+    math (no I/O, no pyarrow), so metadata-only commands can size key groups without the decoder.
+    """
+    present = sorted((off, handle.key_group_start + i) for i, off in enumerate(handle.offsets) if off != 0)
+    out = []
+    for j, (off, group) in enumerate(present):
+        end = present[j + 1][0] if j + 1 < len(present) else size
+        out.append((group, off, end))
+    return out
+
+
 # -- keyed handles -----------------------------------------------------------------------------------------
 
 

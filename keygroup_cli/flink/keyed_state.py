@@ -28,7 +28,13 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import local_path
-from keygroup_cli.flink.handles import ByteStreamHandle, KeyGroupsHandle, SegmentFileHandle, StreamHandle
+from keygroup_cli.flink.handles import (
+    ByteStreamHandle,
+    KeyGroupsHandle,
+    SegmentFileHandle,
+    StreamHandle,
+    key_group_extents,
+)
 from keygroup_cli.flink.keyed_header import KeyedStateHeader, StateMetaInfo
 from keygroup_cli.flink.serializers import (
     KeyCodec,
@@ -364,19 +370,6 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
             f"{source}: key group {key_group}: block ends before its END_OF_KEY_GROUP mark",
             code="FLINK_STATE_CORRUPT",
         ) from None
-
-
-def key_group_extents(handle: KeyGroupsHandle, size: int) -> list[tuple[int, int, int]]:
-    """Return ``(key_group, start, end)`` of every non-empty key group, in file order.
-
-    A block ends where the next block (in file order) begins, or at the end of the stream.
-    """
-    present = sorted((off, handle.key_group_start + i) for i, off in enumerate(handle.offsets) if off != 0)
-    out = []
-    for j, (off, group) in enumerate(present):
-        end = present[j + 1][0] if j + 1 < len(present) else size
-        out.append((group, off, end))
-    return out
 
 
 def decode_keyed_file(
