@@ -50,7 +50,7 @@ def test_inspect_json_matches_flink_report(kg: Callable[..., Any], case: Path) -
 
 
 def test_inspect_text_lists_operators_states_and_subtasks(kg: Callable[..., Any]) -> None:
-    case = next(c for c in CASES if c.name.startswith("heap-files-p3"))
+    case = next(c for c in CASES if c.name == "heap-files-p3-maxp128-long")
     result = kg("inspect", case, "--subtasks")
     assert result.exit_code == 0
     assert result.stderr == ""
@@ -95,7 +95,7 @@ def test_inspect_unsupported_version_exit_4(kg: Callable[..., Any], tmp_path: Pa
 
 
 def test_inspect_missing_state_file_is_invalid(kg: Callable[..., Any], tmp_path: Path) -> None:
-    case = next(c for c in CASES if c.name.startswith("heap-files-p3"))
+    case = next(c for c in CASES if c.name == "heap-files-p3-maxp128-long")
     (tmp_path / "_metadata").write_bytes((case / "_metadata").read_bytes())
     result = kg("inspect", tmp_path)
     assert result.exit_code == 3
@@ -124,7 +124,7 @@ def test_inspect_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
 
 
 def test_inspect_and_check_do_not_import_pyspark() -> None:
-    case = next(c for c in CASES if c.name.startswith("heap-files-p3"))
+    case = next(c for c in CASES if c.name == "heap-files-p3-maxp128-long")
     code = (
         "import sys\n"
         "from keygroup_cli.cli import run\n"

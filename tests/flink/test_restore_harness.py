@@ -128,7 +128,7 @@ def _by_key(entries: list[dict[str, Any]]) -> list[str]:
 
 
 def test_fixture_cases_are_present() -> None:
-    assert len(ALL_CASES) == 8
+    assert len(ALL_CASES) == 22
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
