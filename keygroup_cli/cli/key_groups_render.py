@@ -1,0 +1,80 @@
+"""Text of ``kg inspect --key-groups``: bytes per key group and the parallelisms that balance them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from keygroup_cli.key_group_sizes import KeyGroupSizes
+
+_SOURCES = {
+    "key-group-offsets": "exact: from the key-group offsets, bytes as stored",
+    "manifest-estimate": "estimated: file bytes shared out by rows per key group",
+}
+
+
+def human_size(n: float) -> str:
+    """Return ``n`` bytes as ``123 B`` / ``4.5 KiB`` / … ``GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{int(n)} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
+    """Print one operator's key-group sizes, its current spread and the byte-weighted advice."""
+    from keygroup_cli.key_group_sizes import DEFAULT_TOP
+
+    if not sizes.available:
+        console.print(f"  {sizes.unavailable_reason}", markup=False)
+        return
+    console.print(
+        f"  key-group bytes: {human_size(sizes.total_bytes)} in {len(sizes.bytes)} key groups "
+        f"({sizes.non_empty_key_groups} with data); files {human_size(sizes.stored_bytes)}"
+    )
+    console.print(f"    {_SOURCES.get(sizes.source or '', sizes.source)}", markup=False)
+    console.print(
+        f"    per key group: min {human_size(sizes.min_bytes)}, median {human_size(sizes.median_bytes)}, "
+        f"max {human_size(sizes.max_bytes)}"
+    )
+    hot = Table(box=None, padding=(0, 1))
+    for name in ("hottest key group", "bytes", "share", "subtask"):
+        hot.add_column(name, justify="right")
+    for kg, size, subtask in sizes.hottest(DEFAULT_TOP):
+        hot.add_row(str(kg), human_size(size), f"{size / sizes.total_bytes:.1%}", str(subtask))
+    if hot.row_count:
+        console.print(Padding(hot, (0, 0, 0, 3)))
+    loads = [s.bytes for s in sizes.subtasks]
+    largest = max(range(len(loads)), key=lambda i: (loads[i], -i))
+    console.print(
+        f"    at parallelism {sizes.parallelism} subtasks hold {human_size(min(loads))} to "
+        f"{human_size(max(loads))} (largest: subtask {largest})"
+    )
+    best = sizes.best(DEFAULT_TOP)
+    notes: dict[int, list[str]] = {sizes.parallelism: ["current"]}
+    for advice in best:
+        notes.setdefault(advice.parallelism, []).append("best")
+    for advice in sizes.advice:
+        if advice.key_group_skew == 1.0:
+            notes.setdefault(advice.parallelism, []).append("even key groups")
+    table = Table(box=None, padding=(0, 1))
+    for name in ("p", "byte skew", "key-group skew", "largest subtask"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("", overflow="fold")
+    by_p = {a.parallelism: a for a in sizes.advice}
+    for p in sorted(notes):
+        found = by_p.get(p)
+        if found is None:  # the current parallelism, outside the range judged
+            row = (f"{sizes.skew:.2f}", f"{sizes.key_group_skew:.2f}", human_size(max(loads)))
+        else:
+            row = (f"{found.byte_skew:.2f}", f"{found.key_group_skew:.2f}", human_size(found.max_bytes))
+        table.add_row(str(p), *row, ", ".join(notes[p]))
+    console.print(Padding(table, (0, 0, 0, 2)))
+    lo, hi = sizes.advice[0].parallelism, sizes.advice[-1].parallelism
+    ranked = ", ".join(f"{a.parallelism} ({a.byte_skew:.2f})" for a in best)
+    console.print(f"    best (most even by bytes) in {lo}-{hi}: {ranked}", soft_wrap=True)
