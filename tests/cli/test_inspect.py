@@ -135,3 +135,139 @@ def test_inspect_and_check_do_not_import_pyspark() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "IMPORTED []" in done.stdout
+
+
+def _flink_key_group_bytes(case: Path, operator_id: str) -> list[int]:
+    """Return bytes per key group from Flink's report: offset to next offset, or to the stream's end."""
+    report = json.loads((case / "flink-report.json").read_text(encoding="utf-8"))
+    op = next(o for o in report["metadata"]["operators"] if o["operatorId"] == operator_id)
+    sizes = [0] * op["maxParallelism"]
+    for sub in op["subtasks"]:
+        for keyed in sub["managedKeyedState"]:
+            delegate = keyed["delegate"]
+            end = delegate.get("inlineSize") or report["files"][delegate["resolvedPath"]]
+            start = keyed["keyGroupRange"][0]
+            present = sorted((o, start + j) for j, o in enumerate(keyed["offsets"]) if o)
+            for (offset, group), nxt in zip(present, [o for o, _ in present[1:]] + [end], strict=True):
+                sizes[group] = nxt - offset
+    return sizes
+
+
+@pytest.mark.parametrize("name", ["heap-files-p3-maxp128-long", "rocksdb-canonical-snappy-p2-maxp256-string"])
+def test_inspect_key_groups_json_matches_flinks_offsets(kg: Callable[..., Any], name: str) -> None:
+    case = next(c for c in CASES if c.name == name)
+    result = kg("inspect", case, "--key-groups", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    doc = result.json()
+    keyed = [op for op in doc["operators"] if op["has_keyed_state"]]
+    assert len(keyed) == 2
+    assert all("key_group_sizes" not in op for op in doc["operators"] if not op["has_keyed_state"])
+    for op in keyed:
+        sizes = op["key_group_sizes"]
+        assert sizes["available"] is True and sizes["source"] == "key-group-offsets"
+        assert sizes["bytes"] == _flink_key_group_bytes(case, op["operator_id"])
+        assert sizes["total_bytes"] == sum(sizes["bytes"])
+        assert sizes["stored_bytes"] == op["keyed_bytes"]
+        assert [s["stored_bytes"] for s in sizes["subtasks"]] == [s["keyed_bytes"] for s in op["subtasks"]]
+        assert sizes["non_empty_key_groups"] == sum(s["non_empty_key_groups"] for s in op["subtasks"])
+        assert sizes["hottest"][0]["bytes"] == sizes["max_bytes"] == max(sizes["bytes"])
+        advice = sizes["advice"]
+        assert (advice["min"], advice["max"]) == (2, 32)
+        assert [a["parallelism"] for a in advice["parallelisms"]] == list(range(2, 33))
+        current = next(a for a in advice["parallelisms"] if a["parallelism"] == op["parallelism"])
+        assert current["byte_skew"] == sizes["skew"]
+        assert current["max_bytes"] == max(s["bytes"] for s in sizes["subtasks"])
+
+
+def test_inspect_key_groups_text(kg: Callable[..., Any]) -> None:
+    case = next(c for c in CASES if c.name == "heap-files-p3-maxp128-long")
+    result = kg("inspect", case, "--key-groups")
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    out = result.stdout
+    assert "key-group bytes: 57.1 KiB in 128 key groups (101 with data); files 62.5 KiB" in out
+    assert "exact: from the key-group offsets" in out
+    assert "hottest key group" in out
+    assert "at parallelism 3 subtasks hold" in out
+    assert "best (most even by bytes) in 2-32:" in out
+    assert "even key groups" in out
+
+
+def test_inspect_min_max_imply_key_groups(kg: Callable[..., Any]) -> None:
+    case = next(c for c in CASES if c.name == "heap-inline-p3-maxp10-string")
+    result = kg("inspect", case, "--min", "4", "--max", "50", "--json")
+    assert result.exit_code == 0, result.stderr
+    op = next(o for o in result.json()["operators"] if o["uid"] == "keyed-state")
+    advice = op["key_group_sizes"]["advice"]
+    # --max is clipped to maxParallelism 10.
+    assert [a["parallelism"] for a in advice["parallelisms"]] == list(range(4, 11))
+    skews = {a["parallelism"]: a["byte_skew"] for a in advice["parallelisms"]}
+    assert len(advice["best"]) == 5
+    assert [skews[p] for p in advice["best"]] == sorted(skews.values())[:5]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), [(["--min", "0"], "at least 1"), (["--min", "11"], "maxParallelism")]
+)
+def test_inspect_key_groups_bad_range_is_usage_error(
+    kg: Callable[..., Any], args: list[str], message: str
+) -> None:
+    case = next(c for c in CASES if c.name == "heap-inline-p3-maxp10-string")
+    result = kg("inspect", case, *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["rocksdb-native-p2-maxp128-string", "rocksdb-native-files-p2-maxp128-long"])
+def test_inspect_key_groups_native_savepoint_exit_4(kg: Callable[..., Any], name: str) -> None:
+    case = next(c for c in CASES if c.name == name)
+    result = kg("inspect", case, "--key-groups", "--json")
+    assert result.exit_code == 4
+    assert result.json()["error"]["code"] == "KEY_GROUP_SIZES_UNAVAILABLE"
+    assert "NATIVE" in result.stderr and "canonical savepoint" in result.stderr
+    assert result.stderr.count("\n") == 1
+    # Without --key-groups the same savepoint inspects fine.
+    assert kg("inspect", case).exit_code == 0
+
+
+def test_inspect_key_groups_missing_state_file_exit_3(kg: Callable[..., Any], tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.name.startswith("heap-files-p3"))
+    for f in case.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    report = json.loads((case / "flink-report.json").read_text(encoding="utf-8"))
+    op = next(o for o in report["metadata"]["operators"] if o["operatorUid"] == "keyed-state")
+    victim = op["subtasks"][1]["managedKeyedState"][0]["delegate"]["resolvedPath"]
+    (tmp_path / victim).unlink()
+    result = kg("inspect", tmp_path, "--key-groups")
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    assert victim in result.stderr and "state file is missing" in result.stderr
+
+
+def test_inspect_key_groups_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
+    out = tmp_path / "snap"
+    assert kg("generate", out, "--operator", "counter", "-p", "2", "-m", "16", "--keys", "500").exit_code == 0
+    result = kg("inspect", out, "--key-groups", "--json")
+    assert result.exit_code == 0, result.stderr
+    op = next(o for o in result.json()["operators"] if o["has_keyed_state"])
+    sizes = op["key_group_sizes"]
+    assert sizes["source"] == "manifest-estimate"
+    assert len(sizes["bytes"]) == 16
+    assert [s["bytes"] for s in sizes["subtasks"]] == [s["keyed_bytes"] for s in op["subtasks"]]
+    assert sizes["advice"]["max"] == 16
+    text = kg("inspect", out, "--key-groups").stdout
+    assert "estimated: file bytes shared out by rows per key group" in text
+
+
+def test_inspect_key_groups_does_not_import_pyspark() -> None:
+    case = next(c for c in CASES if c.name.startswith("heap-files-p3"))
+    code = (
+        "import sys\n"
+        "from keygroup_cli.cli import run\n"
+        f"assert run(['inspect', {str(case)!r}, '--key-groups', '--json']) == 0\n"
+        "print('IMPORTED', sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "IMPORTED []" in done.stdout
