@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.keygroups import KeyGroupRange, check_parallelism_bounds, skew, subtask_ranges
@@ -320,7 +321,8 @@ def plan_rescale(
         new_parallelism: The new parallelism of the selected operators.
         operators: uids or operator ids to rescale; None rescales every operator. The others are kept.
         new_max_parallelism: A new maxParallelism for the selected operators (keys are re-hashed).
-        expected_parallelism: If given, every selected operator must currently have this parallelism.
+        expected_parallelism: ``--from``: without ``operators``, the operators that have this parallelism
+            are rescaled (at least one with state must); with ``operators``, each must have it.
         operator_state_counts: Elements per old subtask per operator-state name, by operator id; read from
             the operator-state files (their ``state`` column only) when not given.
 
@@ -330,31 +332,30 @@ def plan_rescale(
         UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
     """
     manifest = snapshot.manifest
-    selected = _select(manifest.operators, operators)
+    selected = select_operators(
+        manifest.operators,
+        operators,
+        expected_parallelism,
+        {op.operator_id for op in manifest.operators if op.files},
+    )
     plans = []
     for op in manifest.operators:
-        if op.operator_id not in selected:
+        target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
+        if target is None:
             plans.append(_keep(op))
             continue
-        if expected_parallelism is not None and op.parallelism != expected_parallelism:
-            raise InvalidArgumentError(
-                f"--from {expected_parallelism} does not match operator {op.label!r}, "
-                f"which has parallelism {op.parallelism} in the snapshot",
-                code="PARALLELISM_MISMATCH",
-            )
-        new_max = op.max_parallelism if new_max_parallelism is None else new_max_parallelism
-        check_parallelism_bounds(new_max, new_parallelism)
-        if new_max != op.max_parallelism and op.keyed_files and op.key_type == "binary":
-            raise UnsupportedFormatError(
-                f"operator {op.label!r} has binary keys, which kg cannot re-hash, so its maxParallelism "
-                f"cannot change from {op.max_parallelism} to {new_max}; drop --max-parallelism",
-                code="KEY_TYPE_NOT_HASHABLE",
-            )
+        new_max = validate_operator_request(
+            op,
+            op.key_type if op.keyed_files else None,
+            target,
+            new_max_parallelism,
+            expected_parallelism if op.operator_id in selected else None,
+        )
         if not op.keyed_files:
             mode = "none"
         elif new_max != op.max_parallelism:
             mode = "rehash"
-        elif new_parallelism == op.parallelism:
+        elif target == op.parallelism:
             mode = "copy"
         else:
             mode = "move"
@@ -364,14 +365,14 @@ def plan_rescale(
             key_groups = plan_key_groups(
                 op.max_parallelism,
                 op.parallelism,
-                new_parallelism,
+                target,
                 key_group_rows=rows,
                 key_group_bytes=sizes,
             )
         operator_state = None
         if any(not s.is_keyed for s in op.states) and op.operator_files:
             counts = (operator_state_counts or {}).get(op.operator_id) or _operator_state_counts(snapshot, op)
-            operator_state = redistribute_operator_state(op.states, counts, new_parallelism)
+            operator_state = redistribute_operator_state(op.states, counts, target)
         plans.append(
             OperatorPlan(
                 uid=op.uid,
@@ -379,7 +380,7 @@ def plan_rescale(
                 key_type=op.key_type,
                 rescaled=True,
                 old_parallelism=op.parallelism,
-                new_parallelism=new_parallelism,
+                new_parallelism=target,
                 old_max_parallelism=op.max_parallelism,
                 new_max_parallelism=new_max,
                 keyed_mode=mode,
@@ -393,9 +394,110 @@ def plan_rescale(
     return RescalePlan(manifest.snapshot_id, new_parallelism, new_max_parallelism, tuple(plans))
 
 
-def _select(all_operators: Sequence[Operator], labels: Sequence[str] | None) -> set[str]:
+class LabelledOperator(Protocol):
+    """What request validation needs of an operator (a kg ``Operator`` or a Flink ``OperatorState``)."""
+
+    @property
+    def uid(self) -> str | None: ...  # noqa: D102
+    @property
+    def operator_id(self) -> str: ...  # noqa: D102
+    @property
+    def parallelism(self) -> int: ...  # noqa: D102
+    @property
+    def max_parallelism(self) -> int: ...  # noqa: D102
+    @property
+    def label(self) -> str: ...  # noqa: D102
+
+
+def validate_operator_request(
+    op: LabelledOperator,
+    key_type: str | None,
+    new_parallelism: int,
+    new_max_parallelism: int | None,
+    expected_parallelism: int | None,
+) -> int:
+    """Check one operator's rescale request against Flink's rules; return its new maxParallelism.
+
+    Shared by ``plan_rescale`` (kg snapshots) and the savepoint preflight, so both refuse the same
+    requests with the same messages before anything is written.
+
+    Args:
+        op: The operator as it is now.
+        key_type: Its key type if it has keyed state, else None.
+        new_parallelism: The requested parallelism.
+        new_max_parallelism: The requested maxParallelism (None keeps the current one).
+        expected_parallelism: ``--from``: the parallelism the operator must have now, if given.
+
+    Raises:
+        InvalidArgumentError: ``--from`` mismatch or a parallelism outside Flink's bounds.
+        UnsupportedFormatError: A maxParallelism change of an operator with ``binary`` keys.
+    """
+    if expected_parallelism is not None and op.parallelism != expected_parallelism:
+        raise _parallelism_mismatch(op, expected_parallelism)
+    new_max = op.max_parallelism if new_max_parallelism is None else new_max_parallelism
+    check_parallelism_bounds(new_max, new_parallelism)
+    if new_max != op.max_parallelism and key_type == "binary":
+        raise UnsupportedFormatError(
+            f"operator {op.label!r} has binary keys, which kg cannot re-hash, so its maxParallelism "
+            f"cannot change from {op.max_parallelism} to {new_max}; drop --max-parallelism",
+            code="KEY_TYPE_NOT_HASHABLE",
+        )
+    return new_max
+
+
+def operator_target(
+    op: LabelledOperator,
+    selected: set[str],
+    labels: Sequence[str] | None,
+    new_parallelism: int,
+    new_max_parallelism: int | None,
+) -> int | None:
+    """Return the parallelism an operator is rescaled to, or None if it is kept as it is.
+
+    Selected operators go to ``new_parallelism``. An operator left out by ``--from`` (not by naming
+    ``--operator``s) still takes a new maxParallelism, at its own parallelism: Flink checks every
+    operator's maxParallelism against the job's at restore, so leaving one behind would fail there.
+    """
+    if op.operator_id in selected:
+        return new_parallelism
+    if labels or new_max_parallelism is None or new_max_parallelism == op.max_parallelism:
+        return None
+    return op.parallelism
+
+
+def _parallelism_mismatch(op: LabelledOperator, expected: int) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"--from {expected} does not match operator {op.label!r}, "
+        f"which has parallelism {op.parallelism} in the snapshot",
+        code="PARALLELISM_MISMATCH",
+    )
+
+
+def select_operators(
+    all_operators: Sequence[LabelledOperator],
+    labels: Sequence[str] | None,
+    expected_parallelism: int | None = None,
+    with_state: set[str] | None = None,
+) -> set[str]:
+    """Return the ids of the operators to rescale.
+
+    Operators named by uid or id, if ``labels`` are given. Otherwise, with ``--from P``
+    (``expected_parallelism``), the operators at parallelism P: ``kg rescale --from 3 --to 4`` on a job
+    whose non-parallel source runs at 1 rescales the operators at 3 and keeps the source as it is. Without
+    either, every operator.
+
+    Raises:
+        InvalidArgumentError: A label names no operator (``OPERATOR_NOT_FOUND``); no operator with state
+            (ids in ``with_state``) has parallelism P (``PARALLELISM_MISMATCH``).
+    """
     if not labels:
-        return {op.operator_id for op in all_operators}
+        if expected_parallelism is None:
+            return {op.operator_id for op in all_operators}
+        chosen = {op.operator_id for op in all_operators if op.parallelism == expected_parallelism}
+        stateful = [op for op in all_operators if with_state is None or op.operator_id in with_state]
+        if stateful and not any(op.operator_id in chosen for op in stateful):
+            raise _parallelism_mismatch(stateful[0], expected_parallelism)
+        return chosen
     chosen = set()
     for label in labels:
         match = next((op for op in all_operators if label in (op.uid, op.operator_id)), None)

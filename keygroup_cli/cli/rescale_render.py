@@ -149,13 +149,25 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
                 ],
             }
         )
+    written = result.savepoint
     return {
         "output": str(result.output),
+        "output_format": "kg-snapshot" if written is None else "flink-savepoint",
         "engine": result.engine,
         "wall_seconds": round(result.wall_seconds, 3),
         "snapshot_id": result.manifest.snapshot_id,
         "moved_rows": sum(op["moved_rows"] for op in operators),
         "operators": operators,
+        "savepoint": None
+        if written is None
+        else {
+            "keyed_files": written.keyed_files,
+            "keyed_entries": written.keyed_rows,
+            "operator_files": written.operator_files,
+            "operator_elements": written.operator_rows,
+            "bytes": written.bytes,
+            "compression": written.compressed,
+        },
     }
 
 
@@ -164,8 +176,12 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     table = Table()
     for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "operator rows"):
         table.add_column(name, justify="left" if name == "operator" else "right")
+    stateless = 0
     for op in document["operators"]:
         label = op["uid"] or op["operator_id"]
+        if not any(s["keyed_rows"] or s["operator_rows"] for s in op["subtasks"]):
+            stateless += 1  # a savepoint lists every operator of the job; most hold no state
+            continue
         if not op["rescaled"]:
             table.add_row(label, "kept", "", f"{op['keyed_rows']:,}", "", "")
             continue
@@ -179,8 +195,11 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
                 f"{s['operator_rows']:,}",
             )
     console.print(table)
+    if stateless:
+        console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
+    what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"
     console.print(
         f"{document['moved_rows']:,} keyed rows moved; engine {document['engine']}, "
-        f"{document['wall_seconds']:.1f} s; committed {document['output']}",
+        f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",
         soft_wrap=True,
     )

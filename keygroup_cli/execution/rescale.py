@@ -21,11 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import ExecutionError, InvalidArgumentError
 from keygroup_cli.execution import ExecutionResult, Executor, OnProgress, get_executor
+from keygroup_cli.flink.convert import is_flink_savepoint
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest, verify_file
@@ -40,6 +41,9 @@ from keygroup_cli.snapshot.model import (
 )
 from keygroup_cli.snapshot.staging import staged_directory
 
+if TYPE_CHECKING:
+    from keygroup_cli.flink.convert import ConvertResult
+
 
 @dataclass(frozen=True, slots=True)
 class RescaleResult:
@@ -50,6 +54,8 @@ class RescaleResult:
     output: Path
     engine: str
     wall_seconds: float
+    #: For a Flink savepoint input: what was written at ``output`` (``manifest`` is kg's view of it).
+    savepoint: ConvertResult | None = None
 
     def operator(self, operator_id: str) -> Operator:
         """Return the new manifest entry of ``operator_id``."""
@@ -75,8 +81,12 @@ def rescale(
 ) -> RescaleResult:
     """Rescale the kg snapshot ``source`` to ``new_parallelism`` and commit the result at ``dest``.
 
+    A canonical Flink savepoint as ``source`` gives a Flink savepoint at ``dest``
+    (``keygroup_cli.execution.savepoint.rescale_savepoint``).
+
     Args:
-        source: The input snapshot (a directory, its ``_manifest.json``, or an opened ``Snapshot``).
+        source: The input snapshot (a directory, its ``_manifest.json``, or an opened ``Snapshot``), or a
+            Flink savepoint directory.
         dest: Where the new snapshot is committed; must not exist.
         new_parallelism: The new parallelism of the selected operators.
         from_parallelism: If given, the parallelism every selected operator must have now.
@@ -96,6 +106,23 @@ def rescale(
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
+    if not isinstance(source, Snapshot) and is_flink_savepoint(source):
+        from keygroup_cli.execution.savepoint import rescale_savepoint
+
+        return rescale_savepoint(
+            source,
+            dest,
+            new_parallelism,
+            from_parallelism=from_parallelism,
+            operators=operators,
+            new_max_parallelism=new_max_parallelism,
+            engine=engine,
+            master=master,
+            spark=spark,
+            verbose=verbose,
+            on_progress=on_progress,
+            executor=executor,
+        )
     started = time.monotonic()
     report = on_progress or _ignore
     dest = Path(dest)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,8 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli import __version__
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.errors import (
+    ExecutionError,
+    InvalidArgumentError,
+    InvalidSnapshotError,
+    UnsupportedFormatError,
+)
+from keygroup_cli.flink import FlinkSnapshot, find_metadata, read_flink_metadata
 from keygroup_cli.flink.handles import (
     ByteStreamHandle,
     KeyGroupsHandle,
@@ -47,13 +52,19 @@ from keygroup_cli.flink.keyed_header import (
     read_operator_header,
 )
 from keygroup_cli.flink.keyed_state import KeyedLayout, StreamSource, decode_keyed_file, write_keyed_file
-from keygroup_cli.flink.metadata import CheckpointMetadata, MasterState, OperatorState, SubtaskState
+from keygroup_cli.flink.metadata import (
+    CheckpointMetadata,
+    MasterState,
+    OperatorState,
+    SubtaskState,
+    parse_metadata,
+)
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file, write_operator_file
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
-from keygroup_cli.snapshot.model import KeyedFile
+from keygroup_cli.snapshot.model import MANIFEST_NAME, KeyedFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.snapshot.staging import SnapshotWriter, staged_directory
 
@@ -138,6 +149,25 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                     "take a savepoint",
                     code="FLINK_CHANNEL_STATE",
                 )
+
+
+def key_types(snapshot: FlinkSnapshot) -> dict[str, str]:
+    """Return the kg key type of every operator with keyed state, by operator id (one header read each).
+
+    Keys of Flink's String, Long, Integer and Boolean serializers can be re-hashed; any other key
+    serializer is ``binary``.
+    """
+    found: dict[str, str] = {}
+    for op in snapshot.metadata.operators:
+        for sub in op.subtasks:
+            handle = sub.managed_keyed_state
+            if isinstance(handle, KeyGroupsHandle):
+                with StreamSource(handle.delegate, snapshot.directory) as src:
+                    _raw, header = _keyed_header(src, handle)
+                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+                found[op.operator_id] = layout.codec.key_type
+                break
+    return found
 
 
 def _keyed_header(src: StreamSource, handle: KeyGroupsHandle) -> tuple[bytes, KeyedStateHeader]:
@@ -525,7 +555,9 @@ def snapshot_to_savepoint(
             operators=tuple(operators),
             properties_bytes=properties_bytes if version >= 4 else None,
         )
-        (staging / METADATA_FILE).write_bytes(write_metadata(metadata))
+        encoded = write_metadata(metadata)
+        (staging / METADATA_FILE).write_bytes(encoded)
+        _verify_written(staging, encoded, keyed_rows, manifest)
     return ConvertResult(
         "to-flink",
         str(source),
@@ -538,6 +570,59 @@ def snapshot_to_savepoint(
         size,
         compressed_any,
     )
+
+
+def _verify_written(staging: Path, encoded: bytes, keyed_rows: int, manifest: Manifest) -> None:
+    """Check the savepoint before it is committed: what Flink will read is what kg meant to write.
+
+    The ``_metadata`` on disk parses back and re-encodes to the same bytes; every operator's subtasks cover
+    Flink's key-group ranges for its parallelism and maxParallelism; every referenced file exists with
+    the size its handle records and the offsets fall inside it; and the keyed entries written add up to
+    the snapshot's keyed rows.
+
+    Raises:
+        ExecutionError: Any of these differ (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
+    """
+    where = f"output verification failed: {staging / METADATA_FILE}"
+    on_disk = (staging / METADATA_FILE).read_bytes()
+    metadata = parse_metadata(on_disk, where)
+    if on_disk != encoded or write_metadata(metadata) != encoded:
+        raise ExecutionError(f"{where}: does not read back as written", code="OUTPUT_VERIFICATION_FAILED")
+    for op in metadata.operators:
+        for sub in op.subtasks:
+            subject = f"{where}: operator {op.label!r} subtask {sub.index}"
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, KeyGroupsHandle):
+                want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
+                if (keyed.key_group_start, keyed.key_group_end) != (want.start, want.end):
+                    raise ExecutionError(
+                        f"{subject} covers key groups [{keyed.key_group_start}, {keyed.key_group_end}], "
+                        f"not [{want.start}, {want.end}]",
+                        code="OUTPUT_VERIFICATION_FAILED",
+                    )
+                _check_written_file(staging, keyed.delegate, keyed.offsets, subject)
+            op_handle = sub.managed_operator_state
+            if isinstance(op_handle, OperatorStateHandle):
+                offsets = [o for e in op_handle.states for o in e.offsets]
+                _check_written_file(staging, op_handle.delegate, offsets, subject)
+    if keyed_rows != sum(op.keyed_rows for op in manifest.operators):
+        raise ExecutionError(
+            f"{where}: {keyed_rows} keyed entries written, the snapshot holds "
+            f"{sum(op.keyed_rows for op in manifest.operators)}",
+            code="OUTPUT_VERIFICATION_FAILED",
+        )
+
+
+def _check_written_file(staging: Path, file: Any, offsets: Sequence[int], subject: str) -> None:
+    assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
+    path = staging / file.relative_path
+    size = path.stat().st_size if path.is_file() else -1
+    if size != file.size or any(not 0 <= o < size for o in offsets):
+        raise ExecutionError(
+            f"{subject}: {file.relative_path} has {size} bytes; its handle records {file.size} "
+            f"and offsets up to {max(offsets, default=0)}",
+            code="OUTPUT_VERIFICATION_FAILED",
+        )
 
 
 def _new_file(staging: Path) -> tuple[str, Path]:
@@ -650,9 +735,21 @@ def _write_operator(
 
 
 def is_flink_savepoint(path: str | Path) -> bool:
-    """Return whether ``path`` is a Flink savepoint or checkpoint (has ``_metadata``), not a kg snapshot."""
+    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
+
+    A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
+    savepoint, a ``chk-N`` directory or a job's checkpoint root).
+    """
     p = Path(path)
-    return (p / METADATA_FILE).is_file() or (p.is_file() and p.name == METADATA_FILE)
+    if p.is_file():
+        return p.name == METADATA_FILE
+    if not p.is_dir() or (p / MANIFEST_NAME).exists():
+        return False
+    try:
+        find_metadata(p)
+    except InvalidSnapshotError:
+        return False
+    return True
 
 
 def check_destination(dest: str | Path) -> None:
@@ -671,6 +768,7 @@ __all__ = [
     "check_convertible",
     "check_destination",
     "is_flink_savepoint",
+    "key_types",
     "savepoint_to_snapshot",
     "snapshot_to_savepoint",
 ]

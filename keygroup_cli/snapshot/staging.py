@@ -66,6 +66,24 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
         raise
 
 
+@contextmanager
+def scratch_directory(dest: Path | str) -> Iterator[Path]:
+    """Yield an empty working directory beside ``dest`` for intermediate files; always removed after.
+
+    It is named like a staging directory of ``dest`` (with a ``-work`` suffix), so one left behind by a
+    killed process is cleaned up by the next write to ``dest`` as well.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(dest)
+    scratch = dest.parent / f"{staging_prefix(dest)}{os.getpid()}-{secrets.token_hex(4)}-work"
+    scratch.mkdir()
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _refuse_existing(dest: Path) -> None:
     if dest.exists() or dest.is_symlink():
         raise InvalidArgumentError(
@@ -210,6 +228,7 @@ def snapshot_writer(
 __all__ = [
     "SnapshotWriter",
     "operator_dir_name",
+    "scratch_directory",
     "snapshot_writer",
     "staged_directory",
     "staging_prefix",

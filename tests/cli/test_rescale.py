@@ -17,6 +17,27 @@ def source(tmp_path):
     return generate(tmp_path / "in", ("counter", "string", 600, 3, 10), ("blob", "binary", 200, 2, 128))
 
 
+def test_from_selects_the_operators_at_that_parallelism(kg, source, tmp_path):
+    # `--from 3 --to 4` on a job whose other operator runs at 2: the operators at 3 move, the others stay.
+    result = kg(
+        "rescale",
+        source,
+        "--from",
+        "3",
+        "--to",
+        "4",
+        "--out",
+        tmp_path / "out",
+        "--engine",
+        "local",
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    ops = {op["uid"]: op for op in result.json()["operators"]}
+    assert (ops["counter"]["rescaled"], ops["counter"]["to_parallelism"]) == (True, 4)
+    assert (ops["blob"]["rescaled"], ops["blob"]["to_parallelism"]) == (False, 2)
+
+
 def _leftovers(tmp_path):
     return sorted(p.name for p in tmp_path.iterdir() if p.name != "in")
 
@@ -44,7 +65,7 @@ def test_rescale_text_summary(kg, source, tmp_path):
     result = kg("rescale", source, "--to", "2", "--out", tmp_path / "out", "--engine", "local")
     assert result.exit_code == 0, result.stderr
     assert "keyed rows moved; engine local" in result.stdout
-    assert f"committed {tmp_path / 'out'}\n" in result.stdout
+    assert f"committed kg snapshot {tmp_path / 'out'}\n" in result.stdout
 
 
 @pytest.mark.spark
@@ -69,7 +90,12 @@ def test_rescale_spark_engine_is_quiet_and_equal_to_local(kg, spark, source, tmp
     [
         (["--to", "11"], 2, "kg: error: Maximum parallelism must not be smaller than parallelism.\n"),
         (["--to", "0"], 2, "kg: error: Operator parallelism not within bounds: 0\n"),
-        (["--to", "4", "--from", "2"], 2, "--from 2 does not match operator 'counter'"),
+        (["--to", "4", "--from", "5"], 2, "--from 5 does not match operator 'counter'"),
+        (
+            ["--to", "4", "--from", "2", "--operator", "counter"],
+            2,
+            "--from 2 does not match operator 'counter'",
+        ),
         (["--to", "4", "--operator", "nope"], 2, "no operator 'nope' in the snapshot"),
         (["--to", "4", "-m", "64"], 4, "operator 'blob' has binary keys"),
         (["--to", "4", "-m", "32769"], 2, "Operator parallelism not within bounds: 32769"),

@@ -1,4 +1,4 @@
-"""``kg rescale``: rewrite a kg snapshot for a new parallelism (and optionally a new maxParallelism)."""
+"""``kg rescale``: rewrite a kg snapshot or a Flink savepoint for a new parallelism (and maxParallelism)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ Examples:
   kg rescale snapshot/ --to 8 --out rescaled/ --from 4 --operator counter --json
   kg rescale snapshot/ --to 8 --out rescaled/ --max-parallelism 1024   # re-hashes every key
   kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
+  kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
+  kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
 
+SNAPSHOT is a kg snapshot or a canonical Flink savepoint (then DEST is a savepoint too; NATIVE savepoints
+and incremental checkpoints are refused). With --from P and no --operator, the operators at parallelism P
+are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 """
 
@@ -29,7 +34,11 @@ DEST must not exist; the result is committed by an atomic rename, and on any fai
     "--out", "dest", type=click.Path(path_type=Path), required=True, metavar="DEST", help="New snapshot."
 )
 @click.option(
-    "--from", "from_parallelism", type=int, metavar="P", help="Refuse unless this is the current one."
+    "--from",
+    "from_parallelism",
+    type=int,
+    metavar="P",
+    help="Rescale the operators now at P (with --operator: refuse unless they are at P).",
 )
 @click.option(
     "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
@@ -44,7 +53,11 @@ DEST must not exist; the result is committed by an atomic rename, and on any fai
 )
 @click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
-@click.option("--dry-run", is_flag=True, help="Print the plan (exactly as `kg plan` does) and write nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (exactly as `kg plan` does) and write nothing (kg snapshots).",
+)
 @output_options
 @click.pass_context
 def command(
@@ -60,7 +73,7 @@ def command(
     verbose: bool,
     dry_run: bool,
 ) -> None:
-    """Rescale SNAPSHOT to Q subtasks into DEST: key groups move, operator state is redistributed."""
+    """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan

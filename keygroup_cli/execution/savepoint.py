@@ -1,0 +1,151 @@
+"""Rescale a Flink savepoint directly into a new savepoint: validate, convert, rescale, write back.
+
+``kg rescale SAVEPOINT --to Q [--max-parallelism M2] --out NEW_SAVEPOINT`` is the kg-snapshot rescale with
+a conversion on each side, so every guarantee of ``keygroup_cli.execution.rescale`` holds here as well:
+
+1. **Validate first, from ``_metadata`` alone** (``preflight``): DEST absent, a canonical savepoint
+   (NATIVE and incremental are refused), the operators named exist, ``--from`` matches, Q and M2 within
+   Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes nothing.
+2. Decode the savepoint into a kg snapshot in a scratch directory beside DEST (``savepoint_to_snapshot``).
+3. Rescale it with the chosen engine (Spark by default), which verifies its input and output.
+4. Write the canonical savepoint (``snapshot_to_savepoint``): staged beside DEST, checked (``_metadata``
+   re-read, key-group ranges, file sizes and offsets, entry counts), committed by one atomic rename.
+
+The scratch directory is removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
+absent and the input savepoint untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from keygroup_cli.execution import Executor, OnProgress
+from keygroup_cli.execution.rescale import RescaleResult, rescale
+from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.convert import (
+    check_convertible,
+    check_destination,
+    key_types,
+    savepoint_to_snapshot,
+    snapshot_to_savepoint,
+)
+from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
+from keygroup_cli.snapshot.staging import scratch_directory
+
+
+def preflight(
+    savepoint: FlinkSnapshot,
+    new_parallelism: int,
+    operators: Sequence[str] | None = None,
+    new_max_parallelism: int | None = None,
+    *,
+    expected_parallelism: int | None = None,
+) -> None:
+    """Refuse a savepoint rescale that cannot succeed, reading only ``_metadata`` and keyed headers.
+
+    Raises:
+        UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
+        InvalidArgumentError: An unknown operator, ``--from`` mismatch, or bounds violated.
+    """
+    check_convertible(savepoint)
+    all_operators = savepoint.metadata.operators
+    with_state = {
+        op.operator_id
+        for op in all_operators
+        if any(s.managed_keyed_state or s.managed_operator_state for s in op.subtasks)
+    }
+    selected = select_operators(all_operators, operators, expected_parallelism, with_state)
+    types = key_types(savepoint)
+    for op in all_operators:
+        target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
+        if target is not None:
+            validate_operator_request(
+                op,
+                types.get(op.operator_id),
+                target,
+                new_max_parallelism,
+                expected_parallelism if op.operator_id in selected else None,
+            )
+
+
+def rescale_savepoint(
+    source: Path | str,
+    dest: Path | str,
+    new_parallelism: int,
+    *,
+    from_parallelism: int | None = None,
+    operators: Sequence[str] | None = None,
+    new_max_parallelism: int | None = None,
+    compression: bool | None = None,
+    engine: str = "spark",
+    master: str | None = None,
+    spark: Any = None,
+    verbose: bool = False,
+    on_progress: OnProgress | None = None,
+    executor: Executor | None = None,
+) -> RescaleResult:
+    """Rescale the canonical Flink savepoint ``source`` and commit a new savepoint at ``dest``.
+
+    Arguments are those of ``keygroup_cli.execution.rescale.rescale``, plus ``compression`` (snappy for the
+    new state files; None keeps what the source used). The result's ``manifest`` describes the rescaled
+    state (kg's view of it) and ``savepoint`` what was written.
+
+    Raises:
+        InvalidArgumentError: Bad arguments or DEST exists (nothing written).
+        UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
+        InvalidSnapshotError: Missing or corrupt state files (nothing committed).
+        MissingDependencyError: Spark/Java missing or broken (nothing committed).
+        ExecutionError: Writing or verifying failed (nothing committed).
+    """
+    started = time.monotonic()
+    report = on_progress or _ignore
+    dest = Path(dest)
+    check_destination(dest)
+    savepoint = read_flink_metadata(source)
+    preflight(
+        savepoint,
+        new_parallelism,
+        operators,
+        new_max_parallelism,
+        expected_parallelism=from_parallelism,
+    )
+    with scratch_directory(dest) as scratch:
+        decoded = scratch / "input.kg"
+        rescaled = scratch / "rescaled.kg"
+        savepoint_to_snapshot(source, decoded, on_progress=_stage(report, "read savepoint"))
+        result = rescale(
+            decoded,
+            rescaled,
+            new_parallelism,
+            from_parallelism=from_parallelism,
+            operators=operators,
+            new_max_parallelism=new_max_parallelism,
+            engine=engine,
+            master=master,
+            spark=spark,
+            verbose=verbose,
+            on_progress=report,
+            executor=executor,
+        )
+        written = snapshot_to_savepoint(
+            rescaled, dest, compression=compression, on_progress=_stage(report, "write savepoint")
+        )
+    return replace(result, output=dest, savepoint=written, wall_seconds=time.monotonic() - started)
+
+
+def _stage(report: OnProgress, name: str) -> OnProgress:
+    def renamed(_stage: str, completed: int, total: int | None) -> None:
+        report(name, completed, total)
+
+    return renamed
+
+
+def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
+    return None
+
+
+__all__ = ["preflight", "rescale_savepoint"]
