@@ -48,7 +48,7 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     for kg, size, subtask in sizes.hottest(DEFAULT_TOP):
         hot.add_row(str(kg), human_size(size), f"{size / sizes.total_bytes:.1%}", str(subtask))
     if hot.row_count:
-        console.print(Padding(hot, (0, 0, 0, 3)))
+        console.print(Padding(hot, (0, 0, 0, 3), expand=False))
     loads = [s.bytes for s in sizes.subtasks]
     largest = max(range(len(loads)), key=lambda i: (loads[i], -i))
     console.print(
@@ -74,7 +74,7 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
         else:
             row = (f"{found.byte_skew:.2f}", f"{found.key_group_skew:.2f}", human_size(found.max_bytes))
         table.add_row(str(p), *row, ", ".join(notes[p]))
-    console.print(Padding(table, (0, 0, 0, 2)))
+    console.print(Padding(table, (0, 0, 0, 2), expand=False))
     lo, hi = sizes.advice[0].parallelism, sizes.advice[-1].parallelism
     ranked = ", ".join(f"{a.parallelism} ({a.byte_skew:.2f})" for a in best)
     console.print(f"    best (most even by bytes) in {lo}-{hi}: {ranked}", soft_wrap=True)
