@@ -20,7 +20,7 @@ from typing import Any
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.keygroups import skew, subtask_ranges
-from keygroup_cli.planning import advise_parallelism
+from keygroup_cli.planning import advise_parallelism, key_group_weights
 
 #: Upper end of the default parallelism range: at least this many candidates, or 4x the current one.
 DEFAULT_MAX_CANDIDATES = 32
@@ -267,7 +267,6 @@ def _from_flink(
 
 
 def _from_kg(path: Path, minimum: int | None, maximum: int | None) -> KeyGroupSizesReport:
-    from keygroup_cli.planning import _key_group_weights
     from keygroup_cli.snapshot import open_snapshot
 
     snapshot = open_snapshot(path)
@@ -276,7 +275,7 @@ def _from_kg(path: Path, minimum: int | None, maximum: int | None) -> KeyGroupSi
         if not op.keyed_files:
             continue
         # Bytes per key group: each file's bytes shared out in proportion to its rows per key group.
-        _rows, sizes = _key_group_weights(op)
+        _rows, sizes = key_group_weights(op)
         owners = _flink_owners(op.max_parallelism, op.parallelism)
         ranges: dict[int, tuple[int, int]] = {}
         stored: dict[int, int] = {}

@@ -361,7 +361,7 @@ def plan_rescale(
             mode = "move"
         key_groups = None
         if mode in ("copy", "move"):
-            rows, sizes = _key_group_weights(op)
+            rows, sizes = key_group_weights(op)
             key_groups = plan_key_groups(
                 op.max_parallelism,
                 op.parallelism,
@@ -530,7 +530,7 @@ def _keep(op: Operator) -> OperatorPlan:
     )
 
 
-def _key_group_weights(op: Operator) -> tuple[list[int], list[int]]:
+def key_group_weights(op: Operator) -> tuple[list[int], list[int]]:
     """Return rows and estimated bytes per key group from the manifest (bytes pro rata of rows per file)."""
     rows = [0] * op.max_parallelism
     sizes = [0] * op.max_parallelism
