@@ -23,6 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.flink.convert import savepoint_to_snapshot, snapshot_to_savepoint
+from keygroup_cli.javahash import hash_code
+from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
+from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.model import MANIFEST_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "fixtures" / "java" / "build.sh"
 CASES = ROOT / "fixtures" / "flink" / "2.3"
@@ -223,3 +230,152 @@ def restore_error(dump: Dump) -> str | None:
     """Flink's message chain if it rejected the restore, else None."""
     err: str | None = dump.get("error")
     return err
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixture cases, kg rescales of them, and whole-restore checks (shared by the kg-savepoint modules)
+
+
+def case_json(case: str, name: str) -> Any:
+    """One of a fixture case's JSON files (``flink-report.json``, ``expected-state.json``)."""
+    return json.loads((CASES / case / name).read_text(encoding="utf-8"))
+
+
+def case_key_type(case: str) -> str:
+    """``"string"`` or ``"long"``: the key type a fixture case was written with."""
+    return "long" if case_json(case, "flink-report.json")["job"]["keyType"] == "java.lang.Long" else "string"
+
+
+def case_request(
+    case: str,
+    savepoint: Path | None = None,
+    parallelism: int | None = None,
+    max_parallelism: int | None = None,
+) -> RestoreRequest:
+    """Restore ``savepoint`` (default: the case itself) as the case's job, at its or the given p/maxP."""
+    job = case_json(case, "flink-report.json")["job"]
+    return RestoreRequest(
+        savepoint=savepoint if savepoint is not None else CASES / case,
+        parallelism=parallelism or job["parallelism"],
+        max_parallelism=max_parallelism or job["maxParallelism"],
+        key_type=case_key_type(case),
+        backend=job["stateBackend"],
+    )
+
+
+def union_pairs(values: Sequence[int]) -> Counter[str]:
+    """``union-counts`` ([old subtask, records seen] pairs, concatenated) as a multiset of pairs."""
+    return Counter(canonical(list(values[i : i + 2])) for i in range(0, len(values), 2))
+
+
+def assert_restored_like_expected(
+    dump: Dump, expected: Mapping[str, Any], parallelism: int, max_parallelism: int, key_type: str
+) -> None:
+    """Assert a restore at (parallelism, max_parallelism) holds exactly the state of ``expected``.
+
+    Nothing lost, nothing duplicated: every key with its values, list order, map entries and timers once;
+    every ``split-ids`` element on exactly one subtask; the full ``union-counts`` list and the ``bcast``
+    map on every subtask; every in-flight async element once. Placement: Flink's restored key-group
+    ranges are kg's ``subtask_ranges``, each key sits in the key group Flink computed for it at
+    ``max_parallelism`` (kg's murmur math agrees) and on the subtask whose restored range holds that
+    group, which is also kg's ``operator_index_for_key_group``.
+    """
+    error = restore_error(dump)
+    assert error is None, f"Flink refused the restore:\n{error}"
+    ranges = [[r.start, r.end] for r in subtask_ranges(max_parallelism, parallelism)]
+    for op in KEYED_OPERATORS:
+        subtasks = dump["keyedOperators"][op]["subtasks"]
+        assert [s["index"] for s in subtasks] == list(range(parallelism))
+        assert [s["keyGroupRange"] for s in subtasks] == ranges
+        got = dumped_keys(dump, op)
+        assert key_multiset(got) == key_multiset(expected_keys(expected, op))
+        for entry in got:
+            group = key_group_for_hash(hash_code(entry["key"], key_type), max_parallelism)
+            assert entry["keyGroup"] == group, entry["key"]
+            assert entry["subtask"] == subtask_of_key_group(dump, op, group), entry["key"]
+            assert entry["subtask"] == operator_index_for_key_group(max_parallelism, parallelism, group)
+    (exp_op,) = expected["operatorState"]
+    got_op = dump["operatorState"][OP_STATE]["subtasks"]
+    assert [s["index"] for s in got_op] == list(range(parallelism))
+    assert Counter(i for s in got_op for i in s["split-ids"]) == Counter(
+        i for s in exp_op["subtasks"] for i in s["split-ids"]
+    )
+    all_union = Counter(canonical(s["union-counts"]) for s in exp_op["subtasks"])
+    for got in got_op:
+        assert got["restored"] is True
+        assert union_pairs(got["union-counts"]) == all_union
+        assert got["bcast"] == exp_op["bcast"]
+        assert got["registeredStates"] == ["split-ids", "union-counts"]
+        assert got["registeredBroadcastStates"] == ["bcast"]
+    assert len(dump["asyncInFlight"][ASYNC]["subtasks"]) == parallelism
+    exp_async = Counter(canonical(e) for s in expected["asyncInFlight"]["subtasks"] for e in s["elements"])
+    assert async_elements(dump) == exp_async
+
+
+def comparable_dump(dump: Dump) -> dict[str, Any]:
+    """A dump with the parts no savepoint fixes put in one order, for comparing two restores.
+
+    Dropped: ``request`` (it names the savepoint path). Re-ordered inside each subtask, and nothing
+    else: ``split-ids`` (a Flink-rescaled restore concatenates the partitions of several old handles in
+    a HashMap's order), ``union-counts`` pairs (concatenated in ``_metadata`` handle order, which a
+    savepoint does not fix) and async in-flight elements (one list partition per element, same reason).
+    Keys stay sorted by key then subtask; list state order, map entries, timers, key groups, subtask
+    ranges, backend classes and key counts are compared as Flink dumped them.
+    """
+    out = {k: v for k, v in dump.items() if k != "request"}
+    if out.get("error") is not None:
+        return out
+    op_state = json.loads(json.dumps(out["operatorState"]))
+    for sub in op_state[OP_STATE]["subtasks"]:
+        sub["split-ids"] = sorted(sub["split-ids"])
+        pairs = sub["union-counts"]
+        sub["union-counts"] = sorted(pairs[i : i + 2] for i in range(0, len(pairs), 2))
+    in_flight = json.loads(json.dumps(out["asyncInFlight"]))
+    for sub in in_flight[ASYNC]["subtasks"]:
+        sub["elements"] = sorted(sub["elements"], key=canonical)
+    return {**out, "operatorState": op_state, "asyncInFlight": in_flight}
+
+
+def kg_rescale_savepoint(
+    source: Path,
+    dest: Path,
+    parallelism: int,
+    *,
+    from_parallelism: int,
+    max_parallelism: int | None = None,
+    engine: str = "local",
+    spark: Any = None,
+) -> Path:
+    """Rescale a canonical savepoint with kg the way a user does: the operators at ``from_parallelism``.
+
+    Emulates ``kg rescale SAVEPOINT --from P --to Q [--max-parallelism M] --out DEST`` as convert ->
+    rescale -> convert in a scratch directory beside ``dest``.
+    """
+    scratch = dest.with_name(dest.name + ".scratch")
+    decoded, rescaled = scratch / "in.kg", scratch / "out.kg"
+    savepoint_to_snapshot(source, decoded)
+    ops = [o for o in open_snapshot(decoded).manifest.operators if o.parallelism == from_parallelism]
+    if max_parallelism is None:
+        ids = [o.operator_id for o in ops]
+        rescale(decoded, rescaled, parallelism, operators=ids, engine=engine, spark=spark)
+    else:
+        keyed = [o.operator_id for o in ops if o.keyed_files]
+        step = scratch / "keyed.kg"
+        rescale(
+            decoded,
+            step,
+            parallelism,
+            operators=keyed,
+            new_max_parallelism=max_parallelism,
+            engine=engine,
+            spark=spark,
+        )
+        rest = [o.operator_id for o in ops if not o.keyed_files]
+        rescale(step, rescaled, parallelism, operators=rest, engine=engine, spark=spark)
+        document = json.loads((rescaled / MANIFEST_NAME).read_text(encoding="utf-8"))
+        for op in document["operators"]:
+            op["max_parallelism"] = max_parallelism
+        (rescaled / MANIFEST_NAME).write_text(json.dumps(document), encoding="utf-8")
+    snapshot_to_savepoint(rescaled, dest)
+    shutil.rmtree(scratch)
+    return dest
