@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.keygroups import KeyGroupRange, check_parallelism_bounds, skew, subtask_ranges
 from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
@@ -213,15 +215,22 @@ def advise_parallelism(
         raise ValueError("minimum parallelism is above the maximum")
     if key_group_weights is not None and len(key_group_weights) != max_parallelism:
         raise ValueError(f"key_group_weights must have one entry per key group ({max_parallelism})")
+    # Prefix sums and array range bounds keep this O(p) per parallelism, not O(maxParallelism) plus one
+    # KeyGroupRange object per subtask: judging thousands of parallelisms of 32768 key groups stays fast.
+    weights = np.ones(max_parallelism, np.int64) if key_group_weights is None else key_group_weights
+    prefix = np.concatenate(([0], np.cumsum(np.asarray(weights, dtype=np.int64))))
+    total = int(prefix[-1])
     advice = []
     for p in range(minimum, upper + 1):
-        ranges = subtask_ranges(max_parallelism, p)
-        if key_group_weights is None:
-            loads = [r.size for r in ranges]
-        else:
-            loads = [int(sum(key_group_weights[r.start : r.end + 1])) for r in ranges]
-        total = sum(loads)
-        advice.append(ParallelismAdvice(p, skew(loads), max(loads), min(loads), total / p))
+        index = np.arange(p, dtype=np.int64)
+        # KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex, for every subtask at once.
+        starts = (index * max_parallelism + p - 1) // p
+        ends = ((index + 1) * max_parallelism - 1) // p
+        loads = prefix[ends + 1] - prefix[starts]
+        top, bottom = int(loads.max()), int(loads.min())
+        # Same as keygroups.skew(loads): max over mean, 1.0 when there is no load at all.
+        spread = 1.0 if total == 0 else top / (total / p)
+        advice.append(ParallelismAdvice(p, spread, top, bottom, total / p))
     return tuple(advice)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +169,24 @@ def test_parallelism_range(
 def test_parallelism_range_refuses(minimum: int, maximum: int | None, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         parallelism_range(128, 3, minimum, maximum)
+
+
+def test_weighted_advice_matches_flinks_ranges_for_every_vector(range_vectors: dict[str, Any]) -> None:
+    """advise_parallelism's array range bounds equal Flink's ranges for every generated (maxP, p)."""
+    from keygroup_cli.planning import advise_parallelism
+
+    rng = random.Random(7)
+    weights: dict[int, tuple[list[int], list[int]]] = {}
+    checked = 0
+    for entry in range_vectors["ranges"]:
+        m, p = entry["max_parallelism"], entry["parallelism"]
+        if m not in weights:
+            w = [rng.randrange(0, 1 << 40) for _ in range(m)]
+            weights[m] = (w, [0, *itertools.accumulate(w)])
+        w, prefix = weights[m]
+        (advice,) = advise_parallelism(m, p, p, key_group_weights=w)
+        loads = [prefix[hi + 1] - prefix[lo] for lo, hi in entry["ranges"]]
+        assert (advice.max_load, advice.min_load) == (max(loads), min(loads)), (m, p)
+        assert advice.skew == pytest.approx(max(loads) / (sum(loads) / p))
+        checked += 1
+    assert checked > 1000
