@@ -23,12 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink.convert import savepoint_to_snapshot, snapshot_to_savepoint
 from keygroup_cli.javahash import hash_code
 from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
-from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.snapshot.model import MANIFEST_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "fixtures" / "java" / "build.sh"
@@ -334,48 +330,3 @@ def comparable_dump(dump: Dump) -> dict[str, Any]:
     for sub in in_flight[ASYNC]["subtasks"]:
         sub["elements"] = sorted(sub["elements"], key=canonical)
     return {**out, "operatorState": op_state, "asyncInFlight": in_flight}
-
-
-def kg_rescale_savepoint(
-    source: Path,
-    dest: Path,
-    parallelism: int,
-    *,
-    from_parallelism: int,
-    max_parallelism: int | None = None,
-    engine: str = "local",
-    spark: Any = None,
-) -> Path:
-    """Rescale a canonical savepoint with kg the way a user does: the operators at ``from_parallelism``.
-
-    Emulates ``kg rescale SAVEPOINT --from P --to Q [--max-parallelism M] --out DEST`` as convert ->
-    rescale -> convert in a scratch directory beside ``dest``.
-    """
-    scratch = dest.with_name(dest.name + ".scratch")
-    decoded, rescaled = scratch / "in.kg", scratch / "out.kg"
-    savepoint_to_snapshot(source, decoded)
-    ops = [o for o in open_snapshot(decoded).manifest.operators if o.parallelism == from_parallelism]
-    if max_parallelism is None:
-        ids = [o.operator_id for o in ops]
-        rescale(decoded, rescaled, parallelism, operators=ids, engine=engine, spark=spark)
-    else:
-        keyed = [o.operator_id for o in ops if o.keyed_files]
-        step = scratch / "keyed.kg"
-        rescale(
-            decoded,
-            step,
-            parallelism,
-            operators=keyed,
-            new_max_parallelism=max_parallelism,
-            engine=engine,
-            spark=spark,
-        )
-        rest = [o.operator_id for o in ops if not o.keyed_files]
-        rescale(step, rescaled, parallelism, operators=rest, engine=engine, spark=spark)
-        document = json.loads((rescaled / MANIFEST_NAME).read_text(encoding="utf-8"))
-        for op in document["operators"]:
-            op["max_parallelism"] = max_parallelism
-        (rescaled / MANIFEST_NAME).write_text(json.dumps(document), encoding="utf-8")
-    snapshot_to_savepoint(rescaled, dest)
-    shutil.rmtree(scratch)
-    return dest

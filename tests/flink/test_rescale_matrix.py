@@ -11,6 +11,8 @@ elements in flight.
    (10 -> 64, 128 -> 1024); Flink restores each result with the new parallelism and maxParallelism, and the
    dump holds every element of the original exactly once, each key on the subtask of its key group at
    the new maxParallelism (``harness.assert_restored_like_expected``).
+   kg rescales the savepoint directly (``rescale(SAVEPOINT, DEST, Q, from_parallelism=P,
+   new_max_parallelism=M)``, i.e. ``kg rescale SAVEPOINT --from P --to Q --max-parallelism M``).
 3. Equivalence: where maxParallelism is kept, Flink also restores the ORIGINAL savepoint at the new
    parallelism (Flink's own rescale at restore); both dumps must be identical
    (``harness.comparable_dump`` says which orders are normalised, and why).
@@ -50,7 +52,6 @@ from tests.flink.harness import (
     comparable_dump,
     dumped_keys,
     expected_keys,
-    kg_rescale_savepoint,
     restore_error,
     union_pairs,
 )
@@ -125,6 +126,25 @@ SPARK = [
 ]
 
 
+def _kg_rescale(r: Rescale, dest: Path, engine: str = "local", spark: Any = None) -> Path:
+    """Run ``kg rescale SAVEPOINT --from P --to Q [--max-parallelism M] --out DEST`` through the API.
+
+    The non-parallel source keeps parallelism 1 and takes the new maxParallelism, which Flink checks
+    for every operator with state.
+    """
+    result = rescale(
+        CASES / r.case,
+        dest,
+        r.parallelism,
+        from_parallelism=r.source_parallelism,
+        new_max_parallelism=r.max_parallelism,
+        engine=engine,
+        spark=spark,
+    )
+    assert result.output == dest and result.savepoint is not None
+    return dest
+
+
 def _twice_in_one_snapshot(source: Path, dest: Path) -> Path:
     """3 -> 4 -> 2 as two rescales of one kg snapshot: the second reads union state marked replicated."""
     scratch = dest.with_name(dest.name + ".scratch")
@@ -153,30 +173,16 @@ def dumps(
         snapshot_to_savepoint(root / f"{case}.kg", root / f"{case}.sp")
         requests[f"round-trip:{case}"] = case_request(case, root / f"{case}.sp")
     for i, r in enumerate(MATRIX):
-        out = kg_rescale_savepoint(
-            CASES / r.case,
-            root / f"matrix-{i}.sp",
-            r.parallelism,
-            from_parallelism=r.source_parallelism,
-            max_parallelism=r.max_parallelism,
-        )
+        out = _kg_rescale(r, root / f"matrix-{i}.sp")
         requests[f"kg:{r.label}"] = case_request(r.case, out, r.parallelism, r.new_max)
     for r in SAME_MAX:
         requests[f"flink:{r.label}"] = case_request(r.case, None, r.parallelism)
     for i, r in enumerate(SPARK):
-        out = kg_rescale_savepoint(
-            CASES / r.case,
-            root / f"spark-{i}.sp",
-            r.parallelism,
-            from_parallelism=r.source_parallelism,
-            max_parallelism=r.max_parallelism,
-            engine="spark",
-            spark=spark,
-        )
+        out = _kg_rescale(r, root / f"spark-{i}.sp", engine="spark", spark=spark)
         requests[f"spark:{r.label}"] = case_request(r.case, out, r.parallelism, r.new_max)
-    p4 = kg_rescale_savepoint(CASES / TWICE, root / "twice-p4.sp", 4, from_parallelism=3)
-    twice = kg_rescale_savepoint(p4, root / "twice-p2.sp", 2, from_parallelism=4)
-    requests["twice:savepoints"] = case_request(TWICE, twice, 2)
+    rescale(CASES / TWICE, root / "twice-p4.sp", 4, from_parallelism=3, engine="local")
+    rescale(root / "twice-p4.sp", root / "twice-p2.sp", 2, from_parallelism=4, engine="local")
+    requests["twice:savepoints"] = case_request(TWICE, root / "twice-p2.sp", 2)
     requests["twice:snapshot"] = case_request(
         TWICE, _twice_in_one_snapshot(CASES / TWICE, root / "twice-kg.sp"), 2
     )
