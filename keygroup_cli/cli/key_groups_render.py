@@ -16,6 +16,9 @@ _SOURCES = {
     "manifest-estimate": "estimated: file bytes shared out by rows per key group",
 }
 
+#: Rows of parallelisms that are even by key-group count shown next to the best ones.
+_EVEN_ROWS = 6
+
 
 def human_size(n: float) -> str:
     """Return ``n`` bytes as ``123 B`` / ``4.5 KiB`` / … ``GiB``."""
@@ -59,9 +62,10 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     notes: dict[int, list[str]] = {sizes.parallelism: ["current"]}
     for advice in best:
         notes.setdefault(advice.parallelism, []).append("best")
-    for advice in sizes.advice:
-        if advice.key_group_skew == 1.0:
-            notes.setdefault(advice.parallelism, []).append("even key groups")
+    # Parallelisms even by key-group count, for contrast; the few nearest the current one (JSON has all).
+    evens = [a.parallelism for a in sizes.advice if a.key_group_skew == 1.0]
+    for p in sorted(evens, key=lambda p: (abs(p - sizes.parallelism), p))[:_EVEN_ROWS]:
+        notes.setdefault(p, []).append("even key groups")
     table = Table(box=None, padding=(0, 1))
     for name in ("p", "byte skew", "key-group skew", "largest subtask"):
         table.add_column(name, justify="right", no_wrap=True)

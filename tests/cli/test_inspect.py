@@ -271,3 +271,15 @@ def test_inspect_key_groups_does_not_import_pyspark() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "IMPORTED []" in done.stdout
+
+
+def test_inspect_key_groups_text_shows_current_parallelism_outside_the_range(kg: Callable[..., Any]) -> None:
+    case = next(c for c in CASES if c.name == "heap-inline-p3-maxp10-string")
+    doc = kg("inspect", case, "--min", "5", "--max", "10", "--json").json()
+    sizes = next(o for o in doc["operators"] if o["uid"] == "keyed-state")["key_group_sizes"]
+    result = kg("inspect", case, "--min", "5", "--max", "10")
+    assert result.exit_code == 0 and result.stderr == ""
+    section = result.stdout.split("keyed-state (canonical")[1]
+    current = next(line.split() for line in section.splitlines() if line.strip().endswith("current"))
+    assert current[:3] == ["3", f"{sizes['skew']:.2f}", f"{sizes['key_group_skew']:.2f}"]
+    assert "best (most even by bytes) in 5-10:" in section
