@@ -8,6 +8,7 @@ staging directory, verification and the commit.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +85,51 @@ def get_executor(name: str, **options: Any) -> Executor:
     )
 
 
+class PendingExecutor:
+    """An executor being created in a background thread, so a Spark session starts while kg reads input.
+
+    Starting the JVM takes seconds and mostly waits on another process; decoding a savepoint or
+    checksumming the input meanwhile hides most of it. ``result()`` waits for it and raises what creating
+    it raised (e.g. ``MissingDependencyError``). The thread is a daemon: if kg fails first, it exits
+    without waiting, and the JVM ends with it (it stops when its stdin, a pipe from kg, closes).
+    """
+
+    def __init__(self, name: str, **options: Any) -> None:
+        self._executor: Executor | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._create, args=(name, options), daemon=True)
+        self._thread.start()
+
+    def _create(self, name: str, options: dict[str, Any]) -> None:
+        try:
+            self._executor = get_executor(name, **options)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Executor:
+        """Wait for the executor and return it.
+
+        Raises:
+            KgError: Whatever ``get_executor`` raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._executor is not None
+        return self._executor
+
+
 def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     # Options meant for the other engine are ignored, so callers can pass one set for either.
     return {k: v for k, v in options.items() if k in names and v is not None}
 
 
-__all__ = ["ENGINES", "ExecutionResult", "Executor", "OnProgress", "WrittenOperator", "get_executor"]
+__all__ = [
+    "ENGINES",
+    "ExecutionResult",
+    "Executor",
+    "OnProgress",
+    "PendingExecutor",
+    "WrittenOperator",
+    "get_executor",
+]

@@ -4,8 +4,8 @@ Order of events (each step can refuse; nothing is written before step 4):
 
 1. DEST must not exist; the input snapshot must open and its manifest be valid;
 2. ``plan_rescale`` validates the request (bounds, ``--from``, operators, binary keys);
-3. every input file is verified against its manifest entry (size, xxh64), and the engine is started
-   (a missing Java surfaces here, as ``MissingDependencyError``);
+3. every input file is verified against its manifest entry (size, xxh64) while the engine starts in a
+   background thread (a missing Java surfaces here, as ``MissingDependencyError``);
 4. the engine writes the state files into a staging directory beside DEST;
 5. what was written is verified (sizes and checksums re-read from disk, rows per key group against the
    input's, operator-state rows against the plan), the manifest is written last, and the staging
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import ExecutionError, InvalidArgumentError
-from keygroup_cli.execution import ExecutionResult, Executor, OnProgress, get_executor
+from keygroup_cli.execution import ExecutionResult, Executor, OnProgress, PendingExecutor
 from keygroup_cli.flink.convert import is_flink_savepoint
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
@@ -139,9 +139,12 @@ def rescale(
         new_max_parallelism,
         expected_parallelism=from_parallelism,
     )
-    verify_input(snapshot, report)
     if executor is None:
-        executor = get_executor(engine, master=master, session=spark, verbose=verbose)
+        pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)
+        verify_input(snapshot, report)
+        executor = pending.result()
+    else:
+        verify_input(snapshot, report)
     with staged_directory(dest) as staging:
         result = executor.run(plan, snapshot, staging, report)
         manifest = build_manifest(snapshot, plan, result)

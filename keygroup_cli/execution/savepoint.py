@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.execution import Executor, OnProgress
+from keygroup_cli.execution import Executor, OnProgress, PendingExecutor
 from keygroup_cli.execution.rescale import RescaleResult, rescale
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.convert import (
@@ -113,10 +113,15 @@ def rescale_savepoint(
         new_max_parallelism,
         expected_parallelism=from_parallelism,
     )
+    if executor is None:
+        # The engine (a JVM for Spark) starts while the savepoint is decoded.
+        pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)
     with scratch_directory(dest) as scratch:
         decoded = scratch / "input.kg"
         rescaled = scratch / "rescaled.kg"
         savepoint_to_snapshot(source, decoded, on_progress=_stage(report, "read savepoint"))
+        if executor is None:
+            executor = pending.result()
         result = rescale(
             decoded,
             rescaled,

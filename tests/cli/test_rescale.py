@@ -174,7 +174,9 @@ def test_output_verification_failure_commits_nothing(kg, source, tmp_path, monke
 
 def test_missing_java_is_exit_6_and_one_line(kg, source, tmp_path, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    # As in a fresh process: no session, no running SparkContext (the test run's shared one is hidden).
     monkeypatch.setattr("pyspark.sql.SparkSession.getActiveSession", classmethod(lambda cls: None))
+    monkeypatch.setattr("pyspark.SparkContext._active_spark_context", None)
     result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out")
     assert result.exit_code == 6
     assert result.stderr.count("\n") == 1 and "JAVA_HOME=" in result.stderr and "Java 17" in result.stderr
@@ -246,3 +248,31 @@ def test_max_parallelism_change_keeps_operators_without_keyed_state(kg, tmp_path
     assert kg("diff", str(converted), str(out)).exit_code == 0
     doc = kg("inspect", str(out), "--json").json()
     assert {op["max_parallelism"] for op in doc["operators"]} == {64}
+
+
+def test_spark_in_a_fresh_process_keeps_stdout_and_stderr_clean(source, tmp_path):
+    # The default engine starts its own JVM: its console output must go to kg's log, not to our streams.
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keygroup_cli",
+            "rescale",
+            str(source),
+            "--to",
+            "4",
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["engine"] == "spark"  # exactly one JSON document
+    assert "WARN" not in run.stderr and "log4j" not in run.stderr.lower() and "Exception" not in run.stderr

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from keygroup_cli.errors import MissingDependencyError
-from keygroup_cli.execution import get_executor
+from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError
+from keygroup_cli.execution import PendingExecutor, get_executor
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.execution.spark import SparkExecutor, check_java, spark_session
 from keygroup_cli.snapshot import open_snapshot
@@ -41,6 +41,18 @@ def test_spark_executor_rehashes_through_a_shuffle(spark, source, tmp_path):
 def test_session_factory_reuses_the_active_session(spark):
     assert spark_session() is spark
     assert get_executor("spark").session is spark
+
+
+def test_a_session_is_found_from_another_thread(spark):
+    # kg starts the engine in a background thread while it reads its input; the active session is per
+    # thread in PySpark, so the running one must still be found rather than a second context started.
+    assert PendingExecutor("spark").result().session is spark
+
+
+def test_pending_executor_hands_its_error_to_the_caller():
+    pending = PendingExecutor("flink-on-a-toaster")
+    with pytest.raises(InvalidArgumentError, match="unknown engine 'flink-on-a-toaster'"):
+        pending.result()
 
 
 def test_broken_java_home_is_one_clear_error(monkeypatch, tmp_path):
