@@ -119,36 +119,43 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
 def rescale_document(result: RescaleResult) -> dict[str, Any]:
     """Return the JSON result document of ``kg rescale``."""
     operators = []
+    regrouped = result.regrouped or {}
     for op_plan in result.plan.operators:
         new = result.operator(op_plan.operator_id)
         keyed = {f.subtask: f for f in new.keyed_files}
         state = {f.subtask: f for f in new.operator_files}
-        operators.append(
+        copied = regrouped.get(op_plan.operator_id)
+        subtasks: list[dict[str, int | None]] = [
             {
-                "uid": op_plan.uid,
-                "operator_id": op_plan.operator_id,
-                "rescaled": op_plan.rescaled,
-                "mode": op_plan.keyed_mode,
-                "from_parallelism": op_plan.old_parallelism,
-                "to_parallelism": op_plan.new_parallelism,
-                "from_max_parallelism": op_plan.old_max_parallelism,
-                "to_max_parallelism": op_plan.new_max_parallelism,
-                "keyed_rows": new.keyed_rows,
-                "moved_rows": op_plan.moved_rows,
-                "subtasks": [
-                    {
-                        "subtask": i,
-                        "key_group_start": rng.start,
-                        "key_group_end": rng.end,
-                        "keyed_rows": keyed[i].rows if i in keyed else 0,
-                        "keyed_bytes": keyed[i].bytes if i in keyed else 0,
-                        "operator_rows": state[i].rows if i in state else 0,
-                        "operator_bytes": state[i].bytes if i in state else 0,
-                    }
-                    for i, rng in enumerate(op_plan.new_ranges)
-                ],
+                "subtask": i,
+                "key_group_start": rng.start,
+                "key_group_end": rng.end,
+                "keyed_rows": keyed[i].rows if i in keyed else 0,
+                "keyed_bytes": keyed[i].bytes if i in keyed else 0,
+                "operator_rows": state[i].rows if i in state else 0,
+                "operator_bytes": state[i].bytes if i in state else 0,
             }
-        )
+            for i, rng in enumerate(op_plan.new_ranges)
+        ]
+        document: dict[str, Any] = {
+            "uid": op_plan.uid,
+            "operator_id": op_plan.operator_id,
+            "rescaled": op_plan.rescaled,
+            "mode": op_plan.keyed_mode,
+            "from_parallelism": op_plan.old_parallelism,
+            "to_parallelism": op_plan.new_parallelism,
+            "from_max_parallelism": op_plan.old_max_parallelism,
+            "to_max_parallelism": op_plan.new_max_parallelism,
+            "keyed_rows": new.keyed_rows,
+            "moved_rows": op_plan.moved_rows,
+            "subtasks": subtasks,
+        }
+        if copied is not None:
+            # Key groups copied as bytes between savepoint files: sizes known, entries not decoded.
+            document.update(mode="regroup", keyed_rows=None, moved_rows=None)
+            for subtask, size in zip(subtasks, copied, strict=True):
+                subtask.update(keyed_rows=None, keyed_bytes=size)
+        operators.append(document)
     written = result.savepoint
     return {
         "output": str(result.output),
@@ -156,7 +163,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         "engine": result.engine,
         "wall_seconds": round(result.wall_seconds, 3),
         "snapshot_id": result.manifest.snapshot_id,
-        "moved_rows": sum(op["moved_rows"] for op in operators),
+        "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
         "operators": operators,
         "savepoint": None
         if written is None
@@ -179,18 +186,18 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     stateless = 0
     for op in document["operators"]:
         label = op["uid"] or op["operator_id"]
-        if not any(s["keyed_rows"] or s["operator_rows"] for s in op["subtasks"]):
+        if not any(s["keyed_rows"] or s["keyed_bytes"] or s["operator_rows"] for s in op["subtasks"]):
             stateless += 1  # a savepoint lists every operator of the job; most hold no state
             continue
         if not op["rescaled"]:
-            table.add_row(label, "kept", "", f"{op['keyed_rows']:,}", "", "")
+            table.add_row(label, "kept", "", _count(op["keyed_rows"]), "", "")
             continue
         for s in op["subtasks"]:
             table.add_row(
                 label,
                 str(s["subtask"]),
                 f"{s['key_group_start']}-{s['key_group_end']}",
-                f"{s['keyed_rows']:,}",
+                _count(s["keyed_rows"]),
                 f"{s['keyed_bytes']:,}",
                 f"{s['operator_rows']:,}",
             )
@@ -198,8 +205,15 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     if stateless:
         console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
     what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"
+    moved = f"{document['moved_rows']:,} keyed rows moved"
+    if any(op["mode"] == "regroup" for op in document["operators"]):
+        moved = "keyed state copied key group by key group (same maxParallelism; entries not decoded: -)"
     console.print(
-        f"{document['moved_rows']:,} keyed rows moved; engine {document['engine']}, "
+        f"{moved}; engine {document['engine']}, "
         f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",
         soft_wrap=True,
     )
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"

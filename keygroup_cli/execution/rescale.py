@@ -17,7 +17,7 @@ Any failure (Ctrl-C included) removes the staging directory: DEST stays absent, 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,6 +56,9 @@ class RescaleResult:
     wall_seconds: float
     #: For a Flink savepoint input: what was written at ``output`` (``manifest`` is kg's view of it).
     savepoint: ConvertResult | None = None
+    #: Operators whose keyed state was copied key group by key group as bytes (same maxParallelism, a
+    #: savepoint in and out): bytes per new subtask. Their keyed rows are not decoded, so not counted.
+    regrouped: Mapping[str, tuple[int, ...]] | None = None
 
     def operator(self, operator_id: str) -> Operator:
         """Return the new manifest entry of ``operator_id``."""

@@ -33,6 +33,12 @@ from keygroup_cli.flink.convert import (
     savepoint_to_snapshot,
     snapshot_to_savepoint,
 )
+from keygroup_cli.flink.regroup import (
+    RegroupedFile,
+    keyed_handles,
+    regroup_keyed_state,
+    shared_keyed_header,
+)
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.staging import scratch_directory
 
@@ -113,13 +119,16 @@ def rescale_savepoint(
         new_max_parallelism,
         expected_parallelism=from_parallelism,
     )
+    headers = _regroupable(savepoint, new_max_parallelism)
     if executor is None:
         # The engine (a JVM for Spark) starts while the savepoint is decoded.
         pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)
     with scratch_directory(dest) as scratch:
         decoded = scratch / "input.kg"
         rescaled = scratch / "rescaled.kg"
-        savepoint_to_snapshot(source, decoded, on_progress=_stage(report, "read savepoint"))
+        savepoint_to_snapshot(
+            source, decoded, keyed=headers is None, on_progress=_stage(report, "read savepoint")
+        )
         if executor is None:
             executor = pending.result()
         result = rescale(
@@ -136,10 +145,65 @@ def rescale_savepoint(
             on_progress=report,
             executor=executor,
         )
+        regroup = None
+        copied: dict[str, tuple[int, ...]] = {}
+        if headers is not None:
+            targets = {p.operator_id: p.new_parallelism for p in result.plan.operators}
+
+            def regroup(staging: Path) -> dict[str, list[RegroupedFile]]:
+                return _regroup_all(savepoint, headers, targets, staging, copied, report)
+
         written = snapshot_to_savepoint(
-            rescaled, dest, compression=compression, on_progress=_stage(report, "write savepoint")
+            rescaled,
+            dest,
+            compression=None if headers is not None else compression,
+            on_progress=_stage(report, "write savepoint"),
+            regroup=regroup,
         )
-    return replace(result, output=dest, savepoint=written, wall_seconds=time.monotonic() - started)
+    return replace(
+        result,
+        output=dest,
+        savepoint=written,
+        regrouped=copied or None,
+        wall_seconds=time.monotonic() - started,
+    )
+
+
+def _regroup_all(
+    savepoint: FlinkSnapshot,
+    headers: dict[str, bytes],
+    targets: dict[str, int],
+    staging: Path,
+    copied: dict[str, tuple[int, ...]],
+    report: OnProgress,
+) -> dict[str, list[RegroupedFile]]:
+    """Copy every keyed operator's key groups into its new subtasks' files; record bytes in ``copied``."""
+    by_id = {op.operator_id: op for op in savepoint.metadata.operators}
+    files = {}
+    for done, (op_id, header) in enumerate(headers.items(), 1):
+        files[op_id] = regroup_keyed_state(savepoint, by_id[op_id], header, targets[op_id], staging)
+        copied[op_id] = tuple(f.size for f in files[op_id])
+        report("copy key groups", done, len(headers))
+    return files
+
+
+def _regroupable(savepoint: FlinkSnapshot, new_max_parallelism: int | None) -> dict[str, bytes] | None:
+    """Return the shared keyed header of every keyed operator if key groups can be copied as bytes.
+
+    That needs the same maxParallelism (key groups keep their numbers) and, per operator, one header for
+    all subtasks (state ids in the blocks index it). Otherwise (None) the keyed state is decoded.
+    """
+    headers = {}
+    for op in savepoint.metadata.operators:
+        if not keyed_handles(op):
+            continue
+        if new_max_parallelism not in (None, op.max_parallelism):
+            return None
+        header = shared_keyed_header(savepoint, op)
+        if header is None:
+            return None
+        headers[op.operator_id] = header
+    return headers
 
 
 def _stage(report: OnProgress, name: str) -> OnProgress:

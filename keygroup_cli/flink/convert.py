@@ -61,6 +61,7 @@ from keygroup_cli.flink.metadata import (
 )
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file, write_operator_file
+from keygroup_cli.flink.regroup import RegroupedFile
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
@@ -214,9 +215,13 @@ def savepoint_to_snapshot(
     source: str | Path,
     dest: str | Path,
     *,
+    keyed: bool = True,
     on_progress: OnProgress | None = None,
 ) -> ConvertResult:
     """Convert the canonical savepoint at ``source`` into a kg snapshot at ``dest`` (staged, atomic).
+
+    With ``keyed=False`` only operator state is converted (the savepoint rescale copies keyed state
+    between savepoints itself, ``keygroup_cli.flink.regroup``); the result then holds no keyed state.
 
     Raises:
         UnsupportedFormatError: Not a canonical savepoint (see ``check_convertible``), or state kg cannot
@@ -247,7 +252,7 @@ def savepoint_to_snapshot(
             keyed_compressed = operator_compressed = False
             for sub in op.subtasks:
                 handle = sub.managed_keyed_state
-                if isinstance(handle, KeyGroupsHandle):
+                if keyed and isinstance(handle, KeyGroupsHandle):
                     op_dir = op_dir or writer.operator_dir(op.uid, op.operator_id)
                     with StreamSource(handle.delegate, snapshot.directory) as src:
                         raw, header = _keyed_header(src, handle)
@@ -434,12 +439,17 @@ def _pick_header(
     )
 
 
+#: ``regroup(staging) -> {operator id: one RegroupedFile per subtask}``: keyed files written elsewhere.
+Regroup = Callable[[Path], Mapping[str, Sequence[RegroupedFile]]]
+
+
 def snapshot_to_savepoint(
     source: str | Path,
     dest: str | Path,
     *,
     compression: bool | None = None,
     on_progress: OnProgress | None = None,
+    regroup: Regroup | None = None,
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
@@ -449,6 +459,8 @@ def snapshot_to_savepoint(
         dest: The savepoint directory to create.
         compression: Snappy-compress keyed and operator state; None keeps what the source savepoint used.
         on_progress: ``(stage, completed, total)`` callback.
+        regroup: Called once with the staging directory; the keyed files it writes there (by operator id)
+            are used instead of encoding the snapshot's keyed rows, for operators that have none.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -474,6 +486,7 @@ def snapshot_to_savepoint(
     compressed_any: bool | None = None
     operators: list[OperatorState] = []
     with staged_directory(dest) as staging:
+        regrouped = regroup(staging) if regroup is not None else {}
         for op in manifest.operators:
             where = f"{snapshot.path}: operator {op.label!r}"
             ext = _extension(op.extensions, where)
@@ -496,7 +509,12 @@ def snapshot_to_savepoint(
             subtasks: list[SubtaskState] = []
             for index in range(op.parallelism):
                 keyed_handle = op_handle = None
-                if keyed_ext:
+                if op.operator_id in regrouped and not keyed_ext:
+                    spliced = regrouped[op.operator_id][index]
+                    keyed_handle = spliced.handle
+                    keyed_count += 1
+                    size += spliced.size
+                elif keyed_ext:
                     use = bool(keyed_ext.get("compressed")) if compression is None else compression
                     compressed_any = use if compressed_any is None else compressed_any or use
                     keyed_handle, rows, nbytes = _write_keyed(
@@ -765,6 +783,7 @@ __all__ = [
     "EXTENSION",
     "EXTENSION_VERSION",
     "ConvertResult",
+    "Regroup",
     "check_convertible",
     "check_destination",
     "is_flink_savepoint",

@@ -179,20 +179,25 @@ def test_a_corrupt_state_file_is_refused_and_nothing_is_left(tmp_path):
 
 
 def test_cli_rescales_a_savepoint(kg, tmp_path):
-    result = kg(
-        "rescale",
-        FIXTURES / "heap-files-p3-maxp128-long",
-        "--to",
-        "4",
-        "--out",
-        tmp_path / "sp",
-        "--engine",
-        "local",
-        "--json",
-    )
+    source = FIXTURES / "heap-files-p3-maxp128-long"
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "sp", "--engine", "local", "--json")
     assert result.exit_code == 0, result.stderr
     doc = result.json()
     assert doc["output_format"] == "flink-savepoint"
-    assert doc["savepoint"]["keyed_entries"] == sum(op["keyed_rows"] for op in doc["operators"])
-    check = kg("check", tmp_path / "sp", "--parallelism", "4")
-    assert check.exit_code == 0, check.stdout
+    keyed = next(op for op in doc["operators"] if op["uid"] == "keyed-state")
+    # Same maxParallelism: key groups copied as bytes, entries not decoded (so not counted).
+    assert keyed["mode"] == "regroup" and keyed["keyed_rows"] is None
+    written = read_flink_metadata(tmp_path / "sp").metadata
+    (op,) = (o for o in written.operators if o.uid == "keyed-state")
+    sizes = [s.managed_keyed_state.delegate.size for s in op.subtasks]
+    assert [s["keyed_bytes"] for s in keyed["subtasks"]] == sizes
+    assert kg("check", tmp_path / "sp", "--parallelism", "4").exit_code == 0
+
+    rehash = kg(
+        "rescale", source, "--to", "4", "-m", "256", "--out", tmp_path / "m", "--engine", "local", "--json"
+    )
+    assert rehash.exit_code == 0, rehash.stderr
+    doc = rehash.json()
+    assert {op["mode"] for op in doc["operators"]} <= {"none", "rehash"}
+    assert doc["savepoint"]["keyed_entries"] == sum(op["keyed_rows"] for op in doc["operators"]) > 0
+    assert kg("check", tmp_path / "m", "--parallelism", "4", "--max-parallelism", "256").exit_code == 0

@@ -1,0 +1,119 @@
+"""Regroup a canonical savepoint's keyed state into new key-group ranges by copying bytes, not decoding.
+
+In a canonical savepoint each subtask's keyed file is a header (the ``KeyedBackendSerializationProxy``)
+followed by one self-contained block per key group, found through the handle's per-key-group offsets
+(``KeyGroupsSavepointStateHandle``). When maxParallelism stays the same, key groups keep their numbers and
+their blocks stay valid byte for byte, so new subtask *j*'s file is the header followed by the blocks of
+the key groups in its new range, copied from the old files, with new offsets. This is what Flink's own
+restore-time rescale reads (``KeyGroupsStateHandle.getIntersection`` over the old handles), written out
+as one file per new subtask, so the result restores without Flink having to rescale again.
+
+It needs one header for all old subtasks (``shared_keyed_header``): state ids in the blocks are positions
+in the header's state list. When the headers differ, or maxParallelism changes (every key moves to another
+key group), kg decodes and re-encodes instead (``keygroup_cli.flink.convert``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink import FlinkSnapshot
+from keygroup_cli.flink.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
+from keygroup_cli.flink.keyed_state import StreamSource
+from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.keygroups import key_group_range_for_operator_index
+
+#: Bytes copied per read: bounds memory whatever the size of a key group run.
+COPY_CHUNK = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RegroupedFile:
+    """One new subtask's keyed file: its handle (relative to the savepoint) and size."""
+
+    subtask: int
+    handle: KeyGroupsHandle
+    size: int
+    key_groups_with_data: int
+
+
+def keyed_handles(op: OperatorState) -> list[KeyGroupsHandle]:
+    """Return the operator's keyed handles (one per subtask with keyed state), in subtask order."""
+    return [s.managed_keyed_state for s in op.subtasks if isinstance(s.managed_keyed_state, KeyGroupsHandle)]
+
+
+def header_bytes(savepoint: FlinkSnapshot, handle: KeyGroupsHandle) -> bytes:
+    """Return the raw header of a keyed file: everything before its first key-group block."""
+    with StreamSource(handle.delegate, savepoint.directory) as src:
+        first = min([o for o in handle.offsets if o] or [src.size])
+        return src.read(0, first)
+
+
+def shared_keyed_header(savepoint: FlinkSnapshot, op: OperatorState) -> bytes | None:
+    """Return the header every old keyed file of ``op`` starts with, or None if they differ."""
+    headers = {header_bytes(savepoint, h) for h in keyed_handles(op)}
+    return headers.pop() if len(headers) == 1 else None
+
+
+def regroup_keyed_state(
+    savepoint: FlinkSnapshot, op: OperatorState, header: bytes, new_parallelism: int, target: Path
+) -> list[RegroupedFile]:
+    """Write the keyed file of every new subtask of ``op`` into ``target`` (files named by random UUIDs).
+
+    Args:
+        savepoint: The source savepoint.
+        op: The operator, at its old parallelism; its maxParallelism is kept.
+        header: ``shared_keyed_header(savepoint, op)``.
+        new_parallelism: The new number of subtasks.
+        target: The directory the new savepoint is staged in.
+
+    Raises:
+        InvalidSnapshotError: A state file is missing or shorter than its offsets say.
+    """
+    old = sorted(keyed_handles(op), key=lambda h: h.key_group_start)
+    written = []
+    for index in range(new_parallelism):
+        wanted = key_group_range_for_operator_index(op.max_parallelism, new_parallelism, index)
+        offsets = [0] * wanted.size
+        name = str(uuid.uuid4())
+        with open(target / name, "wb") as out:
+            out.write(header)
+            position = len(header)
+            for handle in old:
+                if handle.key_group_end < wanted.start or handle.key_group_start > wanted.end:
+                    continue
+                with StreamSource(handle.delegate, savepoint.directory) as src:
+                    extents = [e for e in key_group_extents(handle, src.size) if e[0] in wanted]
+                    for run in _contiguous_runs(extents):
+                        run_start, run_end = run[0][1], run[-1][2]
+                        if run_end > src.size:
+                            raise InvalidSnapshotError(
+                                f"{src.source}: ends at byte {src.size}, before key group {run[-1][0]}'s "
+                                f"block (offset {run[-1][1]})",
+                                code="FLINK_STATE_CORRUPT",
+                            )
+                        for group, start, _end in run:
+                            offsets[group - wanted.start] = position + start - run_start
+                        for chunk_start in range(run_start, run_end, COPY_CHUNK):
+                            out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
+                        position += run_end - run_start
+        handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
+        written.append(RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o)))
+    return written
+
+
+def _contiguous_runs(extents: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """Group ``(key_group, start, end)`` extents (file order) into runs of adjacent bytes: one copy each."""
+    runs: list[list[tuple[int, int, int]]] = []
+    for extent in sorted(extents, key=lambda e: e[1]):
+        if runs and runs[-1][-1][2] == extent[1]:
+            runs[-1].append(extent)
+        else:
+            runs.append([extent])
+    return runs
+
+
+__all__ = ["RegroupedFile", "keyed_handles", "regroup_keyed_state", "shared_keyed_header"]
