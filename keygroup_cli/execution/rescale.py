@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli import __version__
 from keygroup_cli.errors import ExecutionError, InvalidArgumentError
 from keygroup_cli.execution import ExecutionResult, Executor, OnProgress, PendingExecutor
-from keygroup_cli.flink.convert import is_flink_savepoint
+from keygroup_cli.flink import is_flink_savepoint
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest, verify_file

@@ -122,6 +122,24 @@ def read_flink_metadata(path: str | os.PathLike[str]) -> FlinkSnapshot:
     return FlinkSnapshot(metadata_path, parse_metadata(data, str(metadata_path)))
 
 
+def is_flink_savepoint(path: str | Path) -> bool:
+    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
+
+    A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
+    savepoint, a ``chk-N`` directory or a job's checkpoint root).
+    """
+    p = Path(path)
+    if p.is_file():
+        return p.name == METADATA_FILE
+    if not p.is_dir() or (p / "_manifest.json").exists():
+        return False
+    try:
+        find_metadata(p)
+    except InvalidSnapshotError:
+        return False
+    return True
+
+
 def local_path(handle: StreamHandle, directory: Path) -> Path | None:
     """Return the local file holding a handle's data, or None for inline / empty handles.
 
@@ -187,4 +205,11 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path, limit: int)
         ) from None
 
 
-__all__ = ["FlinkSnapshot", "find_metadata", "local_path", "read_flink_metadata", "read_stream_prefix"]
+__all__ = [
+    "FlinkSnapshot",
+    "find_metadata",
+    "is_flink_savepoint",
+    "local_path",
+    "read_flink_metadata",
+    "read_stream_prefix",
+]

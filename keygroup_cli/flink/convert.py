@@ -37,7 +37,7 @@ from keygroup_cli.errors import (
     InvalidSnapshotError,
     UnsupportedFormatError,
 )
-from keygroup_cli.flink import FlinkSnapshot, find_metadata, read_flink_metadata
+from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
 from keygroup_cli.flink.handles import (
     ByteStreamHandle,
     KeyGroupsHandle,
@@ -65,7 +65,7 @@ from keygroup_cli.flink.regroup import RegroupedFile
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
-from keygroup_cli.snapshot.model import MANIFEST_NAME, KeyedFile
+from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.snapshot.staging import SnapshotWriter, staged_directory
 
@@ -750,24 +750,6 @@ def _write_operator(
         written = write_operator_file(out, raw, header, table, compressed=compressed)
     handle = OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
     return handle, table.num_rows, written.size
-
-
-def is_flink_savepoint(path: str | Path) -> bool:
-    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
-
-    A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
-    savepoint, a ``chk-N`` directory or a job's checkpoint root).
-    """
-    p = Path(path)
-    if p.is_file():
-        return p.name == METADATA_FILE
-    if not p.is_dir() or (p / MANIFEST_NAME).exists():
-        return False
-    try:
-        find_metadata(p)
-    except InvalidSnapshotError:
-        return False
-    return True
 
 
 def check_destination(dest: str | Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from keygroup_cli import keygroups
@@ -92,3 +94,16 @@ def test_plan_without_snapshot_still_needs_from_and_max_parallelism(kg):
     result = kg("plan", "--to", "4")
     assert result.exit_code == 2
     assert "give --from and --max-parallelism" in result.stderr
+
+
+def test_plan_and_dry_run_on_a_savepoint_point_to_the_savepoint_tools(kg, tmp_path):
+    savepoint = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3" / "heap-files-p3-maxp128-long"
+    for args in (
+        ("plan", savepoint, "--to", "4"),
+        ("rescale", savepoint, "--to", "4", "--out", tmp_path / "o", "--dry-run"),
+    ):
+        result = kg(*args)
+        assert result.exit_code == 4
+        assert result.stderr.count("\n") == 1 and "is a Flink savepoint" in result.stderr
+        assert "kg inspect SAVEPOINT --key-groups" in result.stderr
+    assert not (tmp_path / "o").exists()

@@ -21,7 +21,7 @@ from keygroup_cli.flink.convert import (
 EPILOG = """\b
 Examples:
   kg convert /savepoints/savepoint-1a2b3c --out ./state.kg
-  kg rescale ./state.kg ./state-p8.kg --to 8
+  kg rescale ./state.kg --to 8 --out ./state-p8.kg
   kg convert ./state-p8.kg --to-flink --out /savepoints/rescaled-p8
   kg convert ./state.kg --to-flink --no-compression --out ./plain-savepoint --json
 """

@@ -17,6 +17,7 @@ from rich.table import Table
 from keygroup_cli import planning
 from keygroup_cli.cli.options import max_parallelism_option, output_options
 from keygroup_cli.cli.render import Output, output_for
+from keygroup_cli.errors import UnsupportedFormatError
 
 EPILOG = """\b
 Examples:
@@ -98,8 +99,16 @@ def show_snapshot_plan(
     """Plan the rescale of a snapshot and print it (shared with ``kg rescale --dry-run``)."""
     # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
     from keygroup_cli.cli.rescale_render import plan_snapshot_document, render_snapshot_plan
+    from keygroup_cli.flink import is_flink_savepoint
     from keygroup_cli.snapshot import open_snapshot
 
+    if is_flink_savepoint(snapshot):
+        raise UnsupportedFormatError(
+            f"{snapshot} is a Flink savepoint; kg plan reads kg snapshots. For a savepoint, "
+            "`kg inspect SAVEPOINT --key-groups` shows bytes per key group and balanced parallelisms, "
+            "and `kg plan --from P --to Q -m M` the key-group moves",
+            code="PLAN_NEEDS_KG_SNAPSHOT",
+        )
     plan = planning.plan_rescale(
         open_snapshot(snapshot),
         to_parallelism,
