@@ -264,12 +264,34 @@ def union_pairs(values: Sequence[int]) -> Counter[str]:
     return Counter(canonical(list(values[i : i + 2])) for i in range(0, len(values), 2))
 
 
+def assert_timers_fired(dump: Dump) -> None:
+    """Assert every restored timer fired once, in timestamp order, on the subtask that lists its key.
+
+    RestoreDump fires each keyed operator's timers after dumping them (event time: watermark
+    Long.MAX_VALUE; processing time: the timer service's callback for a clock at Long.MAX_VALUE); a
+    timer restored into the wrong key group, or twice, fires on another subtask or twice.
+    """
+    for op in KEYED_OPERATORS:
+        keys = dumped_keys(dump, op)
+        for sub in dump["keyedOperators"][op]["subtasks"]:
+            fired = sub["firedTimers"]
+            assert fired["pendingAfterFiring"] == 0
+            for domain, field in (("event", "eventTimers"), ("processing", "processingTimers")):
+                times = [ts for _key, ts in fired[domain]]
+                assert times == sorted(times), f"{op} subtask {sub['index']}: {domain} timers out of order"
+                listed = Counter(
+                    canonical([e["key"], ts]) for e in keys if e["subtask"] == sub["index"] for ts in e[field]
+                )
+                assert Counter(canonical(t) for t in fired[domain]) == listed
+
+
 def assert_restored_like_expected(
     dump: Dump, expected: Mapping[str, Any], parallelism: int, max_parallelism: int, key_type: str
 ) -> None:
     """Assert a restore at (parallelism, max_parallelism) holds exactly the state of ``expected``.
 
-    Nothing lost, nothing duplicated: every key with its values, list order, map entries and timers once;
+    Nothing lost, nothing duplicated: every key with its values, list order, map entries and timers once
+    (and each timer fires once, on that key's subtask: ``assert_timers_fired``);
     every ``split-ids`` element on exactly one subtask; the full ``union-counts`` list and the ``bcast``
     map on every subtask; every in-flight async element once. Placement: Flink's restored key-group
     ranges are kg's ``subtask_ranges``, each key sits in the key group Flink computed for it at
@@ -290,6 +312,7 @@ def assert_restored_like_expected(
             assert entry["keyGroup"] == group, entry["key"]
             assert entry["subtask"] == subtask_of_key_group(dump, op, group), entry["key"]
             assert entry["subtask"] == operator_index_for_key_group(max_parallelism, parallelism, group)
+    assert_timers_fired(dump)
     (exp_op,) = expected["operatorState"]
     got_op = dump["operatorState"][OP_STATE]["subtasks"]
     assert [s["index"] for s in got_op] == list(range(parallelism))

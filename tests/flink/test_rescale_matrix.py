@@ -45,6 +45,7 @@ from tests.flink.harness import (
     Dump,
     RestoreRequest,
     assert_restored_like_expected,
+    assert_timers_fired,
     canonical,
     case_json,
     case_key_type,
@@ -220,6 +221,7 @@ def test_round_trip_restores_exactly(dumps: dict[str, Dump], case: str) -> None:
         assert sorted(map(canonical, dumped_keys(dump, op))) == sorted(
             map(canonical, expected_keys(expected, op))
         )
+    assert_timers_fired(dump)
     (exp_op,) = expected["operatorState"]
     got_op = dump["operatorState"][OP_STATE]["subtasks"]
     all_union = Counter(canonical(s["union-counts"]) for s in exp_op["subtasks"])
