@@ -24,6 +24,7 @@ FIXTURES = Path(__file__).parents[3] / "fixtures" / "flink" / "2.3"
 CASES = [
     "heap-files-p3-maxp128-long",
     "heap-inline-p3-maxp10-string",
+    "heap-snappy-files-p3-maxp128-long",
     "rocksdb-canonical-snappy-p2-maxp256-string",
 ]
 
