@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import mmap
 import struct
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import local_path
@@ -383,18 +386,234 @@ def decode_keyed_file(
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
 
     Each block is read (and, if compressed, decompressed) on its own, so memory is bounded by the largest
-    key group plus one batch.
+    key group plus one batch. Blocks are decoded column-wise (``decode_block_batch``).
     """
-    columns = _Columns()
+    pending: list[pa.RecordBatch] = []
+    rows = 0
     for group, start, end in sorted(key_group_extents(handle, source.size)):
         raw = source.read(start, end)
         block = decode_frames(raw, f"{source.source} key group {group}") if compressed else raw
-        decode_block(block, group, layout, columns, source.source)
-        if len(columns) >= batch_rows:
-            yield columns.batch(layout)
-            columns = _Columns()
-    if len(columns):
-        yield columns.batch(layout)
+        batch = decode_block_batch(block, group, layout, source.source)
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= batch_rows:
+            yield _concat(pending)
+            pending, rows = [], 0
+    if rows:
+        yield _concat(pending)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+# -- column-wise decoding -----------------------------------------------------------------------------------
+#
+# The per-entry decoder above is the reference; the column-wise one below walks a block once in Python for
+# the entry boundaries only (each entry's position depends on the previous lengths) and cuts every column
+# out of the block with numpy / Arrow. It covers value, list and map states with fixed-size namespaces and
+# String (ASCII, shorter than 127 chars), Long, Int or Boolean keys: the common layouts. Any other block
+# (timers, opaque keys, non-ASCII keys, corrupt bytes) is decoded by ``decode_block``, which also produces
+# every error message.
+
+#: Key types whose serialized keys the column-wise paths can cut and build.
+_VECTOR_KEY_TYPES = ("string", "long", "int", "boolean")
+#: Longest ASCII String key whose StringValue length (chars + 1) fits one varint byte.
+_MAX_SHORT_STRING = 126
+
+
+@lru_cache(maxsize=64)
+def _vector_states(layout: KeyedLayout) -> frozenset[int]:
+    """Return the ids of the states whose entries the column-wise paths handle for ``layout``."""
+    if layout.codec.key_type not in _VECTOR_KEY_TYPES or layout.prefix_bytes not in (1, 2):
+        return frozenset()
+    return frozenset(
+        i
+        for i, s in enumerate(layout.states)
+        if s.kind in ("value", "list", "map") and s.namespace_size is not None
+    )
+
+
+def _scan_block(
+    block: bytes, states: frozenset[int]
+) -> tuple[list[int], list[int], array[int], array[int]] | None:
+    """Walk a block's entries; return run state ids, run starts (entry index), key ends and value ends.
+
+    Only positions are collected (the hot loop of the column-wise decoder; ``array`` appends, no slicing);
+    the caller checks the lengths. Returns None (so the caller falls back to ``decode_block``) for a state
+    outside ``states`` or bytes that end too early.
+    """
+    unpack = _INT.unpack_from
+    run_ids: list[int] = []
+    run_starts: list[int] = []
+    key_ends = array("q")
+    value_ends = array("q")
+    add_key_end = key_ends.append
+    add_value_end = value_ends.append
+    try:
+        state_id = _USHORT.unpack_from(block, 0)[0]
+        pos = 2
+        while True:
+            if state_id not in states:
+                return None
+            run_ids.append(state_id)
+            run_starts.append(len(key_ends))
+            while True:
+                start = pos + 4
+                end = start + unpack(block, pos)[0]
+                pos = end + 4 + unpack(block, end)[0]
+                if pos <= start:
+                    # Negative lengths: refuse before the walk can loop.
+                    return None
+                add_key_end(end)
+                add_value_end(pos)
+                if block[start] & FIRST_BIT_IN_BYTE_MASK:
+                    break
+            state_id = _USHORT.unpack_from(block, pos)[0]
+            pos += 2
+            if state_id == END_OF_KEY_GROUP_MARK:
+                return run_ids, run_starts, key_ends, value_ends
+    except (struct.error, IndexError):
+        return None
+
+
+def _slices(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """Return the byte ranges ``[starts[i], ends[i])`` of ``data`` as a compact binary array.
+
+    The ranges must be ordered and disjoint: they become every other element of a binary array laid over
+    ``data`` (offsets 0, s0, e0, s1, e1, ...), and Arrow's ``take`` copies the odd elements out.
+    """
+    count = len(starts)
+    bounds = np.empty(2 * count + 1, dtype=np.int32)
+    bounds[0] = 0
+    bounds[1::2] = starts
+    bounds[2::2] = ends
+    laid = pa.Array.from_buffers(pa.binary(), 2 * count, [None, pa.py_buffer(bounds), data])
+    return laid.take(pa.array(np.arange(1, 2 * count, 2, dtype=np.int64)))
+
+
+def _fixed_width(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """Return the ``width`` bytes at each of ``starts`` as a (len(starts), width) uint8 array."""
+    return raw[starts[:, None] + np.arange(width, dtype=np.int64)]
+
+
+def _is_ascii(array: pa.Array) -> bool:
+    """Return whether every byte of a binary array (offset 0) is below 0x80."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1)
+    chars = array.buffers()[2]
+    if chars is None or offsets[-1] == 0:
+        return True
+    return not bool((np.frombuffer(chars, dtype=np.uint8, count=int(offsets[-1])) >= 0x80).any())
+
+
+def _with_validity(array: pa.Array, valid: np.ndarray) -> pa.Array:
+    """Return ``array`` (offset 0, no nulls) with the rows where ``valid`` is False set to null."""
+    if bool(valid.all()):
+        return array
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = array.buffers()
+    return pa.Array.from_buffers(array.type, len(array), [bitmap, *buffers[1:]])
+
+
+def decode_block_batch(block: bytes, key_group: int, layout: KeyedLayout, source: str) -> pa.RecordBatch:
+    """Decode one key group's (uncompressed) block into a record batch of the kg keyed schema.
+
+    Column-wise where the layout allows it (see above), else through ``decode_block``; both give the same
+    rows in the same order.
+
+    Raises:
+        InvalidSnapshotError: As ``decode_block``.
+    """
+    batch = _decode_block_columns(block, key_group, layout) if len(block) < 2**31 else None
+    if batch is None:
+        columns = _Columns()
+        decode_block(block, key_group, layout, columns, source)
+        batch = columns.batch(layout)
+    return batch
+
+
+def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> pa.RecordBatch | None:
+    """Decode a block column-wise; None when any entry needs the per-entry decoder."""
+    states = _vector_states(layout)
+    nprefix = layout.prefix_bytes
+    scanned = _scan_block(block, states) if states else None
+    if scanned is None:
+        return None
+    run_ids, run_starts, key_ends, value_ends = scanned
+    count = len(key_ends)
+    raw = np.frombuffer(block, dtype=np.uint8)
+    ke = np.frombuffer(key_ends, dtype=np.int64)
+    ve = np.frombuffer(value_ends, dtype=np.int64)
+    vs = ke + 4
+    # A key starts after the previous value and its int length, plus the state id where a run begins.
+    ks = np.empty(count, dtype=np.int64)
+    ks[0] = 2 + 4
+    ks[1:] = ve[:-1] + 4
+    ks[np.asarray(run_starts[1:], dtype=np.int64)] += 2
+    if not bool((ke - ks >= nprefix).all()) or not bool((ve >= vs).all()) or int(ve[-1]) > len(block):
+        return None
+    # Key-group prefix without the last-entry flag (FullSnapshotRestoreOperation checks none; kg does).
+    prefix = (raw[ks] & 0x7F).astype(np.int64)
+    if nprefix == 2:
+        prefix = (prefix << 8) | raw[ks + 1]
+    if not bool((prefix == key_group).all()):
+        return None
+    run_lengths = np.diff(np.asarray([*run_starts, count], dtype=np.int64)).astype(np.int64)
+    state_ids = np.repeat(np.asarray(run_ids, dtype=np.int32), run_lengths)
+    codec = layout.codec
+    data = pa.py_buffer(block)
+    pos = ks + nprefix
+    # Fixed namespace size per state (VoidNamespace: 1 byte); a map's user key is the rest of the key.
+    ns_sizes = np.asarray([s.namespace_size or 0 for s in layout.states], dtype=np.int64)[state_ids]
+    if codec.key_type == "string":
+        # StringValue: length + 1 as one varint byte (short strings), then one byte per ASCII char.
+        lengths = raw[pos].astype(np.int64)
+        ns_start = pos + lengths
+    else:
+        size = codec.fixed_size
+        assert size is not None
+        ns_start = pos + size
+    ns_end = ns_start + ns_sizes
+    # Checked before any cut: every range must lie inside its own entry's key.
+    if not bool((ns_end <= ke).all()):
+        return None
+    key: pa.Array
+    if codec.key_type == "string":
+        if not bool(((lengths >= 1) & (lengths <= _MAX_SHORT_STRING + 1)).all()):
+            return None
+        key = _slices(data, pos + 1, ns_start)
+        if not _is_ascii(key):
+            return None
+        key = key.view(pa.string())
+    else:
+        cut = _fixed_width(raw, pos, codec.fixed_size or 0)
+        if codec.key_type == "long":
+            key = pa.array(cut.view(">i8").ravel().astype(np.int64))
+        elif codec.key_type == "int":
+            key = pa.array(cut.view(">i4").ravel().astype(np.int32))
+        else:
+            key = pa.array(cut.ravel() != 0)
+    namespace = _slices(data, ns_start, ns_end)
+    is_map = np.asarray([s.kind == "map" for s in layout.states], dtype=bool)[state_ids]
+    user_key = _with_validity(_slices(data, np.where(is_map, ns_end, ke), ke), is_map)
+    # MapSerializer entry value: boolean isNull, then the value when present.
+    flag = np.where(vs < ve, raw[np.minimum(vs, len(raw) - 1)], 1)
+    present = ~is_map | (flag == 0)
+    value = _with_validity(_slices(data, np.where(is_map, np.minimum(vs + 1, ve), vs), ve), present)
+    names = pa.array([s.name for s in layout.states], type=pa.string())
+    state = pa.DictionaryArray.from_arrays(pa.array(state_ids, type=pa.int32()), names)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(count, key_group, dtype=np.int32)),
+            state.cast(STATE_TYPE),
+            key,
+            namespace,
+            user_key,
+            value,
+            pa.nulls(count, pa.int64()),
+        ],
+        schema=keyed_schema(codec.key_type),
+    )
 
 
 # -- encoding -----------------------------------------------------------------------------------------------
@@ -511,52 +730,310 @@ def write_keyed_file(
     pos = len(head)
     offsets = [0] * key_groups.size
     state_ids = layout.state_ids()
-    encode_key = layout.codec.encoder()
     rows_total = 0
     last_group = -1
 
-    def flush(rows: dict[str, list[Any]], lo: int, hi: int, group: int) -> None:
+    def flush(rows: _Rows) -> None:
         nonlocal pos
-        entries = _entries_of_group(rows, lo, hi, layout, state_ids, encode_key)
-        block = encode_block(group, entries, layout.prefix_bytes)
-        data = encode_frames(block) if compressed else block
-        offsets[group - key_groups.start] = pos
-        out.write(data)
-        pos += len(data)
+        for group, block in _encode_rows(rows, layout):
+            data = encode_frames(bytes(block)) if compressed else block
+            offsets[group - key_groups.start] = pos
+            out.write(data)
+            pos += len(data)
 
-    carry: dict[str, list[Any]] | None = None
+    carry: _Rows | None = None
     for part in batches:
-        if part.num_rows == 0:
-            continue
-        rows = part.to_pydict()
-        groups = np.asarray(rows["key_group"], dtype=np.int64)
-        if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
-            raise InvalidSnapshotError(
-                f"a row's key group is outside the file's range [{key_groups.start}, {key_groups.end}]",
-                code="KEY_GROUP_OUT_OF_RANGE",
-            )
-        if int(groups[0]) < last_group or bool(np.any(groups[1:] < groups[:-1])):
-            raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
-        rows_total += len(groups)
-        if carry is not None:
-            # The previous batch's last key group may continue here.
-            if int(groups[0]) == last_group:
-                rows = {k: carry[k] + rows[k] for k in rows}
-                groups = np.asarray(rows["key_group"], dtype=np.int64)
-            else:
-                flush(carry, 0, len(carry["key_group"]), last_group)
-            carry = None
-        bounds = np.flatnonzero(np.diff(groups)) + 1
-        starts = [0, *bounds.tolist()]
-        ends = [*bounds.tolist(), len(groups)]
-        for lo, hi in zip(starts[:-1], ends[:-1], strict=True):
-            flush(rows, lo, hi, int(groups[lo]))
-        lo = starts[-1]
-        carry = {k: v[lo:] for k, v in rows.items()}
-        last_group = int(groups[-1])
+        for batch in part.to_batches() if isinstance(part, pa.Table) else (part,):
+            if batch.num_rows == 0:
+                continue
+            rows = _Rows.of(batch, state_ids)
+            groups = rows.groups
+            if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
+                raise InvalidSnapshotError(
+                    f"a row's key group is outside the file's range [{key_groups.start}, {key_groups.end}]",
+                    code="KEY_GROUP_OUT_OF_RANGE",
+                )
+            if int(groups[0]) < last_group or bool(np.any(groups[1:] < groups[:-1])):
+                raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
+            rows_total += len(groups)
+            if carry is not None:
+                # The previous batch's last key group may continue here.
+                if int(groups[0]) == last_group:
+                    rows = _Rows.concat(carry, rows)
+                    groups = rows.groups
+                else:
+                    flush(carry)
+                carry = None
+            last = int(np.searchsorted(groups, groups[-1], side="left"))
+            if last:
+                flush(rows.slice(0, last))
+            carry = rows.slice(last, len(groups))
+            last_group = int(groups[-1])
     if carry is not None:
-        flush(carry, 0, len(carry["key_group"]), last_group)
+        flush(carry)
     return EncodedKeyedFile(key_groups.start, tuple(offsets), pos, rows_total)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Keyed rows on their way to blocks: key groups and state ids as numpy, the rest as Arrow arrays."""
+
+    groups: np.ndarray
+    states: np.ndarray
+    names: tuple[str, ...]
+    key: pa.Array
+    namespace: pa.Array
+    user_key: pa.Array
+    value: pa.Array
+    timestamp: pa.Array
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch, state_ids: dict[str, int]) -> _Rows:
+        """Take a batch of the kg keyed schema apart; state names become the header's state ids.
+
+        Raises:
+            InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+        """
+        state = batch.column("state")
+        if not pa.types.is_dictionary(state.type):
+            state = pc.dictionary_encode(state)
+        names = state.dictionary.to_pylist()
+        lookup = np.asarray([state_ids.get(n, -1) for n in names], dtype=np.int32)
+        indices = state.indices.to_numpy(zero_copy_only=False)
+        states = lookup[indices] if len(names) else np.zeros(0, dtype=np.int32)
+        if bool((states < 0).any()):
+            name = names[int(indices[int(np.argmax(states < 0))])]
+            raise InvalidSnapshotError(
+                f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
+            )
+        ordered = tuple(sorted(state_ids, key=state_ids.__getitem__))
+        return cls(
+            batch.column("key_group").to_numpy(zero_copy_only=False).astype(np.int64),
+            states.astype(np.int32),
+            ordered,
+            batch.column("key"),
+            batch.column("namespace"),
+            batch.column("user_key"),
+            batch.column("value"),
+            batch.column("timestamp"),
+        )
+
+    @staticmethod
+    def concat(a: _Rows, b: _Rows) -> _Rows:
+        """Return the rows of ``a`` followed by those of ``b``."""
+        return _Rows(
+            np.concatenate([a.groups, b.groups]),
+            np.concatenate([a.states, b.states]),
+            a.names,
+            pa.concat_arrays([a.key, b.key]),
+            pa.concat_arrays([a.namespace, b.namespace]),
+            pa.concat_arrays([a.user_key, b.user_key]),
+            pa.concat_arrays([a.value, b.value]),
+            pa.concat_arrays([a.timestamp, b.timestamp]),
+        )
+
+    def slice(self, start: int, stop: int) -> _Rows:
+        """Return rows ``[start, stop)``."""
+        n = stop - start
+        return _Rows(
+            self.groups[start:stop],
+            self.states[start:stop],
+            self.names,
+            self.key.slice(start, n),
+            self.namespace.slice(start, n),
+            self.user_key.slice(start, n),
+            self.value.slice(start, n),
+            self.timestamp.slice(start, n),
+        )
+
+    def take(self, order: np.ndarray) -> _Rows:
+        """Return the rows in ``order``."""
+        indices = pa.array(order)
+        return _Rows(
+            self.groups[order],
+            self.states[order],
+            self.names,
+            self.key.take(indices),
+            self.namespace.take(indices),
+            self.user_key.take(indices),
+            self.value.take(indices),
+            self.timestamp.take(indices),
+        )
+
+    def to_pydict(self) -> dict[str, list[Any]]:
+        """Return the rows as ``_entries_of_group`` reads them (state names, Python values)."""
+        return {
+            "key_group": self.groups.tolist(),
+            "state": [self.names[i] for i in self.states.tolist()],
+            "key": self.key.to_pylist(),
+            "namespace": self.namespace.to_pylist(),
+            "user_key": self.user_key.to_pylist(),
+            "value": self.value.to_pylist(),
+            "timestamp": self.timestamp.to_pylist(),
+        }
+
+
+#: Rows encoded at once by the column-wise encoder (cut at key-group boundaries; bounds its memory).
+_ENCODE_CHUNK_ROWS = 1 << 16
+
+
+def _encode_rows(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, bytes | memoryview]]:
+    """Yield ``(key group, block)`` for complete key groups of rows sorted by key group."""
+    groups = rows.groups
+    starts = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist()]
+    cuts = [0]
+    for start in starts[1:]:
+        if start - cuts[-1] >= _ENCODE_CHUNK_ROWS:
+            cuts.append(start)
+    cuts.append(len(groups))
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        chunk = rows.slice(lo, hi) if (lo, hi) != (0, len(groups)) else rows
+        encoded = _encode_columns(chunk, layout)
+        if encoded is None:
+            yield from _encode_per_entry(chunk, layout)
+        else:
+            yield from encoded
+
+
+def _encode_per_entry(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, bytes]]:
+    """Encode through ``_entries_of_group`` / ``encode_block``, the reference path (and its errors)."""
+    data = rows.to_pydict()
+    state_ids = layout.state_ids()
+    encode_key = layout.codec.encoder()
+    groups = rows.groups
+    bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(groups)]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        entries = _entries_of_group(data, lo, hi, layout, state_ids, encode_key)
+        yield int(groups[lo]), encode_block(int(groups[lo]), entries, layout.prefix_bytes)
+
+
+def _fixed_cells(cells: np.ndarray, present: np.ndarray | None = None) -> pa.Array:
+    """Return a binary array of the rows of ``cells`` ((n, w) uint8); b"" where ``present`` is False."""
+    count, width = cells.shape
+    if present is None:
+        offsets = np.arange(0, (count + 1) * width, width, dtype=np.int32)
+        data = cells.tobytes()
+    else:
+        offsets = np.zeros(count + 1, dtype=np.int32)
+        np.cumsum(present.astype(np.int32) * width, out=offsets[1:])
+        data = cells[present].tobytes()
+    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _big_endian(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Return ``values`` as big-endian bytes, one row per value: an (n, itemsize) uint8 array."""
+    be = np.ascontiguousarray(values.astype(dtype))
+    cells: np.ndarray = be.view(np.uint8).reshape(len(values), be.dtype.itemsize)
+    return cells
+
+
+def _lengths(array: pa.Array) -> np.ndarray:
+    """Return each binary / string value's byte length (0 for null) as int64."""
+    lengths: np.ndarray = pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False)
+    return lengths.astype(np.int64)
+
+
+def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryview]] | None:
+    """Encode rows column-wise into ``(key group, block)`` pairs; None when a row needs the reference path.
+
+    The bytes are those of ``_entries_of_group`` + ``encode_block``: per key group, the states' runs in
+    order of first appearance, and per entry ``int keyLen, prefix (+0x80 on a run's last entry), key,
+    namespace, user key, int valueLen, value``, with the run's state id before its first entry and the next
+    id (or ``END_OF_KEY_GROUP_MARK``) after its last. All rows are joined by one Arrow kernel.
+    """
+    count = len(rows.groups)
+    vector = _vector_states(layout)
+    used = np.unique(rows.states)
+    if not vector or not all(int(i) in vector for i in used):
+        return None
+    codec = layout.codec
+    if rows.key.null_count or rows.namespace.null_count:
+        return None
+    is_map = np.asarray([s.kind == "map" for s in layout.states], dtype=bool)[rows.states]
+    value_null = rows.value.is_null().to_numpy(zero_copy_only=False)
+    user_key_null = rows.user_key.is_null().to_numpy(zero_copy_only=False)
+    if bool((value_null & ~is_map).any()) or bool((user_key_null & is_map).any()):
+        return None
+
+    # Runs: each state's rows of a key group together, in order of first appearance, rows in their order.
+    nstates = max(len(layout.states), 1)
+    run_key = rows.groups * nstates + rows.states
+    _, first, inverse = np.unique(run_key, return_index=True, return_inverse=True)
+    order = np.argsort(first[inverse], kind="stable")
+    if bool((order != np.arange(count)).any()):
+        rows = rows.take(order)
+        is_map = is_map[order]
+        value_null = value_null[order]
+    groups, states = rows.groups, rows.states
+    group_start = np.ones(count, dtype=bool)
+    group_start[1:] = groups[1:] != groups[:-1]
+    group_end = np.ones(count, dtype=bool)
+    group_end[:-1] = groups[1:] != groups[:-1]
+    run_end = group_end.copy()
+    run_end[:-1] |= states[1:] != states[:-1]
+    next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
+    next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
+
+    key: pa.Array
+    if codec.key_type == "string":
+        key_len = _lengths(rows.key)
+        ascii_only = pc.all(pc.string_is_ascii(rows.key)).as_py()
+        if ascii_only is False or (count and int(key_len.max()) > _MAX_SHORT_STRING):
+            return None
+        # StringValue.writeString: chars + 1 as one varint byte, then the ASCII bytes.
+        string_head = _fixed_cells((key_len + 1).astype(np.uint8).reshape(count, 1))
+        key = pc.binary_join_element_wise(string_head, rows.key.cast(pa.binary()), _EMPTY)
+        key_len = key_len + 1
+    else:
+        values = rows.key.to_numpy(zero_copy_only=False)
+        if codec.key_type == "long":
+            cells = _big_endian(values, ">i8")
+        elif codec.key_type == "int":
+            cells = _big_endian(values, ">i4")
+        else:
+            cells = values.astype(np.uint8).reshape(count, 1)
+        key = _fixed_cells(cells)
+        key_len = np.full(count, cells.shape[1], dtype=np.int64)
+    namespace = rows.namespace
+    user_key = pc.if_else(pa.array(is_map), rows.user_key.fill_null(b""), _EMPTY)
+    value = rows.value.fill_null(b"")
+    nprefix = layout.prefix_bytes
+    key_bytes = nprefix + key_len + _lengths(namespace) + _lengths(user_key)
+    value_bytes = _lengths(value) + is_map
+    # Key-group prefix (1 or 2 bytes, big-endian), flagged on the last entry of each run.
+    if nprefix == 2:
+        prefix = _big_endian(groups, ">u2").copy()
+    else:
+        prefix = groups.astype(np.uint8).reshape(count, 1)
+    prefix[:, 0] |= np.where(run_end, FIRST_BIT_IN_BYTE_MASK, 0).astype(np.uint8)
+    # MapSerializer entry value: boolean isNull, then the value when present.
+    null_flag = value_null.astype(np.uint8).reshape(count, 1)
+    entries = pc.binary_join_element_wise(
+        _fixed_cells(_big_endian(states, ">u2"), group_start),
+        _fixed_cells(_big_endian(key_bytes, ">i4")),
+        _fixed_cells(prefix),
+        key,
+        namespace,
+        user_key,
+        _fixed_cells(_big_endian(value_bytes, ">i4")),
+        _fixed_cells(null_flag, is_map),
+        value,
+        _fixed_cells(_big_endian(next_state, ">u2"), run_end),
+        _EMPTY,
+    )
+    bounds = np.frombuffer(entries.buffers()[1], dtype=np.int32, count=count + 1)[
+        entries.offset : entries.offset + count + 1
+    ]
+    data = memoryview(entries.buffers()[2]) if entries.buffers()[2] is not None else memoryview(b"")
+    starts = np.flatnonzero(group_start)
+    ends = [*starts[1:].tolist(), count]
+    return [
+        (int(groups[lo]), data[int(bounds[lo]) : int(bounds[hi])])
+        for lo, hi in zip(starts.tolist(), ends, strict=True)
+    ]
+
+
+_EMPTY = pa.scalar(b"", pa.binary())
 
 
 __all__ = [
@@ -567,6 +1044,7 @@ __all__ = [
     "StateLayout",
     "StreamSource",
     "decode_block",
+    "decode_block_batch",
     "decode_keyed_file",
     "encode_block",
     "key_group_extents",

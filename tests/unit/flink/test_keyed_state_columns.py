@@ -1,0 +1,202 @@
+"""The column-wise keyed-state decoder and encoder give the per-entry reference path's rows and bytes."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
+
+from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
+from keygroup_cli.flink.keyed_header import read_keyed_header
+from keygroup_cli.flink.keyed_state import (
+    KeyedLayout,
+    StateLayout,
+    StreamSource,
+    _Columns,
+    _decode_block_columns,
+    _encode_columns,
+    _encode_per_entry,
+    _Rows,
+    decode_block,
+    decode_keyed_file,
+    write_keyed_file,
+)
+from keygroup_cli.flink.serializers import (
+    BOOLEAN_SNAPSHOT,
+    INT_SNAPSHOT,
+    LONG_SNAPSHOT,
+    STRING_SNAPSHOT,
+    TIME_WINDOW_SNAPSHOT,
+    VOID_NAMESPACE_SNAPSHOT,
+    key_codec,
+)
+from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.snapshot.parquet import keyed_schema
+
+
+def _reference(block: bytes, group: int, layout: KeyedLayout) -> pa.RecordBatch:
+    columns = _Columns()
+    decode_block(block, group, layout, columns, "ref")
+    return columns.batch(layout)
+
+
+def _blocks(case: str) -> list[tuple[KeyedLayout, int, bytes]]:
+    snapshot = read_flink_metadata(FLINK_FIXTURES / case)
+    out = []
+    for op in snapshot.metadata.operators:
+        for subtask in op.subtasks:
+            handle = subtask.managed_keyed_state
+            if not isinstance(handle, KeyGroupsHandle):
+                continue
+            with StreamSource(handle.delegate, snapshot.directory) as src:
+                data = src.read(0, src.size)
+            extents = key_group_extents(handle, len(data))
+            header = read_keyed_header(data[: extents[0][1]], case, extents[0][1])
+            layout = KeyedLayout.from_header(header, op.max_parallelism, case)
+            for group, start, end in extents:
+                raw = data[start:end]
+                out.append((layout, group, decode_frames(raw, case) if header.compressed else raw))
+    return out
+
+
+@pytest.mark.parametrize("case", CANONICAL_CASES)
+def test_column_decoder_equals_the_reference_on_flinks_blocks(case: str) -> None:
+    used = 0
+    for layout, group, block in _blocks(case):
+        fast = _decode_block_columns(block, group, layout)
+        if fast is not None:
+            used += 1
+            assert fast.equals(_reference(block, group, layout))
+    # count-no-uid (value state only) takes the column-wise path; blocks with timers do not.
+    assert used > 0
+
+
+@pytest.mark.parametrize("case", CANONICAL_CASES)
+def test_column_encoder_equals_the_reference_on_flinks_rows(case: str) -> None:
+    used = 0
+    for layout, group, block in _blocks(case):
+        batch = _reference(block, group, layout)
+        rows = _Rows.of(batch, layout.state_ids())
+        reference = [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+        assert reference == [(group, block)]
+        fast = _encode_columns(rows, layout)
+        if fast is not None:
+            used += 1
+            assert [(g, bytes(b)) for g, b in fast] == reference
+    assert used > 0
+
+
+# -- synthetic layouts: every key type, maps with null values, two-byte prefixes, interleaved states ----
+
+
+def _layout(key_serializer: str, max_parallelism_prefix: int, *states: StateLayout) -> KeyedLayout:
+    return KeyedLayout(key_codec(key_serializer), max_parallelism_prefix, states)
+
+
+STATES = (
+    StateLayout("v", "value", VOID_NAMESPACE_SNAPSHOT),
+    StateLayout("m", "map", VOID_NAMESPACE_SNAPSHOT),
+    StateLayout("l", "list", VOID_NAMESPACE_SNAPSHOT),
+    StateLayout("w", "value", TIME_WINDOW_SNAPSHOT),
+)
+
+
+def _rows(key_type: str, keys: list[Any], groups: list[int]) -> pa.RecordBatch:
+    """Rows whose states interleave inside each key group (m, v, m, l, ...), map values partly null."""
+    names = ["m", "v", "m", "l", "w", "v"]
+    out: dict[str, list[Any]] = {c: [] for c in keyed_schema(key_type).names}
+    for i, (key, group) in enumerate(zip(keys, groups, strict=True)):
+        name = names[i % len(names)]
+        out["key_group"].append(group)
+        out["state"].append(name)
+        out["key"].append(key)
+        out["namespace"].append(b"\x00" if name != "w" else bytes(range(16)))
+        out["user_key"].append(b"\x03uk" + bytes([i % 7]) if name == "m" else None)
+        out["value"].append(None if name == "m" and i % 4 == 0 else b"val" * (i % 5))
+        out["timestamp"].append(None)
+    return pa.RecordBatch.from_pydict(out, schema=keyed_schema(key_type))
+
+
+@pytest.mark.parametrize(
+    ("serializer", "key_type", "keys"),
+    [
+        (STRING_SNAPSHOT, "string", [f"user-{i}" for i in range(40)] + ["", "x" * 126]),
+        (LONG_SNAPSHOT, "long", [(i - 20) * 1_000_000_007 for i in range(40)] + [-(2**63), 2**63 - 1]),
+        (INT_SNAPSHOT, "int", [(i - 20) * 100_003 for i in range(40)] + [-(2**31), 2**31 - 1]),
+        (BOOLEAN_SNAPSHOT, "boolean", [i % 3 == 0 for i in range(42)]),
+    ],
+)
+@pytest.mark.parametrize("prefix_bytes", [1, 2])
+def test_round_trip_of_every_key_type_equals_the_reference(
+    serializer: str, key_type: str, keys: list[Any], prefix_bytes: int
+) -> None:
+    layout = _layout(serializer, prefix_bytes, *STATES)
+    first = 100 if prefix_bytes == 1 else 300
+    groups = sorted(first + i // 9 for i in range(len(keys)))
+    batch = _rows(key_type, keys, groups)
+    rows = _Rows.of(batch, layout.state_ids())
+    fast = _encode_columns(rows, layout)
+    assert fast is not None
+    encoded = [(g, bytes(b)) for g, b in fast]
+    assert encoded == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    for group, block in encoded:
+        decoded = _decode_block_columns(block, group, layout)
+        assert decoded is not None
+        assert decoded.equals(_reference(block, group, layout))
+    # Through the file writer and reader too: rows come back in block (run) order.
+    out = io.BytesIO()
+    header = b"\x00" * 8
+    written = write_keyed_file(
+        out,
+        header,
+        layout,
+        [batch.slice(0, 17), batch.slice(17)],
+        KeyGroupRange(first, first + 10),
+        compressed=False,
+    )
+    assert written.rows == len(keys)
+    handle = KeyGroupsHandle(7, first, written.offsets, None)
+    back = pa.Table.from_batches(
+        list(decode_keyed_file(_Bytes(out.getvalue()), handle, layout, compressed=False))  # type: ignore[arg-type]
+    )
+    assert sorted(map(repr, back.to_pylist())) == sorted(map(repr, batch.to_pylist()))
+
+
+class _Bytes:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.size, self.source = data, len(data), "<test>"
+
+    def read(self, start: int, end: int) -> bytes:
+        return self.data[start:end]
+
+
+def test_keys_the_column_paths_do_not_cover_fall_back_to_the_reference() -> None:
+    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    for keys in (["é-non-ascii"] * 6, ["y" * 127] * 6):
+        batch = _rows("string", keys, [5] * 6)
+        rows = _Rows.of(batch, layout.state_ids())
+        assert _encode_columns(rows, layout) is None
+        [(group, block)] = list(_encode_per_entry(rows, layout))
+        assert _decode_block_columns(bytes(block), group, layout) is None
+        # The file writer still writes them (through the reference path).
+        out = io.BytesIO()
+        write_keyed_file(out, b"\x00" * 8, layout, [batch], KeyGroupRange(0, 9), compressed=False)
+        assert bytes(block) in out.getvalue()
+
+
+def test_corrupt_blocks_are_left_to_the_reference_decoder() -> None:
+    layout = _layout(LONG_SNAPSHOT, 1, *STATES)
+    batch = _rows("long", list(range(6)), [3] * 6)
+    [(group, block)] = [
+        (g, bytes(b)) for g, b in _encode_per_entry(_Rows.of(batch, layout.state_ids()), layout)
+    ]
+    assert _decode_block_columns(block, group, layout) is not None
+    assert _decode_block_columns(block[:-3], group, layout) is None  # truncated
+    assert _decode_block_columns(block, group + 1, layout) is None  # another key group's prefix
+    bad_length = block[:2] + (2**30).to_bytes(4, "big") + block[6:]
+    assert _decode_block_columns(bad_length, group, layout) is None
