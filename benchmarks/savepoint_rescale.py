@@ -15,9 +15,10 @@ One run on one machine:
 4. restores the kg-written savepoints in Flink (p=4; maxParallelism 128 and 1024) and checks that every key
    came back (the restore timer fails on a wrong count), timing them too.
 
-kg's savepoint rescale is the direct path (``keygroup_cli.execution.savepoint.rescale_savepoint``, what
-``kg rescale SAVEPOINT --out DEST`` runs) when present, else the same steps spelled out: convert to a kg
-snapshot, rescale, convert back (labelled "emulated"). Ratios are kg wall / Flink wall from the same run.
+kg's savepoint rescale is the direct path (``rescale(SAVEPOINT, DEST, 4, ...)``, what ``kg rescale SAVEPOINT
+--to 4 --out DEST`` runs: key-group blocks copied as bytes when maxParallelism stays, decoded and re-encoded
+when it changes), or with ``--mode emulated`` the steps spelled out: convert to a kg snapshot, rescale,
+convert back. Ratios are kg wall / Flink wall from the same run.
 No assertion on timings: the figures go to docs/performance.md.
 
 Usage: flock /tmp/kg-bench.lock python benchmarks/savepoint_rescale.py [--keys 2000000] [--savepoint DIR]
@@ -144,28 +145,14 @@ class Phases:
 
 def child_kg(mode: str, engine: str, source: Path, dest: Path, max_p: int | None) -> dict[str, Any]:
     """Rescale the savepoint ``source`` 3 -> 4 (and maxParallelism to ``max_p``) into ``dest``."""
+    from keygroup_cli.execution.rescale import rescale
+
     phases = Phases()
     start = time.perf_counter()
-    executor = None
-    if engine == "spark":
-        from keygroup_cli.execution.spark import SparkExecutor
-
-        executor = SparkExecutor()
-        phases.seconds["spark session start"] = time.perf_counter() - start
     if mode == "direct":
-        from keygroup_cli.execution.savepoint import rescale_savepoint
-
-        rescale_savepoint(
-            source,
-            dest,
-            NEW_P,
-            new_max_parallelism=max_p,
-            engine=engine,
-            executor=executor,
-            on_progress=phases,
-        )
+        # What `kg rescale SAVEPOINT --to 4 [--max-parallelism M] --out DEST --engine E` runs.
+        rescale(source, dest, NEW_P, new_max_parallelism=max_p, engine=engine, on_progress=phases)
     else:
-        from keygroup_cli.execution.rescale import rescale
         from keygroup_cli.flink.convert import savepoint_to_snapshot, snapshot_to_savepoint
 
         scratch = Path(tempfile.mkdtemp(prefix=".kg-bench-", dir=dest.parent))
@@ -178,7 +165,6 @@ def child_kg(mode: str, engine: str, source: Path, dest: Path, max_p: int | None
                 NEW_P,
                 new_max_parallelism=max_p,
                 engine=engine,
-                executor=executor,
                 on_progress=phases,
             )
             phases.mark("write savepoint")
@@ -189,13 +175,13 @@ def child_kg(mode: str, engine: str, source: Path, dest: Path, max_p: int | None
     return {"wall_s": time.perf_counter() - start, "phases_s": phases.seconds}
 
 
-def child_profile(source: Path, dest: Path, out: Path) -> dict[str, Any]:
-    """Profile the local-engine rescale 3 -> 4 with cProfile; write the stats to ``out``."""
+def child_profile(source: Path, dest: Path, out: Path, max_p: int | None) -> dict[str, Any]:
+    """Profile the local-engine rescale with cProfile; write the stats to ``out``."""
     import cProfile
 
     profiler = cProfile.Profile()
     profiler.enable()
-    result = child_kg(kg_mode(), "local", source, dest, None)
+    result = child_kg(kg_mode(), "local", source, dest, max_p)
     profiler.disable()
     profiler.dump_stats(str(out))
     return result
@@ -228,7 +214,7 @@ def run_child(*args: str) -> dict[str, Any]:
 def child_main(args: list[str]) -> None:
     kind = args[0]
     if kind == "profile":
-        result = child_profile(Path(args[1]), Path(args[2]), Path(args[3]))
+        result = child_profile(Path(args[1]), Path(args[2]), Path(args[3]), int(args[4]) or None)
     else:
         mode, engine, source, dest, max_p = args
         result = child_kg(mode, engine, Path(source), Path(dest), int(max_p) or None)
@@ -240,8 +226,9 @@ def child_main(args: list[str]) -> None:
 
 
 def table(rows: list[dict[str, Any]], flink_wall: float, flink_restore: float) -> str:
+    """Markdown table; ratios against Flink's restore at p=4 (process wall, and in-process time)."""
     head = (
-        "| run | process wall | work (excl. start-up) | kg wall / Flink wall | work / Flink restore "
+        "| run | process wall | in-process | wall / Flink p=4 wall | in-process / Flink p=4 restore "
         "| peak RSS |\n|---|---:|---:|---:|---:|---:|"
     )
     lines = [head]
@@ -265,7 +252,7 @@ def main() -> None:
     )
     parser.add_argument("--engines", nargs="+", choices=("local", "spark"), default=["local", "spark"])
     parser.add_argument("--mode", choices=("auto", "direct", "emulated"), default="auto")
-    parser.add_argument("--profile", type=Path, help="Also profile the local 3->4 run; write pstats here.")
+    parser.add_argument("--profile", type=Path, help="Also profile the local runs; write pstats files here.")
     parser.add_argument("--keep", type=Path, help="Work in this directory and keep it.")
     parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -338,12 +325,11 @@ def main() -> None:
                 log(f"{name} ...")
                 r = run_child(mode, engine, str(source), str(dest), str(max_p if max_p != OLD_MAX_P else 0))
                 kg_runs[name] = r
-                start_up = r["phases_s"].get("spark session start", 0.0)
                 rows.append(
                     {
                         "name": name,
                         "wall_s": r["process_wall_s"],
-                        "work_s": r["wall_s"] - start_up,
+                        "work_s": r["wall_s"],
                         "peak_rss_mib": r["peak_rss_mib"],
                     }
                 )
@@ -368,11 +354,17 @@ def main() -> None:
             shutil.rmtree(dest, ignore_errors=True)
         figures["flink_restores_kg_output"] = restored
         if args.profile:
-            dest = work / "kg-profile"
-            shutil.rmtree(dest, ignore_errors=True)
-            log("profiling kg local 3->4 ...")
-            figures["profile"] = run_child("profile", str(source), str(dest), str(args.profile))
-            shutil.rmtree(dest, ignore_errors=True)
+            args.profile.mkdir(parents=True, exist_ok=True)
+            figures["profile"] = {}
+            for max_p in (OLD_MAX_P, NEW_MAX_P):
+                dest = work / "kg-profile"
+                shutil.rmtree(dest, ignore_errors=True)
+                stats = args.profile / f"local-3to4-maxp{max_p}.pstats"
+                log(f"profiling kg local 3->4 (maxP {max_p}) into {stats} ...")
+                figures["profile"][str(stats)] = run_child(
+                    "profile", str(source), str(dest), str(stats), str(max_p if max_p != OLD_MAX_P else 0)
+                )
+                shutil.rmtree(dest, ignore_errors=True)
         figures["table"] = table(rows, flink[NEW_P]["wall_s"], flink[NEW_P]["restore_s"])
         if args.json:
             print(json.dumps(figures, indent=2))
