@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.execution import Executor, OnProgress, PendingExecutor
+from keygroup_cli.execution import Executor, OnProgress, PendingExecutor, get_executor
 from keygroup_cli.execution.rescale import RescaleResult, rescale
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.convert import (
@@ -120,6 +120,10 @@ def rescale_savepoint(
         expected_parallelism=from_parallelism,
     )
     headers = _regroupable(savepoint, new_max_parallelism)
+    if executor is None and headers is not None:
+        # Key groups are copied as bytes by kg itself, and operator state is small and redistributed on
+        # the driver by either engine: starting a JVM would only add seconds.
+        executor = get_executor("local")
     if executor is None:
         # The engine (a JVM for Spark) starts while the savepoint is decoded.
         pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)

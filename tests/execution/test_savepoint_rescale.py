@@ -201,3 +201,15 @@ def test_cli_rescales_a_savepoint(kg, tmp_path):
     assert {op["mode"] for op in doc["operators"]} <= {"none", "rehash"}
     assert doc["savepoint"]["keyed_entries"] == sum(op["keyed_rows"] for op in doc["operators"]) > 0
     assert kg("check", tmp_path / "m", "--parallelism", "4", "--max-parallelism", "256").exit_code == 0
+
+
+def test_copying_key_groups_starts_no_spark(tmp_path, monkeypatch):
+    # Same maxParallelism: kg copies key-group blocks itself; a JVM would only cost seconds.
+    import keygroup_cli.execution.spark as spark_engine
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a Spark session was started")
+
+    monkeypatch.setattr(spark_engine, "spark_session", refuse)
+    result = rescale(FIXTURES / "heap-files-p3-maxp128-long", tmp_path / "sp", 4, engine="spark")
+    assert result.engine == "local" and result.regrouped is not None

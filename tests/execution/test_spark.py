@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import time
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +90,33 @@ def test_a_java_that_exits_is_reported_as_gateway_failure(monkeypatch, tmp_path)
         spark_session()
     assert info.value.code == "SPARK_GATEWAY_FAILED"
     assert os.environ["JAVA_HOME"].endswith("jdk")
+
+
+def test_class_data_sharing_archive_is_created_then_published_then_used(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    from keygroup_cli.execution.spark import class_data_sharing_option
+
+    monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KG_SPARK_CDS", raising=False)
+    first = class_data_sharing_option()
+    assert first.startswith("-XX:ArchiveClassesAtExit=") and first.endswith(f".{os.getpid()}.partial")
+    partial = Path(first.split("=", 1)[1])
+    # Written by a JVM that is still running (here: this very process): never published.
+    partial.write_bytes(b"archive")
+    assert class_data_sharing_option() == first
+    # Written by a process that has exited, and unchanged for 30 s: published under the final name.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    finished = partial.with_name(partial.name.replace(f".{os.getpid()}.", f".{dead.stdout.strip()}."))
+    partial.rename(finished)
+    os.utime(finished, (time.time() - 60, time.time() - 60))
+    used = class_data_sharing_option()
+    assert (
+        used.startswith("-XX:SharedArchiveFile=") and Path(used.split("=", 1)[1]).read_bytes() == b"archive"
+    )
+    assert not finished.exists()
+    monkeypatch.setenv("KG_SPARK_CDS", "0")
+    assert class_data_sharing_option() == ""
