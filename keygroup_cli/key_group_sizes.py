@@ -20,7 +20,7 @@ from typing import Any
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.keygroups import skew, subtask_ranges
-from keygroup_cli.planning import advise_parallelism, key_group_weights
+from keygroup_cli.planning import advise_parallelism, key_group_owners, key_group_weights
 
 #: Upper end of the default parallelism range: at least this many candidates, or 4x the current one.
 DEFAULT_MAX_CANDIDATES = 32
@@ -240,7 +240,7 @@ def _from_flink(
             )
             continue
         sizes = [0] * op.max_parallelism
-        owners = _flink_owners(op.max_parallelism, op.parallelism)
+        owners = key_group_owners(op.max_parallelism, op.parallelism)
         ranges: dict[int, tuple[int, int]] = {}
         stored: dict[int, int] = {}
         for handle in measured.handles:
@@ -276,7 +276,7 @@ def _from_kg(path: Path, minimum: int | None, maximum: int | None) -> KeyGroupSi
             continue
         # Bytes per key group: each file's bytes shared out in proportion to its rows per key group.
         _rows, sizes = key_group_weights(op)
-        owners = _flink_owners(op.max_parallelism, op.parallelism)
+        owners = key_group_owners(op.max_parallelism, op.parallelism)
         ranges: dict[int, tuple[int, int]] = {}
         stored: dict[int, int] = {}
         for f in op.keyed_files:
@@ -300,14 +300,6 @@ def _from_kg(path: Path, minimum: int | None, maximum: int | None) -> KeyGroupSi
             )
         )
     return KeyGroupSizesReport("kg-snapshot", snapshot.path, tuple(operators))
-
-
-def _flink_owners(max_parallelism: int, parallelism: int) -> list[int]:
-    """Return the subtask Flink assigns each key group at ``parallelism`` (for groups no file covers)."""
-    owners = [0] * max_parallelism
-    for index, rng in enumerate(subtask_ranges(max_parallelism, parallelism)):
-        owners[rng.start : rng.end + 1] = [index] * rng.size
-    return owners
 
 
 def _sized(

@@ -89,7 +89,8 @@ class KeyGroupPlan:
         return skew(self.new_loads)
 
 
-def _owners(max_parallelism: int, parallelism: int) -> list[int]:
+def key_group_owners(max_parallelism: int, parallelism: int) -> list[int]:
+    """Return the subtask Flink assigns each key group at ``parallelism`` (index = key group)."""
     owners = [0] * max_parallelism
     for index, rng in enumerate(subtask_ranges(max_parallelism, parallelism)):
         owners[rng.start : rng.end + 1] = [index] * rng.size
@@ -121,7 +122,8 @@ def plan_key_groups(
     for name, weights in (("key_group_rows", key_group_rows), ("key_group_bytes", key_group_bytes)):
         if weights is not None and len(weights) != max_parallelism:
             raise ValueError(f"{name} must have one entry per key group ({max_parallelism})")
-    old, new = _owners(max_parallelism, old_parallelism), _owners(max_parallelism, new_parallelism)
+    old = key_group_owners(max_parallelism, old_parallelism)
+    new = key_group_owners(max_parallelism, new_parallelism)
 
     def weigh(weights: Sequence[int] | None, start: int, end: int) -> int | None:
         return None if weights is None else int(sum(weights[start : end + 1]))
