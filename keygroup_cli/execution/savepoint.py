@@ -59,11 +59,7 @@ def preflight(
     """
     check_convertible(savepoint)
     all_operators = savepoint.metadata.operators
-    with_state = {
-        op.operator_id
-        for op in all_operators
-        if any(s.managed_keyed_state or s.managed_operator_state for s in op.subtasks)
-    }
+    with_state = {op.operator_id for op in all_operators if any(s.has_state for s in op.subtasks)}
     selected = select_operators(all_operators, operators, expected_parallelism, with_state)
     types = key_types(savepoint)
     for op in all_operators:
