@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 
 import click
 
 from keygroup_cli import __version__
+from keygroup_cli.cli.options import (
+    DEBUG_ENVVAR,
+    JSON_ENVVAR,
+    QUIET_ENVVAR,
+    debug_option,
+    json_option,
+    quiet_option,
+)
 from keygroup_cli.cli.render import Output
 from keygroup_cli.errors import ExitCode, KgError
 
@@ -56,15 +66,34 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Resolve the command; a mistyped name fails with the nearest names (``Did you mean 'rescale'?``)."""
+        name = args[0]
+        if not ctx.resilient_parsing and not name.startswith("-") and self.get_command(ctx, name) is None:
+            known = self.list_commands(ctx)
+            # Prefixes first (``kg resc``), then difflib's near misses (``kg rescal``, ``kg inspcet``).
+            suggestions = [c for c in known if c.startswith(name)] or difflib.get_close_matches(
+                name, known, n=3
+            )
+            message = f"No such command {name!r}."
+            if suggestions:
+                quoted = [repr(s) for s in suggestions]
+                hint = quoted[0] if len(quoted) == 1 else f"one of {', '.join(quoted)}"
+                message += f" Did you mean {hint}?"
+            raise click.UsageError(message, ctx)
+        return super().resolve_command(ctx, args)
+
 
 def _module_exists(module_name: str) -> bool:
     return importlib.util.find_spec(f"keygroup_cli.cli.commands.{module_name}") is not None
 
 
 @click.group(cls=LazyGroup, epilog=ROOT_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--json", "json_output", is_flag=True, help="Print exactly one JSON document on stdout.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars or warnings on stderr.")
-@click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
+@json_option()
+@quiet_option()
+@debug_option
 @click.option("--no-color", is_flag=True, help="Plain output without colours (NO_COLOR is honoured too).")
 @click.version_option(__version__, prog_name="kg")
 @click.pass_context
@@ -117,11 +146,16 @@ def run(argv: list[str] | None = None) -> int:
 def _fallback_output(args: list[str]) -> Output:
     """Return an Output built from the raw flags: the click context is gone once an error escapes it."""
     return Output(
-        json="--json" in args,
-        quiet="--quiet" in args or "-q" in args,
-        debug="--debug" in args,
+        json="--json" in args or _env_flag(JSON_ENVVAR),
+        quiet="--quiet" in args or "-q" in args or _env_flag(QUIET_ENVVAR),
+        debug="--debug" in args or _env_flag(DEBUG_ENVVAR),
         no_color="--no-color" in args,
     )
+
+
+def _env_flag(name: str) -> bool:
+    """Return a boolean environment variable as click reads flags (``1``/``true``/``yes``/``on``)."""
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "t", "yes", "y", "on"}
 
 
 def _command_name(args: list[str]) -> str | None:

@@ -1,4 +1,9 @@
-"""Shared click options, so every command spells a flag the same way."""
+"""Shared click options, so every command spells a flag the same way.
+
+One short flag has one meaning in every command (``tests/cli/test_options.py`` enforces
+``SHORT_FLAGS``), and the options people set once per environment (a CI job, a laptop) also read a
+``KG_*`` environment variable, shown in ``--help``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,30 @@ from keygroup_cli.cli.render import Output
 F = TypeVar("F", bound=Callable[..., Any])
 
 KEY_TYPE_CHOICES = ("string", "long", "int", "boolean")
+
+#: The one meaning of each short flag, and the long names that may carry it. A command that has the
+#: meaning uses the short flag; no command gives it another one.
+SHORT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "-f": ("file of keys, one per line", ("--keys-file",)),
+    "-h": ("help", ("--help",)),
+    "-m": (
+        "maxParallelism: the number of key groups (the new one, where there is a new one)",
+        ("--max-parallelism",),
+    ),
+    "-n": ("number of distinct keys", ("--keys",)),
+    "-o": ("operator uid (or spec), repeatable", ("--operator",)),
+    "-p": (
+        "parallelism: the one to check, produce or show (the new one, where there is a new one)",
+        ("--parallelism", "--to"),
+    ),
+    "-q": ("quiet: no progress or warnings on stderr", ("--quiet",)),
+    "-t": ("Java type of the keys", ("--key-type",)),
+}
+
+#: Environment variables of the global output flags (``KG_ENGINE``/``KG_MASTER`` live on ``kg rescale``).
+JSON_ENVVAR = "KG_JSON"
+QUIET_ENVVAR = "KG_QUIET"
+DEBUG_ENVVAR = "KG_DEBUG"
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -30,49 +59,113 @@ def _set_quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
     return value
 
 
-def output_options(func: F) -> F:
-    """Accept ``--json`` and ``--quiet`` after the command name too (``kg ranges ... --json``)."""
-    func = click.option(
+def json_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--json`` (env ``KG_JSON``): print exactly one JSON document on stdout."""
+    return click.option(
         "--json",
         "json_output",
         is_flag=True,
-        expose_value=False,
-        callback=_set_json,
-        is_eager=True,
+        envvar=JSON_ENVVAR,
+        show_envvar=True,
         help="Print exactly one JSON document on stdout.",
-    )(func)
-    func = click.option(
+        **kwargs,
+    )
+
+
+def quiet_option(**kwargs: Any) -> Callable[[F], F]:
+    """``-q/--quiet`` (env ``KG_QUIET``): no progress bars or warnings on stderr."""
+    return click.option(
         "-q",
         "--quiet",
         is_flag=True,
-        expose_value=False,
-        callback=_set_quiet,
-        is_eager=True,
+        envvar=QUIET_ENVVAR,
+        show_envvar=True,
         help="No progress bars or warnings on stderr.",
+        **kwargs,
+    )
+
+
+def debug_option(func: F) -> F:
+    """``--debug`` (env ``KG_DEBUG``): show the traceback of internal errors."""
+    return click.option(
+        "--debug",
+        is_flag=True,
+        envvar=DEBUG_ENVVAR,
+        show_envvar=True,
+        help="Show the traceback of internal errors.",
     )(func)
+
+
+def output_options(func: F) -> F:
+    """Accept ``--json`` and ``--quiet`` after the command name too (``kg ranges ... --json``)."""
+    func = json_option(expose_value=False, callback=_set_json, is_eager=True)(func)
+    func = quiet_option(expose_value=False, callback=_set_quiet, is_eager=True)(func)
     return func
 
 
-def max_parallelism_option(required: bool = True, help: str | None = None) -> Callable[[F], F]:
-    """``--max-parallelism/-m M``: the number of key groups (1..32768)."""
+def max_parallelism_option(
+    required: bool = True,
+    help: str | None = None,
+    *,
+    multiple: bool = False,
+    metavar: str = "M",
+    default: int | None = None,
+    type: Any = int,
+) -> Callable[[F], F]:
+    """``-m/--max-parallelism M``: the number of key groups (1..32768)."""
     return click.option(
         "--max-parallelism",
         "-m",
         "max_parallelism",
-        type=int,
+        type=type,
         required=required,
-        metavar="M",
+        multiple=multiple,
+        default=default,
+        metavar=metavar,
         help=help or "maxParallelism, i.e. the number of key groups (1..32768).",
     )
 
 
-def key_type_option(func: F) -> F:
-    """``--key-type``: the Java type of the keys."""
+def parallelism_option(
+    help: str,
+    *,
+    required: bool = False,
+    multiple: bool = False,
+    metavar: str = "P",
+    default: int | None = None,
+    show_default: bool = False,
+    type: Any = int,
+) -> Callable[[F], F]:
+    """``-p/--parallelism P``: the parallelism to check, produce or show."""
     return click.option(
-        "--key-type",
-        "-t",
-        type=click.Choice(KEY_TYPE_CHOICES),
-        default="string",
-        show_default=True,
-        help="Java type of the key: String, Long, Integer or Boolean.",
-    )(func)
+        "--parallelism",
+        "-p",
+        "parallelism",
+        type=type,
+        required=required,
+        multiple=multiple,
+        default=default,
+        show_default=show_default,
+        metavar=metavar,
+        help=help,
+    )
+
+
+def to_parallelism_option(help: str = "New parallelism.") -> Callable[[F], F]:
+    """``-p/--to Q``: the new parallelism of ``kg plan`` and ``kg rescale`` (``-p`` as in ``kg check``)."""
+    return click.option("--to", "-p", "to_parallelism", type=int, required=True, metavar="Q", help=help)
+
+
+def operator_option(help: str = "Only this operator (repeatable).", metavar: str = "UID") -> Callable[[F], F]:
+    """``-o/--operator UID`` (repeatable): the operators a command works on."""
+    return click.option("--operator", "-o", "operators", multiple=True, metavar=metavar, help=help)
+
+
+def key_type_option(
+    choices: tuple[str, ...] = KEY_TYPE_CHOICES,
+    help: str = "Java type of the key: String, Long, Integer or Boolean.",
+) -> Callable[[F], F]:
+    """``-t/--key-type``: the Java type of the keys."""
+    return click.option(
+        "--key-type", "-t", type=click.Choice(choices), default="string", show_default=True, help=help
+    )

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from keygroup_cli.checks import Finding, RestorePlan, Severity, check_restore, exit_code_for
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.summary import summarize
@@ -59,19 +59,18 @@ def _read_uids(path: Path) -> list[str]:
 
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=str))
-@click.option(
-    "--parallelism",
-    "-p",
+@parallelism_option(
+    "New parallelism for all operators (N) or one operator (UID=N, uid or operator id); repeatable.",
     multiple=True,
     metavar="N|UID=N",
-    help="New parallelism for all operators (N) or one operator (UID=N, uid or operator id); repeatable.",
+    type=str,
 )
-@click.option(
-    "--max-parallelism",
-    "-m",
+@max_parallelism_option(
+    required=False,
+    help="The new job's explicitly configured maxParallelism, for all or one operator; repeatable.",
     multiple=True,
     metavar="M|UID=M",
-    help="The new job's explicitly configured maxParallelism, for all or one operator; repeatable.",
+    type=str,
 )
 @click.option(
     "--job-uids",

@@ -10,7 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import javahash
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import (
+    key_type_option,
+    max_parallelism_option,
+    operator_option,
+    output_options,
+    parallelism_option,
+)
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -31,15 +37,15 @@ state (kg diff exits 0). SOURCE_DATE_EPOCH fixes created_at in the manifest.
 
 @click.command(epilog=EPILOG)
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=False))
-@click.option(
-    "--operator", "-o", "operators", multiple=True, metavar="SPEC", help="UID[:TYPE[:KEYS[:P[:MAXP]]]]."
-)
-@click.option("--key-type", "-t", type=click.Choice(javahash.KEY_TYPES), default="string", show_default=True)
+@operator_option(help="UID[:TYPE[:KEYS[:P[:MAXP]]]] (repeatable).", metavar="SPEC")
+@key_type_option(choices=javahash.KEY_TYPES, help="Java type of the keys of operators that do not say.")
 @click.option(
     "--keys", "-n", type=click.IntRange(min=0), default=1000, show_default=True, help="Distinct keys."
 )
-@click.option("--parallelism", "-p", type=int, default=1, show_default=True, metavar="P")
-@click.option("--max-parallelism", "-m", type=int, default=None, metavar="M", help="[default: Flink's for P]")
+@parallelism_option("Parallelism of operators that do not say.", default=1, show_default=True)
+@max_parallelism_option(
+    required=False, help="maxParallelism of operators that do not say [default: Flink's for P]."
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--value-bytes", type=click.IntRange(min=1), default=24, show_default=True)
 @click.option("--snapshot-id", type=int, default=1, show_default=True)

@@ -14,7 +14,12 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import keys as keys_core
-from keygroup_cli.cli.options import key_type_option, max_parallelism_option, output_options
+from keygroup_cli.cli.options import (
+    key_type_option,
+    max_parallelism_option,
+    output_options,
+    parallelism_option,
+)
 from keygroup_cli.cli.render import SCHEMA_VERSION, output_for
 
 EPILOG = """\b
@@ -38,11 +43,9 @@ TABLE_LIMIT = 50
 @click.option(
     "--keys-file", "-f", type=click.File("rb"), help="Read keys from FILE, one per line ('-' = stdin)."
 )
-@key_type_option
+@key_type_option()
 @max_parallelism_option(required=True)
-@click.option(
-    "--parallelism", "-p", type=int, metavar="P", help="Also show the owning subtask at parallelism P."
-)
+@parallelism_option("Also show the owning subtask at parallelism P.")
 @output_options
 @click.pass_context
 def command(

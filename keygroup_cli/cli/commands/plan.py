@@ -15,7 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import planning
-from keygroup_cli.cli.options import max_parallelism_option, output_options
+from keygroup_cli.cli.options import (
+    max_parallelism_option,
+    operator_option,
+    output_options,
+    to_parallelism_option,
+)
 from keygroup_cli.cli.render import Output, output_for
 from keygroup_cli.errors import UnsupportedFormatError
 
@@ -123,13 +128,11 @@ def show_snapshot_plan(
 @click.command(epilog=EPILOG)
 @click.argument("snapshot", required=False, type=click.Path(path_type=Path))
 @click.option("--from", "from_parallelism", type=int, metavar="P", help="Current parallelism.")
-@click.option("--to", "to_parallelism", type=int, required=True, metavar="Q", help="New parallelism.")
+@to_parallelism_option()
 @max_parallelism_option(
     required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
 )
-@click.option(
-    "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
-)
+@operator_option()
 @output_options
 @click.pass_context
 def command(

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import keygroups
-from keygroup_cli.cli.options import max_parallelism_option, output_options
+from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
 from keygroup_cli.cli.render import output_for
 
 EPILOG = """\b
@@ -21,7 +21,7 @@ Examples:
 
 @click.command(epilog=EPILOG)
 @max_parallelism_option(required=False, help="maxParallelism (default: Flink's default for --parallelism).")
-@click.option("--parallelism", "-p", type=int, metavar="P", help="Number of subtasks (1..M).")
+@parallelism_option("Number of subtasks (1..M).")
 @click.option(
     "--default-max-parallelism",
     "default_for",
