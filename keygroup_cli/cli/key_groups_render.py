@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
+
+from keygroup_cli.cli.render import print_table
 
 if TYPE_CHECKING:
     from keygroup_cli.key_group_sizes import KeyGroupSizes
@@ -47,11 +48,11 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     )
     hot = Table(box=None, padding=(0, 1))
     for name in ("hottest key group", "bytes", "share", "subtask"):
-        hot.add_column(name, justify="right")
+        hot.add_column(name, justify="right", no_wrap=True)
     for kg, size, subtask in sizes.hottest(DEFAULT_TOP):
         hot.add_row(str(kg), human_size(size), f"{size / sizes.total_bytes:.1%}", str(subtask))
     if hot.row_count:
-        console.print(Padding(hot, (0, 0, 0, 3), expand=False))
+        print_table(console, hot, indent=3)
     loads = [s.bytes for s in sizes.subtasks]
     largest = max(range(len(loads)), key=lambda i: (loads[i], -i))
     console.print(
@@ -69,7 +70,7 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     table = Table(box=None, padding=(0, 1))
     for name in ("p", "byte skew", "key-group skew", "largest subtask"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("", overflow="fold")
+    table.add_column("note", overflow="fold")
     by_p = {a.parallelism: a for a in sizes.advice}
     for p in sorted(notes):
         found = by_p.get(p)
@@ -78,7 +79,7 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
         else:
             row = (f"{found.byte_skew:.2f}", f"{found.key_group_skew:.2f}", human_size(found.max_bytes))
         table.add_row(str(p), *row, ", ".join(notes[p]))
-    console.print(Padding(table, (0, 0, 0, 2), expand=False))
+    print_table(console, table, indent=2)
     lo, hi = sizes.advice[0].parallelism, sizes.advice[-1].parallelism
     ranked = ", ".join(f"{a.parallelism} ({a.byte_skew:.2f})" for a in best)
     console.print(f"    best (most even by bytes) in {lo}-{hi}: {ranked}", soft_wrap=True)

@@ -14,10 +14,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 
 #: Version of the JSON documents kg prints; bumped only with a **Breaking:** changelog entry.
 SCHEMA_VERSION = 1
+
+#: Width of output that is not a terminal (a file, a pipe) when COLUMNS is unset: lines are never wrapped,
+#: so ``grep``/``cut`` see every path and number whole. Rich would otherwise assume 80 columns.
+PIPE_WIDTH = 100_000
+
+#: Narrowest a table's last column may fold to (ids, paths) before the table switches to key/value records.
+FOLD_FLOOR = 16
 
 
 class Output:
@@ -49,6 +61,8 @@ class Output:
 
     def _console(self, stream: Any) -> Console:
         width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else None
+        if width is None and not _isatty(stream):
+            width = PIPE_WIDTH
         return Console(
             file=stream,
             no_color=self.no_color,
@@ -93,6 +107,87 @@ class Output:
                     "error": {"code": code, "message": message},
                 }
             )
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def print_table(console: Console, table: Table, indent: int = 0) -> None:
+    """Print ``table`` without ever cutting a cell; when it cannot fit, print its rows as key/value records.
+
+    Columns with ``no_wrap`` (numbers) are never narrowed; other columns wrap between words, and only the
+    last one may fold a word (an id, a path) over lines, never narrower than :data:`FOLD_FLOOR`. When the
+    table cannot fit so, its rows are printed one ``header  value`` line per cell instead, the value
+    folding. No cell ever ends in "…". A title wider than the table is printed above it, so it wraps at
+    the console's width. ``indent`` shifts the layout right.
+    """
+    available = console.width - indent
+    fits = _narrow_to(console, table, available)
+    shown = table if fits else vertical(table)
+    if fits and isinstance(table.title, str):
+        width = min(Measurement.get(console, console.options, table).maximum, available)
+        if cell_len(table.title) > width:
+            # Rich wraps a title within the table's width; a long one (a path) gets the console's instead.
+            console.print(Text(table.title, style="italic"))
+            table.title = None
+    console.print(Padding(shown, (0, 0, 0, indent), expand=False) if indent else shown)
+
+
+def vertical(table: Table) -> RenderableType:
+    """Return ``table``'s rows as key/value records (header, then value; empty cells left out)."""
+    records = Table.grid(padding=(0, 2))
+    records.add_column(overflow="fold", style="bold")
+    records.add_column(overflow="fold")
+    cells = [list(column.cells) for column in table.columns]
+    for row in range(table.row_count):
+        if row:
+            records.add_row("", "")
+        for column, column_cells in zip(table.columns, cells, strict=True):
+            value = column_cells[row]
+            if value != "":
+                records.add_row(column.header, value)
+    if not table.title:
+        return records
+    title = Text(table.title, style="italic") if isinstance(table.title, str) else table.title
+    return Group(title, records)
+
+
+def _narrow_to(console: Console, table: Table, width: int) -> bool:
+    """Cap the wrapping columns' widths so that ``table`` fits ``width`` whole; False when it cannot.
+
+    Rich would narrow the widest columns first, folding an id while a name beside it could still wrap
+    between words; here the columns before the last give up their slack first, then the last one folds.
+    """
+    options = console.options.update_width(PIPE_WIDTH)
+    widest: list[int] = []
+    least: list[int] = []
+    last = len(table.columns) - 1
+    for index, column in enumerate(table.columns):
+        cells = [column.header, *column.cells] if table.show_header else list(column.cells)
+        sizes = [Measurement.get(console, options, cell) for cell in cells] or [Measurement(0, 0)]
+        widest.append(max(m.maximum for m in sizes))
+        longest_word = max(m.minimum for m in sizes)
+        if column.no_wrap:
+            least.append(widest[-1])
+        else:
+            column.overflow = "fold"
+            # Before the last column a folded word would interleave with the rest of its row.
+            least.append(longest_word if index < last else min(longest_word, FOLD_FLOOR))
+    # Padding and borders: what the table measures beyond its cells at full width.
+    overhead = Measurement.get(console, options, table).maximum - sum(widest)
+    excess = sum(widest) + overhead - width
+    if sum(least) + overhead > width:
+        return False
+    for index, column in enumerate(table.columns):
+        take = min(excess, widest[index] - least[index])
+        if take > 0:
+            column.max_width = widest[index] - take
+            excess -= take
+    return True
 
 
 def output_for(ctx: click.Context) -> Output:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli.cli.commands.plan import plan_document, render_plan
+from keygroup_cli.cli.render import print_table
 from keygroup_cli.execution.rescale import RescaleResult
 from keygroup_cli.keygroups import skew
 from keygroup_cli.planning import OperatorPlan, RescalePlan
@@ -182,7 +183,8 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     """Print the summary table of a finished rescale."""
     table = Table()
     for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "operator rows"):
-        table.add_column(name, justify="left" if name == "operator" else "right")
+        label = name == "operator"
+        table.add_column(name, justify="left" if label else "right", no_wrap=not label)
     stateless = 0
     for op in document["operators"]:
         label = op["uid"] or op["operator_id"]
@@ -201,7 +203,7 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
                 f"{s['keyed_bytes']:,}",
                 f"{s['operator_rows']:,}",
             )
-    console.print(table)
+    print_table(console, table)
     if stateless:
         console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
     what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"

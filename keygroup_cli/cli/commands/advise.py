@@ -8,7 +8,7 @@ from rich.table import Table
 
 from keygroup_cli import planning
 from keygroup_cli.cli.options import max_parallelism_option, output_options
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -59,12 +59,13 @@ def command(
     def text(console: Console) -> None:
         shown = advice if show_all else _worth_showing(advice)
         table = Table(title=f"maxParallelism {max_parallelism}: key groups per subtask")
-        for name in ("parallelism", "min", "max", "skew (max/mean)", ""):
-            table.add_column(name, justify="right")
+        for name in ("parallelism", "min", "max", "skew (max/mean)"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("verdict")
         for a in shown:
             verdict = "even" if a.even else f"hottest subtask +{(a.skew - 1):.0%}"
             table.add_row(str(a.parallelism), str(a.min_load), str(a.max_load), f"{a.skew:.2f}", verdict)
-        console.print(table)
+        print_table(console, table)
         console.print(f"Even parallelisms in range: {', '.join(map(str, even)) or 'none'}")
         if not show_all and len(shown) < len(advice):
             console.print(f"({len(advice) - len(shown)} more; --all lists every parallelism)")

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import output_for, print_table
 from keygroup_cli.errors import ExitCode
 
 EPILOG = """\b
@@ -68,7 +68,8 @@ def command(ctx: click.Context, a: str, b: str) -> None:
     def text(console: Console) -> None:
         table = Table(title=f"{result.a} vs {result.b}")
         for name in ("operator", "state", "kind", "rows A", "rows B", "only in A", "only in B"):
-            table.add_column(name, justify="right" if name.startswith(("rows", "only")) else "left")
+            numbers = name.startswith(("rows", "only"))
+            table.add_column(name, justify="right" if numbers else "left", no_wrap=numbers)
         for op in result.operators:
             if op.presence != "both":
                 table.add_row(op.label, "-", f"operator {op.presence.replace('_', ' ')}", "", "", "", "")
@@ -82,7 +83,7 @@ def command(ctx: click.Context, a: str, b: str) -> None:
         if result.same:
             console.print("same logical state", markup=False)
         else:
-            console.print(table)
+            print_table(console, table)
             console.print("different", markup=False)
 
     out.result("diff", document, text)

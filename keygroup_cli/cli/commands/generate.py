@@ -18,7 +18,7 @@ from keygroup_cli.cli.options import (
     parallelism_option,
 )
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -108,7 +108,8 @@ def command(
     def text(console: Console) -> None:
         table = Table(title=f"generated {out} (seed {seed})")
         for name in ("uid", "key type", "p", "maxP", "keyed rows", "files", "bytes"):
-            table.add_column(name, justify="left" if name in ("uid", "key type") else "right")
+            text = name in ("uid", "key type")
+            table.add_column(name, justify="left" if text else "right", no_wrap=not text)
         for op, r in zip(manifest.operators, rows, strict=True):
             files = len(op.keyed_files) + len(op.operator_files)
             values = (
@@ -121,6 +122,6 @@ def command(
                 r["bytes"],
             )
             table.add_row(*(str(v) for v in values))
-        console.print(table)
+        print_table(console, table)
 
     output.result("generate", document, text)

@@ -11,7 +11,7 @@ from rich.table import Table
 from keygroup_cli.cli.key_groups_render import human_size as _size
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
 from keygroup_cli.cli.options import output_options
-from keygroup_cli.cli.render import Output, output_for
+from keygroup_cli.cli.render import Output, output_for, print_table
 from keygroup_cli.errors import UnsupportedFormatError
 from keygroup_cli.summary import (
     OperatorSummary,
@@ -108,6 +108,8 @@ def _text(
     console: Console, summary: SnapshotSummary, subtasks: bool, sizes: dict[str, KeyGroupSizes]
 ) -> None:
     grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
     kind = ", ".join(x for x in (summary.snapshot_type, summary.format_type) if x)
     rows = [("Path", str(summary.path)), ("Format", summary.format + (f" ({kind})" if kind else ""))]
     rows.append(("Checkpoint id", str(summary.checkpoint_id)))
@@ -119,25 +121,26 @@ def _text(
         grid.add_row(f"[bold]{key}[/bold]", value)
     console.print(grid)
     table = Table(title="Operators")
-    # One "operator" column (uid, and the name beneath when it differs) keeps the table within 80 columns.
-    table.add_column("operator (uid / name)", overflow="fold", min_width=14)
-    table.add_column("operator id", overflow="fold", min_width=16)
+    # One "operator" column (uid, and the name beneath when it differs), and the id last, where it may fold,
+    # keep the table within 80 columns.
+    table.add_column("operator (uid / name)")
     for name in ("p", "maxP", "keyed", "op state", "files"):
         table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("operator id")
     for op in summary.operators:
         label = op.uid or f"- / {op.name or '-'}"
         if op.uid and op.name and op.name != op.uid:
             label += f"\n  {op.name}"
         table.add_row(
             label,
-            op.operator_id,
             str(op.parallelism),
             str(op.max_parallelism),
             _size(op.keyed_bytes),
             _size(op.operator_state_bytes),
             str(op.files),
+            op.operator_id,
         )
-    console.print(table)
+    print_table(console, table)
     for op in stateful:
         _operator_text(console, op, subtasks)
         if op.operator_id in sizes:
@@ -163,9 +166,9 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
             f"max {histogram.max_rows}; hottest: {hot or '-'}"
         )
     if subtasks:
-        table = Table(box=None, padding=(0, 2))
-        for name in ("subtask", "key groups", "non-empty", "keyed", "operator state", "rows"):
-            table.add_column(name, justify="right")
+        table = Table(box=None, padding=(0, 1))
+        for name in ("subtask", "key groups", "non-empty", "keyed", "op state", "rows"):
+            table.add_column(name, justify="right", no_wrap=True)
         for t in op.subtasks:
             groups = "-" if t.key_group_start is None else f"{t.key_group_start}-{t.key_group_end}"
             table.add_row(
@@ -176,4 +179,4 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
                 _size(t.operator_state_bytes),
                 "-" if t.rows is None else str(t.rows),
             )
-        console.print(table)
+        print_table(console, table)

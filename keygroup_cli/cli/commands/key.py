@@ -20,7 +20,7 @@ from keygroup_cli.cli.options import (
     output_options,
     parallelism_option,
 )
-from keygroup_cli.cli.render import SCHEMA_VERSION, output_for
+from keygroup_cli.cli.render import SCHEMA_VERSION, output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -95,12 +95,12 @@ def _print_table(console: Console, located: keys_core.KeyLocations) -> None:
     columns = _columns(located)
     table.add_column("key")
     for name in columns:
-        table.add_column(name.replace("_", " "), justify="right")
+        table.add_column(name.replace("_", " "), justify="right", no_wrap=True)
     keys = located.keys.to_pylist()
     for i, key in enumerate(keys):
         shown = json.dumps(key) if isinstance(key, bool) else str(key)
         table.add_row(shown, *(str(col[i].as_py()) for col in columns.values()))
-    console.print(table)
+    print_table(console, table)
 
 
 def _escaped_keys(located: keys_core.KeyLocations, escapes: list[tuple[str, str]]) -> pa.Array:

@@ -21,7 +21,7 @@ from keygroup_cli.cli.options import (
     output_options,
     to_parallelism_option,
 )
-from keygroup_cli.cli.render import Output, output_for
+from keygroup_cli.cli.render import Output, output_for, print_table
 from keygroup_cli.errors import UnsupportedFormatError
 
 EPILOG = """\b
@@ -79,13 +79,13 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
         f"parallelism {plan.old_parallelism} → {plan.new_parallelism}"
     )
     for name in ("from", "to", "key groups", *(("rows", "bytes") if weighted else ()), "runs"):
-        table.add_column(name, justify="left" if name == "runs" else "right")
+        table.add_column(name, justify="left" if name == "runs" else "right", no_wrap=name != "runs")
     for t in plan.transfers:
         runs = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in t.runs)
         marker = "" if t.from_subtask != t.to_subtask else " (stays)"
         weights = (str(t.rows or 0), str(t.bytes or 0)) if weighted else ()
         table.add_row(str(t.from_subtask), f"{t.to_subtask}{marker}", str(t.key_groups), *weights, runs)
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"{plan.moved_key_groups} of {plan.max_parallelism} key groups change subtask "
         f"({plan.moved_fraction:.1%}); key groups per subtask skew (max/mean): "

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from keygroup_cli import keygroups
 from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -66,10 +66,10 @@ def command(
         origin = " (Flink's default for this parallelism)" if defaulted else ""
         table = Table(title=f"maxParallelism {max_p}{origin}, parallelism {parallelism}")
         for name in ("subtask", "start", "end", "key groups"):
-            table.add_column(name, justify="right")
+            table.add_column(name, justify="right", no_wrap=True)
         for row in rows:
             table.add_row(*(str(v) for v in row.values()))
-        console.print(table)
+        print_table(console, table)
         console.print(f"hottest subtask carries {document['skew']:.2f}x the mean number of key groups")
 
     out.result("ranges", document, text)
