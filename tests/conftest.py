@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +58,30 @@ def range_vectors() -> dict[str, Any]:
     with gzip.open(FIXTURES / "vectors" / "ranges.json.gz", "rt", encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
+
+
+#: What a decoy interpreter prints: a test or code path that ran "whatever python3 is on PATH".
+DECOY_MARK = "kg test decoy"
+
+
+def write_decoys(directory: Path) -> Path:
+    """Write ``python3`` and ``python`` scripts into ``directory`` that fail loudly (exit 97)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("python3", "python"):
+        script = directory / name
+        script.write_text(f'#!/bin/sh\necho "{DECOY_MARK}: {name} from PATH was run ($0 $*)" >&2\nexit 97\n')
+        script.chmod(0o755)
+    return directory
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The whole suite runs with decoy interpreters first on PATH (.ci/run puts its own there too), so a
+    # code path or test that relies on PATH's python3 instead of kg's own interpreter fails everywhere,
+    # not only on machines whose system Python lacks kg's dependencies.
+    if not os.environ.get("KG_TEST_DECOY_PATH"):
+        decoy = write_decoys(Path(tempfile.mkdtemp(prefix="kg-decoy-")))
+        os.environ["KG_TEST_DECOY_PATH"] = str(decoy)
+        os.environ["PATH"] = os.pathsep.join([str(decoy), os.environ.get("PATH", "")])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

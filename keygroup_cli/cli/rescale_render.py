@@ -162,6 +162,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         "output": str(result.output),
         "output_format": "kg-snapshot" if written is None else "flink-savepoint",
         "engine": result.engine,
+        "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
         "snapshot_id": result.manifest.snapshot_id,
         "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
@@ -211,7 +212,7 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     if any(op["mode"] == "regroup" for op in document["operators"]):
         moved = "keyed state copied key group by key group (same maxParallelism; entries not decoded: -)"
     console.print(
-        f"{moved}; engine {document['engine']}, "
+        f"{moved}; engine {document['engine']} ({document['engine_reason']}), "
         f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",
         soft_wrap=True,
     )

@@ -1,20 +1,23 @@
 """Executors that apply a ``RescalePlan``: one protocol, a pyarrow engine and a Spark engine.
 
 ``get_executor("local" | "spark", **options)`` imports the engine's module only when asked, so metadata
-commands never load Spark (or start a JVM). Both engines consume the same plan and write byte-identical
-files through ``keygroup_cli.execution.tasks``; the caller (``keygroup_cli.execution.rescale``) owns the
-staging directory, verification and the commit.
+commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
+installed (the ``keygroup-cli[spark]`` extra), else the local engine, with a notice on kg's logger. Both
+engines consume the same plan and write byte-identical files through ``keygroup_cli.execution.tasks``; the
+caller (``keygroup_cli.execution.rescale``) owns the staging directory, verification and the commit.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError
 from keygroup_cli.planning import RescalePlan
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
 
@@ -22,6 +25,53 @@ from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
 OnProgress = Callable[[str, int, "int | None"], None]
 
 ENGINES = ("spark", "local")
+
+#: What installs the Spark engine (pyspark is an optional extra: about 490 MB).
+INSTALL_SPARK = "pip install 'keygroup-cli[spark]' (or pip install 'pyspark>=3.5') in kg's environment"
+
+log = logging.getLogger("keygroup_cli")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """The engine a rescale runs with, and why (shown in the summary and ``--json``)."""
+
+    name: str
+    reason: str
+
+
+def spark_installed() -> bool:
+    """Return whether pyspark can be imported, without importing it (no JVM, no seconds spent)."""
+    return importlib.util.find_spec("pyspark") is not None
+
+
+def choose_engine(engine: str | EngineChoice | None) -> EngineChoice:
+    """Resolve ``engine`` (``spark``, ``local``, or None for the default) to the engine that will run.
+
+    The default is Spark when pyspark is installed and the local engine otherwise; the fallback is
+    announced once on the ``keygroup_cli`` logger (the CLI prints it on stderr).
+
+    Raises:
+        InvalidArgumentError: An unknown engine name.
+        MissingDependencyError: ``spark`` was asked for and pyspark is not installed (``PYSPARK_MISSING``).
+    """
+    if isinstance(engine, EngineChoice):
+        return engine
+    if engine is None or engine == "auto":
+        if spark_installed():
+            return EngineChoice("spark", "default engine")
+        log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
+        return EngineChoice("local", "default engine; pyspark is not installed")
+    if engine not in ENGINES:
+        raise InvalidArgumentError(
+            f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
+        )
+    if engine == "spark" and not spark_installed():
+        raise MissingDependencyError(
+            f"--engine spark needs pyspark, which is not installed: {INSTALL_SPARK}; or use --engine local",
+            code="PYSPARK_MISSING",
+        )
+    return EngineChoice(engine, f"--engine {engine}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +115,8 @@ def get_executor(name: str, **options: Any) -> Executor:
 
     Args:
         name: The engine.
-        **options: Engine options: for ``spark`` ``master``, ``session``, ``verbose``; for ``local``
-            ``batch_rows``.
+        **options: Engine options: for ``spark`` ``master``, ``session``, ``verbose``, ``config`` (Spark
+            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows``.
 
     Raises:
         InvalidArgumentError: An unknown engine.
@@ -77,9 +127,10 @@ def get_executor(name: str, **options: Any) -> Executor:
 
         return LocalExecutor(**_known(options, ("batch_rows",)))
     if name == "spark":
+        choose_engine("spark")  # a one-line error naming the pip command when pyspark is missing
         from keygroup_cli.execution.spark import SparkExecutor
 
-        return SparkExecutor(**_known(options, ("master", "session", "verbose", "batch_rows")))
+        return SparkExecutor(**_known(options, ("master", "session", "verbose", "batch_rows", "config")))
     raise InvalidArgumentError(
         f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
     )
@@ -92,11 +143,19 @@ class PendingExecutor:
     checksumming the input meanwhile hides most of it. ``result()`` waits for it and raises what creating
     it raised (e.g. ``MissingDependencyError``). The thread is a daemon: if kg fails first, it exits
     without waiting, and the JVM ends with it (it stops when its stdin, a pipe from kg, closes).
+
+    With ``on_progress``, a Spark start is a stage of its own (``starting Spark``), reported from the
+    caller's thread: begun here, finished in ``result()``.
     """
 
-    def __init__(self, name: str, **options: Any) -> None:
+    STAGE = "starting Spark"
+
+    def __init__(self, name: str, on_progress: OnProgress | None = None, **options: Any) -> None:
         self._executor: Executor | None = None
         self._error: BaseException | None = None
+        self._report = on_progress if name == "spark" else None
+        if self._report is not None:
+            self._report(self.STAGE, 0, None)
         self._thread = threading.Thread(target=self._create, args=(name, options), daemon=True)
         self._thread.start()
 
@@ -112,10 +171,15 @@ class PendingExecutor:
         Raises:
             KgError: Whatever ``get_executor`` raised.
         """
-        self._thread.join()
+        # A timed join keeps the waiting thread responsive to Ctrl-C (a bare join() would not be).
+        while self._thread.is_alive():
+            self._thread.join(0.2)
         if self._error is not None:
             raise self._error
         assert self._executor is not None
+        if self._report is not None:
+            self._report(self.STAGE, 1, 1)
+            self._report = None
         return self._executor
 
 
@@ -126,10 +190,14 @@ def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]
 
 __all__ = [
     "ENGINES",
+    "INSTALL_SPARK",
+    "EngineChoice",
     "ExecutionResult",
     "Executor",
     "OnProgress",
     "PendingExecutor",
     "WrittenOperator",
+    "choose_engine",
     "get_executor",
+    "spark_installed",
 ]

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import ExecutionError, InvalidArgumentError
-from keygroup_cli.execution import ExecutionResult, Executor, OnProgress, PendingExecutor
+from keygroup_cli.execution import (
+    EngineChoice,
+    ExecutionResult,
+    Executor,
+    OnProgress,
+    PendingExecutor,
+    choose_engine,
+)
 from keygroup_cli.flink import is_flink_savepoint
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
@@ -47,13 +54,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class RescaleResult:
-    """What a rescale did: the plan, the committed manifest, where, with which engine, how long."""
+    """What a rescale did: the plan, the committed manifest, where, with which engine and why, how long."""
 
     plan: RescalePlan
     manifest: Manifest
     output: Path
     engine: str
     wall_seconds: float
+    #: Why ``engine`` ran: "default engine", "--engine spark", "key groups copied as bytes; no JVM needed"...
+    engine_reason: str = ""
     #: For a Flink savepoint input: what was written at ``output`` (``manifest`` is kg's view of it).
     savepoint: ConvertResult | None = None
     #: Operators whose keyed state was copied key group by key group as bytes (same maxParallelism, a
@@ -75,9 +84,10 @@ def rescale(
     from_parallelism: int | None = None,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
-    engine: str = "spark",
+    engine: str | EngineChoice | None = None,
     master: str | None = None,
     spark: Any = None,
+    spark_conf: Mapping[str, str] | None = None,
     verbose: bool = False,
     on_progress: OnProgress | None = None,
     executor: Executor | None = None,
@@ -95,9 +105,11 @@ def rescale(
         from_parallelism: If given, the parallelism every selected operator must have now.
         operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
         new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
-        engine: ``spark`` (default) or ``local``.
+        engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
+            (``execution.choose_engine``).
         master: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
         spark: An existing ``SparkSession`` to run on (notebooks, PySpark jobs); ``spark`` only.
+        spark_conf: Spark settings for a session kg starts (e.g. ``spark.pyspark.python``).
         verbose: Let Spark's own logging through.
         on_progress: ``on_progress(stage, completed, total)`` callback.
         executor: A ready executor (overrides ``engine``, ``master``, ``spark``).
@@ -122,6 +134,7 @@ def rescale(
             engine=engine,
             master=master,
             spark=spark,
+            spark_conf=spark_conf,
             verbose=verbose,
             on_progress=on_progress,
             executor=executor,
@@ -143,17 +156,22 @@ def rescale(
         expected_parallelism=from_parallelism,
     )
     if executor is None:
-        pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)
+        choice = choose_engine(engine)
+        pending = PendingExecutor(
+            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+        )
         verify_input(snapshot, report)
         executor = pending.result()
+        reason = choice.reason
     else:
         verify_input(snapshot, report)
+        reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
     with staged_directory(dest) as staging:
         result = executor.run(plan, snapshot, staging, report)
         manifest = build_manifest(snapshot, plan, result)
         verify_output(staging, snapshot, plan, manifest, report)
         write_manifest(staging, manifest)
-    return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started)
+    return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

@@ -18,12 +18,19 @@ absent and the input savepoint untouched.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.execution import Executor, OnProgress, PendingExecutor, get_executor
+from keygroup_cli.execution import (
+    EngineChoice,
+    Executor,
+    OnProgress,
+    PendingExecutor,
+    choose_engine,
+    get_executor,
+)
 from keygroup_cli.execution.rescale import RescaleResult, rescale
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.convert import (
@@ -83,9 +90,10 @@ def rescale_savepoint(
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
     compression: bool | None = None,
-    engine: str = "spark",
+    engine: str | EngineChoice | None = None,
     master: str | None = None,
     spark: Any = None,
+    spark_conf: Mapping[str, str] | None = None,
     verbose: bool = False,
     on_progress: OnProgress | None = None,
     executor: Executor | None = None,
@@ -116,13 +124,18 @@ def rescale_savepoint(
         expected_parallelism=from_parallelism,
     )
     headers = _regroupable(savepoint, new_max_parallelism)
+    choice = None
     if executor is None and headers is not None:
         # Key groups are copied as bytes by kg itself, and operator state is small and redistributed on
         # the driver by either engine: starting a JVM would only add seconds.
         executor = get_executor("local")
-    if executor is None:
+        choice = EngineChoice("local", "key groups copied as bytes (same maxParallelism): no Spark needed")
+    elif executor is None:
+        choice = choose_engine(engine)
         # The engine (a JVM for Spark) starts while the savepoint is decoded.
-        pending = PendingExecutor(engine, master=master, session=spark, verbose=verbose)
+        pending = PendingExecutor(
+            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+        )
     with scratch_directory(dest) as scratch:
         decoded = scratch / "input.kg"
         rescaled = scratch / "rescaled.kg"
@@ -138,7 +151,7 @@ def rescale_savepoint(
             from_parallelism=from_parallelism,
             operators=operators,
             new_max_parallelism=new_max_parallelism,
-            engine=engine,
+            engine=choice if choice is not None else engine,
             master=master,
             spark=spark,
             verbose=verbose,

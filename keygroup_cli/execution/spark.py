@@ -16,19 +16,30 @@ Java becomes a one-line ``MissingDependencyError`` rather than an ImportError or
 Tasks write to the target directory directly, so with a ``--master`` other than local the staging
 directory beside DEST must be on a filesystem every executor mounts at the same path, and kg must be
 importable on the executors.
+
+Which Python runs the tasks: in local mode kg's own interpreter (``sys.executable``), so a pipx install or
+an unactivated venv works whatever ``python3`` is first on PATH. ``spark.pyspark.python`` (``--conf``) and
+``PYSPARK_PYTHON`` win when set; on a cluster, where executors have their own Python, Spark's default
+applies unless one of them is set. Before any work, one tiny task checks that the workers start and import
+kg and its dependencies (``check_workers``), so a broken worker environment is one line and exit 6.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
+import logging
 import os
+import re
 import shutil
-import tempfile
+import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import keygroup_cli
-from keygroup_cli.errors import MissingDependencyError
+from keygroup_cli.errors import ExecutionError, MissingDependencyError
 from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, tasks
 from keygroup_cli.planning import OperatorPlan, RescalePlan
 from keygroup_cli.snapshot.model import KeyedFile, Operator, Snapshot
@@ -48,6 +59,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 INSTALL_JAVA = "install Java 17 or newer (e.g. apt-get install openjdk-17-jre-headless) or use --engine local"
+
+log = logging.getLogger("keygroup_cli")
+
+#: Modules a Python worker must import to run kg's tasks.
+WORKER_MODULES = ("numpy", "pyarrow", "mmh3", "xxhash", "keygroup_cli")
+
+#: Console logs of earlier sessions kept in the cache directory (only those of failed runs are kept).
+KEPT_LOGS = 5
 
 #: Settings of a session kg creates itself (an existing session is used as it is).
 SESSION_CONFIG = {
@@ -68,8 +87,10 @@ def spark_session(
 ) -> SparkSession:
     """Return the active SparkSession, or start one (embedded ``local[*]`` unless ``master`` is given).
 
-    Without ``verbose`` the JVM's console output (log4j start-up lines, warnings) goes to a log file in the
-    temp directory and Spark's log level is ERROR.
+    Without ``verbose`` the JVM's console output (log4j start-up lines, warnings) goes to a log file under
+    ``$KG_CACHE_DIR/logs`` (removed at exit unless the run failed) and Spark's log level is ERROR. In local
+    mode the Python workers run kg's own interpreter unless ``spark.pyspark.python`` or ``PYSPARK_PYTHON``
+    says otherwise.
 
     Raises:
         MissingDependencyError: pyspark is not installed, Java is missing or JAVA_HOME is broken, or the
@@ -96,27 +117,175 @@ def spark_session(
 
     conf = SparkConf().setMaster(master or "local[*]").setAppName("kg rescale")
     settings = {**SESSION_CONFIG, **_pythonpath_config(), **(config or {})}
+    python = worker_python(master, config)
     sharing = class_data_sharing_option()
     if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
     for key, value in settings.items():
         conf.set(key, value)
-    log = Path(tempfile.gettempdir()) / f"kg-spark-{os.getpid()}.log"
+    console_log = _console_log()
     try:
         # The JVM (and the Python workers it forks) write their console output to the log for the whole
         # session; handing it to the JVM's Popen, rather than redirecting our own descriptors, keeps
         # stdout clean for --json and stderr for kg's progress even while the JVM starts in a thread.
-        with open(log, "ab") as jvm_console:
+        with open(console_log, "ab") as jvm_console:
             gateway = launch_gateway(  # type: ignore[no-untyped-call]
                 conf, popen_kwargs=None if verbose else {"stdout": jvm_console, "stderr": jvm_console}
             )
-        session = SparkSession(SparkContext(conf=conf, gateway=gateway))
+        context = SparkContext(conf=conf, gateway=gateway)
     except MissingDependencyError:
         raise
     except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise many types; all mean "no gateway"
-        raise MissingDependencyError(_gateway_message(exc, log), code="SPARK_GATEWAY_FAILED") from None
+        keep_console_log()
+        raise MissingDependencyError(
+            _gateway_message(exc, console_log), code="SPARK_GATEWAY_FAILED"
+        ) from None
+    if python is not None:
+        # The interpreter every Python worker is started with (pickled into each task's function).
+        context.pythonExec = python
+    session = SparkSession(context)
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session
+
+
+def worker_python(master: str | None, config: dict[str, str] | None = None) -> str | None:
+    """Return the interpreter kg starts Spark's Python workers with, or None to leave Spark's choice.
+
+    ``spark.pyspark.python`` in ``config`` wins, then ``PYSPARK_PYTHON`` (Spark reads it itself: None);
+    otherwise, in local mode, kg's own interpreter, so the workers import exactly the packages kg does.
+    On a cluster the executors have their own Python, so Spark's default stays (None).
+    """
+    configured = (config or {}).get("spark.pyspark.python")
+    if configured:
+        return configured
+    if os.environ.get("PYSPARK_PYTHON"):
+        return None
+    if (master is None or master.startswith("local")) and sys.executable:
+        return sys.executable
+    return None
+
+
+def check_workers(sc: SparkContext, master: str | None = None) -> None:
+    """Run one tiny task that starts a Python worker and imports what kg's tasks need.
+
+    A worker that cannot start (no such interpreter, a decoy on PATH), runs another Python version than
+    the driver, or cannot import kg or one of its dependencies fails here, before anything is read or
+    written, as one line naming the interpreter and the fix.
+
+    Raises:
+        MissingDependencyError: ``SPARK_WORKER_FAILED``.
+    """
+    python = sc.pythonExec
+    modules = WORKER_MODULES
+
+    def probe(_index: int) -> tuple[str, str, list[str]]:
+        # Defined in a function so that cloudpickle ships it by value: unpickling it imports nothing.
+        import importlib
+        import sys as worker_sys
+
+        problems = []
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - each failure is reported as a cause
+                problems.append(f"{type(exc).__name__}: {exc}")
+        major, minor = worker_sys.version_info[:2]
+        return worker_sys.executable, f"{major}.{minor}", problems
+
+    try:
+        [(executable, version, problems)] = sc.parallelize([0], 1).map(probe).collect()
+    except Exception as exc:  # noqa: BLE001 - py4j wraps every worker failure in its own types
+        keep_console_log()
+        raise MissingDependencyError(
+            f"Spark's Python workers ({python}) failed to start: {_worker_cause(exc)}; {_worker_fix(master)}",
+            code="SPARK_WORKER_FAILED",
+        ) from None
+    if problems:
+        raise MissingDependencyError(
+            f"Spark's Python workers ({executable}, Python {version}) cannot import what kg needs "
+            f"({'; '.join(problems)}); {_worker_fix(master)}",
+            code="SPARK_WORKER_FAILED",
+        )
+
+
+def _worker_cause(exc: BaseException) -> str:
+    """Return the one line of a failed Spark job's text that says why (py4j's text is a stack trace)."""
+    text = str(exc)
+    mismatch = re.search(r"PYTHON_VERSION_MISMATCH\][^\n]*?(\d+\.\d+)[^\n]*?(\d+\.\d+)", text)
+    if "PYTHON_VERSION_MISMATCH" in text:
+        found = f" (worker {mismatch.group(1)}, driver {mismatch.group(2)})" if mismatch else ""
+        return f"their Python version differs from kg's{found}"
+    said = re.search(r"Error from python worker:\s*\n\s*([^\n]+)", text)
+    code = re.search(r"terminated with code: (-?\d+)", text)
+    if said:
+        return f"the worker said {said.group(1).strip()!r}" + (f" and exited {code.group(1)}" if code else "")
+    for pattern in (
+        r"Cannot run program \"[^\"]*\"[^\n]*",
+        r"(?:ModuleNotFoundError|ImportError): [^\n]*",
+        r"Python worker exited unexpectedly[^\n]*",
+        r"\w+(?:Error|Exception): [^\n]*",
+    ):
+        cause = re.search(pattern, text)
+        if cause and "An error occurred while calling" not in cause.group(0):
+            return cause.group(0).strip()[:300]
+    lines = [line for line in text.strip().splitlines() if "An error occurred while calling" not in line]
+    return (lines[0].lstrip(": ") if lines else type(exc).__name__)[:300]
+
+
+def _worker_fix(master: str | None) -> str:
+    if master is None or master.startswith("local"):
+        return (
+            "set PYSPARK_PYTHON (or --conf spark.pyspark.python=...) to a Python that has kg installed, "
+            f"or unset it to use kg's own ({sys.executable})"
+        )
+    return (
+        "install kg on the executors (pip install 'keygroup-cli[spark]') and point "
+        "--conf spark.pyspark.python=... (or PYSPARK_PYTHON) at that Python"
+    )
+
+
+def cache_directory() -> Path:
+    """Return kg's cache directory: ``$KG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kg``, else ``~/.cache/kg``."""
+    if os.environ.get("KG_CACHE_DIR"):
+        return Path(os.environ["KG_CACHE_DIR"])
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(home) / "kg"
+
+
+_console_logs: dict[str, Path | bool] = {}
+
+
+def _console_log() -> Path:
+    """Return this run's Spark console log under the cache directory; it is removed at exit unless kept.
+
+    Logs of failed runs (``keep_console_log``) stay, the newest ``KEPT_LOGS`` of them.
+    """
+    directory = cache_directory() / "logs"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in sorted(directory.glob("spark-*.log"), key=lambda f: f.stat().st_mtime)[:-KEPT_LOGS]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        directory = Path(os.environ.get("TMPDIR", "/tmp"))
+    path = directory / f"spark-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    if not _console_logs:
+        atexit.register(_remove_console_log)
+    _console_logs.update(path=path, keep=False)
+    return path
+
+
+def keep_console_log() -> Path | None:
+    """Keep this run's Spark console log after exit (a failure's message points at it); return it."""
+    path = _console_logs.get("path")
+    _console_logs["keep"] = True
+    return path if isinstance(path, Path) else None
+
+
+def _remove_console_log() -> None:
+    path = _console_logs.get("path")
+    if isinstance(path, Path) and not _console_logs.get("keep"):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def check_java() -> None:
@@ -148,13 +317,13 @@ def class_data_sharing_option() -> str:
     published only once its writer has finished: ``*.<pid>.partial`` is renamed once process ``pid`` is
     gone and the file has not changed for 30 s. A JVM that cannot use an archive (classpath changed) ignores
     it. ``KG_SPARK_CDS=0`` turns this off; any problem with the cache directory does too (returns "").
+    The first run that writes the archive says so on kg's logger (a notice on stderr), once per archive.
     """
     if os.environ.get("KG_SPARK_CDS", "1") == "0":
         return ""
     import pyspark
 
-    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    cache = Path(os.environ.get("KG_CACHE_DIR") or Path(home) / "kg")
+    cache = cache_directory()
     java = (
         Path(os.environ["JAVA_HOME"]) / "bin" / "java"
         if os.environ.get("JAVA_HOME")
@@ -173,6 +342,16 @@ def class_data_sharing_option() -> str:
         return ""
     if final.is_file():
         return f"-XX:SharedArchiveFile={final}"
+    announced = cache / f"spark-{key}.announced"
+    if not announced.exists():
+        # Written once per pyspark version and Java: say so (once), since it takes room in the cache.
+        with contextlib.suppress(OSError):
+            announced.touch()
+        log.info(
+            "writing a one-time archive of Spark's classes (about 110 MB) to %s when this run ends, so "
+            "later runs start Spark about 2 s sooner; KG_SPARK_CDS=0 turns this off",
+            cache,
+        )
     return f"-XX:ArchiveClassesAtExit={cache / f'spark-{key}.{os.getpid()}.partial'}"
 
 
@@ -200,15 +379,16 @@ def _pythonpath_config() -> dict[str, str]:
     return {"spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def _gateway_message(exc: Exception, log: Path) -> str:
+def _gateway_message(exc: Exception, console_log: Path) -> str:
     details = ""
     with contextlib.suppress(OSError):
-        details = log.read_text(errors="replace")
+        details = console_log.read_text(errors="replace")
     if "UnsupportedClassVersionError" in details:
-        return f"Spark needs a newer Java than the one found: {INSTALL_JAVA} (details: {log})"
+        return f"Spark needs a newer Java than the one found: {INSTALL_JAVA} (details: {console_log})"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
     return (
-        f"Spark's Java gateway did not start ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-        f"check the Java installation: {INSTALL_JAVA} (details: {log})"
+        f"Spark's Java gateway did not start ({type(exc).__name__}: {first}); "
+        f"check the Java installation: {INSTALL_JAVA} (details: {console_log})"
     )
 
 
@@ -223,9 +403,13 @@ class SparkExecutor:
         session: SparkSession | None = None,
         verbose: bool = False,
         batch_rows: int = DEFAULT_BATCH_ROWS,
+        config: dict[str, str] | None = None,
     ) -> None:
-        self.session = session if session is not None else spark_session(master, verbose=verbose)
+        self.session = (
+            session if session is not None else spark_session(master, verbose=verbose, config=config)
+        )
         self.batch_rows = batch_rows
+        check_workers(self.session.sparkContext, master)
 
     def run(
         self, plan: RescalePlan, source: Snapshot, target: Path, on_progress: OnProgress | None = None
@@ -250,7 +434,7 @@ class SparkExecutor:
                 tasks.copy_files(source, target, op.keyed_files)
                 keyed = op.keyed_files
             else:
-                with _TaskProgress(sc, stage, op_plan.keyed_rows, report):
+                with _TaskProgress(sc, stage, op_plan.keyed_rows, report), _spark_failures(sc):
                     if op_plan.keyed_mode == "move":
                         files = self._move(sc, source, op, op_plan, target)
                     else:
@@ -347,34 +531,98 @@ def _rehash_reduce(
     yield tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), buckets())
 
 
+@contextlib.contextmanager
+def _spark_failures(sc: SparkContext) -> Iterator[None]:
+    """Cancel Spark's jobs on Ctrl-C; turn a failed Spark job into one line (``ExecutionError``).
+
+    A Ctrl-C that reaches py4j in the middle of a call comes back as a py4j error ("Answer from Java side
+    is empty"), not as ``KeyboardInterrupt``: a SIGINT handler notes it, so it is reported as what it was.
+    """
+    interrupted = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    watching = threading.current_thread() is threading.main_thread()
+    if watching:
+        signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):
+            sc.cancelAllJobs()
+        raise
+    except (ExecutionError, MissingDependencyError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - py4j/pyspark wrap task failures in many types
+        if interrupted.is_set():
+            raise KeyboardInterrupt from None
+        console_log = keep_console_log()
+        raise ExecutionError(
+            f"a Spark task failed: {_worker_cause(exc)} (details: {console_log or 'rerun with --verbose'})",
+            code="SPARK_TASK_FAILED",
+        ) from exc
+    finally:
+        if watching:
+            signal.signal(signal.SIGINT, previous)
+
+
 class _TaskProgress:
-    """Report a Spark job's finished tasks as a share of ``total`` rows, polled in a daemon thread."""
+    """Report a Spark job group's finished tasks as a share of ``total`` rows, polled in a daemon thread.
+
+    Every stage of every job in the group counts (a re-hash runs a map and a reduce stage), so the counter
+    only ever grows within the stage kg shows.
+    """
 
     def __init__(self, sc: SparkContext, stage: str, total: int, report: OnProgress) -> None:
         self.sc, self.stage, self.total, self.report = sc, stage, total, report
+        self.group = f"kg-{os.getpid()}-{id(self)}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._shown = 0
 
     def __enter__(self) -> _TaskProgress:
+        self.sc.setJobGroup(self.group, f"kg rescale: {self.stage}")
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+        with contextlib.suppress(Exception):
+            self.sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _poll(self) -> None:
         tracker = self.sc.statusTracker()
         while not self._stop.wait(0.25):
-            done = tasks_total = 0
-            for stage_id in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    tasks_total += info.numTasks
-            if tasks_total:
-                with contextlib.suppress(Exception):
-                    self.report(self.stage, self.total * done // tasks_total, self.total)
+            with contextlib.suppress(Exception):
+                done = tasks_total = 0
+                for job_id in tracker.getJobIdsForGroup(self.group):
+                    job = tracker.getJobInfo(job_id)
+                    for stage_id in job.stageIds if job is not None else ():
+                        info = tracker.getStageInfo(stage_id)
+                        if info is not None:
+                            done += info.numCompletedTasks
+                            tasks_total += info.numTasks
+                if tasks_total:
+                    value = self.total * done // tasks_total
+                    if value > self._shown:
+                        self._shown = value
+                        self.report(self.stage, value, self.total)
 
 
-__all__ = ["SESSION_CONFIG", "SparkExecutor", "check_java", "spark_session"]
+__all__ = [
+    "SESSION_CONFIG",
+    "SparkExecutor",
+    "cache_directory",
+    "check_java",
+    "check_workers",
+    "keep_console_log",
+    "spark_session",
+    "worker_python",
+]

@@ -19,11 +19,16 @@ Examples:
   kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
+  kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
 
 SNAPSHOT is a kg snapshot or a canonical Flink savepoint (then DEST is a savepoint too; NATIVE savepoints
 and incremental checkpoints are refused). With --from P and no --operator, the operators at parallelism P
 are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
+
+The default engine is spark when pyspark is installed (pip install 'keygroup-cli[spark]'), else local.
+Spark's Python workers run kg's own interpreter in local mode; PYSPARK_PYTHON or --conf
+spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 """
 
 
@@ -47,11 +52,27 @@ DEST must not exist; the result is committed by an atomic rename, and on any fai
 @click.option(
     "--engine",
     type=click.Choice(["spark", "local"]),
-    default="spark",
-    show_default=True,
-    help="spark: PySpark tasks; local: streaming pyarrow in this process (no JVM).",
+    default=None,
+    envvar="KG_ENGINE",
+    show_envvar=True,
+    help="spark: PySpark tasks; local: streaming pyarrow in this process (no JVM). "
+    "[default: spark if pyspark is installed, else local]",
 )
-@click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
+@click.option(
+    "--master",
+    metavar="URL",
+    envvar="KG_MASTER",
+    show_envvar=True,
+    help="Spark master URL (default: embedded local[*]).",
+)
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=lambda _ctx, _param, values: _parse_conf(values),
+    help="A Spark setting for the session kg starts (repeatable), e.g. spark.pyspark.python=PATH.",
+)
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
     "--dry-run",
@@ -68,8 +89,9 @@ def command(
     from_parallelism: int | None,
     operators: tuple[str, ...],
     max_parallelism: int | None,
-    engine: str,
+    engine: str | None,
     master: str | None,
+    spark_conf: dict[str, str],
     verbose: bool,
     dry_run: bool,
 ) -> None:
@@ -93,8 +115,19 @@ def command(
             new_max_parallelism=max_parallelism,
             engine=engine,
             master=master,
+            spark_conf=spark_conf or None,
             verbose=verbose,
             on_progress=on_progress,
         )
     document = rescale_document(result)
     out.result("rescale", document, lambda console: render_rescale(console, document))
+
+
+def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="'--conf'")
+        conf[key.strip()] = setting
+    return conf
