@@ -8,6 +8,7 @@ import click
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
+from keygroup_cli.cli.options import SHORT_FLAGS
 from tests.conftest import ROOT
 
 CLI_DOC = ROOT / "docs" / "reference" / "cli.md"
@@ -16,7 +17,16 @@ HEADER = """# CLI reference
 
 Generated from `kg --help` and `kg COMMAND --help`; `tests/test_docs.py` fails when it is stale.
 Regenerate with `python -m pytest tests/test_docs.py --update-golden`.
+TAB completion for bash, zsh and fish: [shell completion](../how-to/shell-completion.md).
 """
+
+#: Environment variables kg reads that are not the default of an option.
+OTHER_ENVIRONMENT = [
+    ("NO_COLOR", "set (to anything): no colours, as `--no-color` (https://no-color.org)"),
+    ("COLUMNS", "width of the text output; unset and not a terminal: lines are not wrapped"),
+    ("SOURCE_DATE_EPOCH", "`kg generate`: seconds since 1970 written as the manifest's `created_at`"),
+    ("_KG_COMPLETE", "`bash_source`, `zsh_source` or `fish_source`: print the shell completion script"),
+]
 
 
 def _help(args: list[str]) -> str:
@@ -39,8 +49,61 @@ def _commands() -> list[str]:
     return cli.list_commands(ctx)
 
 
+def _options() -> dict[str, list[click.Option]]:
+    """Return the options of the root group ("") and of every command, by command name."""
+    root = cli.make_context("kg", [], resilient_parsing=True)
+    found = {"": [p for p in cli.get_params(root) if isinstance(p, click.Option)]}
+    for name in _commands():
+        command = cli.get_command(root, name)
+        assert command is not None
+        ctx = command.make_context(name, [], parent=root, resilient_parsing=True)
+        found[name] = [p for p in command.get_params(ctx) if isinstance(p, click.Option)]
+    return found
+
+
+def _short_flags() -> str:
+    """Return the table of short flags: one meaning each, and the commands that have it."""
+    used: dict[str, set[str]] = {}
+    for name, options in _options().items():
+        for option in options:
+            for flag in option.opts + option.secondary_opts:
+                if not flag.startswith("--"):
+                    used.setdefault(flag, set()).add(f"kg {name}".strip())
+    every = {f"kg {name}".strip() for name in _options()}
+    rows = ["| Short | Long | Meaning | Commands |", "|---|---|---|---|"]
+    for short, (meaning, longs) in SHORT_FLAGS.items():
+        having = used.get(short, set())
+        commands = "every command" if having == every else ", ".join(sorted(having))
+        rows.append(f"| `{short}` | {', '.join(f'`{x}`' for x in longs)} | {meaning} | {commands} |")
+    intro = "A short flag means the same in every command that has it (`tests/cli/test_options.py`).\n"
+    return "## Short flags\n\n" + intro + "\n" + "\n".join(rows) + "\n"
+
+
+def _environment() -> str:
+    """Return the table of environment variables: option defaults first, then the others."""
+    by_var: dict[str, tuple[str, set[str]]] = {}
+    for name, options in _options().items():
+        for option in options:
+            names = option.envvar if isinstance(option.envvar, (list, tuple)) else [option.envvar]
+            for var in filter(None, names):
+                flag = max(option.opts, key=len)
+                by_var.setdefault(var, (flag, set()))[1].add(f"kg {name}".strip())
+    rows = ["| Variable | Sets | Commands |", "|---|---|---|"]
+    every = {f"kg {name}".strip() for name in _options()}
+    for var, (flag, commands) in sorted(by_var.items()):
+        having = "every command" if commands == every else ", ".join(sorted(commands))
+        rows.append(f"| `{var}` | default of `{flag}` | {having} |")
+    rows += [f"| `{var}` | {what} | |" for var, what in OTHER_ENVIRONMENT]
+    intro = (
+        "Options people set once per environment (a CI job, a laptop) read a default from the\n"
+        "environment; an option given on the command line wins. Flags (`--json`, `--quiet`, `--debug`)\n"
+        "take `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`. `--help` shows each as `[env var: ...]`.\n"
+    )
+    return "## Environment variables\n\n" + intro + "\n" + "\n".join(rows) + "\n"
+
+
 def render_cli_reference() -> str:
-    parts = [HEADER, "## kg\n", "```text\n" + _help([]) + "```\n"]
+    parts = [HEADER, _short_flags(), _environment(), "## kg\n", "```text\n" + _help([]) + "```\n"]
     for name in _commands():
         parts += [f"## kg {name}\n", "```text\n" + _help([name]) + "```\n"]
     return "\n".join(parts)
@@ -77,3 +140,20 @@ def _relative_links(text: str) -> list[str]:
 
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
     return [link for link in links if not link.startswith(("http://", "https://", "mailto:"))]
+
+
+def test_every_environment_variable_is_documented():
+    text = CLI_DOC.read_text()
+    for options in _options().values():
+        for option in options:
+            if option.envvar:
+                assert option.show_envvar, f"{option.opts}: --help does not show {option.envvar}"
+                assert f"| `{option.envvar}` |" in text, option.envvar
+    for var, _what in OTHER_ENVIRONMENT:
+        assert f"| `{var}` |" in text
+
+
+def test_shell_completion_how_to_names_every_shell():
+    text = (ROOT / "docs" / "how-to" / "shell-completion.md").read_text()
+    for shell in ("bash", "zsh", "fish"):
+        assert f"_KG_COMPLETE={shell}_source kg" in text
