@@ -214,3 +214,15 @@ def operator_id_for_uid(uid: str) -> str:
     """
     digest: bytes = mmh3.hash_bytes(uid.encode("utf-8"), 0, x64arch=True)
     return digest.hex()
+
+
+def names_operator(label: str, uid: str | None, operator_id: str) -> bool:
+    """Return whether ``label`` (a uid or a 32-hex OperatorID) names the operator ``(uid, operator_id)``.
+
+    A uid matches by name where the metadata records one (``_metadata`` V5+, kg snapshots of them) and by
+    its hash (``operator_id_for_uid``) where it does not: Flink 1.x metadata (V3, V4) stores no uids, only
+    the OperatorIDs Flink derived from them, so ``keyed-long`` names the operator ``9ffc9079…``.
+    """
+    if label == uid or label.lower() == operator_id:
+        return True
+    return uid is None and operator_id_for_uid(label) == operator_id

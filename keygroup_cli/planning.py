@@ -17,7 +17,13 @@ from typing import Protocol
 import numpy as np
 
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
-from keygroup_cli.keygroups import KeyGroupRange, check_parallelism_bounds, skew, subtask_ranges
+from keygroup_cli.keygroups import (
+    KeyGroupRange,
+    check_parallelism_bounds,
+    names_operator,
+    skew,
+    subtask_ranges,
+)
 from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
 from keygroup_cli.snapshot.model import Operator, Snapshot
 
@@ -492,7 +498,8 @@ def select_operators(
 ) -> set[str]:
     """Return the ids of the operators to rescale.
 
-    Operators named by uid or id, if ``labels`` are given. Otherwise, with ``--from P``
+    Operators named by uid or id, if ``labels`` are given (a uid matches by its hash where the metadata
+    records no uids, ``keygroups.names_operator``). Otherwise, with ``--from P``
     (``expected_parallelism``), the operators at parallelism P: ``kg rescale --from 3 --to 4`` on a job
     whose non-parallel source runs at 1 rescales the operators at 3 and keeps the source as it is. Without
     either, every operator.
@@ -511,7 +518,7 @@ def select_operators(
         return chosen
     chosen = set()
     for label in labels:
-        match = next((op for op in all_operators if label in (op.uid, op.operator_id)), None)
+        match = next((op for op in all_operators if names_operator(label, op.uid, op.operator_id)), None)
         if match is None:
             known = ", ".join(op.label for op in all_operators) or "none"
             raise InvalidArgumentError(

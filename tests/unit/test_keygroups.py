@@ -153,3 +153,16 @@ def test_range_intersection():
     assert a.intersection(keygroups.KeyGroupRange(40, 60)) == keygroups.KeyGroupRange(40, 42)
     assert a.intersection(keygroups.KeyGroupRange(50, 60)).size == 0
     assert 42 in a and 43 not in a
+
+
+def test_a_uid_names_an_operator_by_name_where_recorded_and_by_hash_where_not() -> None:
+    # 72109e47… is what Flink 1.17 recorded for uid "keyed-string" (fixtures/flink/1.17, V4: no uids).
+    keyed_string = "72109e4753cd9f8017460adae3d9ed0f"
+    assert keygroups.operator_id_for_uid("keyed-string") == keyed_string
+    assert keygroups.names_operator("keyed-string", None, keyed_string)  # V3/V4: by hash
+    assert keygroups.names_operator("keyed-string", "keyed-string", keyed_string)  # V5+: by name
+    assert keygroups.names_operator(keyed_string, None, keyed_string)  # the id itself
+    assert keygroups.names_operator(keyed_string.upper(), "x", keyed_string)
+    assert not keygroups.names_operator("keyed-long", None, keyed_string)
+    # Where the metadata records a uid, only that uid (or the id) names the operator.
+    assert not keygroups.names_operator("keyed-string", "other", keyed_string)
