@@ -96,29 +96,66 @@ class RestorePlan:
 
 
 def _lookup(values: Mapping[str, int], op: OperatorSummary) -> int | None:
-    for key in (op.uid, op.operator_id):
-        if key is not None and key in values:
-            return values[key]
+    from keygroup_cli.keygroups import names_operator
+
+    for key, value in values.items():
+        if names_operator(key, op.uid, op.operator_id):
+            return value
     return None
 
 
-def check_restore(operators: Sequence[OperatorSummary], plan: RestorePlan, *, snapshot: str) -> list[Finding]:
+def _named_by(plan: RestorePlan, op: OperatorSummary) -> str | None:
+    """Return the uid an option or ``job_uids`` gives an operator whose metadata records none."""
+    from keygroup_cli.keygroups import operator_id_for_uid
+
+    names = [*plan.parallelism_for, *plan.max_parallelism_for, *(plan.job_uids or ())]
+    return next((n for n in names if operator_id_for_uid(n) == op.operator_id), None)
+
+
+def judged_operators(
+    operators: Sequence[OperatorSummary], *, judge_stateless: bool = True
+) -> list[OperatorSummary]:
+    """Return the operators ``check_restore`` judges: every one Flink's restore looks at.
+
+    Flink checks the maxParallelism of every operator listed in ``_metadata``, stateless ones included
+    (``Checkpoints.loadAndValidateCheckpoint``), so all of a Flink savepoint's operators are judged. A kg
+    snapshot's operators without state are not written into the savepoint kg makes of it
+    (``flink.convert.snapshot_to_savepoint``), so there ``judge_stateless`` is False.
+    """
+    return [op for op in operators if judge_stateless or op.has_state]
+
+
+def check_restore(
+    operators: Sequence[OperatorSummary],
+    plan: RestorePlan,
+    *,
+    snapshot: str,
+    judge_stateless: bool = True,
+) -> list[Finding]:
     """Judge whether a snapshot's state restores into the planned job, as Flink's restore would.
 
-    Mirrors the checks of ``Checkpoints.loadAndValidateCheckpoint`` (max parallelism mismatch, missing
-    operator) and ``StateAssignmentOperation.checkParallelismPreconditions`` (parallelism above the
-    state's maxParallelism). Only operators with state are judged, as Flink skips stateless ones. Two
-    warnings add what Flink does not check: uneven key-group shares and the default-maxParallelism trap.
+    Mirrors the checks of ``Checkpoints.loadAndValidateCheckpoint`` (max parallelism mismatch, for every
+    operator in ``_metadata`` that the new job has, stateless ones included; missing operator, for those
+    with state) and ``StateAssignmentOperation.checkParallelismPreconditions`` (parallelism above the
+    state's maxParallelism, for every operator of a job vertex that has state). A stateless operator is
+    held to the latter only if it may share a vertex with state: Flink records the vertex's parallelism
+    and maxParallelism for every operator of a chain, so a stateless operator whose pair no operator with
+    state has is in a vertex without state, which Flink does not check. Options name operators by uid
+    (by its hash where the metadata records no uids) or id. Two warnings add what Flink does not check:
+    uneven key-group shares and the default-maxParallelism trap.
 
     Args:
         operators: The snapshot's operators (``summary.OperatorSummary``; Flink or kg format).
         plan: The new job's parallelism, maxParallelism and uids.
         snapshot: The snapshot's path, quoted in Flink's messages.
+        judge_stateless: Judge operators without state too (Flink savepoints and checkpoints; see
+            ``judged_operators``).
     """
+    from keygroup_cli.keygroups import names_operator
+
     findings: list[Finding] = []
-    known = {key for op in operators for key in (op.uid, op.operator_id) if key}
     for key in sorted(set(plan.parallelism_for) | set(plan.max_parallelism_for)):
-        if key not in known:
+        if not any(names_operator(key, op.uid, op.operator_id) for op in operators):
             findings.append(
                 Finding(
                     "OPTION_OPERATOR_NOT_IN_SNAPSHOT",
@@ -128,12 +165,14 @@ def check_restore(operators: Sequence[OperatorSummary], plan: RestorePlan, *, sn
                 )
             )
     job_ids = _job_operator_ids(plan.job_uids) if plan.job_uids is not None else None
-    for op in operators:
-        if not op.has_state:
-            continue
-        label = op.label
+    with_state = {(op.parallelism, op.max_parallelism) for op in operators if op.has_state}
+    for op in judged_operators(operators, judge_stateless=judge_stateless):
+        label = op.label if op.uid else _named_by(plan, op) or op.label
         state_max = op.max_parallelism
         if job_ids is not None and not ({op.operator_id, op.uid} & job_ids):
+            if not op.has_state:
+                # Flink skips an unmatched operator without state ("Skipping empty savepoint state").
+                continue
             if plan.allow_non_restored_state:
                 findings.append(
                     Finding(
@@ -173,7 +212,7 @@ def check_restore(operators: Sequence[OperatorSummary], plan: RestorePlan, *, sn
                     "non-compatible way after the checkpoint/savepoint.",
                 )
             )
-        if new_p > state_max:
+        if new_p > state_max and (op.has_state or (op.parallelism, state_max) in with_state):
             findings.append(
                 Finding(
                     "PARALLELISM_EXCEEDS_MAX_PARALLELISM",

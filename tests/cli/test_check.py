@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
+from keygroup_cli.flink import read_flink_metadata
 
 FLINK = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
 HEAP_P3 = FLINK / "heap-files-p3-maxp128-long"
@@ -46,14 +47,12 @@ def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) 
     assert doc["ok"] is False
     codes = {(f["code"], f["severity"], f["operator"]) for f in doc["findings"]}
     assert ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-state") in codes
-    # Only operators with state are judged: the stateless sinks are not in the findings.
+    # Every operator is judged: Flink checks the stateless ones chained with state too (all share the
+    # (parallelism, maxParallelism) of an operator with state here).
     assert {f["operator"] for f in doc["findings"]} == {
-        "keyed-state",
-        "op-state",
-        "async-wait",
-        "kg-source",
-        "9887c2fb29a6e66df7039a0be00a90dd",
+        op.label for op in read_flink_metadata(INLINE_MAXP10).metadata.operators
     }
+    assert "main-sink-\u00fc" in {f["operator"] for f in doc["findings"]}
     message = next(f["message"] for f in doc["findings"] if f["operator"] == "keyed-state")
     assert message == (
         "The state for task 826c38023c4272520855c3219fef4f3f can not be restored. The maximum "
