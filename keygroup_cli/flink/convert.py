@@ -40,6 +40,7 @@ from keygroup_cli.errors import (
 from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
 from keygroup_cli.flink.handles import (
     ByteStreamHandle,
+    IncrementalKeyedHandle,
     KeyGroupsHandle,
     OperatorStateHandle,
     RelativeFileHandle,
@@ -123,8 +124,8 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
     props = snapshot.metadata.properties
     if props is not None and props.format_type == "NATIVE":
         raise UnsupportedFormatError(
-            f"{where}: a NATIVE savepoint stores RocksDB files, not key groups kg can read; take a canonical "
-            "savepoint (flink savepoint --type canonical, or SavepointFormatType.CANONICAL)",
+            f"{where}: {native_savepoint_kind(snapshot)}, not the canonical format kg converts; take a "
+            "canonical savepoint (flink savepoint --type canonical, or SavepointFormatType.CANONICAL)",
             code="FLINK_NATIVE_SAVEPOINT",
         )
     for op in snapshot.metadata.operators:
@@ -150,6 +151,30 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                     "take a savepoint",
                     code="FLINK_CHANNEL_STATE",
                 )
+
+
+def native_savepoint_kind(snapshot: FlinkSnapshot) -> str:
+    """Say what a NATIVE savepoint's keyed state is, from its handles: each backend snapshots its own way.
+
+    RocksDB writes its database files (``IncrementalRemoteKeyedStateHandle``, tag 11/5); the HashMap
+    backend writes key-group streams in its checkpoint layout (``HeapSnapshotStrategy``,
+    ``KeyGroupsStateHandle``, tag 12/3: per key group and state, a count and the entries written by the
+    state's serializers without lengths), which is not the canonical layout (``FullSnapshotAsyncWriter``:
+    length-prefixed key/value entries) that kg reads and writes.
+    """
+    kinds = set()
+    for op in snapshot.metadata.operators:
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, IncrementalKeyedHandle):
+                kinds.add("RocksDB database files")
+            elif isinstance(keyed, KeyGroupsHandle):
+                kinds.add("HashMap (heap) backend key-group streams in its checkpoint layout")
+            elif keyed is not None:
+                kinds.add(f"{type(keyed).__name__} (tag {getattr(keyed, 'tag', '?')}) keyed state")
+    if not kinds:
+        return "a NATIVE savepoint (no keyed state)"
+    return "a NATIVE savepoint holding " + " and ".join(sorted(kinds))
 
 
 def key_types(snapshot: FlinkSnapshot) -> dict[str, str]:
@@ -453,6 +478,14 @@ def snapshot_to_savepoint(
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
+    Operators that hold no state of any kind (no keyed, operator or coordinator state, no finished
+    subtasks; channel state is never converted) are left out of ``_metadata``. Flink restores an operator
+    missing from the savepoint exactly as an empty one (``StateAssignmentOperation.assignStates`` gives it
+    an empty ``OperatorState`` with its vertex's parallelism and maxParallelism), but it checks the
+    maxParallelism of *every* operator listed (``Checkpoints.loadAndValidateCheckpoint``): an empty operator
+    chained with a rescaled one would keep its old maxParallelism and fail the restore, and kg cannot see
+    chains in ``_metadata``.
+
     Args:
         source: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
             rescaled since).
@@ -552,6 +585,10 @@ def snapshot_to_savepoint(
                 done += 1
                 report("convert", done, total)
             coordinator = ext.get("coordinator_state")
+            fully_finished = bool(ext.get("fully_finished")) and same_p
+            if not (coordinator or fully_finished or any(s.has_state or s.finished for s in subtasks)):
+                # No state of any kind: not written (see the docstring).
+                continue
             operators.append(
                 OperatorState(
                     operator_id=op.operator_id,
@@ -562,8 +599,8 @@ def snapshot_to_savepoint(
                     coordinator_state=None
                     if not coordinator
                     else ByteStreamHandle(coordinator["handle_name"], _unb64(coordinator["bytes"], where)),
-                    subtasks=() if bool(ext.get("fully_finished")) and same_p else tuple(subtasks),
-                    fully_finished=bool(ext.get("fully_finished")) and same_p,
+                    subtasks=() if fully_finished else tuple(subtasks),
+                    fully_finished=fully_finished,
                 )
             )
         metadata = CheckpointMetadata(
