@@ -353,3 +353,202 @@ def comparable_dump(dump: Dump) -> dict[str, Any]:
     for sub in in_flight[ASYNC]["subtasks"]:
         sub["elements"] = sorted(sub["elements"], key=canonical)
     return {**out, "operatorState": op_state, "asyncInFlight": in_flight}
+
+
+# ---------------------------------------------------------------------------------------------
+# UidJob (fixtures/java/versioned): the same small job on every Flink version 1.17 ... 2.3
+
+#: The Flink versions whose UidJob savepoints are in fixtures/flink/<major.minor>/ and that restore them.
+UID_JOB_VERSIONS = ("1.17.2", "1.20.3", "2.0.1", "2.3.0")
+UID_JOB_CASES = ("uid-heap-canonical-p3", "uid-heap-native-p3")
+UID_JOB_MAIN = "kg.versioned.UidJob"
+VERSIONED_BUILD_SH = ROOT / "fixtures" / "java" / "versioned" / "build.sh"
+#: Where other versions' jars are kept (``KG_FLINK_LIBS`` overrides): ``<dir>/flink-<version>/*.jar``.
+FLINK_LIBS = Path(os.environ.get("KG_FLINK_LIBS", ROOT / "fixtures" / "java" / "build" / "flink-libs"))
+#: Flink 1.x reflects into the JDK: Java 17 must open these packages to it (harmless for 2.x).
+ADD_OPENS = tuple(
+    f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
+    for pkg in (
+        "java.lang",
+        "java.lang.reflect",
+        "java.io",
+        "java.net",
+        "java.nio",
+        "sun.nio.ch",
+        "java.text",
+        "java.time",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+    )
+)
+UID_NUM_RECORDS = 600
+UID_NUM_KEYS = 120
+UID_KEYED = ("keyed-string", "keyed-long")
+
+
+def uid_case(version: str, case: str) -> Path:
+    """The fixture directory of a UidJob case written by ``version`` (``fixtures/flink/1.20/<case>``)."""
+    return ROOT / "fixtures" / "flink" / version.rsplit(".", 1)[0] / case
+
+
+def flink_lib(version: str) -> Path | None:
+    """Return the directory of ``version``'s Flink jars, fetching them into FLINK_LIBS if needed.
+
+    2.3.0 is the installed ``apache-flink-libraries`` (None: build.sh finds it). Other versions are read
+    from ``FLINK_LIBS/flink-<version>``; when absent, ``pip download`` fetches that version's
+    ``apache-flink-libraries`` archive (an sdist, never installed) and only its ``deps/lib/*.jar`` are
+    kept, so the venv's 2.3.0 stays as it is.
+
+    Raises:
+        FlinkHarnessError: The download or the extraction failed.
+    """
+    if version == "2.3.0":
+        return None
+    lib = FLINK_LIBS / f"flink-{version}"
+    if (lib / f"flink-dist-{version}.jar").is_file():
+        return lib
+    import tarfile
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory(dir=FLINK_LIBS.parent if FLINK_LIBS.parent.is_dir() else None) as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"apache-flink-libraries=={version}",
+             "-d", tmp],
+            capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+        archives = [p for p in Path(tmp).iterdir() if p.name.endswith((".tar.gz", ".whl", ".zip"))]
+        if proc.returncode != 0 or len(archives) != 1:
+            raise FlinkHarnessError(
+                f"cannot fetch the Flink {version} jars (pip download apache-flink-libraries=={version}):\n"
+                f"{proc.stderr[-2000:]}"
+            )
+        staging = Path(tmp) / "lib"
+        staging.mkdir()
+        archive = archives[0]
+        if archive.name.endswith(".tar.gz"):
+            with tarfile.open(archive) as tar:
+                for member in tar.getmembers():
+                    if member.isfile() and "/deps/lib/" in member.name and member.name.endswith(".jar"):
+                        source = tar.extractfile(member)
+                        assert source is not None
+                        (staging / Path(member.name).name).write_bytes(source.read())
+        else:
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if "/lib/" in name and name.endswith(".jar"):
+                        (staging / Path(name).name).write_bytes(zf.read(name))
+        if not (staging / f"flink-dist-{version}.jar").is_file():
+            raise FlinkHarnessError(f"{archive.name} holds no flink-dist-{version}.jar")
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(lib)
+    return lib
+
+
+def build_versioned_classpath(version: str) -> str:
+    """Compile fixtures/java/versioned against ``version``'s jars (once) and return the classpath.
+
+    Raises:
+        FlinkHarnessError: java/javac or the jars are missing, or the source does not compile.
+    """
+    for tool in ("java", "javac"):
+        if shutil.which(tool) is None:
+            raise FlinkHarnessError(f"the flink tests need `{tool}` (Java 17) on PATH; {INSTALL_HINT}")
+    lib = flink_lib(version)
+    cmd = ["bash", str(VERSIONED_BUILD_SH), version] + ([str(lib)] if lib is not None else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_tool_env(), timeout=600, check=False)
+    if proc.returncode != 0:
+        raise FlinkHarnessError(
+            f"{VERSIONED_BUILD_SH} {version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@dataclass(frozen=True)
+class UidRestoreRequest:
+    """One restore of a UidJob savepoint: parallelism and maxParallelism per keyed operator (chain head).
+
+    ``max_parallelism`` maps a keyed uid to the value set with ``setMaxParallelism`` on it (explicit, so a
+    savepoint operator of its chain recording another value is refused); an absent uid is left unset.
+    """
+
+    savepoint: Path
+    parallelism: Mapping[str, int]
+    max_parallelism: Mapping[str, int]
+    allow_non_restored_state: bool = False
+    timeout_seconds: int = 120
+
+    def to_json(self, out: Path) -> dict[str, Any]:
+        return {
+            "savepoint": str(Path(self.savepoint).resolve()),
+            "parallelism": dict(self.parallelism),
+            "max_parallelism": dict(self.max_parallelism),
+            "allow_non_restored_state": self.allow_non_restored_state,
+            "timeout_seconds": self.timeout_seconds,
+            "out": str(out),
+        }
+
+
+def run_uid_restores(
+    version: str, requests: Sequence[UidRestoreRequest], workdir: Path, classpath: str
+) -> list[Dump]:
+    """Restore every request with Flink ``version`` in one JVM; return the dumps in request order.
+
+    Raises:
+        FlinkHarnessError: The java process failed, timed out or wrote no dump.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    outs = [workdir / f"uid-dump-{i:03d}.json" for i in range(len(requests))]
+    batch = workdir / "uid-batch.json"
+    batch.write_text(json.dumps([r.to_json(o) for r, o in zip(requests, outs, strict=True)], indent=1))
+    cmd = ["java", *ADD_OPENS, *JVM_FLAGS, "-cp", classpath, UID_JOB_MAIN, "restore", str(batch)]
+    limit = 60.0 + 30.0 * len(requests)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise FlinkHarnessError(f"UidJob ({version}) timed out after {limit:.0f} s") from exc
+    (workdir / "uid-job.stderr").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise FlinkHarnessError(f"UidJob ({version}) exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    dumps = []
+    for req, out in zip(requests, outs, strict=True):
+        if not out.is_file():
+            raise FlinkHarnessError(f"UidJob ({version}) wrote no dump for {req}:\n{proc.stderr[-4000:]}")
+        dumps.append(json.loads(out.read_text(encoding="utf-8")))
+    return dumps
+
+
+def uid_expected_value(operator: str, key: str) -> int:
+    """The state UidJob's savepoints hold for a key: ``count`` 5 (String keys), ``sum`` of its ids (Long)."""
+    per_key = UID_NUM_RECORDS // UID_NUM_KEYS
+    if operator == "keyed-string":
+        return per_key
+    k = int(key) // 1_000_000_007 + 60
+    return sum(k + UID_NUM_KEYS * j for j in range(per_key))
+
+
+def assert_uid_job_restored(
+    dump: Dump, parallelism: Mapping[str, int], max_parallelism: Mapping[str, int]
+) -> None:
+    """Assert Flink restored every key of both keyed operators once, with its value, where kg places it.
+
+    Each key's first record after the restore read the key's restored state through Flink's own key-group
+    lookup, so a key stored under a wrong key group reads as missing (None) here.
+    """
+    error = restore_error(dump)
+    assert error is None, f"Flink refused the restore:\n{error}"
+    for op in UID_KEYED:
+        keys = dump["keyed"][op]
+        assert len(keys) == UID_NUM_KEYS, op
+        for key, entry in keys.items():
+            assert entry["restored"] == uid_expected_value(op, key), (op, key)
+            key_type = "string" if op == "keyed-string" else "long"
+            value: str | int = key if key_type == "string" else int(key)
+            group = key_group_for_hash(hash_code(value, key_type), max_parallelism[op])
+            assert entry["keyGroup"] == group, (op, key)
+            assert entry["subtask"] == operator_index_for_key_group(
+                max_parallelism[op], parallelism[op], group
+            )

@@ -1,0 +1,187 @@
+"""uids, chained stateless operators and NATIVE heap savepoints on UidJob savepoints of Flink 1.17 … 2.3.
+
+The fixtures (fixtures/flink/<version>/uid-*, written by real Flink; see fixtures/flink/README.md) carry
+``uid-job-report.json``: Flink's own loader on the ``_metadata`` and the job graph's chains, so kg's view is
+compared with Flink's. No JVM here; tests/flink/test_uid_versions.py restores kg's outputs in each version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keygroup_cli.checks import RestorePlan, Severity, check_restore
+from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink.convert import savepoint_to_snapshot
+from keygroup_cli.keygroups import operator_id_for_uid
+from keygroup_cli.planning import plan_rescale
+from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.summary import summarize
+
+FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
+VERSIONS = ("1.17", "1.20", "2.0", "2.3")
+CANONICAL = "uid-heap-canonical-p3"
+NATIVE = "uid-heap-native-p3"
+STATELESS = ("string-drop", "string-sink", "long-drop", "long-sink")
+METADATA_VERSION = {"1.17": 4, "1.20": 4, "2.0": 5, "2.3": 6}
+
+
+def _report(version: str, case: str = CANONICAL) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FLINK / version / case / "uid-job-report.json").read_text("utf-8"))
+    return data
+
+
+def _check(version: str, plan: RestorePlan, path: Path | None = None) -> list[tuple[str, str, str]]:
+    summary = summarize(path or FLINK / version / CANONICAL, read_states=False)
+    findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
+    return sorted((f.code, f.severity.value, f.subject) for f in findings if f.severity is not Severity.INFO)
+
+
+@pytest.mark.parametrize("case", [CANONICAL, NATIVE])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kg_reads_what_flinks_loader_reads(version: str, case: str) -> None:
+    report = _report(version, case)
+    metadata = read_flink_metadata(FLINK / version / case).metadata
+    assert metadata.version == report["metadata"]["metadataVersion"] == METADATA_VERSION[version]
+    flink_ops = {o["operatorId"]: o for o in report["metadata"]["operators"]}
+    assert {op.operator_id for op in metadata.operators} == set(flink_ops)
+    for op in metadata.operators:
+        flink = flink_ops[op.operator_id]
+        assert (op.parallelism, op.max_parallelism) == (flink["parallelism"], flink["maxParallelism"])
+        assert op.has_state == (flink["stateSize"] > 0 or flink["coordinatorState"])
+        # V3/V4 record no uid; V5+ record the uid the id was derived from.
+        assert op.uid == (None if metadata.version < 5 else _uid_of(report, op.operator_id))
+    # Flink's StreamGraphHasherV2 on the job graph: every uid's id is kg's murmur3 of it.
+    for uid, operator_id in report["operatorIdByUid"].items():
+        assert operator_id_for_uid(uid) == operator_id
+
+
+def _uid_of(report: dict[str, Any], operator_id: str) -> str:
+    return next(uid for uid, i in report["operatorIdByUid"].items() if i == operator_id)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_chained_operators_record_their_vertex_parallelism_and_max_parallelism(version: str) -> None:
+    # The fact the stateless-operator rules rest on: Flink records each vertex's (p, maxP) for every
+    # operator of its chain, stateless ones included.
+    report = _report(version)
+    by_id = {o["operatorId"]: o for o in report["metadata"]["operators"]}
+    chains = [v for v in report["jobVertices"] if len(v["operators"]) == 3]
+    assert len(chains) == 2
+    for vertex in chains:
+        shapes = {
+            (by_id[o["operatorId"]]["parallelism"], by_id[o["operatorId"]]["maxParallelism"])
+            for o in vertex["operators"]
+        }
+        assert shapes == {(vertex["parallelism"], vertex["maxParallelism"])}
+        assert sum(by_id[o["operatorId"]]["stateSize"] > 0 for o in vertex["operators"]) == 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_per_operator_options_find_operators_by_uid_hash(version: str) -> None:
+    # Flink refuses both (tests/flink/test_uid_versions.py); on V4 kg used to say "its option is ignored".
+    assert _check(version, RestorePlan(parallelism=4, parallelism_for={"keyed-string": 11})) == [
+        ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-string"),
+        # string-drop / string-sink share keyed-string's chain and stay at 3: not above 10.
+    ]
+    assert _check(version, RestorePlan(max_parallelism_for={"keyed-long": 256})) == [
+        ("MAX_PARALLELISM_MISMATCH", "error", "keyed-long")
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stateless_operators_are_judged_as_flink_judges_them(version: str) -> None:
+    # Flink checks the maxParallelism of every operator in _metadata, stateless ones too.
+    assert _check(version, RestorePlan(max_parallelism_for={"long-drop": 256, "long-sink": 256})) == [
+        ("MAX_PARALLELISM_MISMATCH", "error", "long-drop"),
+        ("MAX_PARALLELISM_MISMATCH", "error", "long-sink"),
+    ]
+    # A stateless operator chained with state (same recorded p and maxP) is held to the state's maxP.
+    assert _check(version, RestorePlan(parallelism_for={"string-sink": 11})) == [
+        ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "string-sink")
+    ]
+
+
+def test_a_stateless_operator_in_a_vertex_without_state_is_not_held_to_a_max_parallelism() -> None:
+    # Flink runs checkParallelismPreconditions only for vertices with state; a stateless operator whose
+    # (p, maxP) no stateful operator shares cannot be chained with state.
+    summary = summarize(FLINK / "1.17" / CANONICAL, read_states=False)
+    ops = [op for op in summary.operators if op.has_state or op.label == "1905a51ba7fb880f2374cdb5df6e6f5e"]
+    lonely = [op for op in ops if not op.has_state]
+    assert len(lonely) == 1
+    moved = [replace(op, parallelism=2) if not op.has_state else op for op in ops]
+    plan = RestorePlan(parallelism_for={"long-sink": 200})
+    assert [f.code for f in check_restore(moved, plan, snapshot="sp")] == []
+    assert [f.code for f in check_restore(ops, plan, snapshot="sp")] == [
+        "PARALLELISM_EXCEEDS_MAX_PARALLELISM"
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rescale_of_one_operator_to_a_new_max_parallelism_names_it_by_uid(
+    version: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = rescale(
+        FLINK / version / CANONICAL, out, 4, operators=["keyed-long"], new_max_parallelism=256, engine="local"
+    )
+    assert [(p.operator_id, p.new_parallelism, p.new_max_parallelism) for p in result.plan.rescaled] == [
+        (operator_id_for_uid("keyed-long"), 4, 256)
+    ]
+    written = read_flink_metadata(out).metadata
+    shapes = {op.operator_id: (op.parallelism, op.max_parallelism) for op in written.operators}
+    assert shapes == {
+        operator_id_for_uid("uid-source"): (1, 128),
+        operator_id_for_uid("keyed-string"): (3, 10),
+        operator_id_for_uid("keyed-long"): (4, 256),
+    }
+    # The stateless operators are not written: none can keep a maxParallelism its chain no longer has.
+    assert not {operator_id_for_uid(uid) for uid in STATELESS} & set(shapes)
+    assert all(op.has_state for op in written.operators)
+    # The gate agrees with Flink (which restores it, tests/flink): the new chain at 256 passes.
+    plan = RestorePlan(
+        parallelism_for={"keyed-long": 4},
+        max_parallelism_for={"keyed-long": 256, "long-drop": 256, "long-sink": 256, "keyed-string": 10},
+    )
+    assert _check(version, plan, out) == []
+
+
+@pytest.mark.parametrize("version", ("1.17", "2.3"))
+def test_plan_of_a_converted_v4_or_v6_snapshot_names_operators_by_uid(version: str, tmp_path: Path) -> None:
+    savepoint_to_snapshot(FLINK / version / CANONICAL, tmp_path / "kg")
+    plan = plan_rescale(open_snapshot(tmp_path / "kg"), 4, ["keyed-long"], 256)
+    assert [p.operator_id for p in plan.rescaled] == [operator_id_for_uid("keyed-long")]
+    with pytest.raises(InvalidArgumentError, match="no operator 'keyed-lng'"):
+        plan_rescale(open_snapshot(tmp_path / "kg"), 4, ["keyed-lng"], 256)
+
+
+def test_a_kg_snapshots_stateless_operators_are_not_judged(tmp_path: Path) -> None:
+    # kg writes no stateless operator into the savepoint it makes of a kg snapshot.
+    savepoint_to_snapshot(FLINK / "1.17" / CANONICAL, tmp_path / "kg")
+    summary = summarize(tmp_path / "kg", read_states=False)
+    plan = RestorePlan(max_parallelism_for={"long-drop": 256})
+    assert check_restore(summary.operators, plan, snapshot="kg", judge_stateless=False) == []
+    assert [f.code for f in check_restore(summary.operators, plan, snapshot="kg")] == [
+        "MAX_PARALLELISM_MISMATCH"
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_hashmap_native_savepoint_is_refused_for_what_it_is(version: str, tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedFormatError) as info:
+        rescale(FLINK / version / NATIVE, tmp_path / "out", 4, engine="local")
+    assert info.value.code == "FLINK_NATIVE_SAVEPOINT"
+    assert "HashMap (heap) backend key-group streams" in info.value.message
+    assert "RocksDB" not in info.value.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_rocksdb_native_savepoint_is_still_refused_as_rocksdb_files(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedFormatError, match="RocksDB database files"):
+        rescale(FLINK / "2.3" / "rocksdb-native-p2-maxp128-string", tmp_path / "out", 4, engine="local")
