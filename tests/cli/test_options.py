@@ -12,7 +12,7 @@ from keygroup_cli.cli import cli
 from keygroup_cli.cli.options import SHORT_FLAGS
 
 #: Commands whose flags another change owns (``rescale.py``); drop an entry once its ``-p``/``-o`` land.
-PENDING: dict[str, set[str]] = {"rescale": {"-p", "-o"}}
+PENDING: dict[str, set[str]] = {}
 
 
 def _commands() -> dict[str, click.Context]:

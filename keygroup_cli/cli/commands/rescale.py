@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import operator_option, output_options, to_parallelism_option
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -14,7 +14,7 @@ EPILOG = """\b
 Examples:
   kg rescale snapshot/ --to 4 --out rescaled/
   kg rescale snapshot/ --to 4 --out rescaled/ --engine local
-  kg rescale snapshot/ --to 8 --out rescaled/ --from 4 --operator counter --json
+  kg rescale snapshot/ -p 8 --out rescaled/ --from 4 -o counter --json
   kg rescale snapshot/ --to 8 --out rescaled/ --max-parallelism 1024   # re-hashes every key
   kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
@@ -34,7 +34,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 
 @click.command(epilog=EPILOG)
 @click.argument("snapshot", type=click.Path(path_type=Path))
-@click.option("--to", "to_parallelism", type=int, required=True, metavar="Q", help="New parallelism.")
+@to_parallelism_option()
 @click.option(
     "--out", "dest", type=click.Path(path_type=Path), required=True, metavar="DEST", help="New snapshot."
 )
@@ -45,9 +45,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     metavar="P",
     help="Rescale the operators now at P (with --operator: refuse unless they are at P).",
 )
-@click.option(
-    "--operator", "operators", multiple=True, metavar="UID", help="Only this operator (repeatable)."
-)
+@operator_option()
 @click.option("--max-parallelism", "-m", "max_parallelism", type=int, metavar="M", help="New maxParallelism.")
 @click.option(
     "--engine",

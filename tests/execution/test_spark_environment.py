@@ -1,0 +1,116 @@
+"""Which Python the Spark engine starts its workers with, and how a broken worker is reported.
+
+Against the test run's real SparkSession: the worker interpreter is swapped for a decoy that fails, for
+kg's own interpreter without its site-packages (so kg's dependencies cannot be imported), and back.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from keygroup_cli.errors import MissingDependencyError
+from keygroup_cli.execution import PendingExecutor
+from keygroup_cli.execution.spark import _worker_cause, check_workers, worker_python
+from tests.conftest import DECOY_MARK, write_decoys
+
+pytestmark = pytest.mark.spark
+
+
+def test_local_mode_uses_kgs_own_interpreter(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert worker_python(None) == sys.executable
+    assert worker_python("local[2]") == sys.executable
+
+
+def test_the_users_choice_wins(monkeypatch):
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert worker_python(None) is None  # Spark reads PYSPARK_PYTHON itself
+    chosen = {"spark.pyspark.python": "/env/bin/python"}
+    assert worker_python(None, chosen) == "/env/bin/python"  # --conf beats the environment
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    assert worker_python("spark://host:7077", chosen) == "/env/bin/python"
+
+
+def test_a_cluster_keeps_the_executors_python(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert worker_python("spark://host:7077") is None
+    assert worker_python("yarn") is None
+
+
+@pytest.fixture
+def worker_exec(spark):
+    """Set the session's worker interpreter for one test and restore it afterwards."""
+    sc = spark.sparkContext
+    original = sc.pythonExec
+
+    def use(path: str) -> None:
+        sc.pythonExec = path
+
+    yield use
+    sc.pythonExec = original
+
+
+def test_workers_of_kgs_interpreter_pass_the_check(spark, worker_exec):
+    worker_exec(sys.executable)
+    check_workers(spark.sparkContext)
+
+
+def test_a_worker_that_cannot_start_is_one_line(spark, worker_exec, tmp_path):
+    decoy = write_decoys(tmp_path / "decoy") / "python3"
+    worker_exec(str(decoy))
+    with pytest.raises(MissingDependencyError) as raised:
+        check_workers(spark.sparkContext)
+    error = raised.value
+    assert error.code == "SPARK_WORKER_FAILED" and error.exit_code == 6
+    assert DECOY_MARK in error.message and str(decoy) in error.message
+    assert "\n" not in error.message and "PYSPARK_PYTHON" in error.message
+
+
+def test_a_worker_without_kgs_dependencies_names_them(spark, worker_exec, tmp_path):
+    # The same interpreter with site-packages switched off: pyspark's own modules still come from
+    # Spark's PYTHONPATH, but numpy, pyarrow, mmh3, xxhash and kg do not import.
+    wrapper = tmp_path / "python-no-site"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    wrapper.chmod(0o755)
+    worker_exec(str(wrapper))
+    with pytest.raises(MissingDependencyError, match="cannot import what kg needs") as raised:
+        check_workers(spark.sparkContext)
+    message = raised.value.message
+    assert "No module named 'mmh3'" in message and "No module named 'pyarrow'" in message
+    assert "\n" not in message
+
+
+def test_version_mismatch_is_named():
+    text = (
+        "An error occurred while calling o42.collect.\n: org.apache.spark.SparkException: Job aborted\n"
+        "pyspark.errors.exceptions.base.PySparkRuntimeError: [PYTHON_VERSION_MISMATCH] Python in worker "
+        "has different version: 3.12 than that in driver: 3.11, PySpark cannot run with different minor "
+        "versions.\n"
+    )
+    assert (
+        _worker_cause(RuntimeError(text))
+        == "their Python version differs from kg's (worker 3.12, driver 3.11)"
+    )
+
+
+def test_starting_spark_is_a_stage_of_its_own(spark):
+    seen: list[tuple[str, int, int | None]] = []
+    executor = PendingExecutor("spark", lambda *event: seen.append(event), session=spark).result()
+    assert executor.name == "spark"
+    assert seen == [("starting Spark", 0, None), ("starting Spark", 1, 1)]
+
+
+def test_the_local_engine_has_no_start_stage():
+    seen: list[tuple[str, int, int | None]] = []
+    PendingExecutor("local", lambda *event: seen.append(event)).result()
+    assert seen == []
+
+
+def test_the_console_log_lives_in_kgs_cache_directory(spark):
+    # The console log of the session kg started lives under $KG_CACHE_DIR/logs (removed at exit unless
+    # the run failed: tests/test_fresh_install.py), never one per run in the temp directory.
+    from keygroup_cli.execution.spark import _console_logs, cache_directory
+
+    assert _console_logs["path"].parent == cache_directory() / "logs"
