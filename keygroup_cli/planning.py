@@ -11,8 +11,8 @@ changes) weighted by the manifest's row counts, and its operator-state redistrib
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -526,6 +526,33 @@ def select_operators(
             )
         chosen.add(match.operator_id)
     return chosen
+
+
+_Named = TypeVar("_Named", bound=LabelledOperator)
+
+
+def named_operators(all_operators: Sequence[_Named], labels: Sequence[str]) -> tuple[_Named, ...]:
+    """Return the operators ``labels`` name, in snapshot order, each carrying the uid that named it.
+
+    An operator named by a uid its metadata does not record (V3/V4, matched by hash) gets that uid,
+    so the caller can show it; the operator id stays as recorded. ``all_operators`` must be dataclasses.
+
+    Raises:
+        InvalidArgumentError: A label names no operator (``OPERATOR_NOT_FOUND``).
+    """
+    chosen = select_operators(all_operators, labels)
+    given = {
+        op.operator_id: label
+        for label in labels
+        for op in all_operators
+        if op.uid is None and label != op.operator_id and names_operator(label, None, op.operator_id)
+    }
+    out = []
+    for op in all_operators:
+        if op.operator_id in chosen:
+            uid = given.get(op.operator_id)
+            out.append(replace(op, uid=uid) if uid is not None else op)  # type: ignore[type-var]
+    return tuple(out)
 
 
 def _keep(op: Operator) -> OperatorPlan:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from keygroup_cli.cli.key_groups_render import human_size as _size
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import operator_option, output_options
 from keygroup_cli.cli.render import Output, output_for, print_table
 from keygroup_cli.errors import UnsupportedFormatError
 from keygroup_cli.summary import (
@@ -32,6 +33,7 @@ Examples:
   kg inspect savepoint/ --key-groups                      # bytes per key group; which p balance them
   kg inspect savepoint/ --key-groups --min 8 --max 24     # judge only parallelisms 8..24
   kg inspect snapshot/ --json | jq '.operators[].uid'     # a kg snapshot, as JSON
+  kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
 """
 
 
@@ -53,10 +55,17 @@ Examples:
     type=int,
     help="Largest parallelism judged (implies --key-groups) [default: max(4p, 32), within maxParallelism].",
 )
+@operator_option("Only this operator: uid (by its hash where _metadata stores none) or id; repeatable.")
 @output_options
 @click.pass_context
 def command(
-    ctx: click.Context, path: str, subtasks: bool, key_groups: bool, minimum: int | None, maximum: int | None
+    ctx: click.Context,
+    path: str,
+    subtasks: bool,
+    key_groups: bool,
+    minimum: int | None,
+    maximum: int | None,
+    operators: tuple[str, ...],
 ) -> None:
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
@@ -74,6 +83,11 @@ def command(
             summary = summarize(path, on_progress=on_progress)
     else:
         summary = summarize(path)
+    if operators:
+        # Deferred: planning imports pyarrow, which plain inspect does without.
+        from keygroup_cli.planning import named_operators
+
+        summary = replace(summary, operators=named_operators(summary.operators, operators))
     for warning in summary.warnings:
         out.warn(warning)
     document = summary_document(summary)

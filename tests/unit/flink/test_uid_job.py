@@ -185,3 +185,24 @@ def test_a_hashmap_native_savepoint_is_refused_for_what_it_is(version: str, tmp_
 def test_a_rocksdb_native_savepoint_is_still_refused_as_rocksdb_files(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFormatError, match="RocksDB database files"):
         rescale(FLINK / "2.3" / "rocksdb-native-p2-maxp128-string", tmp_path / "out", 4, engine="local")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_inspect_names_operators_by_uid_where_metadata_records_none(version: str) -> None:
+    from click.testing import CliRunner
+
+    from keygroup_cli.cli import cli
+
+    path = str(FLINK / version / CANONICAL)
+    result = CliRunner().invoke(
+        cli, ["--json", "inspect", path, "--operator", "keyed-long", "--operator", "long-sink"]
+    )
+    assert result.exit_code == 0, result.stderr
+    shown = [(op["uid"], op["operator_id"]) for op in json.loads(result.stdout)["operators"]]
+    assert sorted(shown) == [
+        ("keyed-long", operator_id_for_uid("keyed-long")),
+        ("long-sink", operator_id_for_uid("long-sink")),
+    ]
+    missing = CliRunner().invoke(cli, ["inspect", path, "--operator", "keyed-lng"])
+    assert isinstance(missing.exception, InvalidArgumentError)
+    assert (missing.exception.code, int(missing.exception.exit_code)) == ("OPERATOR_NOT_FOUND", 2)
