@@ -412,7 +412,9 @@ def flink_lib(version: str) -> Path | None:
     import tempfile
     import zipfile
 
-    with tempfile.TemporaryDirectory(dir=FLINK_LIBS.parent if FLINK_LIBS.parent.is_dir() else None) as tmp:
+    FLINK_LIBS.mkdir(parents=True, exist_ok=True)
+    # Staged inside FLINK_LIBS, so the final rename never crosses file systems and a failure leaves nothing.
+    with tempfile.TemporaryDirectory(dir=FLINK_LIBS, prefix=".fetch-") as tmp:
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "-q", f"apache-flink-libraries=={version}",
              "-d", tmp],
@@ -441,7 +443,6 @@ def flink_lib(version: str) -> Path | None:
                         (staging / Path(name).name).write_bytes(zf.read(name))
         if not (staging / f"flink-dist-{version}.jar").is_file():
             raise FlinkHarnessError(f"{archive.name} holds no flink-dist-{version}.jar")
-        lib.parent.mkdir(parents=True, exist_ok=True)
         staging.rename(lib)
     return lib
 
