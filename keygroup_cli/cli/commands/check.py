@@ -98,8 +98,9 @@ def command(
     """Check that a savepoint, checkpoint or kg snapshot restores at the planned parallelism.
 
     Applies Flink's own restore checks (maxParallelism mismatch, parallelism above maxParallelism,
-    operators missing from the new job) to every operator that has state, and warns about uneven
-    key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata; no JVM.
+    operators missing from the new job) to every operator Flink judges, stateless ones included, and
+    warns about uneven key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata;
+    no JVM.
     """
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
