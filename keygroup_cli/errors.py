@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     UNSUPPORTED = 4
     EXECUTION_FAILED = 5
     MISSING_DEPENDENCY = 6
+    LEADER_LIVE = 7
     INTERNAL = 70
     INTERRUPTED = 130
 
@@ -74,3 +75,10 @@ class MissingDependencyError(KgError):
 
     default_code = "MISSING_DEPENDENCY"
     exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+class LeaderLiveError(KgError):
+    """A JobManager still leads the job in its HA store, so its state must not be rewritten now."""
+
+    default_code = "HA_LEADER_LIVE"
+    exit_code = ExitCode.LEADER_LIVE

@@ -48,7 +48,8 @@ Examples:
   kg rescale snapshot/ --to 4 --out rescaled/
 
 Exit codes: 0 ok, 1 check failed, 2 usage, 3 invalid snapshot, 4 unsupported,
-5 execution failed, 6 missing dependency, 70 internal error, 130 interrupted.
+5 execution failed, 6 missing dependency, 7 HA leader live, 70 internal error,
+130 interrupted.
 """
 
 

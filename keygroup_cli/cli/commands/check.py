@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from keygroup_cli.checks import Finding, RestorePlan, Severity, check_restore, exit_code_for
+from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.errors import InvalidArgumentError
@@ -18,6 +19,7 @@ Examples:
   kg check savepoint/ --parallelism 8
   kg check savepoint/ -p 8 -p keyed-state=16 --max-parallelism 128
   kg check /checkpoints/<job-id> -p 4 --job-uids new-job-uids.txt --strict --json
+  kg check zk://zk1:2181/flink/my-cluster --job <job-id> -p 12   # what the job resumes from
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -59,6 +61,7 @@ def _read_uids(path: Path) -> list[str]:
 
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=str))
+@job_option
 @parallelism_option(
     "New parallelism for all operators (N) or one operator (UID=N, uid or operator id); repeatable.",
     multiple=True,
@@ -89,6 +92,7 @@ def _read_uids(path: Path) -> list[str]:
 def command(
     ctx: click.Context,
     path: str,
+    job: str | None,
     parallelism: tuple[str, ...],
     max_parallelism: tuple[str, ...],
     job_uids: Path | None,
@@ -108,7 +112,7 @@ def command(
     plan = RestorePlan(
         p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
     )
-    summary = summarize(path, read_states=False)
+    summary = summarize(resolve_input(out, path, job).path, read_states=False)
     # A kg snapshot's operators without state never reach the savepoint kg writes of it.
     judge_stateless = summary.format != "kg-snapshot"
     findings = check_restore(

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with_ha
 from keygroup_cli.cli.key_groups_render import human_size as _size
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
 from keygroup_cli.cli.options import operator_option, output_options
@@ -33,12 +34,15 @@ Examples:
   kg inspect savepoint/ --key-groups                      # bytes per key group; which p balance them
   kg inspect savepoint/ --key-groups --min 8 --max 24     # judge only parallelisms 8..24
   kg inspect snapshot/ --json | jq '.operators[].uid'     # a kg snapshot, as JSON
+  kg inspect zk://zk1:2181,zk2:2181/flink/my-cluster     # the checkpoint the job resumes from
+  kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
   kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
 """
 
 
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=str))
+@job_option
 @click.option("--subtasks", is_flag=True, help="Also list every subtask's key-group range and sizes.")
 @click.option(
     "--key-groups",
@@ -61,6 +65,7 @@ Examples:
 def command(
     ctx: click.Context,
     path: str,
+    job: str | None,
     subtasks: bool,
     key_groups: bool,
     minimum: int | None,
@@ -70,9 +75,12 @@ def command(
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
     PATH is a savepoint directory, a _metadata file, a chk-N directory, a job's checkpoint root (the
-    latest completed checkpoint is used) or a kg snapshot directory.
+    latest completed checkpoint is used) or a kg snapshot directory; or a Flink HA store (zk://HOST:PORT/
+    <root>/<cluster-id>, or an exported HA ConfigMap): the checkpoint the job would resume from.
     """
     out = output_for(ctx)
+    source = resolve_input(out, path, job)
+    path = source.path
     wanted = key_groups or minimum is not None or maximum is not None
     sizes = _key_group_sizes(out, path, minimum, maximum) if wanted else {}
     if out.progress_enabled:
@@ -96,7 +104,9 @@ def command(
             from keygroup_cli.key_group_sizes import key_group_sizes_document
 
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
-    out.result("inspect", document, lambda console: _text(console, summary, subtasks, sizes))
+    if source.ha is not None:
+        document["ha"] = ha_document(source)
+    out.result("inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes)))
 
 
 def _key_group_sizes(

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import planning
+from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
     max_parallelism_option,
     operator_option,
@@ -95,7 +96,7 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
 
 def show_snapshot_plan(
     out: Output,
-    snapshot: Path,
+    snapshot: str | Path,
     to_parallelism: int,
     from_parallelism: int | None = None,
     operators: Sequence[str] = (),
@@ -126,7 +127,8 @@ def show_snapshot_plan(
 
 
 @click.command(epilog=EPILOG)
-@click.argument("snapshot", required=False, type=click.Path(path_type=Path))
+@click.argument("snapshot", required=False, type=click.Path(path_type=str))
+@job_option
 @click.option("--from", "from_parallelism", type=int, metavar="P", help="Current parallelism.")
 @to_parallelism_option()
 @max_parallelism_option(
@@ -137,7 +139,8 @@ def show_snapshot_plan(
 @click.pass_context
 def command(
     ctx: click.Context,
-    snapshot: Path | None,
+    snapshot: str | None,
+    job: str | None,
     from_parallelism: int | None,
     to_parallelism: int,
     max_parallelism: int | None,
@@ -146,6 +149,7 @@ def command(
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given)."""
     out = output_for(ctx)
     if snapshot is not None:
+        snapshot = resolve_input(out, snapshot, job).path
         show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
         return
     if from_parallelism is None or max_parallelism is None or operators:

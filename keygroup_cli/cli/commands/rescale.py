@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import operator_option, output_options, to_parallelism_option
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
@@ -19,6 +20,7 @@ Examples:
   kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
+  kg rescale zk://zk1:2181/flink/my-cluster --to 8 --out sp-p8/   # refused (exit 7) while a leader is live
   kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
 
 SNAPSHOT is a kg snapshot or a canonical Flink savepoint (then DEST is a savepoint too; NATIVE savepoints
@@ -33,7 +35,8 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 
 
 @click.command(epilog=EPILOG)
-@click.argument("snapshot", type=click.Path(path_type=Path))
+@click.argument("snapshot", type=click.Path(path_type=str))
+@job_option
 @to_parallelism_option()
 @click.option(
     "--out", "dest", type=click.Path(path_type=Path), required=True, metavar="DEST", help="New snapshot."
@@ -81,7 +84,8 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 @click.pass_context
 def command(
     ctx: click.Context,
-    snapshot: Path,
+    snapshot: str,
+    job: str | None,
     to_parallelism: int,
     dest: Path,
     from_parallelism: int | None,
@@ -95,6 +99,7 @@ def command(
 ) -> None:
     """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
+    snapshot = resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
