@@ -1,0 +1,218 @@
+"""A real ZooKeeper server and a real Flink 2.3 JobManager with ZooKeeper HA, for tests/ha.
+
+- ``ZooKeeperServer``: Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``; ``.ci/run``
+  installs it) started on 127.0.0.1, a free port and a temp data dir, with ``tickTime=500`` so sessions
+  may be as short as 1 s.
+- ``HaJobProcess``: ``kg.fixtures.HaJob`` (fixtures/java) in its own JVM; ``halt()`` ends it with
+  ``Runtime.halt``, a JobManager crash that closes no ZooKeeper session.
+- ``tree``: every znode under a path with its ``mzxid``, data digest and ephemeral owner, to prove kg
+  changed nothing.
+- ``run_kg``: kg through its real error boundary, stdout and stderr apart.
+
+Missing Java or ZooKeeper raise ``HaHarnessError``: the suite fails, it never skips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from keygroup_cli.cli import run
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+SLF4J_NOP = Path("/usr/share/java/slf4j-nop.jar")
+INSTALL_HINT = "apt-get install -y zookeeper (Debian's package; .ci/run installs it when missing)"
+
+
+class HaHarnessError(RuntimeError):
+    """ZooKeeper, Java or the HA job could not be started."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper on 127.0.0.1 (``QuorumPeerMain`` with a generated ``zoo.cfg``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        if not ZOOKEEPER_JAR.is_file():
+            raise HaHarnessError(f"no ZooKeeper server ({ZOOKEEPER_JAR}); {INSTALL_HINT}")
+        if shutil.which("java") is None:
+            raise HaHarnessError("the HA tests need `java` (Java 17) on PATH")
+        self.port = free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "data").mkdir(exist_ok=True)
+        cfg = workdir / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=500\n"
+            f"dataDir={workdir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+            "admin.enableServer=false\n"
+        )
+        classpath = f"{ZOOKEEPER_JAR}:{SLF4J_NOP}" if SLF4J_NOP.is_file() else str(ZOOKEEPER_JAR)
+        self._log = open(workdir / "zookeeper.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                "java",
+                "-Xmx128m",
+                "-XX:+UseSerialGC",
+                "-cp",
+                classpath,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(cfg),
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.hosts = f"127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise HaHarnessError(
+                    f"ZooKeeper did not start: {(workdir / 'zookeeper.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"srvr")
+                return b"Mode" in s.recv(4096)
+        except OSError:
+            return False
+
+    def client(self) -> Any:
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.hosts, timeout=10)
+        client.start(timeout=10)
+        return client
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self._log.close()
+
+
+@dataclass(frozen=True)
+class Znode:
+    mzxid: int
+    data_sha1: str
+    ephemeral_owner: int
+
+
+def tree(client: Any, path: str = "/") -> dict[str, Znode]:
+    """Every znode under ``path``: its mzxid, a digest of its data and its ephemeral owner."""
+    nodes: dict[str, Znode] = {}
+
+    def walk(p: str) -> None:
+        data, stat = client.get(p)
+        nodes[p] = Znode(stat.mzxid, hashlib.sha1(data or b"").hexdigest(), stat.ephemeralOwner)
+        for child in client.get_children(p):
+            walk(p.rstrip("/") + "/" + child)
+
+    walk(path)
+    return nodes
+
+
+class HaJobProcess:
+    """``kg.fixtures.HaJob`` in its own JVM, until ``READY``; ``halt()`` crashes it."""
+
+    def __init__(
+        self,
+        classpath: str,
+        quorum: str,
+        workdir: Path,
+        session_timeout_ms: int,
+        savepoint: Path | None = None,
+    ) -> None:
+        args = [quorum, str(workdir), str(session_timeout_ms)] + ([str(savepoint)] if savepoint else [])
+        self.log = workdir.parent / f"{workdir.name}-jobmanager.log"
+        self._err = open(self.log, "wb")  # noqa: SIM115 - closed in halt()
+        self.process = subprocess.Popen(
+            [
+                "java",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Xmx1g",
+                "-cp",
+                classpath,
+                "kg.fixtures.HaJob",
+                *args,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # blocks until READY or the JVM ends
+        if not line.startswith("READY "):
+            self.halt()
+            raise HaHarnessError(f"HaJob did not get ready: {line!r}\n{self.log.read_text()[-4000:]}")
+        self.job_id = line.split()[1]
+
+    def halt(self) -> None:
+        """Crash the JobManager: ``Runtime.halt`` closes no ZooKeeper session and cleans nothing up."""
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.write("halt\n")
+                self.process.stdin.flush()
+            except BrokenPipeError:
+                pass
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._err.close()
+
+
+def wait_for_session_expiry(client: Any, latch: str, timeout: float = 120) -> float:
+    """Wait until ``latch`` has no contender left and return how long that took, in seconds."""
+    start = time.monotonic()
+    while client.get_children(latch):
+        if time.monotonic() - start > timeout:
+            raise HaHarnessError(f"{latch} still has contenders after {timeout:.0f} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+@dataclass(frozen=True)
+class KgRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_kg(*args: object) -> KgRun:
+    """Run kg in-process through its error boundary (``cli.run``), with stdout and stderr apart."""
+    runner = CliRunner()
+    env = {"COLUMNS": "120", "NO_COLOR": "1"}
+    with runner.isolation(env=env) as (out, err, _):
+        code = run([str(a) for a in args])
+    return KgRun(code, out.getvalue().decode(), err.getvalue().decode())

@@ -1,0 +1,200 @@
+"""kg against a real ZooKeeper and a real Flink 2.3 JobManager with ZooKeeper HA, crashed with Runtime.halt.
+
+Two runs of ``kg.fixtures.HaJob`` (the fixture job, 3 s ZooKeeper session timeout), each on its own
+ZooKeeper server:
+
+- ``checkpoints``: a fresh start with a checkpoint every 2 s. While it runs, kg finds the store's highest
+  checkpoint and ``kg rescale`` refuses (exit 7); after the halt and the session expiry kg inspects and
+  checks the checkpoint the job would resume from. Its keyed state is in the heap checkpoint layout,
+  which kg's rescale does not read (exit 4, ``FLINK_NOT_CANONICAL``), and says so.
+- ``savepoint``: a deploy from a canonical savepoint that crashed before its first checkpoint: the HA
+  store's entry is that savepoint. kg inspects it (kind ``savepoint``), checks it, rescales it 3 → 4
+  into a savepoint, and Flink restores that with every key on its subtask.
+
+In both, kg changed nothing in ZooKeeper: the tree and every znode's mzxid are identical before and after.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.flink.harness import (
+    CASES,
+    RestoreRequest,
+    assert_restored_like_expected,
+    case_json,
+    restore_error,
+    run_restores,
+)
+from tests.ha.harness import HaJobProcess, ZooKeeperServer, run_kg, tree, wait_for_session_expiry
+
+pytestmark = pytest.mark.flink
+
+SESSION_TIMEOUT_MS = 3000
+NAMESPACE = "/flink/kg-ha"
+SAVEPOINT_CASE = "heap-files-p3-maxp128-string"
+
+
+def _run(
+    tmp: Path, classpath: str, savepoint: Path | None, live_steps: Any, dead_steps: Any
+) -> dict[str, Any]:
+    """Start ZooKeeper and HaJob, run ``live_steps(uri, zk)``, crash the job, run ``dead_steps(uri)``."""
+    server = ZooKeeperServer(tmp / "zookeeper")
+    client = server.client()
+    job = None
+    try:
+        job = HaJobProcess(classpath, server.hosts, tmp / "jobmanager", SESSION_TIMEOUT_MS, savepoint)
+        uri = f"zk://{server.hosts}{NAMESPACE}"
+        result: dict[str, Any] = {"job_id": job.job_id, "live": live_steps(uri, client)}
+        halted = time.monotonic()
+        job.halt()
+        wait_for_session_expiry(client, f"{NAMESPACE}/leader/latch")
+        result["expiry_seconds"] = time.monotonic() - halted
+        result["before"] = tree(client, "/flink")
+        result["dead"] = dead_steps(uri)
+        result["after"] = tree(client, "/flink")
+        return result
+    finally:
+        if job is not None:
+            job.halt()
+        client.stop()
+        client.close()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("ha-checkpoints")
+
+    def live(uri: str, zk: Any) -> dict[str, Any]:
+        path = f"{NAMESPACE}/jobs/0000000000006b670000000000004841/checkpoints"
+        ids_before = sorted(int(c) for c in zk.get_children(path))
+        inspect = run_kg("inspect", uri, "--json")
+        ids_after = sorted(int(c) for c in zk.get_children(path))
+        rescale = run_kg("rescale", uri, "--to", "3", "--out", tmp / "refused", "--engine", "local")
+        return {"ids_before": ids_before, "ids_after": ids_after, "inspect": inspect, "rescale": rescale}
+
+    def dead(uri: str) -> dict[str, Any]:
+        return {
+            "inspect": run_kg("inspect", uri, "--json"),
+            "check": run_kg("check", uri, "--job", "0000000000006b670000000000004841", "-p", "3", "--json"),
+            "rescale": run_kg("rescale", uri, "--to", "3", "--out", tmp / "rescaled", "--engine", "local"),
+        }
+
+    return _run(tmp, ha_classpath, None, live, dead)
+
+
+@pytest.fixture(scope="module")
+def savepoint(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("ha-savepoint")
+    source = tmp / SAVEPOINT_CASE
+    shutil.copytree(CASES / SAVEPOINT_CASE, source)
+    dest = tmp / "rescaled-p4"
+
+    def live(uri: str, zk: Any) -> dict[str, Any]:
+        return {"rescale": run_kg("rescale", uri, "--to", "4", "--out", tmp / "refused", "--engine", "local")}
+
+    def dead(uri: str) -> dict[str, Any]:
+        inspect = run_kg("inspect", uri, "--json")
+        check = run_kg("check", uri, "-p", "4", "--json")
+        rescale = run_kg("rescale", uri, "--to", "4", "--out", dest, "--engine", "local", "--json")
+        dumps = run_restores(
+            [RestoreRequest(dest, 4, 128, "string", "hashmap")], tmp / "restore", ha_classpath
+        )
+        return {"inspect": inspect, "check": check, "rescale": rescale, "dump": dumps[0], "dest": dest}
+
+    result = _run(tmp, ha_classpath, source, live, dead)
+    result["source"] = source
+    return result
+
+
+def test_live_job_kg_finds_the_highest_checkpoint(checkpoints):
+    live = checkpoints["live"]
+    assert live["inspect"].exit_code == 0, live["inspect"].stderr
+    ha = live["inspect"].json()["ha"]
+    # Flink checkpoints every 2 s: kg's id is the highest one listed just before or just after it ran.
+    assert ha["checkpoint_id"] >= live["ids_before"][-1]
+    assert ha["checkpoint_id"] in live["ids_before"] + live["ids_after"]
+    assert ha["checkpoint_ids"][-1] == ha["checkpoint_id"]
+    assert ha["kind"] == "checkpoint" and ha["type"] == "Checkpoint" and ha["parsed"] == "javaobj"
+    assert ha["layout"] == "2.x"
+    assert ha["pointer"].endswith(f"/{checkpoints['job_id']}/chk-{ha['checkpoint_id']}")
+    assert ha["live_leader"] is True
+    assert ha["leader"]["address"].startswith("pekko://flink/user/rpc/jobmanager")
+    assert len(ha["leader"]["session_id"]) == 36
+    assert ha["leader"]["entry"] == f"{NAMESPACE}/leader/job-{checkpoints['job_id']}/connection_info"
+    reasons = " ".join(ha["live_reasons"])
+    assert "leader/latch" in reasons and "connection_info" in reasons and "locked" in reasons
+    assert "kg: warning: job" in live["inspect"].stderr and "live leader" in live["inspect"].stderr
+
+
+def test_live_job_rescale_refuses_naming_the_leader(checkpoints):
+    refused = checkpoints["live"]["rescale"]
+    assert refused.exit_code == 7, refused.stderr
+    assert "pekko://flink/user/rpc/jobmanager" in refused.stderr
+    assert "leader session" in refused.stderr
+    assert "stop the job with a savepoint" in refused.stderr and "session timeout" in refused.stderr
+    assert refused.stderr.count("kg: error:") == 1
+
+
+def test_session_expiry_is_bounded_by_the_session_timeout(checkpoints, savepoint):
+    for run in (checkpoints, savepoint):
+        print(f"ephemeral nodes gone {run['expiry_seconds']:.2f} s after Runtime.halt")
+        assert run["expiry_seconds"] < SESSION_TIMEOUT_MS / 1000 + 5
+
+
+def test_after_the_crash_kg_inspects_and_checks_the_resume_checkpoint(checkpoints):
+    dead = checkpoints["dead"]
+    assert dead["inspect"].exit_code == 0, dead["inspect"].stderr
+    doc = dead["inspect"].json()
+    ha = doc["ha"]
+    assert ha["live_leader"] is False and ha["live_reasons"] == [] and ha["leader"] is None
+    assert doc["checkpoint_id"] == ha["checkpoint_id"] == max(ha["checkpoint_ids"])
+    assert doc["path"] == ha["pointer"] + "/_metadata"
+    assert dead["inspect"].stderr == ""
+    keyed = next(op for op in doc["operators"] if op["uid"] == "keyed-state")
+    assert keyed["parallelism"] == 2 and keyed["max_parallelism"] == 128
+    check = dead["check"]
+    assert check.exit_code == 0, check.stdout
+    assert check.json()["path"] == ha["pointer"] + "/_metadata"
+
+
+def test_after_the_crash_rescale_of_a_heap_checkpoint_says_why_not(checkpoints):
+    refused = checkpoints["dead"]["rescale"]
+    assert refused.exit_code == 4, refused.stderr
+    assert "FLINK_NOT_CANONICAL" not in refused.stderr  # the code is in JSON; the text explains
+    assert "not a canonical savepoint" in refused.stderr
+
+
+def test_savepoint_entry_is_shown_as_the_savepoint_the_job_started_from(savepoint):
+    assert savepoint["live"]["rescale"].exit_code == 7
+    inspect = savepoint["dead"]["inspect"]
+    assert inspect.exit_code == 0, inspect.stderr
+    ha = inspect.json()["ha"]
+    assert ha["kind"] == "savepoint" and ha["type"] == "Savepoint"
+    assert ha["pointer"].rstrip("/") == str(savepoint["source"])
+    assert ha["live_leader"] is False
+
+
+def test_savepoint_entry_rescaled_restores_in_flink_with_every_key(savepoint):
+    dead = savepoint["dead"]
+    assert dead["check"].exit_code == 0, dead["check"].stdout
+    assert dead["rescale"].exit_code == 0, dead["rescale"].stderr
+    dump = dead["dump"]
+    assert restore_error(dump) is None, restore_error(dump)
+    expected = case_json(SAVEPOINT_CASE, "expected-state.json")
+    assert_restored_like_expected(dump, expected, 4, 128, "string")
+
+
+@pytest.mark.parametrize("run_name", ["checkpoints", "savepoint"])
+def test_kg_changed_nothing_in_zookeeper(run_name, request):
+    run = request.getfixturevalue(run_name)
+    assert run["before"] == run["after"]
+    assert len(run["before"]) > 10
+    # The crashed JobManager's ephemeral nodes are gone; the retained checkpoints are still there.
+    assert not any(node.ephemeral_owner for node in run["after"].values())
