@@ -89,7 +89,7 @@ def parse_uri(uri: str) -> tuple[str, str]:
     return parsed.netloc, DEFAULT_NAMESPACE if path == "/" else path
 
 
-def connect(hosts: str, timeout: float = CONNECT_TIMEOUT) -> Any:
+def connect(hosts: str, timeout: float) -> Any:
     """Start a kazoo client (lazily imported; ``[ha]`` extra) and return it.
 
     Raises:
@@ -129,7 +129,7 @@ def resolve_zookeeper(
     uri: str,
     job: str | None = None,
     *,
-    timeout: float = CONNECT_TIMEOUT,
+    timeout: float | None = None,
     reader_factory: Callable[[str], tuple[ZooKeeperReader, Callable[[], None]]] | None = None,
 ) -> HaResolution:
     """Find the checkpoint ``job`` would resume from, and whether a JobManager still leads it.
@@ -137,7 +137,7 @@ def resolve_zookeeper(
     Args:
         uri: ``zk://HOST:PORT[,…]/<root>/<cluster-id>``.
         job: The job id; may be omitted when the store holds one job.
-        timeout: Seconds to wait for a ZooKeeper server.
+        timeout: Seconds to wait for a ZooKeeper server (default ``CONNECT_TIMEOUT``).
         reader_factory: For tests: hosts → (reader, close).
 
     Raises:
@@ -147,7 +147,7 @@ def resolve_zookeeper(
     """
     hosts, namespace = parse_uri(uri)
     if reader_factory is None:
-        client = connect(hosts, timeout)
+        client = connect(hosts, CONNECT_TIMEOUT if timeout is None else timeout)
         reader: ZooKeeperReader = ReadOnlyZooKeeper(client)
 
         def close() -> None:

@@ -1,0 +1,113 @@
+"""Kubernetes HA ConfigMap exports (fixtures/ha/2.3/kubernetes: HaStoreGen, with Flink's classes)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import yaml
+
+from keygroup_cli.errors import ExitCode
+from keygroup_cli.ha import javaser
+from tests.conftest import FIXTURES
+
+K8S = FIXTURES / "ha" / "2.3" / "kubernetes"
+CASE = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string"
+JOB = "0000000000006b670000000000000005"
+
+
+def _repoint(value: str, old: str, new: str) -> str:
+    """Re-point a serialized handle: its URI is one TC_STRING, so patch the string and its length."""
+    data = base64.b64decode(value)
+    i = data.index(old.encode())
+    data = data[: i - 2] + len(new.encode()).to_bytes(2, "big") + new.encode() + data[i + len(old.encode()) :]
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def export(tmp_path):
+    """Write the fixture ConfigMaps with their handles pointing into this checkout (``name`` -> path)."""
+    ha = tmp_path / "ha"
+    shutil.copytree(K8S / "ha", ha)
+
+    def write(name: str, extra: list[dict] | None = None):
+        cm = yaml.safe_load((K8S / name).read_text())
+        for key, value in cm["data"].items():
+            if key.startswith("checkpointID-"):
+                old = javaser.parse_store_handle(base64.b64decode(value), key).uri
+                new = (ha / old.rsplit("/", 1)[1]).as_uri().replace("file:///", "file:/")
+                cm["data"][key] = _repoint(value, old, new)
+        doc = cm if not extra else {"apiVersion": "v1", "kind": "List", "items": [cm, *extra]}
+        out = tmp_path / name
+        out.write_text(yaml.safe_dump(doc))
+        return out
+
+    return write
+
+
+def _cluster_map(renewed: datetime) -> dict:
+    lease = {
+        "holderIdentity": "kg-ha-jobmanager-7f9c",
+        "leaseDuration": 15.0,
+        "acquireTime": "2026-01-01T00:00:00.000000Z",
+        "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "leaderTransitions": 0,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "kg-ha-cluster-config-map",
+            "annotations": {"control-plane.alpha.kubernetes.io/leader": json.dumps(lease)},
+        },
+        "data": {
+            f"org.apache.flink.k8s.leader.job-{JOB}": "5d9c1c9a-2a8f-4d0e-9d3b-1f0c3c1d2e4f,pekko.tcp://flink@10.0.0.7:6123/user/rpc/jobmanager_2"
+        },
+    }
+
+
+def test_inspect_configmap_uses_the_highest_entry_not_marked_for_deletion(kg, export):
+    result = kg("inspect", export("configmap.yaml"), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    ha = doc["ha"]
+    assert ha["store"] == "kubernetes" and ha["layout"] == "kubernetes" and ha["job_id"] == JOB
+    assert ha["entry"] == f"kg-ha-{JOB}-config-map/checkpointID-0000000000000000002"
+    assert ha["checkpoint_ids"] == [2] and ha["kind"] == "checkpoint"
+    assert ha["pointer"].rstrip("/").endswith(f"heap-checkpoint-p2-maxp128-string/{JOB}/chk-2")
+    assert doc["checkpoint_id"] == 2
+    assert "checkpointID-0000000000000000003 is marked for deletion" in result.stderr
+
+
+def test_savepoint_entry_and_text_output(kg, export):
+    result = kg("inspect", export("configmap-savepoint.yaml"))
+    assert result.exit_code == 0, result.stderr
+    assert "savepoint (Savepoint): the savepoint the job was started from" in result.stdout
+    assert "HA store" in result.stdout and "Live leader  no" in result.stdout.replace("   ", "  ")
+
+
+def test_live_lease_refuses_rescale_and_warns_in_check(kg, export, tmp_path):
+    path = export("configmap.yaml", [_cluster_map(datetime.now(timezone.utc))])
+    refused = kg("rescale", path, "--to", "3", "--out", tmp_path / "out", "--engine", "local")
+    assert refused.exit_code == ExitCode.LEADER_LIVE == 7
+    assert "pekko.tcp://flink@10.0.0.7:6123/user/rpc/jobmanager_2" in refused.stderr
+    assert "5d9c1c9a-2a8f-4d0e-9d3b-1f0c3c1d2e4f" in refused.stderr and "lease" in refused.stderr
+    assert not (tmp_path / "out").exists()
+    check = kg("check", path, "-p", "3", "--json")
+    assert check.exit_code == 0 and "live leader" in check.stderr
+    stale = export("configmap.yaml", [_cluster_map(datetime.now(timezone.utc) - timedelta(minutes=5))])
+    inspect = kg("inspect", stale, "--json")
+    assert inspect.json()["ha"]["live_leader"] is False
+    assert inspect.json()["ha"]["leader"]["address"].endswith("jobmanager_2")
+
+
+def test_job_option_and_usage(kg, export):
+    path = export("configmap.yaml")
+    assert kg("inspect", path, "--job", JOB, "--json").exit_code == 0
+    wrong = kg("inspect", path, "--job", "f" * 32, "--json")
+    assert wrong.exit_code == ExitCode.USAGE and wrong.json()["error"]["code"] == "HA_JOB_NOT_FOUND"
+    plain = kg("inspect", CASE, "--job", JOB)
+    assert plain.exit_code == 2 and "--job applies only" in plain.stderr
