@@ -75,8 +75,9 @@ def command(
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
     PATH is a savepoint directory, a _metadata file, a chk-N directory, a job's checkpoint root (the
-    latest completed checkpoint is used) or a kg snapshot directory; or a Flink HA store (zk://HOST:PORT/
-    <root>/<cluster-id>, or an exported HA ConfigMap): the checkpoint the job would resume from.
+    latest completed checkpoint is used) or a kg snapshot directory; or a Flink HA store
+    (zk://HOST:PORT/<root>/<cluster-id>, or an exported HA ConfigMap): the checkpoint the job would
+    resume from.
     """
     out = output_for(ctx)
     source = resolve_input(out, path, job)
