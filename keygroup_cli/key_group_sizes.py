@@ -21,6 +21,7 @@ from typing import Any
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.keygroups import skew, subtask_ranges
 from keygroup_cli.planning import advise_parallelism, key_group_owners, key_group_weights
+from keygroup_cli.storage.locations import Location
 
 #: Upper end of the default parallelism range: at least this many candidates, or 4x the current one.
 DEFAULT_MAX_CANDIDATES = 32
@@ -154,7 +155,7 @@ class KeyGroupSizesReport:
     """Key-group sizes of every keyed operator of a snapshot, in file / manifest order."""
 
     format: str
-    path: Path
+    path: Path | Location
     operators: tuple[KeyGroupSizes, ...]
     warnings: tuple[str, ...] = ()
 
@@ -207,7 +208,10 @@ def key_group_sizes(
     from keygroup_cli.summary import is_kg_snapshot
 
     if is_kg_snapshot(path):
-        return _from_kg(Path(path), minimum, maximum)
+        from keygroup_cli.storage.remote import readable
+
+        with readable(path, everything=False) as local:
+            return _from_kg(Path(local), minimum, maximum)
     return _from_flink(path, minimum, maximum)
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from keygroup_cli.errors import KgError, UnsupportedFormatError
+from keygroup_cli.storage.locations import Location
 
 #: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -96,7 +97,7 @@ class SnapshotSummary:
     """A snapshot as ``kg inspect`` shows it."""
 
     format: str
-    path: Path
+    path: Path | Location
     checkpoint_id: int | None
     operators: tuple[OperatorSummary, ...]
     metadata_version: int | None = None
@@ -106,7 +107,14 @@ class SnapshotSummary:
 
 
 def is_kg_snapshot(path: str | os.PathLike[str]) -> bool:
-    """Return whether ``path`` is a kg snapshot directory or its manifest."""
+    """Return whether ``path`` is a kg snapshot directory or its manifest (local or on an object store)."""
+    from keygroup_cli.storage import is_remote
+
+    if is_remote(path):
+        from keygroup_cli.storage import location
+        from keygroup_cli.storage.remote import is_kg_snapshot_at
+
+        return is_kg_snapshot_at(location(path))
     p = Path(path)
     return (p / "_manifest.json").is_file() or (p.is_file() and p.name == "_manifest.json")
 
@@ -126,8 +134,19 @@ def summarize(
         UnsupportedFormatError: A format version kg does not read.
     """
     if is_kg_snapshot(path):
-        return _summarize_kg(Path(path))
+        from keygroup_cli.storage.remote import readable
+
+        # On an object store only the manifest is fetched: it holds everything a summary shows.
+        with readable(path, everything=False) as local:
+            summary = _summarize_kg(Path(local))
+        return summary if local == path else replace(summary, path=_location(path))
     return _summarize_flink(path, read_states, on_progress)
+
+
+def _location(path: str | os.PathLike[str]) -> Location:
+    from keygroup_cli.storage import location
+
+    return location(path)
 
 
 # -- Flink -------------------------------------------------------------------------------------------------
@@ -226,7 +245,7 @@ def _handle_kind(handle: object) -> str:
     return "changelog"
 
 
-def _files_of(sub: object, directory: Path) -> set[str]:
+def _files_of(sub: object, directory: Path | Location) -> set[str]:
     """Return the distinct files a subtask's handles point at (inline state counts as none)."""
     from keygroup_cli.flink import handles as h
     from keygroup_cli.flink.metadata import SubtaskState
@@ -251,7 +270,7 @@ def _files_of(sub: object, directory: Path) -> set[str]:
     return names
 
 
-def _collect_states(sub: object, directory: Path, states: dict[str, StateSummary]) -> str | None:
+def _collect_states(sub: object, directory: Path | Location, states: dict[str, StateSummary]) -> str | None:
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
     from keygroup_cli import flink
     from keygroup_cli.flink import handles as h
@@ -316,7 +335,7 @@ def _collect_states(sub: object, directory: Path, states: dict[str, StateSummary
     return key_serializer
 
 
-def _describe(handle: object, directory: Path) -> str:
+def _describe(handle: object, directory: Path | Location) -> str:
     from keygroup_cli import flink
     from keygroup_cli.flink import handles as h
 

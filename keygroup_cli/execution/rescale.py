@@ -16,6 +16,7 @@ Any failure (Ctrl-C included) removes the staging directory: DEST stays absent, 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -47,6 +48,7 @@ from keygroup_cli.snapshot.model import (
     StateDescriptor,
 )
 from keygroup_cli.snapshot.staging import staged_directory
+from keygroup_cli.storage import is_remote
 
 if TYPE_CHECKING:
     from keygroup_cli.flink.convert import ConvertResult
@@ -58,7 +60,8 @@ class RescaleResult:
 
     plan: RescalePlan
     manifest: Manifest
-    output: Path
+    #: Where the result was committed: a local path, or the URI of an object-store prefix.
+    output: Path | str
     engine: str
     wall_seconds: float
     #: Why ``engine`` ran: "default engine", "--engine spark", "key groups copied as bytes; no JVM needed"...
@@ -121,6 +124,22 @@ def rescale(
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
+    if not isinstance(source, Snapshot) and (is_remote(source) or is_remote(dest)):
+        return _rescale_remote(
+            source,
+            dest,
+            new_parallelism,
+            from_parallelism=from_parallelism,
+            operators=operators,
+            new_max_parallelism=new_max_parallelism,
+            engine=engine,
+            master=master,
+            spark=spark,
+            spark_conf=spark_conf,
+            verbose=verbose,
+            on_progress=on_progress,
+            executor=executor,
+        )
     if not isinstance(source, Snapshot) and is_flink_savepoint(source):
         from keygroup_cli.execution.savepoint import rescale_savepoint
 
@@ -172,6 +191,38 @@ def rescale(
         verify_output(staging, snapshot, plan, manifest, report)
         write_manifest(staging, manifest)
     return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
+
+
+def _rescale_remote(
+    source: Path | str, dest: Path | str, new_parallelism: int, **options: Any
+) -> RescaleResult:
+    """Rescale where the input or the output is on an object store (``keygroup_cli.storage.remote``).
+
+    A DEST prefix that holds any object is refused before anything is read. The input is downloaded into
+    a scratch directory (a rescale reads every byte anyway) and rescaled there as a local one: validated,
+    executed, verified and committed into a local staging directory; that is uploaded with its metadata
+    file (``_metadata`` or ``_manifest.json``) last, so the target is a savepoint or snapshot only once
+    complete. Scratch copies are removed whatever happens.
+    """
+    from keygroup_cli.storage.remote import readable, remote_output
+
+    started = time.monotonic()
+    report = options.get("on_progress") or _ignore
+    if not is_remote(dest) and (Path(dest).exists() or Path(dest).is_symlink()):
+        raise InvalidArgumentError(
+            f"destination exists: {dest} (kg never overwrites; choose a new path or remove it)",
+            code="DESTINATION_EXISTS",
+        )
+    savepoint = is_flink_savepoint(source)
+    commit_file = "_metadata" if savepoint else "_manifest.json"
+    with contextlib.ExitStack() as stack:
+        if is_remote(dest):
+            local_dest: Path | str = stack.enter_context(remote_output(str(dest), commit_file, report))
+        else:
+            local_dest = dest
+        local_source = stack.enter_context(readable(source, on_progress=report))
+        result = rescale(Path(local_source), local_dest, new_parallelism, **options)
+    return replace(result, output=dest, wall_seconds=time.monotonic() - started)
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

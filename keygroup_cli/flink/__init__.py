@@ -4,6 +4,10 @@
 directory or a job's checkpoint root) into the ``_metadata`` file; ``read_flink_metadata`` parses it; and
 ``read_stream_prefix`` reads the first bytes of a state handle's data (inline bytes, a file beside
 ``_metadata``, an absolute local path or a segment of a merged file) with one bounded read.
+
+Every one of them takes an object-store URI as well (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``; see
+``keygroup_cli.storage``): paths are then ``Location`` objects, and reads are ranged requests. The absolute
+paths Flink writes into a checkpoint's ``_metadata`` (``s3p://bucket/…/shared/…``) resolve the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
@@ -25,6 +30,7 @@ from keygroup_cli.flink.handles import (
     StreamHandle,
 )
 from keygroup_cli.flink.metadata import CheckpointMetadata, parse_metadata
+from keygroup_cli.storage.locations import Location, is_remote, location
 
 METADATA_FILE = "_metadata"
 _CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
@@ -34,11 +40,11 @@ _CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
 class FlinkSnapshot:
     """A parsed Flink savepoint or checkpoint: where its ``_metadata`` is, and what it says."""
 
-    metadata_path: Path
+    metadata_path: Path | Location
     metadata: CheckpointMetadata
 
     @property
-    def directory(self) -> Path:
+    def directory(self) -> Path | Location:
         """Return the directory holding ``_metadata`` (relative handles resolve against it)."""
         return self.metadata_path.parent
 
@@ -51,7 +57,7 @@ class FlinkSnapshot:
         return _CHECKPOINT_DIR.fullmatch(self.directory.name) is None
 
 
-def find_metadata(path: str | os.PathLike[str]) -> Path:
+def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
     """Return the ``_metadata`` file for a savepoint / checkpoint path.
 
     Accepts a ``_metadata`` file, a directory containing one (savepoint or ``chk-N``), or a job's checkpoint
@@ -61,7 +67,7 @@ def find_metadata(path: str | os.PathLike[str]) -> Path:
     Raises:
         InvalidSnapshotError: Nothing there, or no completed checkpoint.
     """
-    p = Path(path)
+    p: Path | Location = location(path) if is_remote(path) else Path(path)
     if p.is_file():
         return p
     if not p.is_dir():
@@ -89,14 +95,14 @@ def find_metadata(path: str | os.PathLike[str]) -> Path:
     )
 
 
-def _subdirs(p: Path) -> list[Path]:
+def _subdirs(p: Path | Location) -> list[Any]:
     try:
         return [c for c in p.iterdir() if c.is_dir()]
     except OSError:
         return []
 
 
-def _latest_completed(root: Path) -> Path | None:
+def _latest_completed(root: Path | Location) -> Path | Location | None:
     completed = []
     for child in _subdirs(root):
         match = _CHECKPOINT_DIR.fullmatch(child.name)
@@ -105,7 +111,7 @@ def _latest_completed(root: Path) -> Path | None:
     return max(completed)[1] if completed else None
 
 
-def read_flink_metadata(path: str | os.PathLike[str]) -> FlinkSnapshot:
+def read_flink_metadata(path: str | os.PathLike[str] | Location) -> FlinkSnapshot:
     """Find and parse the ``_metadata`` of a savepoint or checkpoint (see ``find_metadata``).
 
     Raises:
@@ -122,13 +128,13 @@ def read_flink_metadata(path: str | os.PathLike[str]) -> FlinkSnapshot:
     return FlinkSnapshot(metadata_path, parse_metadata(data, str(metadata_path)))
 
 
-def is_flink_savepoint(path: str | Path) -> bool:
+def is_flink_savepoint(path: str | Path | Location) -> bool:
     """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
 
     A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
     savepoint, a ``chk-N`` directory or a job's checkpoint root).
     """
-    p = Path(path)
+    p: Path | Location = location(path) if is_remote(path) else Path(path)
     if p.is_file():
         return p.name == METADATA_FILE
     if not p.is_dir() or (p / "_manifest.json").exists():
@@ -140,14 +146,13 @@ def is_flink_savepoint(path: str | Path) -> bool:
     return True
 
 
-def local_path(handle: StreamHandle, directory: Path) -> Path | None:
-    """Return the local file holding a handle's data, or None for inline / empty handles.
+def local_path(handle: StreamHandle, directory: Path | Location) -> Path | Location | None:
+    """Return the file holding a handle's data, or None for inline / empty handles.
 
     Absolute ``file:`` paths that no longer exist (a checkpoint copied elsewhere) fall back to the file of
-    the same name beside ``_metadata``, or under the job's ``shared/`` directory.
-
-    Raises:
-        UnsupportedFormatError: A remote file system (``s3://``, ``hdfs://``, …); kg reads local files only.
+    the same name beside ``_metadata``, or under the job's ``shared/`` directory. The same fallback applies
+    first to an object-store path (``s3p://…``) when a copy is there; otherwise that path is read where it is
+    (a ``Location``).
     """
     if isinstance(handle, RelativeFileHandle):
         return directory / handle.relative_path
@@ -158,12 +163,22 @@ def local_path(handle: StreamHandle, directory: Path) -> Path | None:
     return None
 
 
-def _resolve_absolute(uri: str, directory: Path) -> Path:
+def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
     parsed = urlparse(uri)
     if parsed.scheme not in ("", "file"):
+        if not is_remote(uri):
+            raise UnsupportedFormatError(
+                f"{uri}: state on a file system kg does not know ({parsed.scheme}://)",
+                code="REMOTE_STATE_FILE",
+            )
+        name = PurePosixPath(parsed.path)
+        for copy in (directory / name.name, directory.parent / name.parent.name / name.name):
+            if copy.exists():
+                return copy
+        return location(uri)
+    if isinstance(directory, Location) and not directory.is_local:
         raise UnsupportedFormatError(
-            f"{uri}: state on a remote file system ({parsed.scheme}://) is not readable by kg; "
-            "copy the savepoint to a local directory first",
+            f"{uri}: a local path in the _metadata of {directory}, which is on an object store",
             code="REMOTE_STATE_FILE",
         )
     path = Path(unquote(parsed.path))
@@ -175,12 +190,14 @@ def _resolve_absolute(uri: str, directory: Path) -> Path:
     return path
 
 
-def read_stream_prefix(handle: StreamHandle | None, directory: Path, limit: int) -> bytes:
+def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, limit: int) -> bytes:
     """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
+
+    On an object store that is one ranged request.
 
     Raises:
         InvalidSnapshotError: The state file is missing or unreadable.
-        UnsupportedFormatError: The state lives on a remote file system.
+        UnsupportedFormatError: The state lives on a file system kg does not know.
     """
     if handle is None or isinstance(handle, EmptySegmentFileHandle):
         return b""
@@ -192,6 +209,10 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path, limit: int)
     start = handle.start_pos if isinstance(handle, SegmentFileHandle) else 0
     if isinstance(handle, SegmentFileHandle):
         limit = min(limit, handle.size)
+    if isinstance(path, Location):
+        if not path.is_file():
+            raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING")
+        return path.read_range(start, limit)
     try:
         with open(path, "rb") as fh:
             if start:

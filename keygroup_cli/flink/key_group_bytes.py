@@ -29,6 +29,7 @@ from keygroup_cli.flink.handles import (
     key_group_extents,
 )
 from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.storage.locations import Location
 
 #: Why an operator's key-group sizes are unknown, by stable code (the JSON ``unavailable_code``).
 UNAVAILABLE_REASONS = {
@@ -102,7 +103,7 @@ class OperatorKeyGroupBytes:
         return None if self.unavailable_code is None else UNAVAILABLE_REASONS[self.unavailable_code]
 
 
-def operator_key_group_bytes(op: OperatorState, directory: Path) -> OperatorKeyGroupBytes:
+def operator_key_group_bytes(op: OperatorState, directory: Path | Location) -> OperatorKeyGroupBytes:
     """Return the bytes per key group of one operator's managed keyed state.
 
     Args:
@@ -166,7 +167,7 @@ def _bytes_of(handle: KeyGroupsHandle, size: int, source: str) -> tuple[int, ...
     return tuple(out)
 
 
-def _stream_bytes(handle: StreamHandle | None, directory: Path) -> tuple[int, str, str | None]:
+def _stream_bytes(handle: StreamHandle | None, directory: Path | Location) -> tuple[int, str, str | None]:
     """Return ``(size, source, warning)`` of a keyed handle's stream, using ``stat`` for files.
 
     Raises:
@@ -188,7 +189,7 @@ def _stream_bytes(handle: StreamHandle | None, directory: Path) -> tuple[int, st
         return handle.size, handle.path, f"{handle.path}: remote state file, size taken from _metadata"
     assert path is not None  # only inline and empty handles have no local path
     try:
-        actual = os.stat(path).st_size
+        actual = path.size() if isinstance(path, Location) else os.stat(path).st_size
     except FileNotFoundError:
         raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
     except OSError as exc:

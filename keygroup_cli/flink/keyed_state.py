@@ -49,6 +49,7 @@ from keygroup_cli.flink.serializers import (
 from keygroup_cli.flink.snappy import decode_frames, encode_frames
 from keygroup_cli.keygroups import KeyGroupRange, key_group_prefix_bytes
 from keygroup_cli.snapshot.parquet import STATE_TYPE, keyed_schema
+from keygroup_cli.storage.locations import Location
 
 #: ``FullSnapshotUtil.END_OF_KEY_GROUP_MARK``.
 END_OF_KEY_GROUP_MARK = 0xFFFF
@@ -71,7 +72,9 @@ class StreamSource:
     Use as a context manager; ``read(start, end)`` returns ``bytes``.
     """
 
-    def __init__(self, handle: StreamHandle | None, directory: Path, source: str | None = None) -> None:
+    def __init__(
+        self, handle: StreamHandle | None, directory: Path | Location, source: str | None = None
+    ) -> None:
         self._mmap: mmap.mmap | None = None
         self._file: BinaryIO | None = None
         self._base = 0
@@ -88,6 +91,15 @@ class StreamSource:
                     f"cannot read state handle {handle!r}", code="FLINK_HANDLE_UNSUPPORTED"
                 )
             self.source = source or str(path)
+            if isinstance(path, Location):
+                if path.local_path is None:
+                    # Decoding streams whole files: kg downloads a remote input first (storage.remote).
+                    raise UnsupportedFormatError(
+                        f"{path}: decoding state straight from an object store is not supported; "
+                        "kg rescale downloads it first",
+                        code="REMOTE_STATE_FILE",
+                    )
+                path = path.local_path
             try:
                 self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
             except FileNotFoundError:

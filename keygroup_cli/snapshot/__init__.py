@@ -6,6 +6,7 @@ A kg snapshot is a directory of Parquet files plus ``_manifest.json`` (the commi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError
@@ -26,7 +27,7 @@ from keygroup_cli.snapshot.model import (
 )
 
 
-def open_snapshot(path: Path | str) -> Snapshot:
+def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
     """Open the committed kg snapshot at ``path`` (its directory or its ``_manifest.json``).
 
     Raises:

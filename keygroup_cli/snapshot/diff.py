@@ -22,7 +22,7 @@ Otherwise each operator is compared whole, in memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +94,14 @@ def diff_snapshots(a: Path | str, b: Path | str, *, on_progress: OnProgress | No
         InvalidSnapshotError: Either snapshot cannot be opened or read.
         UnsupportedFormatError: Either manifest has an unknown ``format_version``.
     """
-    snap_a, snap_b = open_snapshot(a), open_snapshot(b)
+    from keygroup_cli.storage.remote import readable
+
+    with readable(a, on_progress=on_progress) as local_a, readable(b, on_progress=on_progress) as local_b:
+        result = _diff(open_snapshot(local_a), open_snapshot(local_b), on_progress)
+    return replace(result, a=result.a if local_a == a else str(a), b=result.b if local_b == b else str(b))
+
+
+def _diff(snap_a: Snapshot, snap_b: Snapshot, on_progress: OnProgress | None) -> SnapshotDiff:
     ids = list(
         dict.fromkeys([op.operator_id for op in snap_a.manifest.operators + snap_b.manifest.operators])
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,14 @@ def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) 
         InvalidSnapshotError: The snapshot cannot be opened (no or structurally invalid manifest).
         UnsupportedFormatError: Its ``format_version`` is unknown.
     """
-    snapshot = open_snapshot(path)
+    from keygroup_cli.storage.remote import readable
+
+    with readable(path, on_progress=on_progress) as local:
+        report = _verify(open_snapshot(local), on_progress)
+    return report if local == path else replace(report, snapshot=str(path))
+
+
+def _verify(snapshot: Snapshot, on_progress: OnProgress | None) -> VerifyReport:
     findings: list[Finding] = []
     total = sum(len(op.files) for op in snapshot.manifest.operators)
     done = rows = 0

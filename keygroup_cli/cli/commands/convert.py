@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -17,6 +19,9 @@ from keygroup_cli.flink.convert import (
     savepoint_to_snapshot,
     snapshot_to_savepoint,
 )
+from keygroup_cli.storage import is_remote
+from keygroup_cli.storage.remote import readable, remote_output
+from keygroup_cli.summary import is_kg_snapshot
 
 EPILOG = """\b
 Examples:
@@ -24,12 +29,19 @@ Examples:
   kg rescale ./state.kg --to 8 --out ./state-p8.kg
   kg convert ./state-p8.kg --to-flink --out /savepoints/rescaled-p8
   kg convert ./state.kg --to-flink --no-compression --out ./plain-savepoint --json
+  kg convert s3://bkt/savepoints/sp-1a2b --out s3://bkt/kg/sp-1a2b.kg
 """
 
 
 @click.command(epilog=EPILOG)
-@click.argument("source", type=click.Path(path_type=Path))
-@click.option("--out", "dest", required=True, type=click.Path(path_type=Path), help="Directory to create.")
+@click.argument("source", type=click.Path(path_type=str))
+@click.option(
+    "--out",
+    "dest",
+    required=True,
+    type=click.Path(path_type=str),
+    help="Directory to create: a path, or a URI (s3://, gs://, abfs://, hdfs://).",
+)
 @click.option("--to-flink", is_flag=True, help="Write SOURCE (a kg snapshot) as a canonical Flink savepoint.")
 @click.option(
     "--compression/--no-compression",
@@ -38,7 +50,7 @@ Examples:
 )
 @output_options
 @click.pass_context
-def command(ctx: click.Context, source: Path, dest: Path, to_flink: bool, compression: bool | None) -> None:
+def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compression: bool | None) -> None:
     """Convert a canonical savepoint into a kg snapshot, or a kg snapshot into a savepoint Flink restores.
 
     NATIVE savepoints and incremental checkpoints are refused: take a canonical savepoint.
@@ -49,18 +61,28 @@ def command(ctx: click.Context, source: Path, dest: Path, to_flink: bool, compre
         raise InvalidArgumentError(
             f"{source} is already a Flink savepoint; --to-flink takes a kg snapshot", code="CONVERT_DIRECTION"
         )
-    if not to_flink and not is_savepoint and (source / "_manifest.json").is_file():
+    if not to_flink and not is_savepoint and is_kg_snapshot(source):
         raise InvalidArgumentError(
             f"{source} is a kg snapshot; add --to-flink to write a Flink savepoint", code="CONVERT_DIRECTION"
         )
     if compression is not None and not to_flink:
         raise click.UsageError("--compression/--no-compression only applies with --to-flink")
-    check_destination(dest)
-    with progress(out) as on_progress:
+    if not is_remote(dest):
+        check_destination(dest)
+    commit_file = "_metadata" if to_flink else "_manifest.json"
+    with progress(out) as on_progress, contextlib.ExitStack() as stack:
+        # An object-store DEST is checked empty first, written locally, then uploaded metadata last.
+        local_dest = (
+            stack.enter_context(remote_output(dest, commit_file, on_progress)) if is_remote(dest) else dest
+        )
+        local_source = stack.enter_context(readable(source, on_progress=on_progress))
         if to_flink:
-            result = snapshot_to_savepoint(source, dest, compression=compression, on_progress=on_progress)
+            result = snapshot_to_savepoint(
+                Path(local_source), local_dest, compression=compression, on_progress=on_progress
+            )
         else:
-            result = savepoint_to_snapshot(source, dest, on_progress=on_progress)
+            result = savepoint_to_snapshot(Path(local_source), local_dest, on_progress=on_progress)
+    result = replace(result, source=str(source), destination=str(dest))
     document = {
         "direction": result.direction,
         "source": result.source,

@@ -115,13 +115,18 @@ def show_snapshot_plan(
             "and `kg plan --from P --to Q -m M` the key-group moves",
             code="PLAN_NEEDS_KG_SNAPSHOT",
         )
-    plan = planning.plan_rescale(
-        open_snapshot(snapshot),
-        to_parallelism,
-        operators,
-        max_parallelism,
-        expected_parallelism=from_parallelism,
-    )
+    from keygroup_cli.storage.remote import readable
+
+    # A plan needs the manifest and the (small) operator-state files: on an object store only those
+    # are fetched, never keyed state.
+    with readable(snapshot, everything=False, operator_state=True) as local:
+        plan = planning.plan_rescale(
+            open_snapshot(local),
+            to_parallelism,
+            operators,
+            max_parallelism,
+            expected_parallelism=from_parallelism,
+        )
     document = plan_snapshot_document(str(snapshot), plan)
     out.result("plan", document, lambda console: render_snapshot_plan(console, plan))
 

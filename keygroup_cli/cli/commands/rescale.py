@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
@@ -21,12 +19,16 @@ Examples:
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
   kg rescale zk://zk1:2181/flink/my-cluster --to 8 --out sp-p8/   # refused (exit 7) while a leader is live
+  kg rescale s3://bkt/savepoints/sp-1a2b --from 3 --to 4 --out s3://bkt/savepoints/sp-1a2b-p4
   kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
 
 SNAPSHOT is a kg snapshot or a canonical Flink savepoint (then DEST is a savepoint too; NATIVE savepoints
 and incremental checkpoints are refused). With --from P and no --operator, the operators at parallelism P
 are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
+SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://): the input is
+downloaded to a scratch directory, and an object-store DEST must hold no object; it is written state files
+first and _metadata (or _manifest.json) last, so it is a savepoint only once complete.
 
 The default engine is spark when pyspark is installed (pip install 'keygroup-cli[spark]'), else local.
 Spark's Python workers run kg's own interpreter in local mode; PYSPARK_PYTHON or --conf
@@ -39,7 +41,12 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 @job_option
 @to_parallelism_option()
 @click.option(
-    "--out", "dest", type=click.Path(path_type=Path), required=True, metavar="DEST", help="New snapshot."
+    "--out",
+    "dest",
+    type=click.Path(path_type=str),
+    required=True,
+    metavar="DEST",
+    help="New snapshot or savepoint: a path, or a URI (s3://, gs://, abfs://, hdfs://).",
 )
 @click.option(
     "--from",
@@ -87,7 +94,7 @@ def command(
     snapshot: str,
     job: str | None,
     to_parallelism: int,
-    dest: Path,
+    dest: str,
     from_parallelism: int | None,
     operators: tuple[str, ...],
     max_parallelism: int | None,
