@@ -40,6 +40,7 @@ from keygroup_cli.flink.convert import (
     savepoint_to_snapshot,
     snapshot_to_savepoint,
 )
+from keygroup_cli.flink.heap_layout import canonical_view, heap_layout_handles
 from keygroup_cli.flink.regroup import (
     RegroupedFile,
     keyed_handles,
@@ -115,28 +116,35 @@ def rescale_savepoint(
     report = on_progress or _ignore
     dest = Path(dest)
     check_destination(dest)
-    savepoint = read_flink_metadata(source)
-    preflight(
-        savepoint,
-        new_parallelism,
-        operators,
-        new_max_parallelism,
-        expected_parallelism=from_parallelism,
-    )
-    headers = _regroupable(savepoint, new_max_parallelism)
-    choice = None
-    if executor is None and headers is not None:
-        # Key groups are copied as bytes by kg itself, and operator state is small and redistributed on
-        # the driver by either engine: starting a JVM would only add seconds.
-        executor = get_executor("local")
-        choice = EngineChoice("local", "key groups copied as bytes (same maxParallelism): no Spark needed")
-    elif executor is None:
-        choice = choose_engine(engine)
-        # The engine (a JVM for Spark) starts while the savepoint is decoded.
-        pending = PendingExecutor(
-            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
-        )
     with scratch_directory(dest) as scratch:
+        savepoint = read_flink_metadata(source)
+        if heap_layout_handles(savepoint):
+            # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
+            # canonical layout first, and the rest of the rescale reads that view.
+            savepoint = canonical_view(savepoint, scratch / "canonical")
+            source = scratch / "canonical"
+        preflight(
+            savepoint,
+            new_parallelism,
+            operators,
+            new_max_parallelism,
+            expected_parallelism=from_parallelism,
+        )
+        headers = _regroupable(savepoint, new_max_parallelism)
+        choice = None
+        if executor is None and headers is not None:
+            # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
+            # on the driver by either engine: starting a JVM would only add seconds.
+            executor = get_executor("local")
+            choice = EngineChoice(
+                "local", "key groups copied as bytes (same maxParallelism): no Spark needed"
+            )
+        elif executor is None:
+            choice = choose_engine(engine)
+            # The engine (a JVM for Spark) starts while the savepoint is decoded.
+            pending = PendingExecutor(
+                choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+            )
         decoded = scratch / "input.kg"
         rescaled = scratch / "rescaled.kg"
         savepoint_to_snapshot(

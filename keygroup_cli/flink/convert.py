@@ -12,8 +12,9 @@ offsets and prefixes for the target maxParallelism, one operator-state file per 
 in the source's version that references every file relatively (``RelativeFileStateHandle``), so the
 directory can be moved. Both directions write into a staging directory and commit by atomic rename.
 
-NATIVE savepoints, incremental / changelog checkpoints and heap-checkpoint layouts are refused: their keyed
-state is not in the canonical format, and kg does not guess.
+HashMap checkpoints and NATIVE HashMap savepoints (the heap layout) are first rewritten as canonical key
+groups (``keygroup_cli.flink.heap_layout``). RocksDB NATIVE savepoints and incremental / changelog checkpoints
+are refused: their keyed state is not in a key-group stream format, and kg does not guess.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from keygroup_cli.flink.handles import (
     OperatorStateHandle,
     RelativeFileHandle,
 )
+from keygroup_cli.flink.heap_layout import canonical_view, heap_layout_handles
 from keygroup_cli.flink.keyed_header import (
     KeyedStateHeader,
     OperatorStateHeader,
@@ -68,7 +70,7 @@ from keygroup_cli.keygroups import key_group_range_for_operator_index, key_group
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
 from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
-from keygroup_cli.snapshot.staging import SnapshotWriter, staged_directory
+from keygroup_cli.snapshot.staging import SnapshotWriter, scratch_directory, staged_directory
 
 #: Name of the manifest / operator extension this module reads and writes.
 EXTENSION = "flink"
@@ -256,6 +258,17 @@ def savepoint_to_snapshot(
     """
     report = on_progress or _noop
     snapshot = read_flink_metadata(source)
+    if heap_layout_handles(snapshot):
+        # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
+        with scratch_directory(dest) as scratch:
+            view = canonical_view(snapshot, scratch / "canonical")
+            return _savepoint_to_snapshot(view, dest, keyed, report, origin=snapshot)
+    return _savepoint_to_snapshot(snapshot, dest, keyed, report, origin=snapshot)
+
+
+def _savepoint_to_snapshot(
+    snapshot: FlinkSnapshot, dest: str | Path, keyed: bool, report: OnProgress, *, origin: FlinkSnapshot
+) -> ConvertResult:
     check_convertible(snapshot)
     meta = snapshot.metadata
     total = sum(len(op.subtasks) for op in meta.operators)
@@ -385,10 +398,12 @@ def savepoint_to_snapshot(
             created_by=f"kg {__version__}",
             created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             origin={
-                "kind": "flink-savepoint",
-                "path": str(snapshot.directory),
+                "kind": "flink-savepoint" if origin.is_savepoint else "flink-checkpoint",
+                "path": str(origin.directory),
                 "metadata_version": meta.version,
-                "savepoint_format": meta.properties.format_type if meta.properties else None,
+                "savepoint_format": origin.metadata.properties.format_type
+                if origin.metadata.properties
+                else None,
             },
             operators=tuple(operators),
             extensions={
@@ -407,7 +422,7 @@ def savepoint_to_snapshot(
         writer.commit(manifest)
     return ConvertResult(
         "to-kg",
-        str(source),
+        str(origin.directory),
         str(dest),
         len(operators),
         keyed_count,

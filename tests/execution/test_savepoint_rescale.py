@@ -147,7 +147,12 @@ def test_spark_engine_writes_the_same_savepoint_state(originals, spark, tmp_path
     ("name", "kwargs", "error", "message"),
     [
         ("rocksdb-native-p2-maxp128-string", {}, UnsupportedFormatError, "take a canonical savepoint"),
-        ("heap-checkpoint-p2-maxp128-string", {}, UnsupportedFormatError, "canonical savepoint"),
+        (
+            "heap-checkpoint-p2-maxp128-string",
+            {"from_parallelism": 3},
+            InvalidArgumentError,
+            "--from 3 does not match",
+        ),
         (
             "heap-files-p3-maxp128-long",
             {"from_parallelism": 5},

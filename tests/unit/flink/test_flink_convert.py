@@ -12,6 +12,7 @@ import pytest
 from kg_fixture_state import (
     CANONICAL_CASES,
     FLINK_FIXTURES,
+    HEAP_LAYOUT_CASES,
     REFUSED_CASES,
     expected,
     expected_keyed_state,
@@ -168,6 +169,16 @@ def test_compression_can_be_turned_off(converted: dict[str, Path], tmp_path: Pat
     assert path is not None and path.read_bytes()[4] == 0
     savepoint_to_snapshot(tmp_path / "plain", tmp_path / "again.kg")
     _check_against_expected(case, _kg_state(tmp_path / "again.kg"))
+
+
+@pytest.mark.parametrize("case", HEAP_LAYOUT_CASES)
+def test_a_heap_checkpoint_converts_to_exactly_its_expected_state(case: str, tmp_path: Path) -> None:
+    # HeapSnapshotStrategy's layout (no lengths, every key group, null map values) decoded via heap_layout.
+    result = savepoint_to_snapshot(FLINK_FIXTURES / case, tmp_path / "kg")
+    _check_against_expected(case, _kg_state(tmp_path / "kg"))
+    assert open_snapshot(tmp_path / "kg").manifest.origin["kind"] == "flink-checkpoint"
+    assert result.source.endswith("chk-2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kg"]  # the canonical view is gone
 
 
 @pytest.mark.parametrize("case", REFUSED_CASES)

@@ -22,6 +22,7 @@ from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.keygroups import operator_id_for_uid
 from keygroup_cli.planning import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.parquet import read_keyed_file
 from keygroup_cli.summary import summarize
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
@@ -172,14 +173,46 @@ def test_a_kg_snapshots_stateless_operators_are_not_judged(tmp_path: Path) -> No
     ]
 
 
+def _keyed_rows(path: Path) -> set[tuple[Any, ...]]:
+    snap = open_snapshot(path)
+    return {
+        (op.uid, row["state"], row["key"], row["key_group"], row["namespace"], row["value"])
+        for op in snap.manifest.operators
+        for f in op.keyed_files
+        for row in read_keyed_file(snap, f).to_pylist()
+    }
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_hashmap_native_savepoint_is_refused_for_what_it_is(version: str, tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedFormatError) as info:
-        rescale(FLINK / version / NATIVE, tmp_path / "out", 4, engine="local")
-    assert info.value.code == "FLINK_NATIVE_SAVEPOINT"
-    assert "HashMap (heap) backend key-group streams" in info.value.message
-    assert "RocksDB" not in info.value.message
-    assert not (tmp_path / "out").exists()
+def test_a_hashmap_native_savepoint_holds_what_the_canonical_one_holds(version: str, tmp_path: Path) -> None:
+    # The NATIVE savepoint is HeapSnapshotStrategy's layout; kg rewrites it as canonical key groups, and
+    # every key's value and key group equal those of the same job's canonical savepoint (240 keys).
+    savepoint_to_snapshot(FLINK / version / NATIVE, tmp_path / "native")
+    savepoint_to_snapshot(FLINK / version / CANONICAL, tmp_path / "canonical")
+    native = _keyed_rows(tmp_path / "native")
+    assert len(native) == 240
+    assert native == _keyed_rows(tmp_path / "canonical")
+    assert open_snapshot(tmp_path / "native").manifest.origin["savepoint_format"] == "NATIVE"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_hashmap_native_savepoint_rescales_into_a_canonical_one(version: str, tmp_path: Path) -> None:
+    rescale(
+        FLINK / version / NATIVE,
+        tmp_path / "out",
+        4,
+        operators=["keyed-long"],
+        new_max_parallelism=256,
+        engine="local",
+    )
+    written = read_flink_metadata(tmp_path / "out").metadata
+    assert written.properties is not None and written.properties.format_type == "CANONICAL"
+    assert written.version == METADATA_VERSION[version]
+    savepoint_to_snapshot(tmp_path / "out", tmp_path / "kg")
+    rows = _keyed_rows(tmp_path / "kg")
+    assert len(rows) == 240
+    long_groups = {r[3] for r in rows if r[1] == "sum"}
+    assert max(long_groups) >= 128  # re-hashed into maxParallelism 256
 
 
 def test_a_rocksdb_native_savepoint_is_still_refused_as_rocksdb_files(tmp_path: Path) -> None:
