@@ -5,8 +5,9 @@ ZooKeeper server:
 
 - ``checkpoints``: a fresh start with a checkpoint every 2 s. While it runs, kg finds the store's highest
   checkpoint and ``kg rescale`` refuses (exit 7); after the halt and the session expiry kg inspects and
-  checks the checkpoint the job would resume from. Its keyed state is in the heap checkpoint layout,
-  which kg's rescale does not read (exit 4, ``FLINK_NOT_CANONICAL``), and says so.
+  checks the checkpoint the job would resume from. Its keyed state is in the heap checkpoint layout;
+  kg rescales it 2 → 3 into a canonical savepoint, and Flink restores that exactly as it restores the
+  checkpoint itself at p 3 (every key, value, timer and operator-state element compared).
 - ``savepoint``: a deploy from a canonical savepoint that crashed before its first checkpoint: the HA
   store's entry is that savepoint. kg inspects it (kind ``savepoint``), checks it, rescales it 3 → 4
   into a savepoint, and Flink restores that with every key on its subtask.
@@ -28,6 +29,7 @@ from tests.flink.harness import (
     RestoreRequest,
     assert_restored_like_expected,
     case_json,
+    comparable_dump,
     restore_error,
     run_restores,
 )
@@ -80,10 +82,21 @@ def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> 
         return {"ids_before": ids_before, "ids_after": ids_after, "inspect": inspect, "rescale": rescale}
 
     def dead(uri: str) -> dict[str, Any]:
+        inspect = run_kg("inspect", uri, "--json")
+        rescale = run_kg("rescale", uri, "--to", "3", "--out", tmp / "rescaled", "--engine", "local")
+        # Flink's own restore of the checkpoint at p 3 is the reference for kg's rescale of it.
+        own = Path(inspect.json()["path"])
+        requests = [
+            RestoreRequest(tmp / "rescaled", 3, 128, "string", "hashmap"),
+            RestoreRequest(own, 3, 128, "string", "hashmap"),
+        ]
+        kg_dump, own_dump = run_restores(requests, tmp / "restore", ha_classpath)
         return {
-            "inspect": run_kg("inspect", uri, "--json"),
+            "inspect": inspect,
             "check": run_kg("check", uri, "--job", "0000000000006b670000000000004841", "-p", "3", "--json"),
-            "rescale": run_kg("rescale", uri, "--to", "3", "--out", tmp / "rescaled", "--engine", "local"),
+            "rescale": rescale,
+            "kg_dump": kg_dump,
+            "own_dump": own_dump,
         }
 
     return _run(tmp, ha_classpath, None, live, dead)
@@ -164,11 +177,16 @@ def test_after_the_crash_kg_inspects_and_checks_the_resume_checkpoint(checkpoint
     assert check.json()["path"] == ha["pointer"] + "/_metadata"
 
 
-def test_after_the_crash_rescale_of_a_heap_checkpoint_says_why_not(checkpoints):
-    refused = checkpoints["dead"]["rescale"]
-    assert refused.exit_code == 4, refused.stderr
-    assert "FLINK_NOT_CANONICAL" not in refused.stderr  # the code is in JSON; the text explains
-    assert "not a canonical savepoint" in refused.stderr
+def test_after_the_crash_the_heap_checkpoint_rescales_and_restores_like_flinks_own_rescale(checkpoints):
+    # The resume checkpoint is in the HashMap checkpoint layout; kg rescales it 2 -> 3 into a canonical
+    # savepoint, and Flink restores that exactly as it restores the checkpoint itself at p 3, key by key.
+    dead = checkpoints["dead"]
+    assert dead["rescale"].exit_code == 0, dead["rescale"].stderr
+    assert restore_error(dead["own_dump"]) is None, restore_error(dead["own_dump"])
+    assert restore_error(dead["kg_dump"]) is None, restore_error(dead["kg_dump"])
+    keys = dead["own_dump"]["keyedOperators"]["keyed-state"]["keys"]
+    assert len(keys) > 0
+    assert comparable_dump(dead["kg_dump"]) == comparable_dump(dead["own_dump"])
 
 
 def test_savepoint_entry_is_shown_as_the_savepoint_the_job_started_from(savepoint):
