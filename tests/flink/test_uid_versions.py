@@ -9,7 +9,10 @@ restores five savepoints of the UidJob written by that same version (fixtures/fl
 - ``stale-chain``: the same output with the stateless long-drop / long-sink put back at their old
   maxParallelism 128, as kg wrote it before it left stateless operators out;
 - ``p11``: the savepoint at keyed-string parallelism 11 (maxParallelism not set: Flink derives it);
-- ``max256``: the savepoint with maxParallelism 256 set on keyed-long (its state has 128).
+- ``max256``: the savepoint with maxParallelism 256 set on keyed-long (its state has 128);
+- ``native-p4`` / ``native-rescaled``: kg's rescale of the version's NATIVE HashMap savepoint to p 4 (same
+  maxParallelism) and keyed-long to p 4 / maxP 256, with ``native-own-p4``, Flink's own p 4 restore of the
+  NATIVE savepoint, as the per-key reference.
 
 Flink's verdict (restored with every key's value in Flink's key group, or refused with its message) is
 compared with ``kg check``'s exit code for the same deployment; on V4 metadata (1.17, 1.20) every option
@@ -51,6 +54,8 @@ OWN_P = {"keyed-string": 3, "keyed-long": 3}
 OWN_M = {"keyed-string": 10, "keyed-long": 128}
 NEW_P = {"keyed-string": 3, "keyed-long": 4}
 NEW_M = {"keyed-string": 10, "keyed-long": 256}
+NATIVE = "uid-heap-native-p3"
+ALL_P4 = {"keyed-string": 4, "keyed-long": 4}
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,20 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     original = uid_case(version, CASE)
     rescaled = root / "rescaled"
     rescale(original, rescaled, 4, operators=["keyed-long"], new_max_parallelism=256, engine="local")
+    native = uid_case(version, NATIVE)
+    native_rescaled = root / "native-rescaled"
+    rescale(native, native_rescaled, 4, operators=["keyed-long"], new_max_parallelism=256, engine="local")
+    native_p4 = root / "native-p4"
+    rescale(native, native_p4, 4, engine="local")
     savepoints = {
         "own": original,
         "rescaled": rescaled,
         "stale-chain": _stale_chain(rescaled, original, root / "stale-chain"),
         "p11": original,
         "max256": original,
+        "native-rescaled": native_rescaled,
+        "native-p4": native_p4,
+        "native-own-p4": native,
     }
     requests = {
         "own": UidRestoreRequest(original, OWN_P, OWN_M),
@@ -101,6 +114,9 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         "stale-chain": UidRestoreRequest(savepoints["stale-chain"], NEW_P, NEW_M),
         "p11": UidRestoreRequest(original, {"keyed-string": 11, "keyed-long": 4}, {}),
         "max256": UidRestoreRequest(original, OWN_P, {"keyed-string": 10, "keyed-long": 256}),
+        "native-rescaled": UidRestoreRequest(native_rescaled, NEW_P, NEW_M),
+        "native-p4": UidRestoreRequest(native_p4, ALL_P4, OWN_M),
+        "native-own-p4": UidRestoreRequest(native, ALL_P4, OWN_M),
     }
     dumps = run_uid_restores(version, list(requests.values()), root / "dumps", classpath)
     for dump in dumps:
@@ -192,3 +208,15 @@ def test_an_explicit_new_max_parallelism_is_refused_by_flink_and_by_kg(run: Run)
     code, findings = _check(run.savepoints["max256"], "--max-parallelism", "keyed-long=256")
     assert code == 1
     assert [(f["code"], f["operator"]) for f in findings] == [("MAX_PARALLELISM_MISMATCH", "keyed-long")]
+
+
+def test_a_native_hashmap_savepoint_rescaled_by_kg_restores_like_flinks_own_rescale(run: Run) -> None:
+    # The version's NATIVE HashMap savepoint (HeapSnapshotStrategy layout), rescaled by kg 3 -> 4 into a
+    # canonical savepoint, restores with the same key, value, key group and subtask as Flink's own p4
+    # restore of the NATIVE savepoint; and with keyed-long at maxParallelism 256 every key is found too.
+    assert_uid_job_restored(run.dumps["native-own-p4"], ALL_P4, OWN_M)
+    assert_uid_job_restored(run.dumps["native-p4"], ALL_P4, OWN_M)
+    assert run.dumps["native-p4"]["keyed"] == run.dumps["native-own-p4"]["keyed"]
+    assert_uid_job_restored(run.dumps["native-rescaled"], NEW_P, NEW_M)
+    written = read_flink_metadata(run.savepoints["native-p4"]).metadata
+    assert written.properties is not None and written.properties.format_type == "CANONICAL"
