@@ -40,7 +40,7 @@ from keygroup_cli.flink.convert import (
     savepoint_to_snapshot,
     snapshot_to_savepoint,
 )
-from keygroup_cli.flink.heap_layout import canonical_view, heap_layout_handles
+from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 from keygroup_cli.flink.regroup import (
     RegroupedFile,
     keyed_handles,
@@ -118,7 +118,7 @@ def rescale_savepoint(
     check_destination(dest)
     with scratch_directory(dest) as scratch:
         savepoint = read_flink_metadata(source)
-        if heap_layout_handles(savepoint):
+        if needs_canonical_view(savepoint):
             # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
             # canonical layout first, and the rest of the rescale reads that view.
             savepoint = canonical_view(savepoint, scratch / "canonical")

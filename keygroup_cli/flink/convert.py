@@ -46,7 +46,7 @@ from keygroup_cli.flink.handles import (
     OperatorStateHandle,
     RelativeFileHandle,
 )
-from keygroup_cli.flink.heap_layout import canonical_view, heap_layout_handles
+from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 from keygroup_cli.flink.keyed_header import (
     KeyedStateHeader,
     OperatorStateHeader,
@@ -258,7 +258,7 @@ def savepoint_to_snapshot(
     """
     report = on_progress or _noop
     snapshot = read_flink_metadata(source)
-    if heap_layout_handles(snapshot):
+    if needs_canonical_view(snapshot):
         # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
         with scratch_directory(dest) as scratch:
             view = canonical_view(snapshot, scratch / "canonical")

@@ -38,6 +38,7 @@ from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import FlinkSnapshot, local_path, read_flink_metadata
 from keygroup_cli.flink.handles import (
     FileHandle,
+    IncrementalKeyedHandle,
     KeyGroupsHandle,
     OperatorStateHandle,
     RelativeFileHandle,
@@ -302,8 +303,22 @@ def _group_entries(data: bytes, walkers: list[_StateWalker], where: str) -> list
     return [entry for run in runs for entry in run]
 
 
+def needs_canonical_view(snapshot: FlinkSnapshot) -> bool:
+    """Return whether ``snapshot``'s keyed state must be rewritten (``canonical_view``) before kg reads it.
+
+    True for the heap layout and for RocksDB database files (``keygroup_cli.flink.rocksdb_layout``).
+    """
+    if any(
+        isinstance(sub.managed_keyed_state, IncrementalKeyedHandle)
+        for op in snapshot.metadata.operators
+        for sub in op.subtasks
+    ):
+        return True
+    return heap_layout_handles(snapshot)
+
+
 def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
-    """Write ``snapshot`` (heap layout) as a canonical savepoint in the new directory ``target``.
+    """Write ``snapshot`` (heap layout or RocksDB files) as a canonical savepoint in the new ``target``.
 
     Keyed files are rewritten into ``target``; every other file stays where it is, referenced by an absolute
     ``FileStateHandle``, so ``target`` is a scratch view for kg to read (not a savepoint to keep). The
@@ -340,6 +355,11 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
             keyed = sub.managed_keyed_state
             if isinstance(keyed, KeyGroupsHandle) and is_heap_layout(snapshot, keyed):
                 keyed = _transcode(snapshot, op, keyed, target)
+            elif isinstance(keyed, IncrementalKeyedHandle):
+                # Imported here: the RocksDB path is the only one that needs the optional binding.
+                from keygroup_cli.flink.rocksdb_layout import transcode_incremental
+
+                keyed = transcode_incremental(snapshot, op, keyed, target)
             elif isinstance(keyed, KeyGroupsHandle):
                 keyed = replace(keyed, delegate=absolute(keyed.delegate))
             subtasks.append(_with_handles(sub, keyed, operator_handle))
@@ -381,6 +401,7 @@ __all__ = [
     "canonical_view",
     "heap_layout_handles",
     "is_heap_layout",
+    "needs_canonical_view",
     "skip_serialized",
     "transcode_keyed_file",
 ]

@@ -8,6 +8,7 @@ compared with Flink's. No JVM here; tests/flink/test_uid_versions.py restores kg
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from keygroup_cli.checks import RestorePlan, Severity, check_restore
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError, UnsupportedFormatError
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.convert import savepoint_to_snapshot
@@ -183,16 +184,31 @@ def _keyed_rows(path: Path) -> set[tuple[Any, ...]]:
     }
 
 
+#: Every UidJob layout other than the heap canonical savepoint, with the origin kg records for it.
+OTHER_LAYOUTS = {
+    NATIVE: ("flink-savepoint", "NATIVE"),
+    "uid-heap-checkpoint-p3": ("flink-checkpoint", None),
+    "uid-rocksdb-canonical-p3": ("flink-savepoint", "CANONICAL"),
+    "uid-rocksdb-native-p3": ("flink-savepoint", "NATIVE"),
+    "uid-rocksdb-incremental-p3": ("flink-checkpoint", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_LAYOUTS))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_hashmap_native_savepoint_holds_what_the_canonical_one_holds(version: str, tmp_path: Path) -> None:
-    # The NATIVE savepoint is HeapSnapshotStrategy's layout; kg rewrites it as canonical key groups, and
-    # every key's value and key group equal those of the same job's canonical savepoint (240 keys).
-    savepoint_to_snapshot(FLINK / version / NATIVE, tmp_path / "native")
+def test_every_layout_holds_what_the_canonical_savepoint_holds(
+    version: str, case: str, tmp_path: Path
+) -> None:
+    # HashMap NATIVE / checkpoint (HeapSnapshotStrategy's layout) and RocksDB NATIVE / incremental (the
+    # database files, read with rocksdict; the incremental one reuses shared/ SST files) are rewritten as
+    # canonical key groups: every key's value and key group equal the canonical savepoint's (240 keys).
+    savepoint_to_snapshot(FLINK / version / case, tmp_path / "other")
     savepoint_to_snapshot(FLINK / version / CANONICAL, tmp_path / "canonical")
-    native = _keyed_rows(tmp_path / "native")
-    assert len(native) == 240
-    assert native == _keyed_rows(tmp_path / "canonical")
-    assert open_snapshot(tmp_path / "native").manifest.origin["savepoint_format"] == "NATIVE"
+    other = _keyed_rows(tmp_path / "other")
+    assert len(other) == 240
+    assert other == _keyed_rows(tmp_path / "canonical")
+    origin = open_snapshot(tmp_path / "other").manifest.origin
+    assert (origin["kind"], origin["savepoint_format"]) == OTHER_LAYOUTS[case]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -215,9 +231,25 @@ def test_a_hashmap_native_savepoint_rescales_into_a_canonical_one(version: str, 
     assert max(long_groups) >= 128  # re-hashed into maxParallelism 256
 
 
-def test_a_rocksdb_native_savepoint_is_still_refused_as_rocksdb_files(tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedFormatError, match="RocksDB database files"):
+def test_rocksdb_list_state_still_in_merge_operands_is_refused_saying_why(tmp_path: Path) -> None:
+    # KgTestJob's ListState is appended with RocksDB merge(); rocksdict cannot register Flink's merge
+    # operator, so RocksDB refuses to read those keys: kg says so instead of dropping them.
+    with pytest.raises(UnsupportedFormatError) as info:
         rescale(FLINK / "2.3" / "rocksdb-native-p2-maxp128-string", tmp_path / "out", 4, engine="local")
+    assert info.value.code == "ROCKSDB_MERGE_OPERANDS"
+    assert "state 'ids'" in info.value.message and "merge_operator" in info.value.message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_rocksdb_binding_is_exit_6_naming_the_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "rocksdict", None)
+    with pytest.raises(MissingDependencyError) as info:
+        rescale(FLINK / "2.3" / "uid-rocksdb-native-p3", tmp_path / "out", 4, engine="local")
+    assert info.value.exit_code == 6
+    assert "pip install 'keygroup-cli[rocksdb]'" in info.value.message
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("version", VERSIONS)
