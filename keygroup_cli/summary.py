@@ -11,14 +11,18 @@ read too (one bounded read per file, never the whole file) to list state names, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.errors import KgError, UnsupportedFormatError
 from keygroup_cli.storage.locations import Location
+
+if TYPE_CHECKING:
+    from keygroup_cli.flink import FlinkSnapshot
 
 #: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -156,14 +160,23 @@ def _summarize_flink(
     path: str | os.PathLike[str], read_states: bool, on_progress: ProgressCallback | None
 ) -> SnapshotSummary:
     from keygroup_cli import flink
+
+    with flink.cached_prefixes():
+        return _summarize_flink_snapshot(flink.read_flink_metadata(path), read_states, on_progress)
+
+
+def _summarize_flink_snapshot(
+    snapshot: FlinkSnapshot, read_states: bool, on_progress: ProgressCallback | None
+) -> SnapshotSummary:
     from keygroup_cli.flink import handles as h
 
-    snapshot = flink.read_flink_metadata(path)
     metadata = snapshot.metadata
     warnings: list[str] = []
     total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
     done = 0
     operators = []
+    if read_states:
+        _prefetch_headers(metadata, snapshot.directory)
     for op in metadata.operators:
         files: set[str] = set()
         subtasks = []
@@ -268,6 +281,30 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
         elif isinstance(stream, (h.FileHandle, h.SegmentFileHandle)):
             names.add(stream.path)
     return names
+
+
+def _prefetch_headers(metadata: object, directory: Path | Location) -> None:
+    """On an object store, fetch every subtask's state-file headers concurrently into the prefix cache.
+
+    Round trips dominate there; the summary then reads the same prefixes, in order, from the cache
+    (``flink.cached_prefixes``), so its result is the sequential one. Failures are left for that
+    sequential pass to report. Local: nothing to do.
+    """
+    from keygroup_cli import flink
+    from keygroup_cli.flink.metadata import CheckpointMetadata
+    from keygroup_cli.storage.transfer import in_flight
+
+    if not isinstance(directory, Location) or directory.is_local or flink.prefix_cache() is None:
+        return
+    assert isinstance(metadata, CheckpointMetadata)
+    subtasks = [sub for op in metadata.operators for sub in op.subtasks if sub.has_state]
+
+    def read(sub: object) -> None:
+        with contextlib.suppress(KgError):
+            _collect_states(sub, directory, {})
+
+    for _ in in_flight(read, subtasks, ordered=False):
+        pass
 
 
 def _collect_states(sub: object, directory: Path | Location, states: dict[str, StateSummary]) -> str | None:

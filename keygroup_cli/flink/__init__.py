@@ -12,8 +12,10 @@ paths Flink writes into a checkpoint's ``_metadata`` (``s3p://bucket/…/shared/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -190,6 +192,30 @@ def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
     return path
 
 
+#: Prefixes of object-store state files already read, while ``cached_prefixes`` is active.
+_prefix_cache: dict[tuple[str, int, int], bytes] | None = None
+
+
+@contextlib.contextmanager
+def cached_prefixes() -> Iterator[None]:
+    """Keep the object-store prefixes ``read_stream_prefix`` reads during the block, in every thread.
+
+    A summary fetches every header concurrently first, then reads them in order from here.
+    """
+    global _prefix_cache
+    outer = _prefix_cache
+    _prefix_cache = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _prefix_cache = outer
+
+
+def prefix_cache() -> dict[tuple[str, int, int], bytes] | None:
+    """Return the active prefix cache, or None outside ``cached_prefixes``."""
+    return _prefix_cache
+
+
 def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, limit: int) -> bytes:
     """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
 
@@ -210,9 +236,19 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, 
     if isinstance(handle, SegmentFileHandle):
         limit = min(limit, handle.size)
     if isinstance(path, Location):
-        if not path.is_file():
-            raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING")
-        return path.read_range(start, limit)
+        cache = prefix_cache()
+        key = (path.uri, start, limit)
+        if cache is not None and key in cache:
+            return cache[key]
+        try:
+            data = path.read_range(start, limit)
+        except InvalidSnapshotError as exc:
+            if exc.code != "OBJECT_NOT_FOUND":
+                raise
+            raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+        if cache is not None:
+            cache[key] = data
+        return data
     try:
         with open(path, "rb") as fh:
             if start:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +46,14 @@ SCHEMES = {
 
 
 def is_uri(text: str | os.PathLike[str]) -> bool:
-    """Return whether ``text`` names an object store (or ``file://``) rather than a plain local path."""
+    """Return whether ``text`` is a URI (``scheme://…``) rather than a plain local path.
+
+    Any scheme counts, so that an unknown one (``ftp://``) is refused by ``location`` with a clear line
+    instead of being taken for a local directory called ``ftp:``.
+    """
     if not isinstance(text, str):
         return False
-    scheme = urlparse(text).scheme.lower()
-    return scheme == "file" or scheme in SCHEMES
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://", text) is not None
 
 
 def is_remote(text: str | os.PathLike[str] | Location) -> bool:
@@ -152,12 +156,15 @@ class Location:
             return bytes(fh.read())
 
     def read_range(self, offset: int, length: int) -> bytes:
-        """Return up to ``length`` bytes from ``offset``: one ranged request on an object store."""
+        """Return up to ``length`` bytes from ``offset``: one ranged GET on an object store.
+
+        pyarrow's random-access files ask for the size first, so that is two requests in all.
+        """
         with storage_errors(self.uri), self.fs.open_input_file(self.path) as fh:
-            size = fh.size()
-            if offset >= size or length <= 0:
+            total = fh.size()
+            if offset >= total or length <= 0:
                 return b""
-            return bytes(fh.read_at(min(length, size - offset), offset))
+            return bytes(fh.read_at(min(length, total - offset), offset))
 
     def open_input(self) -> Any:
         """Return a seekable binary file (``pyarrow.NativeFile``) for reads; the caller closes it."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import pty
+import re
 import subprocess
 import sys
 import threading
