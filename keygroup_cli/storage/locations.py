@@ -269,7 +269,15 @@ def _environment_error(uri: str, exc: BaseException) -> Exception:
         return InvalidSnapshotError(f"{uri}: no such bucket ({text[:160]})", code="BUCKET_NOT_FOUND")
     if any(
         word in lowered
-        for word in ("accessdenied", "access denied", "forbidden", "invalidaccesskeyid", "signature", "403")
+        for word in (
+            "accessdenied",
+            "access denied",
+            "access_denied",
+            "forbidden",
+            "invalidaccesskeyid",
+            "signature",
+            "403",
+        )
     ):
         return MissingDependencyError(
             f"{uri}: access denied by the store; check its credentials (for S3: AWS_ACCESS_KEY_ID / "

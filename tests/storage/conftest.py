@@ -88,28 +88,43 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """Start moto_server on a free loopback port; point the AWS environment at it for the session."""
+def _start(tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str, Path]:
     server = Path(sys.executable).parent / "moto_server"
     assert server.is_file(), "moto's server is missing: pip install -e '.[spark,test]' installs moto[server]"
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    log = tmp / "moto.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=sink, stderr=sink
+            [sys.executable, str(server), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=sink,
+            stderr=sink,
+            env={**os.environ, **(extra_env or {})},
         )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
             urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
-            break
+            return proc, endpoint, log
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}") from None
             time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """Start moto_server on a free loopback port; point the AWS environment at it for the session."""
+    proc, endpoint, log = _start(tmp_path_factory.mktemp("moto"))
     env = {
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
@@ -127,8 +142,14 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def s3_server_checking_credentials(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second server that, like S3, refuses requests signed with keys it does not know: its endpoint."""
+    proc, endpoint, _log = _start(tmp_path_factory.mktemp("moto-auth"), {"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        yield endpoint
+    finally:
+        _stop(proc)

@@ -197,3 +197,14 @@ def test_the_input_in_the_bucket_is_never_modified(kg, bucket, s3_server, tmp_pa
     assert kg("rescale", f"{bucket}/savepoints/sp-1", "--to", "5", "--out", tmp_path / "x").exit_code == 0
     assert s3_server.keys(f"{bucket}/savepoints/sp-1") == before
     assert Path(tmp_path / "x" / "_metadata").is_file()
+
+
+def test_bad_credentials_are_exit_6_naming_them(kg, s3_server_checking_credentials, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server_checking_credentials)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG0")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    done = kg("check", "s3://kg-test/savepoints/sp-1", "-p", "4", "--json")
+    assert done.exit_code == 6, done.stderr
+    error = done.json()["error"]
+    assert error["code"] == "STORAGE_ACCESS_DENIED" and "credentials" in error["message"]
+    assert done.stderr.count("\n") == 1
