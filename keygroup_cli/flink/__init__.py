@@ -69,7 +69,7 @@ def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
     Raises:
         InvalidSnapshotError: Nothing there, or no completed checkpoint.
     """
-    p: Path | Location = location(path) if is_remote(path) else Path(path)
+    p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
     if p.is_file():
         return p
     if not p.is_dir():
@@ -136,7 +136,7 @@ def is_flink_savepoint(path: str | Path | Location) -> bool:
     A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
     savepoint, a ``chk-N`` directory or a job's checkpoint root).
     """
-    p: Path | Location = location(path) if is_remote(path) else Path(path)
+    p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
     if p.is_file():
         return p.name == METADATA_FILE
     if not p.is_dir() or (p / "_manifest.json").exists():

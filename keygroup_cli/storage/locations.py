@@ -57,10 +57,14 @@ def is_uri(text: str | os.PathLike[str]) -> bool:
 
 
 def is_remote(text: str | os.PathLike[str] | Location) -> bool:
-    """Return whether ``text`` names an object store or HDFS (not the local file system)."""
+    """Return whether ``text`` goes through the storage layer: any URI, ``file://`` included.
+
+    A ``file://`` URI is the local file system, handled as an object store would be (read in place,
+    written metadata-last), so that it never becomes a local directory called ``file:``.
+    """
     if isinstance(text, Location):
         return not text.is_local
-    return is_uri(text) and urlparse(str(text)).scheme.lower() != "file"
+    return is_uri(text)
 
 
 @dataclass(frozen=True)
@@ -175,11 +179,13 @@ class Location:
 
     def write_bytes(self, data: bytes) -> None:
         """Write ``data`` as this file (an object store writes it whole or not at all)."""
+        self._parents()
         with storage_errors(self.uri), self.fs.open_output_stream(self.path) as out:
             out.write(data)
 
     def upload_from(self, source: Path, chunk: int = 8 << 20) -> None:
         """Copy the local file ``source`` here, streaming."""
+        self._parents()
         with storage_errors(self.uri), self.fs.open_output_stream(self.path) as out, open(source, "rb") as fh:
             while block := fh.read(chunk):
                 out.write(block)
@@ -202,6 +208,12 @@ class Location:
         if info.type == pafs.FileType.File:
             with storage_errors(self.uri):
                 self.fs.delete_file(self.path)
+
+    def _parents(self) -> None:
+        # Object stores have no directories; a local file system (file://) needs them.
+        if self.is_local:
+            with storage_errors(self.uri):
+                self.fs.create_dir(posixpath.dirname(self.path), recursive=True)
 
     def _info(self) -> Any:
         with storage_errors(self.uri):
