@@ -100,6 +100,19 @@ def test_rescale_a_snapshot_s3_to_s3(kg, bucket, s3_server, tmp_path, engine, re
     assert files == {p: d for p, d in tree_digest(tmp_path / "local").items() if p != "_manifest.json"}
     assert kg("verify", target).exit_code == 0
     assert kg("diff", target, tmp_path / "local").exit_code == 0
+    # S3 -> local disk with the same engine writes the same files.
+    to_local = kg("rescale", f"{bucket}/snapshots/valid", "--to", "4", "-m", "64", "--out",
+                  tmp_path / "to-local", "--engine", engine)  # fmt: skip
+    assert to_local.exit_code == 0, to_local.stderr
+    assert {p: d for p, d in tree_digest(tmp_path / "to-local").items() if p != "_manifest.json"} == files
+
+
+def test_generate_into_s3(kg, bucket, s3_server):
+    target = f"{bucket}/generated/g1"
+    done = kg("generate", target, "--operator", "c:long:500:3:64", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert "_manifest.json" in s3_server.keys(target)
+    assert kg("verify", target).exit_code == 0
 
 
 def test_rescale_a_savepoint_s3_to_s3_and_s3_to_local(kg, bucket, s3_server, tmp_path):

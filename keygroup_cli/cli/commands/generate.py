@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import datetime, timezone
 
@@ -79,9 +80,16 @@ def command(
         if epoch.isdigit()
         else None
     )
-    with progress(output) as on_progress:
+    from keygroup_cli.storage import is_remote
+    from keygroup_cli.storage.remote import remote_output
+
+    with progress(output) as on_progress, contextlib.ExitStack() as stack:
+        # An object-store OUT must be empty; the snapshot is written locally, uploaded manifest last.
+        local = (
+            stack.enter_context(remote_output(out, "_manifest.json", on_progress)) if is_remote(out) else out
+        )
         manifest = synthetic.generate_snapshot(
-            out,
+            local,
             specs,
             seed=seed,
             value_bytes=value_bytes,
