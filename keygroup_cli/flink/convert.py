@@ -124,17 +124,22 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
     """
     where = str(snapshot.metadata_path)
     props = snapshot.metadata.properties
-    if props is not None and props.format_type == "NATIVE":
-        raise UnsupportedFormatError(
-            f"{where}: {native_savepoint_kind(snapshot)}, not the canonical format kg converts; take a "
-            "canonical savepoint (flink savepoint --type canonical, or SavepointFormatType.CANONICAL)",
-            code="FLINK_NATIVE_SAVEPOINT",
-        )
+    native = props is not None and props.format_type == "NATIVE"
     for op in snapshot.metadata.operators:
         for sub in op.subtasks:
             keyed = sub.managed_keyed_state
-            if keyed is not None and not (isinstance(keyed, KeyGroupsHandle) and keyed.tag == 7):
+            # Any key-groups handle in the canonical layout converts: tag 7 (canonical savepoints) and
+            # tags 3/12 written by the canonical writer (full RocksDB checkpoints; Flink 1.15's NATIVE
+            # savepoints of a non-incremental RocksDB backend). The heap layout is rewritten before this.
+            if keyed is not None and not isinstance(keyed, KeyGroupsHandle):
                 kind = type(keyed).__name__
+                if native:
+                    raise UnsupportedFormatError(
+                        f"{where}: {native_savepoint_kind(snapshot)}, not the canonical format kg converts; "
+                        "take a canonical savepoint (flink savepoint --type canonical, or "
+                        "SavepointFormatType.CANONICAL)",
+                        code="FLINK_NATIVE_SAVEPOINT",
+                    )
                 raise UnsupportedFormatError(
                     f"{where}: operator {op.label!r} subtask {sub.index} has a {kind} (tag "
                     f"{getattr(keyed, 'tag', '?')}), not a canonical savepoint's key groups; take a "
@@ -411,7 +416,7 @@ def _savepoint_to_snapshot(
                     "version": EXTENSION_VERSION,
                     "metadata_version": meta.version,
                     "checkpoint_id": meta.checkpoint_id,
-                    "properties": None if meta.properties_bytes is None else _b64(meta.properties_bytes),
+                    "properties": _canonical_properties(meta),
                     "master_states": [
                         {"name": m.name, "version": m.version, "payload": _b64(m.payload)}
                         for m in meta.master_states
@@ -431,6 +436,19 @@ def _savepoint_to_snapshot(
         operator_rows,
         size,
     )
+
+
+def _canonical_properties(meta: CheckpointMetadata) -> str | None:
+    """Return the properties trailer to keep: the source's if it is a canonical savepoint's, else one.
+
+    kg always writes canonical savepoints, so a checkpoint's or a NATIVE savepoint's trailer is replaced.
+    """
+    if meta.properties_bytes is None:
+        return None
+    props = meta.properties
+    if props is not None and props.is_savepoint and props.format_type == "CANONICAL":
+        return _b64(meta.properties_bytes)
+    return _b64(CANONICAL_SAVEPOINT_PROPERTIES)
 
 
 def _checked(

@@ -359,8 +359,15 @@ def comparable_dump(dump: Dump) -> dict[str, Any]:
 # UidJob (fixtures/java/versioned): the same small job on every Flink version 1.17 ... 2.3
 
 #: The Flink versions whose UidJob savepoints are in fixtures/flink/<major.minor>/ and that restore them.
-UID_JOB_VERSIONS = ("1.17.2", "1.20.3", "2.0.1", "2.3.0")
-UID_JOB_CASES = ("uid-heap-canonical-p3", "uid-heap-native-p3")
+UID_JOB_VERSIONS = ("1.15.4", "1.16.3", "1.17.2", "1.20.3", "2.0.1", "2.3.0")
+UID_JOB_CASES = (
+    "uid-heap-canonical-p3",
+    "uid-heap-native-p3",
+    "uid-heap-checkpoint-p3",
+    "uid-rocksdb-canonical-p3",
+    "uid-rocksdb-native-p3",
+    "uid-rocksdb-incremental-p3",
+)
 UID_JOB_MAIN = "kg.versioned.UidJob"
 VERSIONED_BUILD_SH = ROOT / "fixtures" / "java" / "versioned" / "build.sh"
 #: Where other versions' jars are kept (``KG_FLINK_LIBS`` overrides): ``<dir>/flink-<version>/*.jar``.

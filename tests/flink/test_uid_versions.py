@@ -1,4 +1,4 @@
-"""Real Flink 1.17, 1.20, 2.0 and 2.3 restore kg's outputs, and ``kg check`` agrees with each verdict.
+"""Real Flink 1.15 to 2.3 (six versions) restore kg's outputs, and ``kg check`` agrees with each verdict.
 
 For every version in ``UID_JOB_VERSIONS``, one JVM of that version (``UidJob restore``, session fixture)
 restores five savepoints of the UidJob written by that same version (fixtures/flink/<version>/):
@@ -289,7 +289,8 @@ def test_a_native_hashmap_savepoint_rescaled_by_kg_restores_like_flinks_own_resc
     assert run.dumps["native-p4"]["keyed"] == run.dumps["native-own-p4"]["keyed"]
     assert_uid_job_restored(run.dumps["native-rescaled"], NEW_P, NEW_M)
     written = read_flink_metadata(run.savepoints["native-p4"]).metadata
-    assert written.properties is not None and written.properties.format_type == "CANONICAL"
+    if written.version >= 4:  # V3 (1.15) has no properties trailer
+        assert written.properties is not None and written.properties.format_type == "CANONICAL"
 
 
 def _cell(run: Run, layout: str, cell: str) -> str:
