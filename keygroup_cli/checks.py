@@ -45,6 +45,33 @@ FINDING_CODES: dict[str, str] = {
     "FILE_SCHEMA_MISMATCH": "A kg state file's columns or types differ from the format's schema.",
     "FILE_SIZE_MISMATCH": "A kg snapshot file's size differs from the manifest's.",
     "FILE_UNREADABLE": "A kg state file is not readable Parquet.",
+    "FLINK_END_OF_KEY_GROUP_MISSING": "A Flink key-group block ends before its END_OF_KEY_GROUP mark.",
+    "FLINK_KEYED_STATE_UNREADABLE": (
+        "A Flink heap-layout or RocksDB keyed file cannot be read into key groups."
+    ),
+    "FLINK_KEY_GROUP_BLOCK_CORRUPT": (
+        "A Flink key-group block names an unknown state or its entries do not decode."
+    ),
+    "FLINK_KEY_GROUP_OFFSETS": (
+        "A Flink keyed file's key-group offsets are outside it, out of order, or leave bytes."
+    ),
+    "FLINK_KEY_GROUP_RANGE": "A Flink keyed handle's key-group range is not Flink's range for its subtask.",
+    "FLINK_KEY_IN_WRONG_KEY_GROUP": (
+        "A key in a Flink key-group block has another key group's prefix or hash."
+    ),
+    "FLINK_NOT_VERIFIED": "A Flink state stream kg cannot decode (an unknown serializer, a remote file).",
+    "FLINK_OPERATOR_STATE_CORRUPT": (
+        "A Flink operator-state element lies outside its stream or does not decode."
+    ),
+    "FLINK_SERIALIZER_LENGTH": "A key or value length in a Flink key-group block exceeds the bytes left.",
+    "FLINK_SNAPPY_CORRUPT": "A snappy frame of a Flink state stream is truncated or malformed.",
+    "FLINK_SNAPPY_CRC": "A snappy frame's CRC32C does not match its data (Flink itself never checks it).",
+    "FLINK_STATE_FILE_MISSING": "A state file Flink's _metadata names does not exist.",
+    "FLINK_STATE_FILE_SIZE": "A Flink state file's size differs from the size its handle records.",
+    "FLINK_STATE_FILE_UNREADABLE": "A Flink state file cannot be opened or read.",
+    "FLINK_STATE_HEADER_INVALID": (
+        "A Flink keyed or operator-state stream's serialization header does not parse."
+    ),
     "KEY_GROUPS_UNSORTED": "A keyed file's rows are not sorted by key group.",
     "KEY_GROUP_COUNTS_MISMATCH": "A keyed file's rows per key group differ from its key_group_rows.",
     "KEY_GROUP_OUT_OF_RANGE": "A row's key group lies outside its keyed file's key-group range.",

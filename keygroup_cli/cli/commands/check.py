@@ -20,6 +20,7 @@ Examples:
   kg check savepoint/ -p 8 -p keyed-state=16 --max-parallelism 128
   kg check /checkpoints/<job-id> -p 4 --job-uids new-job-uids.txt --strict --json
   kg check zk://zk1:2181/flink/my-cluster --job <job-id> -p 12   # what the job resumes from
+  kg check savepoint/ -p 8 --deep     # also decode every key group and operator-state stream
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -87,6 +88,11 @@ def _read_uids(path: Path) -> list[str]:
     help="Stateful operators missing from --job-uids are warnings, not errors (Flink's -n).",
 )
 @click.option("--strict", is_flag=True, help="Warnings fail the check too (exit 1).")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also verify every state file as kg verify does (every key group and operator-state stream).",
+)
 @output_options
 @click.pass_context
 def command(
@@ -98,13 +104,14 @@ def command(
     job_uids: Path | None,
     allow_non_restored_state: bool,
     strict: bool,
+    deep: bool,
 ) -> None:
     """Check that a savepoint, checkpoint or kg snapshot restores at the planned parallelism.
 
     Applies Flink's own restore checks (maxParallelism mismatch, parallelism above maxParallelism,
     operators missing from the new job) to every operator Flink judges, stateless ones included, and
-    warns about uneven key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata;
-    no JVM.
+    warns about uneven key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata
+    (with --deep, every state file too, as kg verify); no JVM.
     """
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
@@ -118,6 +125,10 @@ def command(
     findings = check_restore(
         summary.operators, plan, snapshot=str(summary.path), judge_stateless=judge_stateless
     )
+    if deep:
+        from keygroup_cli.integrity import verify_input
+
+        findings = [*findings, *verify_input(summary.path).findings]
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {

@@ -1,0 +1,360 @@
+"""Deep verification of a Flink savepoint or checkpoint: the structure of every key group and operator stream.
+
+Flink has no "is this savepoint intact?" check before a restore tries it, and its formats carry almost no
+checksums (only snappy frames have CRCs, and Flink reads them with ``SnappyFramedInputStream(in, false)``,
+i.e. unchecked). ``verify_flink`` walks what a restore would read, one block at a time through a memory
+map, and returns one ``Finding`` per problem instead of raising:
+
+- every state file exists with the size its handle records;
+- a keyed handle covers Flink's key-group range for its subtask
+  (``KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex``), its non-zero offsets lie after the
+  header, inside the file and ascend with the key group (``FullSnapshotAsyncWriter`` writes in order);
+- each block parses as ``FullSnapshotRestoreOperation.readKvStatesFromKeyGroup`` reads it: known state
+  ids, entry lengths inside the block, the key-group prefix of every key equal to the block's key group,
+  an ``END_OF_KEY_GROUP_MARK`` and no bytes after it;
+- every decoded key hashes to its key group (``murmurHash(key.hashCode()) % maxParallelism``);
+- every snappy frame's masked CRC32C holds;
+- every operator-state element lies inside its stream and decodes.
+
+A ``_metadata`` that does not parse still raises (``InvalidSnapshotError``), as every command does.
+"""
+
+from __future__ import annotations
+
+import struct
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from keygroup_cli.checks import Finding, Severity
+from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
+from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
+from keygroup_cli.flink.keyed_state import (
+    END_OF_KEY_GROUP_MARK,
+    FIRST_BIT_IN_BYTE_MASK,
+    KeyedLayout,
+    StreamSource,
+    decode_block_batch,
+)
+from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.flink.operator_state import decode_operator_file
+from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
+from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
+from keygroup_cli.snapshot.verify import VerifyReport
+from keygroup_cli.storage.locations import Location
+
+OnProgress = Callable[[str, int, "int | None"], None]
+
+#: Findings reported per state stream before the rest of it is summarised in one more finding.
+MAX_FINDINGS_PER_STREAM = 10
+
+_INT = struct.Struct(">i")
+_USHORT = struct.Struct(">H")
+
+
+class _Corrupt(Exception):
+    """A structural problem in one block: a finding code and its message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def verify_flink(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> VerifyReport:
+    """Verify the Flink savepoint or checkpoint at ``path`` deeply and return the findings.
+
+    ``rows`` of the report counts keyed entries plus operator-state elements decoded; ``files`` the state
+    streams walked.
+
+    Raises:
+        InvalidSnapshotError: ``_metadata`` is missing or does not parse.
+        UnsupportedFormatError: Its version is one kg does not read.
+    """
+    savepoint = read_flink_metadata(path)
+    report = on_progress or (lambda _s, _d, _t: None)
+    from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
+
+    findings: list[Finding] = []
+    if needs_canonical_view(savepoint):
+        # Heap checkpoints and RocksDB files: verified in the canonical layout kg rewrites them into (the
+        # rewrite itself decodes every entry and refuses corrupt blocks).
+        with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
+            try:
+                view = canonical_view(savepoint, Path(scratch) / "canonical")
+            except InvalidSnapshotError as exc:
+                findings.append(_finding("FLINK_KEYED_STATE_UNREADABLE", str(path), exc.message))
+                return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
+            except UnsupportedFormatError as exc:
+                findings.append(
+                    _finding("FLINK_NOT_VERIFIED", str(path), exc.message, severity=Severity.WARNING)
+                )
+                return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
+            files, rows = _verify_streams(view, findings, report)
+    else:
+        files, rows = _verify_streams(savepoint, findings, report)
+    return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(findings))
+
+
+def _verify_streams(savepoint: FlinkSnapshot, findings: list[Finding], report: OnProgress) -> tuple[int, int]:
+    work = [
+        (op, sub.index, handle)
+        for op in savepoint.metadata.operators
+        for sub in op.subtasks
+        for handle in (sub.managed_keyed_state, sub.managed_operator_state)
+        if isinstance(handle, KeyGroupsHandle | OperatorStateHandle)
+    ]
+    files = rows = 0
+    for done, (op, index, handle) in enumerate(work, 1):
+        subject = f"{op.label} subtask {index}"
+        found: list[Finding] = []
+        try:
+            with StreamSource(handle.delegate, savepoint.directory) as src:
+                files += 1
+                if isinstance(handle, KeyGroupsHandle):
+                    walk = _keyed_stream(op, index, handle, src, subject)
+                else:
+                    walk = _operator_stream(handle, src, subject)
+                for item in walk:
+                    if isinstance(item, Finding):
+                        found.append(item)
+                    else:
+                        rows += item
+        except UnsupportedFormatError as exc:
+            found.append(_finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING))
+        except InvalidSnapshotError as exc:
+            code = (
+                "FLINK_STATE_FILE_MISSING"
+                if exc.code == "STATE_FILE_MISSING"
+                else "FLINK_STATE_FILE_UNREADABLE"
+            )
+            found.append(_finding(code, subject, exc.message))
+        if len(found) > MAX_FINDINGS_PER_STREAM:
+            more = len(found) - MAX_FINDINGS_PER_STREAM
+            found = found[:MAX_FINDINGS_PER_STREAM]
+            found.append(_finding(found[-1].code, subject, f"... and {more} more problem(s) in this stream"))
+        findings.extend(found)
+        report("verify", done, len(work))
+    return files, rows
+
+
+def _keyed_stream(
+    op: OperatorState, index: int, handle: KeyGroupsHandle, src: StreamSource, subject: str
+) -> Iterator[Finding | int]:
+    """Yield findings and entry counts for one keyed stream (canonical key-group blocks)."""
+    where = src.source
+    recorded = stream_size(handle.delegate)
+    if recorded != src.size:
+        yield _finding(
+            "FLINK_STATE_FILE_SIZE", subject, f"{where}: {src.size} bytes, its handle records {recorded}"
+        )
+    want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
+    if (handle.key_group_start, handle.key_group_end) != (want.start, want.end):
+        yield _finding(
+            "FLINK_KEY_GROUP_RANGE",
+            subject,
+            f"{where}: handle covers key groups [{handle.key_group_start}, {handle.key_group_end}], Flink "
+            f"assigns [{want.start}, {want.end}] to subtask {index} of {op.parallelism} "
+            f"(maxParallelism {op.max_parallelism})",
+        )
+    present = [(handle.key_group_start + i, off) for i, off in enumerate(handle.offsets) if off != 0]
+    header_end = min([off for _g, off in present] or [src.size])
+    if not 0 < header_end <= src.size:
+        yield _finding(
+            "FLINK_KEY_GROUP_OFFSETS",
+            subject,
+            f"{where}: first key-group offset {header_end} is outside the file",
+        )
+        return
+    try:
+        header = read_keyed_header(src.read(0, header_end), where, header_end)
+        layout = KeyedLayout.from_header(header, op.max_parallelism, where)
+    except InvalidSnapshotError as exc:
+        yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
+        return
+    if header.end is not None and header.end != header_end:
+        yield _finding(
+            "FLINK_KEY_GROUP_OFFSETS",
+            subject,
+            f"{where}: the header ends at byte {header.end}, the first key group starts at {header_end}",
+        )
+        return
+    previous = header_end - 1
+    for group, off in present:
+        if off <= previous or off >= src.size:
+            yield _finding(
+                "FLINK_KEY_GROUP_OFFSETS",
+                subject,
+                f"{where}: key group {group} at offset {off}: not after the previous block "
+                f"({previous}) and inside the file ({src.size} bytes)",
+            )
+            return
+        previous = off
+    key_type = layout.codec.key_type
+    for j, (group, start) in enumerate(present):
+        end = present[j + 1][1] if j + 1 < len(present) else src.size
+        raw = src.read(start, end)
+        try:
+            block = (
+                decode_frames(raw, f"{where} key group {group}", verify=True) if header.compressed else raw
+            )
+            entries = _walk_block(block, group, layout)
+        except InvalidSnapshotError as exc:
+            code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
+            yield _finding(code, subject, exc.message)
+            continue
+        except _Corrupt as exc:
+            yield _finding(exc.code, subject, f"{where}: key group {group}: {exc.message}")
+            continue
+        try:
+            batch = decode_block_batch(block, group, layout, where)
+        except UnsupportedFormatError as exc:
+            yield _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
+            yield entries
+            continue
+        except InvalidSnapshotError as exc:
+            yield _finding("FLINK_KEY_GROUP_BLOCK_CORRUPT", subject, exc.message)
+            continue
+        if key_type in HASHABLE_KEY_TYPES and batch.num_rows:
+            hashed = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), op.max_parallelism)
+            bad = np.flatnonzero(hashed != group)
+            if bad.size:
+                i = int(bad[0])
+                yield _finding(
+                    "FLINK_KEY_IN_WRONG_KEY_GROUP",
+                    subject,
+                    f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {group}, Flink "
+                    f"assigns it to {int(hashed[i])} ({bad.size} such key(s) in this block)",
+                )
+                continue
+        yield entries
+
+
+def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
+    """Walk one uncompressed key-group block as Flink's restore reads it; return its entry count.
+
+    Mirrors ``FullSnapshotRestoreOperation.readKvStatesFromKeyGroup``: a short state id, then entries
+    ``int keyLen, key, int valueLen, value`` until one whose ``key[0]`` has bit 0x80 set, then the next
+    state id or ``END_OF_KEY_GROUP_MARK``. Every length is checked against the bytes left.
+
+    Raises:
+        _Corrupt: The first structural problem found.
+    """
+    n = len(block)
+    nprefix = layout.prefix_bytes
+    expected = group.to_bytes(nprefix, "big")
+    pos = 0
+    count = 0
+
+    def short() -> int:
+        nonlocal pos
+        if pos + 2 > n:
+            raise _Corrupt(
+                "FLINK_END_OF_KEY_GROUP_MISSING", f"block ends at byte {n} before its END_OF_KEY_GROUP mark"
+            )
+        value: int = _USHORT.unpack_from(block, pos)[0]
+        pos += 2
+        return value
+
+    def length(what: str) -> int:
+        nonlocal pos
+        if pos + 4 > n:
+            raise _Corrupt(
+                "FLINK_END_OF_KEY_GROUP_MISSING", f"block ends at byte {n} inside an entry's {what} length"
+            )
+        value: int = _INT.unpack_from(block, pos)[0]
+        pos += 4
+        if value < 0 or value > n - pos:
+            raise _Corrupt(
+                "FLINK_SERIALIZER_LENGTH",
+                f"entry {count}: {what} length {value} at byte {pos - 4} exceeds the {n - pos} bytes left",
+            )
+        return value
+
+    state_id = short()
+    while state_id != END_OF_KEY_GROUP_MARK:
+        if state_id >= len(layout.states):
+            raise _Corrupt(
+                "FLINK_KEY_GROUP_BLOCK_CORRUPT",
+                f"state id {state_id} at byte {pos - 2}; the header declares {len(layout.states)} states",
+            )
+        while True:
+            klen = length("key")
+            if klen < max(nprefix, 1):
+                raise _Corrupt(
+                    "FLINK_SERIALIZER_LENGTH", f"entry {count}: key of {klen} bytes has no key-group prefix"
+                )
+            key = block[pos : pos + klen]
+            pos += klen
+            if bytes((key[0] & 0x7F,)) + key[1:nprefix] != expected:
+                stored = int.from_bytes(bytes((key[0] & 0x7F,)) + key[1:nprefix], "big")
+                raise _Corrupt(
+                    "FLINK_KEY_IN_WRONG_KEY_GROUP", f"entry {count}: key prefix names key group {stored}"
+                )
+            vlen = length("value")
+            pos += vlen
+            count += 1
+            if key[0] & FIRST_BIT_IN_BYTE_MASK:
+                break
+        state_id = short()
+    if pos != n:
+        raise _Corrupt(
+            "FLINK_KEY_GROUP_OFFSETS",
+            f"{n - pos} byte(s) after the END_OF_KEY_GROUP mark, before the next block",
+        )
+    return count
+
+
+def _operator_stream(handle: OperatorStateHandle, src: StreamSource, subject: str) -> Iterator[Finding | int]:
+    """Yield findings and element counts for one operator-state stream."""
+    where = src.source
+    recorded = stream_size(handle.delegate)
+    if recorded != src.size:
+        yield _finding(
+            "FLINK_STATE_FILE_SIZE", subject, f"{where}: {src.size} bytes, its handle records {recorded}"
+        )
+    offsets = [o for e in handle.states for o in e.offsets]
+    bad = [o for o in offsets if not 0 < o <= src.size]
+    if bad:
+        yield _finding(
+            "FLINK_OPERATOR_STATE_CORRUPT",
+            subject,
+            f"{where}: element offset {bad[0]} outside the stream ({src.size} bytes)",
+        )
+        return
+    first = min([o for o in offsets if o > 0] or [src.size])
+    prefix = src.read(0, first)
+    end = operator_header_end(prefix, offsets, src.size)
+    try:
+        header = read_operator_header(prefix[: end or first], where, end)
+    except InvalidSnapshotError as exc:
+        yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
+        return
+    if header.compressed:
+        starts = sorted(set(offsets))
+        for j, start in enumerate(starts):
+            stop = starts[j + 1] if j + 1 < len(starts) else src.size
+            try:
+                decode_frames(src.read(start, stop), f"{where} element at byte {start}", verify=True)
+            except InvalidSnapshotError as exc:
+                code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
+                yield _finding(code, subject, exc.message)
+                return
+    try:
+        table = decode_operator_file(src, handle, header)
+    except KgError as exc:
+        yield _finding("FLINK_OPERATOR_STATE_CORRUPT", subject, exc.message)
+        return
+    yield table.num_rows
+
+
+def _finding(code: str, subject: str, message: str, *, severity: Severity = Severity.ERROR) -> Finding:
+    return Finding(code, severity, subject, message)
+
+
+__all__ = ["MAX_FINDINGS_PER_STREAM", "verify_flink"]

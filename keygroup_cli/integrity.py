@@ -1,0 +1,73 @@
+"""Deep verification of any kg input (a kg snapshot or a Flink savepoint/checkpoint), and the gate on it.
+
+``verify_input`` dispatches on what ``path`` is: ``kg verify`` and ``kg check --deep`` call it.
+``require_intact`` is what a rescale calls first, so kg never reads an input its own ``kg verify`` rejects,
+and what the savepoint writer calls on its staged output, so kg never commits a savepoint it cannot read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from keygroup_cli.checks import Severity
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.snapshot.verify import VerifyReport
+from keygroup_cli.storage.locations import Location
+
+OnProgress = Callable[[str, int, "int | None"], None]
+
+
+def verify_input(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> VerifyReport:
+    """Verify a kg snapshot (``snapshot.verify``) or a Flink savepoint/checkpoint (``flink.verify``).
+
+    Raises:
+        InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
+        UnsupportedFormatError: A format version kg does not read.
+    """
+    from keygroup_cli.flink import is_flink_savepoint
+
+    if is_flink_savepoint(path):
+        from keygroup_cli.flink.verify import verify_flink
+
+        return verify_flink(path, on_progress=on_progress)
+    from keygroup_cli.snapshot.verify import verify_snapshot
+
+    return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
+
+
+def _first_error(report: VerifyReport) -> str | None:
+    errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
+    return f"{errors[0].code}: {errors[0].message}{more}"
+
+
+def require_intact(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> None:
+    """Refuse an input that ``kg verify`` rejects.
+
+    Raises:
+        InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
+    """
+    problem = _first_error(verify_input(path, on_progress=on_progress))
+    if problem is not None:
+        raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+
+
+def require_readable_output(path: Path) -> None:
+    """Refuse to commit a staged Flink savepoint that kg's own reader rejects.
+
+    Raises:
+        ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
+    """
+    from keygroup_cli.flink.verify import verify_flink
+
+    problem = _first_error(verify_flink(path))
+    if problem is not None:
+        raise ExecutionError(
+            f"output verification failed: {path}: {problem}", code="OUTPUT_VERIFICATION_FAILED"
+        )
+
+
+__all__ = ["require_intact", "require_readable_output", "verify_input"]
