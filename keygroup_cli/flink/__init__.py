@@ -251,6 +251,13 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, 
         return data
     try:
         with open(path, "rb") as fh:
+            actual = os.fstat(fh.fileno()).st_size
+            if isinstance(handle, FileHandle | RelativeFileHandle) and actual != handle.size:
+                # Flink records every state file's size in its handle: another size is another file.
+                raise InvalidSnapshotError(
+                    f"{path}: state file has {actual} bytes, its handle records {handle.size}",
+                    code="STATE_FILE_SIZE_MISMATCH",
+                )
             if start:
                 fh.seek(start)
             return fh.read(limit)

@@ -65,6 +65,7 @@ from keygroup_cli.flink.metadata import (
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file, write_operator_file
 from keygroup_cli.flink.regroup import RegroupedFile
+from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
@@ -646,6 +647,8 @@ def snapshot_to_savepoint(
         encoded = write_metadata(metadata)
         (staging / METADATA_FILE).write_bytes(encoded)
         _verify_written(staging, encoded, keyed_rows, manifest)
+        # Every block written (or copied as bytes) must decode: kg never commits what its reader rejects.
+        require_readable_output(staging)
     return ConvertResult(
         "to-flink",
         str(source),

@@ -114,8 +114,11 @@ def command(
         return
     from keygroup_cli.cli.rescale_render import render_rescale, rescale_document
     from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.integrity import require_intact
 
     with progress(out) as on_progress:
+        # Never read an input that kg verify rejects: a copied key group is checked before it is copied.
+        require_intact(snapshot, on_progress=on_progress)
         result = rescale(
             snapshot,
             dest,
