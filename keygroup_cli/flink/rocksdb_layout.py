@@ -13,15 +13,18 @@ into a canonical savepoint as they are): key-group prefix + key + namespace (+ m
 ``[rocksdb]`` extra) and writes one canonical keyed file: the header with compression off, then one block
 per key group of the handle's range (a database restored after a rescale may hold other groups: clipped).
 
-Known limit of the binding: ``rocksdict`` cannot register Flink's merge operator
+Known limit of that binding: ``rocksdict`` cannot register Flink's merge operator
 (``StringAppendTESTOperator``), and RocksDB refuses to read a key whose value is still a chain of merge
-operands ("merge_operator_ must be set"). Flink writes list state with ``merge``, so list entries not yet
-compacted cannot be read; kg checks every iterator's status and refuses such a database (exit 4) rather
-than dropping the entries.
+operands ("merge_operator_ must be set"; its iterator just stops, so kg checks every iterator's status).
+Flink writes list state with ``merge``, so list entries not yet compacted need that operator: kg then
+reads the database again with ``aimrocks`` (the ``[rocksdb-merge]`` extra), registering a Python port of
+the operator (operands joined by ``,``, exactly Flink's list encoding), or, without it, refuses (exit 4)
+rather than dropping the entries.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import uuid
@@ -44,6 +47,8 @@ from keygroup_cli.storage.locations import Location
 
 #: What to install for reading RocksDB files.
 INSTALL_HINT = "pip install 'keygroup-cli[rocksdb]' (or: pip install rocksdict)"
+#: What to install for list state RocksDB still holds as merge operands.
+MERGE_HINT = "pip install 'keygroup-cli[rocksdb-merge]' (aimrocks, which runs Flink's merge operator)"
 
 
 def load_binding() -> Any:
@@ -53,7 +58,7 @@ def load_binding() -> Any:
         MissingDependencyError: The binding is not installed or cannot load.
     """
     try:
-        import rocksdict
+        rocksdict = importlib.import_module("rocksdict")
     except ImportError as exc:
         raise MissingDependencyError(
             f"reading RocksDB NATIVE savepoints and incremental checkpoints needs the rocksdict binding "
@@ -96,6 +101,117 @@ def _materialize(snapshot: FlinkSnapshot, handle: IncrementalKeyedHandle, db_dir
             shutil.copyfile(path, db_dir / name)
 
 
+class _MergeOperands(Exception):
+    """A column family holds merge operands rocksdict cannot resolve."""
+
+    def __init__(self, state: str, status: str) -> None:
+        super().__init__(state, status)
+        self.state = state
+        self.status = status
+
+
+def _merge_binding() -> Any | None:
+    """Return ``aimrocks`` (a binding that can register a merge operator written in Python), or None."""
+    try:
+        return importlib.import_module("aimrocks")
+    except ImportError:
+        return None
+
+
+def _read_rocksdict(
+    rocksdict: Any, db_dir: Path, names: list[str], where: str
+) -> list[list[tuple[bytes, bytes]]]:
+    """Return every state's ``(key, value)`` entries in key order, one list per header state (read-only).
+
+    Raises:
+        _MergeOperands: A key's value is a chain of merge operands (RocksDB refuses it without the operator).
+    """
+    try:
+        families = set(rocksdict.Rdict.list_cf(str(db_dir)))
+        db = rocksdict.Rdict(
+            str(db_dir),
+            options=rocksdict.Options(raw_mode=True),
+            column_families={name: rocksdict.Options(raw_mode=True) for name in families},
+            access_type=rocksdict.AccessType.read_only(),
+        )
+    except Exception as exc:  # the binding raises plain Exception with RocksDB's status text
+        raise UnsupportedFormatError(
+            f"{where}: rocksdict cannot open the database: {exc}", code="ROCKSDB_UNREADABLE"
+        ) from None
+    columns: list[list[tuple[bytes, bytes]]] = []
+    try:
+        for name in names:
+            entries: list[tuple[bytes, bytes]] = []
+            columns.append(entries)
+            if name not in families:
+                continue
+            it = db.get_column_family(name).iter()
+            it.seek_to_first()
+            while it.valid():
+                entries.append((it.key(), it.value()))
+                it.next()
+            # An iterator stops early on an error (merge operands without the operator): never trust
+            # its end without its status.
+            try:
+                it.status()
+            except Exception as exc:
+                raise _MergeOperands(name, str(exc)) from None
+    finally:
+        db.close()
+    return columns
+
+
+def _read_aimrocks(
+    aimrocks: Any, db_dir: Path, names: list[str], where: str
+) -> list[list[tuple[bytes, bytes]]]:
+    """Like ``_read_rocksdict``, with Flink's list merge operator registered (``aimrocks``)."""
+
+    class StringAppend(aimrocks.IMergeOperator):  # type: ignore[misc]
+        """RocksDB's ``StringAppendTESTOperator`` (delimiter ``,``): Flink's operator for list state."""
+
+        def full_merge(
+            self, _key: bytes, existing: bytes | None, operands: list[bytes]
+        ) -> tuple[bool, bytes]:
+            return True, b",".join(([existing] if existing is not None else []) + list(operands))
+
+        def partial_merge(self, _key: bytes, left: bytes, right: bytes) -> tuple[bool, bytes]:
+            return True, left + b"," + right
+
+        def name(self) -> bytes:
+            return b"StringAppendTESTOperator"
+
+    rocksdict = importlib.import_module("rocksdict")  # lists the column families either way
+
+    families = set(rocksdict.Rdict.list_cf(str(db_dir)))
+    # The options (and the Python merge operators in them) must outlive the database handle.
+    options = aimrocks.Options()
+    family_options = {
+        f.encode(): aimrocks.ColumnFamilyOptions(merge_operator=StringAppend()) for f in families
+    }
+    try:
+        db = aimrocks.DB(str(db_dir), options, column_families=family_options, read_only=True)
+    except Exception as exc:
+        raise UnsupportedFormatError(
+            f"{where}: aimrocks cannot open the database: {exc}", code="ROCKSDB_UNREADABLE"
+        ) from None
+    columns: list[list[tuple[bytes, bytes]]] = []
+    try:
+        for name in names:
+            entries: list[tuple[bytes, bytes]] = []
+            columns.append(entries)
+            if name in families:
+                it = db.iteritems(db.get_column_family(name.encode()))
+                it.seek_to_first()
+                entries.extend(it)
+    except Exception as exc:
+        raise UnsupportedFormatError(
+            f"{where}: aimrocks cannot read the database: {exc}", code="ROCKSDB_UNREADABLE"
+        ) from None
+    # No db.close(): aimrocks 0.5.2 aborts the process ("pthread lock: Invalid argument") when a closed
+    # handle is collected; dropping the last reference closes the database cleanly.
+    return columns
+
+
 def transcode_incremental(
     snapshot: FlinkSnapshot, op: OperatorState, handle: IncrementalKeyedHandle, target: Path
 ) -> KeyGroupsHandle:
@@ -120,45 +236,30 @@ def transcode_incremental(
     _materialize(snapshot, handle, db_dir)
     prefix_bytes = key_group_prefix_bytes(op.max_parallelism)
     start, end = handle.key_group_start, handle.key_group_start + handle.num_key_groups
-    groups: dict[int, list[tuple[int, bytes, bytes]]] = {}
+    names = [info.name for info in header.states]
     where = f"{snapshot.metadata_path}: operator {op.label!r} subtask RocksDB {handle.backend_identifier}"
     try:
-        families = rocksdict.Rdict.list_cf(str(db_dir))
-        raw = rocksdict.Options(raw_mode=True)
-        db = rocksdict.Rdict(
-            str(db_dir),
-            options=raw,
-            column_families={name: rocksdict.Options(raw_mode=True) for name in families},
-            access_type=rocksdict.AccessType.read_only(),
-        )
-    except Exception as exc:  # the binding raises plain Exception with RocksDB's status text
-        raise UnsupportedFormatError(
-            f"{where}: rocksdict cannot open the database: {exc}", code="ROCKSDB_UNREADABLE"
-        ) from None
-    try:
-        for state_id, info in enumerate(header.states):
-            if info.name not in families:
-                continue
-            it = db.get_column_family(info.name).iter()
-            it.seek_to_first()
-            while it.valid():
-                key: bytes = it.key()
-                group = int.from_bytes(key[:prefix_bytes], "big")
-                if start <= group < end:
-                    groups.setdefault(group, []).append((state_id, key[prefix_bytes:], it.value()))
-                it.next()
-            try:
-                it.status()
-            except Exception as exc:
+        try:
+            columns = _read_rocksdict(rocksdict, db_dir, names, where)
+        except _MergeOperands as exc:
+            aimrocks = _merge_binding()
+            if aimrocks is None:
                 raise UnsupportedFormatError(
-                    f"{where}: state {info.name!r} cannot be read by rocksdict: {exc} (RocksDB keeps "
-                    "list-state appends as merge operands until compaction, and the binding cannot "
-                    "register Flink's StringAppendTESTOperator merge operator); take a canonical savepoint",
+                    f"{where}: state {exc.state!r} cannot be read by rocksdict: {exc.status} (RocksDB keeps "
+                    "list-state appends as merge operands until compaction, and rocksdict cannot register "
+                    f"Flink's StringAppendTESTOperator merge operator); {MERGE_HINT}, or take a canonical "
+                    "savepoint",
                     code="ROCKSDB_MERGE_OPERANDS",
                 ) from None
+            columns = _read_aimrocks(aimrocks, db_dir, names, where)
     finally:
-        db.close()
         shutil.rmtree(db_dir, ignore_errors=True)
+    groups: dict[int, list[tuple[int, bytes, bytes]]] = {}
+    for state_id, entries in enumerate(columns):
+        for key, value in entries:
+            group = int.from_bytes(key[:prefix_bytes], "big")
+            if start <= group < end:
+                groups.setdefault(group, []).append((state_id, key[prefix_bytes:], value))
     name = str(uuid.uuid4())
     offsets = [0] * handle.num_key_groups
     canonical_header = raw_header[:4] + b"\x00" + raw_header[5:]
@@ -166,11 +267,11 @@ def transcode_incremental(
         out.write(canonical_header)
         for group in sorted(groups):
             # Entries of one state must form one run (each column family was read whole, in key order).
-            entries = sorted(groups[group], key=lambda e: e[0])
+            block = sorted(groups[group], key=lambda e: e[0])
             offsets[group - start] = out.tell()
-            out.write(encode_block(group, entries, prefix_bytes))
+            out.write(encode_block(group, block, prefix_bytes))
         size = out.tell()
     return KeyGroupsHandle(7, start, tuple(offsets), RelativeFileHandle(name, size))
 
 
-__all__ = ["INSTALL_HINT", "has_rocksdb_files", "load_binding", "transcode_incremental"]
+__all__ = ["INSTALL_HINT", "MERGE_HINT", "has_rocksdb_files", "load_binding", "transcode_incremental"]

@@ -15,7 +15,6 @@ from keygroup_cli.errors import (
     ExecutionError,
     InvalidArgumentError,
     InvalidSnapshotError,
-    UnsupportedFormatError,
 )
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import convert as flink_convert
@@ -146,7 +145,12 @@ def test_spark_engine_writes_the_same_savepoint_state(originals, spark, tmp_path
 @pytest.mark.parametrize(
     ("name", "kwargs", "error", "message"),
     [
-        ("rocksdb-native-p2-maxp128-string", {}, UnsupportedFormatError, "take a canonical savepoint"),
+        (
+            "rocksdb-native-p2-maxp128-string",
+            {"from_parallelism": 3},
+            InvalidArgumentError,
+            "--from 3 does not match",
+        ),
         (
             "heap-checkpoint-p2-maxp128-string",
             {"from_parallelism": 3},

@@ -237,13 +237,17 @@ def test_a_hashmap_native_savepoint_rescales_into_a_canonical_one(version: str, 
     assert max(long_groups) >= 128  # re-hashed into maxParallelism 256
 
 
-def test_rocksdb_list_state_still_in_merge_operands_is_refused_saying_why(tmp_path: Path) -> None:
+def test_rocksdb_list_state_in_merge_operands_without_aimrocks_is_refused_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # KgTestJob's ListState is appended with RocksDB merge(); rocksdict cannot register Flink's merge
-    # operator, so RocksDB refuses to read those keys: kg says so instead of dropping them.
+    # operator, so RocksDB refuses to read those keys: without aimrocks kg says so instead of dropping them.
+    monkeypatch.setitem(sys.modules, "aimrocks", None)
     with pytest.raises(UnsupportedFormatError) as info:
         rescale(FLINK / "2.3" / "rocksdb-native-p2-maxp128-string", tmp_path / "out", 4, engine="local")
     assert info.value.code == "ROCKSDB_MERGE_OPERANDS"
     assert "state 'ids'" in info.value.message and "merge_operator" in info.value.message
+    assert "pip install 'keygroup-cli[rocksdb-merge]'" in info.value.message
     assert list(tmp_path.iterdir()) == []
 
 
