@@ -28,6 +28,7 @@ from keygroup_cli.errors import ExitCode, KgError
 COMMANDS: dict[str, str] = {
     "advise": "advise",
     "check": "check",
+    "clean": "clean",
     "convert": "convert",
     "diff": "diff",
     "generate": "generate",

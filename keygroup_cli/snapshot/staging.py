@@ -3,8 +3,13 @@
 ``staged_directory(dest)`` yields ``DEST.parent/.DEST.name.kg-staging-<pid>-<random>``; when the block
 ends normally everything in it is fsynced and the directory is renamed to DEST (atomic on one
 filesystem). On any exception, KeyboardInterrupt included, the staging directory is removed and DEST
-stays absent. A staging directory left by a crashed run is never reused (the name is random) and is
-removed by the next run once its process is gone.
+stays absent. ``scratch_directory(dest)`` is the same for intermediate files (``…-work``), always removed.
+
+A process killed with SIGKILL cannot clean up, so every staging and scratch directory carries a writer
+mark (``.kg-writer``: host, pid and that process's start time). ``stale_staging(dest)`` finds the ones
+whose writer is provably gone (same host, and no process with that pid and start time), and every write
+to DEST removes them first, before it checks whether DEST exists; ``kg clean DEST`` does the same on
+demand. A staging directory of another host, or of a process still running, is never touched.
 
 ``SnapshotWriter`` writes the state files and finally the manifest of a kg snapshot into such a directory;
 ``snapshot_writer(dest)`` combines the two for ``kg generate`` and the rescale engines.
@@ -16,8 +21,10 @@ import os
 import re
 import secrets
 import shutil
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,8 +39,11 @@ from keygroup_cli.snapshot.parquet import (
     write_keyed_file,
     write_operator_file,
 )
+from keygroup_cli.storage.writer import Writer, pid_exists
 
 _STAGING_MARK = ".kg-staging-"
+#: The file in every staging directory that says who writes it.
+WRITER_MARK = ".kg-writer"
 
 
 def staging_prefix(dest: Path) -> str:
@@ -41,22 +51,74 @@ def staging_prefix(dest: Path) -> str:
     return f".{dest.name}{_STAGING_MARK}"
 
 
+@dataclass(frozen=True, slots=True)
+class StaleStaging:
+    """A staging or scratch directory beside a destination, and its writer (None: no mark)."""
+
+    path: Path
+    writer: Writer | None
+    removable: bool
+
+
+def stale_staging(dest: Path | str) -> list[StaleStaging]:
+    """Return kg's staging and scratch directories beside ``dest`` that this process does not own.
+
+    ``removable`` says whether the writer is provably gone (same host, and its pid gone or reused). A
+    directory without a writer mark (left by a kg version before marks) is removable once its pid is gone.
+    """
+    dest = Path(dest)
+    prefix = staging_prefix(dest)
+    try:
+        entries = sorted(dest.parent.iterdir())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or entry.is_symlink() or not entry.is_dir():
+            continue
+        writer = _read_writer(entry)
+        if writer is None:
+            match = re.match(r"(\d+)-", entry.name[len(prefix) :])
+            if not match:
+                continue
+            pid = int(match.group(1))
+            if pid == os.getpid():
+                continue
+            found.append(StaleStaging(entry, None, not pid_exists(pid)))
+        elif not (writer.host == _host() and writer.pid == os.getpid()):
+            found.append(StaleStaging(entry, writer, writer.gone()))
+    return found
+
+
+def remove_stale_staging(dest: Path | str) -> list[Path]:
+    """Remove the staging directories beside ``dest`` whose writer is provably gone; return them."""
+    removed = []
+    for stale in stale_staging(dest):
+        if stale.removable:
+            shutil.rmtree(stale.path, ignore_errors=True)
+            removed.append(stale.path)
+    return removed
+
+
 @contextmanager
 def staged_directory(dest: Path | str) -> Iterator[Path]:
     """Yield an empty staging directory beside ``dest``; rename it to ``dest`` when the block succeeds.
+
+    Stale staging of ``dest`` (writer provably gone) is removed first, even when ``dest`` exists.
 
     Raises:
         InvalidArgumentError: ``dest`` already exists (``DESTINATION_EXISTS``), checked before anything is
             written and again just before the rename.
     """
     dest = Path(dest)
+    if dest.parent.is_dir():
+        remove_stale_staging(dest)
     _refuse_existing(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(dest)
-    staging = dest.parent / f"{staging_prefix(dest)}{os.getpid()}-{secrets.token_hex(4)}"
-    staging.mkdir()
+    staging = _new_staging(dest, "")
     try:
         yield staging
+        (staging / WRITER_MARK).unlink(missing_ok=True)
         _fsync_tree(staging)
         _refuse_existing(dest)
         os.rename(staging, dest)
@@ -70,18 +132,35 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
 def scratch_directory(dest: Path | str) -> Iterator[Path]:
     """Yield an empty working directory beside ``dest`` for intermediate files; always removed after.
 
-    It is named like a staging directory of ``dest`` (with a ``-work`` suffix), so one left behind by a
-    killed process is cleaned up by the next write to ``dest`` as well.
+    It is named and marked like a staging directory of ``dest`` (with a ``-work`` suffix), so one left
+    behind by a killed process is removed by the next write to ``dest`` (or ``kg clean``).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(dest)
-    scratch = dest.parent / f"{staging_prefix(dest)}{os.getpid()}-{secrets.token_hex(4)}-work"
-    scratch.mkdir()
+    remove_stale_staging(dest)
+    scratch = _new_staging(dest, "-work")
     try:
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _new_staging(dest: Path, suffix: str) -> Path:
+    staging = dest.parent / f"{staging_prefix(dest)}{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+    staging.mkdir()
+    (staging / WRITER_MARK).write_text(Writer.me().to_json(dest=str(dest)))
+    return staging
+
+
+def _read_writer(directory: Path) -> Writer | None:
+    try:
+        return Writer.from_json((directory / WRITER_MARK).read_text())
+    except OSError:
+        return None
+
+
+def _host() -> str:
+    return socket.gethostname()
 
 
 def _refuse_existing(dest: Path) -> None:
@@ -94,26 +173,11 @@ def _refuse_existing(dest: Path) -> None:
 
 def _remove_stale_staging(dest: Path) -> None:
     """Remove staging directories for ``dest`` whose writing process no longer runs."""
-    prefix = staging_prefix(dest)
-    for entry in dest.parent.iterdir():
-        if not entry.name.startswith(prefix) or not entry.is_dir():
-            continue
-        match = re.match(r"(\d+)-", entry.name[len(prefix) :])
-        if match and not _process_alive(int(match.group(1))):
-            shutil.rmtree(entry, ignore_errors=True)
+    remove_stale_staging(dest)
 
 
 def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        # Another staged_directory of this very process may be writing next to us.
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or pid_exists(pid)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -230,6 +294,9 @@ __all__ = [
     "operator_dir_name",
     "scratch_directory",
     "snapshot_writer",
+    "StaleStaging",
+    "remove_stale_staging",
+    "stale_staging",
     "staged_directory",
     "staging_prefix",
 ]

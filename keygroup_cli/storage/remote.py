@@ -193,7 +193,7 @@ def remote_output(
         ExecutionError: The upload failed.
     """
     remote = location(target)
-    transfer.require_empty(remote)
+    transfer.require_empty(remote, commit_file)
     scratch = Path(tempfile.mkdtemp(prefix="kg-upload-", dir=scratch_root()))
     try:
         local = scratch / (remote.name or "output")

@@ -16,6 +16,7 @@ written; on failure or Ctrl-C the objects written so far are deleted where possi
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import random
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import TypeVar
 
 from keygroup_cli.errors import ExecutionError, InvalidArgumentError, KgError
 from keygroup_cli.storage.locations import Location
+from keygroup_cli.storage.writer import Writer
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -115,18 +117,58 @@ def download(
     return total
 
 
-def require_empty(target: Location) -> None:
+#: The object kg writes first into an upload target and removes after the commit: who is writing it.
+WRITER_MARK = ".kg-writer"
+
+
+def require_empty(target: Location, commit_file: str | None = None) -> None:
     """Refuse a target that holds any object (or file) already; nothing has been written yet.
+
+    One exception: the remains of kg's own upload to this target that never committed (a writer mark, no
+    ``commit_file``) whose writer is provably gone (same host, process gone) are deleted first, so a
+    rerun after a crash succeeds. Anything else is refused.
 
     Raises:
         InvalidArgumentError: ``DESTINATION_EXISTS``.
     """
-    if target.is_file() or (target.is_dir() and any(True for _ in target.iterdir())):
+    if commit_file is not None:
+        incomplete = incomplete_upload(target, commit_file)
+        if incomplete is not None and incomplete.gone():
+            remove_upload(target)
+    # Files only: object-store "directory" markers (empty keys ending in /) hold nothing.
+    if target.is_file() or (target.is_dir() and target.walk_files()):
+        incomplete = incomplete_upload(target, commit_file) if commit_file else None
+        hint = (
+            f"; it holds an upload kg never committed, by {incomplete.describe()}, which may still run: "
+            "`kg clean` removes it once that writer is gone (--force: now)"
+            if incomplete is not None
+            else ""
+        )
         raise InvalidArgumentError(
             f"destination exists: {target} holds objects already (kg never overwrites; choose a new "
-            "prefix or remove it)",
+            f"prefix or remove it){hint}",
             code="DESTINATION_EXISTS",
         )
+
+
+def incomplete_upload(target: Location, commit_file: str) -> Writer | None:
+    """Return the writer of an upload kg started at ``target`` and never committed, or None."""
+    mark = target / WRITER_MARK
+    if not mark.is_file() or (target / commit_file).is_file():
+        return None
+    return Writer.from_json(mark.read_bytes())
+
+
+def remove_upload(target: Location) -> int:
+    """Delete every object under ``target`` (kg's uncommitted upload); return how many."""
+    names = [name for name, _size in target.walk_files()]
+    # The mark goes last: an interrupted removal is still recognised as kg's.
+    for name in sorted(names, key=lambda n: n == WRITER_MARK):
+        (target / name).delete()
+    # pyarrow keeps empty "directory" markers where files were: remove those too.
+    with contextlib.suppress(KgError, OSError):
+        target.fs.delete_dir(target.path)
+    return len(names)
 
 
 def commit_upload(
@@ -169,6 +211,10 @@ def commit_upload(
 
     report("upload", 0, len(names))
     try:
+        # Who is writing, first: a crash leaves objects that the next run (or kg clean) can tell apart.
+        with lock:
+            written.append(WRITER_MARK)
+        retrying(lambda: (target / WRITER_MARK).write_bytes(Writer.me().to_json().encode()), str(target))
         for done, _name in enumerate(in_flight(put, state_files, capacity, ordered=False), 1):
             report("upload", done, len(names))
         put(commit_file)
@@ -176,12 +222,16 @@ def commit_upload(
     except BaseException:
         _delete_quietly(target, written, commit_file)
         raise
+    # Committed: the mark is no longer needed (a crash right here leaves it inside a valid snapshot).
+    with contextlib.suppress(KgError, OSError):
+        (target / WRITER_MARK).delete()
     return names
 
 
 def _delete_quietly(target: Location, written: list[str], commit_file: str) -> None:
-    # The commit file goes first: once it is gone the rest is unreachable garbage, never a savepoint.
-    for name in sorted(written, key=lambda n: n != commit_file):
+    # The commit file goes first: once it is gone the rest is unreachable garbage, never a savepoint;
+    # the writer mark goes last, so a removal cut short is still recognisable as kg's.
+    for name in sorted(written, key=lambda n: (n != commit_file, n == WRITER_MARK)):
         try:
             (target / name).delete()
         except (KgError, OSError):
@@ -192,4 +242,14 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
 
 
-__all__ = ["DEFAULT_CAPACITY", "commit_upload", "download", "in_flight", "require_empty", "retrying"]
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "WRITER_MARK",
+    "commit_upload",
+    "download",
+    "in_flight",
+    "incomplete_upload",
+    "remove_upload",
+    "require_empty",
+    "retrying",
+]

@@ -56,6 +56,16 @@ class S3Server:
                     out.write(path.read_bytes())
         return uri
 
+    def put(self, uri: str, data: bytes) -> None:
+        """Write one object."""
+        import pyarrow.fs as pafs
+
+        fs = pafs.S3FileSystem(
+            access_key="test", secret_key="test", endpoint_override=self.endpoint, region="us-east-1"
+        )
+        with fs.open_output_stream(uri.removeprefix("s3://")) as out:
+            out.write(data)
+
     def keys(self, uri: str) -> dict[str, int]:
         """Return ``{relative key: size}`` of every object under ``uri``."""
         import pyarrow.fs as pafs

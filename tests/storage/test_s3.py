@@ -221,3 +221,24 @@ def test_bad_credentials_are_exit_6_naming_them(kg, s3_server_checking_credentia
     error = done.json()["error"]
     assert error["code"] == "STORAGE_ACCESS_DENIED" and "credentials" in error["message"]
     assert done.stderr.count("\n") == 1
+
+
+def test_kg_clean_removes_an_uncommitted_upload_and_nothing_else(kg, bucket, s3_server):
+    import json
+    import socket
+
+    target = f"{bucket}/out/half-written"
+    s3_server.upload(SNAPSHOT / "counter", target + "/counter")
+    # A writer mark from a process that no longer runs, and no _manifest.json: kg's own leftover.
+    mark = {"host": socket.gethostname(), "pid": 2**22 + 12345, "started": None}
+    s3_server.put(f"{target}/.kg-writer", json.dumps(mark).encode())
+    foreign = f"{bucket}/out/not-kgs"
+    s3_server.upload(SNAPSHOT / "counter", foreign)
+    listed = kg("clean", target, "--dry-run", "--json")
+    assert listed.exit_code == 0 and listed.json()["leftovers"][0]["writer_gone"] is True
+    assert s3_server.keys(target)  # a dry run removes nothing
+    done = kg("clean", target, "--json")
+    assert done.exit_code == 0 and done.json()["leftovers"][0]["removed"] is True
+    assert s3_server.keys(target) == {}
+    assert kg("clean", foreign, "--json").json()["leftovers"] == []
+    assert s3_server.keys(foreign)

@@ -18,6 +18,7 @@ from keygroup_cli.snapshot.staging import (
     snapshot_writer,
     staged_directory,
     staging_prefix,
+    stale_staging,
 )
 
 OP_ID = "35a9f8ef506cec52320f30f0582ce304"
@@ -151,3 +152,58 @@ def test_case_insensitive_collisions_get_distinct_dirs(tmp_path: Path) -> None:
     w = SnapshotWriter(tmp_path)
     assert w.operator_dir("Counter", "0" * 32) == "Counter"
     assert w.operator_dir("counter", "1" * 32) == "counter-11111111"
+
+
+def _marked(dest: Path, pid: int, host: str | None = None, started: str | None = "auto") -> Path:
+    import json
+    import socket
+
+    from keygroup_cli.storage.writer import process_start_time
+
+    stale = dest.parent / f"{staging_prefix(dest)}{pid}-0badf00d-work"
+    stale.mkdir()
+    (stale / "partial").write_text("half-written")
+    when = process_start_time(pid) if started == "auto" else started
+    (stale / ".kg-writer").write_text(
+        json.dumps({"host": host or socket.gethostname(), "pid": pid, "started": when})
+    )
+    return stale
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
+def test_a_killed_writers_leftover_is_removed_even_when_dest_exists(tmp_path: Path) -> None:
+    # Killed between the commit (rename) and removing its scratch directory: DEST exists, the scratch
+    # stays. The next write to DEST removes it before refusing DEST, instead of leaving it forever.
+    dest = tmp_path / "out"
+    dest.mkdir()
+    stale = _marked(dest, _dead_pid())
+    with pytest.raises(InvalidArgumentError, match="destination exists"), staged_directory(dest):
+        pass
+    assert not stale.exists()
+
+
+def test_a_reused_pid_does_not_keep_a_leftover_alive(tmp_path: Path) -> None:
+    # The mark's pid is running again (our parent), but it started at another time: not the writer.
+    dest = tmp_path / "out"
+    stale = _marked(dest, os.getppid(), started="1")
+    live = _marked(tmp_path / "other", os.getppid())
+    with staged_directory(dest):
+        pass
+    assert not stale.exists()
+    assert stale_staging(tmp_path / "other")[0].removable is False and live.exists()
+
+
+def test_another_hosts_leftover_is_never_judged_gone(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    foreign = _marked(dest, _dead_pid(), host="some-other-host")
+    with staged_directory(dest):
+        pass
+    assert foreign.exists()
+    [found] = stale_staging(dest)
+    assert (found.path, found.removable) == (foreign, False)

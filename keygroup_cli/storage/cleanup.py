@@ -1,0 +1,64 @@
+"""What a killed kg left beside (or at) a destination, and its removal: the core of ``kg clean``.
+
+Locally: staging and scratch directories (``.DEST.kg-staging-…``) whose writer mark names a process that
+provably no longer runs. On an object store: an upload kg never committed (its writer mark is there, no
+``_metadata`` or ``_manifest.json``). Anything whose writer may still run, or that kg did not write, is
+listed and left alone; ``force`` removes kg's own leftovers whatever their writer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from keygroup_cli.storage import transfer
+from keygroup_cli.storage.locations import Location, is_remote, location
+
+COMMIT_FILES = ("_metadata", "_manifest.json")
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """One thing a kg run left: where, who wrote it, and whether it was (or would be) removed."""
+
+    path: str
+    writer: str
+    writer_gone: bool
+    removed: bool
+
+
+def clean(dest: str | os.PathLike[str], *, force: bool = False, dry_run: bool = False) -> list[Leftover]:
+    """Find kg's leftovers for ``dest`` and remove those whose writer is provably gone (all with ``force``).
+
+    ``dry_run`` removes nothing. ``dest`` itself, when committed, is never touched.
+    """
+    if is_remote(dest):
+        return _clean_upload(location(str(dest)), force, dry_run)
+    from keygroup_cli.snapshot.staging import stale_staging
+
+    found = []
+    for stale in stale_staging(Path(dest)):
+        remove = (stale.removable or force) and not dry_run
+        if remove:
+            shutil.rmtree(stale.path, ignore_errors=True)
+        writer = stale.writer.describe() if stale.writer is not None else "unknown (no writer mark)"
+        found.append(Leftover(str(stale.path), writer, stale.removable, remove))
+    return found
+
+
+def _clean_upload(target: Location, force: bool, dry_run: bool) -> list[Leftover]:
+    if any((target / name).is_file() for name in COMMIT_FILES):
+        return []  # committed: a savepoint or snapshot, not a leftover
+    writer = transfer.incomplete_upload(target, COMMIT_FILES[0])
+    if writer is None:
+        return []  # nothing of kg's there
+    gone = writer.gone()
+    remove = (gone or force) and not dry_run
+    if remove:
+        transfer.remove_upload(target)
+    return [Leftover(str(target), writer.describe(), gone, remove)]
+
+
+__all__ = ["Leftover", "clean"]
