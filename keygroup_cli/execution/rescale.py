@@ -47,7 +47,7 @@ from keygroup_cli.snapshot.model import (
     Snapshot,
     StateDescriptor,
 )
-from keygroup_cli.snapshot.staging import staged_directory
+from keygroup_cli.snapshot.staging import refuse_inside_input, staged_directory
 from keygroup_cli.storage import is_remote
 
 if TYPE_CHECKING:
@@ -124,6 +124,8 @@ def rescale(
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
+    if not isinstance(source, Snapshot):
+        refuse_inside_input(source, dest)
     if not isinstance(source, Snapshot) and (is_remote(source) or is_remote(dest)):
         return _rescale_remote(
             source,

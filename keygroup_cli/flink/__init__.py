@@ -157,7 +157,13 @@ def local_path(handle: StreamHandle, directory: Path | Location) -> Path | Locat
     (a ``Location``).
     """
     if isinstance(handle, RelativeFileHandle):
-        return directory / handle.relative_path
+        relative = PurePosixPath(handle.relative_path)
+        if not relative.parts or relative.is_absolute() or ".." in relative.parts:
+            raise _outside(f"{directory}: state file {handle.relative_path!r} leads outside the savepoint")
+        path = directory / handle.relative_path
+        if isinstance(path, Path) and path.exists() and not _inside(path, Path(directory)):
+            raise _outside(f"{path}: a link that leads outside the savepoint ({path.resolve()})")
+        return path
     if isinstance(handle, (FileHandle, SegmentFileHandle)):
         return _resolve_absolute(handle.path, directory)
     if isinstance(handle, KeyGroupsHandle) and handle.delegate is not None:
@@ -184,12 +190,57 @@ def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
             code="REMOTE_STATE_FILE",
         )
     path = Path(unquote(parsed.path))
-    if path.exists():
+    roots = _state_roots(Path(directory))
+    if path.exists() and any(_inside(path, root) for root in roots):
         return path
     for candidate in (directory / path.name, directory.parent / path.parent.name / path.name):
-        if candidate.exists():
+        if isinstance(candidate, Path) and candidate.exists() and any(_inside(candidate, r) for r in roots):
             return candidate
+    if path.exists():
+        raise _outside(
+            f"{uri}: state outside the checkpoint's own directories ({directory.parent}); to read it "
+            f"there, name its root in {STATE_ROOTS_ENV} (paths separated by {os.pathsep!r})"
+        )
     return path
+
+
+#: Extra directories (``os.pathsep``-separated) whose files a checkpoint's absolute handles may name.
+STATE_ROOTS_ENV = "KG_STATE_ROOTS"
+
+
+def _state_roots(directory: Path) -> list[Path]:
+    """Return where a checkpoint's absolute state paths may lead.
+
+    Its own directory, the job's checkpoint root (``shared/``, ``taskowned/``), and the roots the user
+    names in ``KG_STATE_ROOTS``.
+    """
+    extra = [Path(p) for p in os.environ.get(STATE_ROOTS_ENV, "").split(os.pathsep) if p]
+    inherited = _view_roots.get(directory.resolve(), ()) if isinstance(directory, Path) else ()
+    return [directory, directory.parent, *inherited, *extra]
+
+
+#: Views kg writes of a checkpoint (a canonical rewrite in a scratch directory) and the roots of the
+#: checkpoint they were made from: their absolute handles name files there.
+_view_roots: dict[Path, tuple[Path, ...]] = {}
+
+
+def trust_view(view: Path, origin: Path | Location) -> None:
+    """Let the view of a checkpoint that kg wrote at ``view`` read where ``origin`` may read."""
+    if isinstance(origin, Path):
+        _view_roots[view.resolve()] = tuple(r.resolve() for r in _state_roots(origin))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Return whether ``path``, links resolved, lies under ``root`` (links resolved)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _outside(message: str) -> InvalidSnapshotError:
+    return InvalidSnapshotError(message, code="STATE_FILE_OUTSIDE")
 
 
 #: Prefixes of object-store state files already read, while ``cached_prefixes`` is active.
@@ -276,4 +327,5 @@ __all__ = [
     "local_path",
     "read_flink_metadata",
     "read_stream_prefix",
+    "trust_view",
 ]

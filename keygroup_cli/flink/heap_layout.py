@@ -35,7 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, local_path, read_flink_metadata
+from keygroup_cli.flink import FlinkSnapshot, local_path, read_flink_metadata, trust_view
 from keygroup_cli.flink.handles import (
     FileHandle,
     IncrementalKeyedHandle,
@@ -371,6 +371,7 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
         properties=None,
     )
     (target / "_metadata").write_bytes(write_metadata(canonical))
+    trust_view(target, directory)  # its absolute handles name the original's files
     return read_flink_metadata(target)
 
 

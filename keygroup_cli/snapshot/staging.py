@@ -163,6 +163,35 @@ def _host() -> str:
     return socket.gethostname()
 
 
+def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+    """Refuse a destination that is the input, inside it, or contains it (the input is never modified).
+
+    Local paths only (links resolved); object-store prefixes are compared as text.
+
+    Raises:
+        InvalidArgumentError: ``DESTINATION_INSIDE_INPUT``.
+    """
+    from keygroup_cli.storage import is_remote
+
+    if is_remote(source) != is_remote(dest):
+        return
+    if is_remote(source):
+        a, b = str(source).rstrip("/") + "/", str(dest).rstrip("/") + "/"
+        inside = b.startswith(a) or a.startswith(b)
+    else:
+        src = Path(source).resolve()
+        if src.is_file():
+            src = src.parent  # a _metadata or _manifest.json file names its directory
+        dst = Path(dest).resolve()
+        inside = dst == src or src in dst.parents or dst in src.parents
+    if inside:
+        raise InvalidArgumentError(
+            f"destination {dest} is the input {source}, inside it or around it; kg never writes into its "
+            "input: choose a path outside it",
+            code="DESTINATION_INSIDE_INPUT",
+        )
+
+
 def _refuse_existing(dest: Path) -> None:
     if dest.exists() or dest.is_symlink():
         raise InvalidArgumentError(
@@ -295,6 +324,7 @@ __all__ = [
     "scratch_directory",
     "snapshot_writer",
     "StaleStaging",
+    "refuse_inside_input",
     "remove_stale_staging",
     "stale_staging",
     "staged_directory",

@@ -19,6 +19,7 @@ from keygroup_cli.flink.convert import (
     savepoint_to_snapshot,
     snapshot_to_savepoint,
 )
+from keygroup_cli.snapshot.staging import refuse_inside_input
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.remote import readable, remote_output
 from keygroup_cli.summary import is_kg_snapshot
@@ -67,6 +68,7 @@ def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compress
         )
     if compression is not None and not to_flink:
         raise click.UsageError("--compression/--no-compression only applies with --to-flink")
+    refuse_inside_input(source, dest)
     if not is_remote(dest):
         check_destination(dest)
     commit_file = "_metadata" if to_flink else "_manifest.json"
