@@ -26,6 +26,15 @@ OTHER_ENVIRONMENT = [
     ("COLUMNS", "width of the text output; unset and not a terminal: lines are not wrapped"),
     ("SOURCE_DATE_EPOCH", "`kg generate`: seconds since 1970 written as the manifest's `created_at`"),
     ("_KG_COMPLETE", "`bash_source`, `zsh_source` or `fish_source`: print the shell completion script"),
+    (
+        "KG_CACHE_DIR",
+        "kg's cache (Spark's class-data-sharing archive, Spark logs of failed runs); default `~/.cache/kg`",
+    ),
+    ("KG_SPARK_CDS", "`0`: no class-data-sharing archive of Spark's classes"),
+    ("PYSPARK_PYTHON", "the Python of Spark's workers (default in local mode: kg's own interpreter)"),
+    ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),
+    ("KG_SCRATCH_DIR", "where inputs from object stores are downloaded and remote outputs staged"),
+    ("KG_STATE_ROOTS", "more directories (`:`-separated) a checkpoint's absolute state paths may lead to"),
 ]
 
 
