@@ -486,9 +486,12 @@ class UidRestoreRequest:
     max_parallelism: Mapping[str, int]
     allow_non_restored_state: bool = False
     timeout_seconds: int = 120
+    #: The restoring job's state backend (``"rocksdb"`` for RocksDB NATIVE / incremental snapshots);
+    #: None keeps the cluster's hashmap.
+    backend: str | None = None
 
     def to_json(self, out: Path) -> dict[str, Any]:
-        return {
+        doc = {
             "savepoint": str(Path(self.savepoint).resolve()),
             "parallelism": dict(self.parallelism),
             "max_parallelism": dict(self.max_parallelism),
@@ -496,6 +499,9 @@ class UidRestoreRequest:
             "timeout_seconds": self.timeout_seconds,
             "out": str(out),
         }
+        if self.backend is not None:
+            doc["backend"] = self.backend
+        return doc
 
 
 def run_uid_restores(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +35,8 @@ from click.testing import CliRunner
 from keygroup_cli.cli import cli
 from keygroup_cli.errors import KgError
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink import find_metadata, local_path, read_flink_metadata
+from keygroup_cli.flink.handles import FileHandle, IncrementalKeyedHandle, LocalHandle
 from keygroup_cli.flink.metadata import parse_metadata
 from keygroup_cli.flink.metadata_writer import write_metadata
 from keygroup_cli.keygroups import operator_id_for_uid
@@ -181,10 +183,49 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
             ):
                 savepoints[f"{layout}/{cell}"] = dest
                 requests[f"{layout}/{cell}"] = UidRestoreRequest(dest, p, m)
+        # The version's own restore of the original at p 4 is the per-key reference for kg's rescale.
+        own = Path(str(find_metadata(source)))  # a chk-N must be named by its _metadata
+        if layout == "RocksDB incremental checkpoint":
+            own = _relocated(own, root / f"{layout}-relocated")
+        backend = "rocksdb" if "rocksdb" in case else None
+        requests[f"{layout}/own-p4"] = UidRestoreRequest(own, ALL_P4, OWN_M, backend=backend)
     dumps = run_uid_restores(version, list(requests.values()), root / "dumps", classpath)
     for dump in dumps:
         assert dump["flinkVersion"] == version
     return Run(version, savepoints, dict(zip(requests, dumps, strict=True)), kg)
+
+
+def _relocated(metadata: Path, dest: Path) -> Path:
+    """Copy a checkpoint whose shared files' absolute paths are gone, pointing them at the fixture's copies.
+
+    Flink reads an incremental checkpoint's ``shared/`` files only at the absolute paths in ``_metadata``
+    (kg also looks beside it); the generator's temp directory no longer exists, so for Flink's own
+    reference restore the handles are rewritten (kg's metadata writer) to the files in the fixture.
+    """
+    snapshot = read_flink_metadata(metadata)
+    shutil.copytree(snapshot.directory, dest)
+
+    def moved(entry: LocalHandle) -> LocalHandle:
+        if not isinstance(entry.handle, FileHandle):
+            return entry
+        found = local_path(entry.handle, snapshot.directory)
+        return replace(entry, handle=FileHandle(Path(str(found)).resolve().as_uri(), entry.handle.size))
+
+    operators = []
+    for op in snapshot.metadata.operators:
+        subtasks = []
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, IncrementalKeyedHandle):
+                keyed = replace(
+                    keyed,
+                    shared=tuple(moved(e) for e in keyed.shared),
+                    private=tuple(moved(e) for e in keyed.private),
+                )
+            subtasks.append(replace(sub, managed_keyed_state=keyed))
+        operators.append(replace(op, subtasks=tuple(subtasks)))
+    (dest / "_metadata").write_bytes(write_metadata(replace(snapshot.metadata, operators=tuple(operators))))
+    return dest / "_metadata"
 
 
 def _cli_code(args: list[str]) -> str:
@@ -303,6 +344,11 @@ def _cell(run: Run, layout: str, cell: str) -> str:
     p, m = (ALL_P4, OWN_M) if cell == "rescale" else (NEW_P, NEW_M)
     try:
         assert_uid_job_restored(run.dumps[f"{layout}/{cell}"], p, m)
+        if cell == "rescale":
+            # Key by key (value, key group, subtask) what Flink's own p 4 restore of the original holds.
+            own = run.dumps[f"{layout}/own-p4"]
+            assert_uid_job_restored(own, p, m)
+            assert run.dumps[f"{layout}/{cell}"]["keyed"] == own["keyed"], "differs from Flink's own restore"
     except AssertionError as exc:
         return f"no (Flink {run.version}: {str(exc).splitlines()[0][:60]})"
     return "yes"
