@@ -54,7 +54,8 @@ Examples:
 def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compression: bool | None) -> None:
     """Convert a canonical savepoint into a kg snapshot, or a kg snapshot into a savepoint Flink restores.
 
-    NATIVE savepoints and incremental checkpoints are refused: take a canonical savepoint.
+    Besides canonical savepoints, NATIVE savepoints and retained checkpoints (HashMap; RocksDB with the
+    [rocksdb] extra) are read too; what is written is always canonical.
     """
     out = output_for(ctx)
     is_savepoint = is_flink_savepoint(source)

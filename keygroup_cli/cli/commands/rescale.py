@@ -22,8 +22,9 @@ Examples:
   kg rescale s3://bkt/savepoints/sp-1a2b --from 3 --to 4 --out s3://bkt/savepoints/sp-1a2b-p4
   kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
 
-SNAPSHOT is a kg snapshot or a canonical Flink savepoint (then DEST is a savepoint too; NATIVE savepoints
-and incremental checkpoints are refused). With --from P and no --operator, the operators at parallelism P
+SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (then DEST is a canonical savepoint):
+canonical, NATIVE (HashMap; RocksDB with the [rocksdb] extra), a HashMap checkpoint or a RocksDB
+incremental checkpoint. With --from P and no --operator, the operators at parallelism P
 are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://): the input is
