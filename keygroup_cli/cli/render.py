@@ -97,6 +97,8 @@ class Output:
 
     def failure(self, code: str, message: str, *, command: str | None) -> None:
         """Report a failure: one line on stderr, and the JSON error document under ``--json``."""
+        # A library's exception text can hold line breaks (pyarrow's thrift errors do): one line, always.
+        message = " ".join(message.split())
         sys.stderr.write(f"kg: error: {message}\n")
         sys.stderr.flush()
         if self.json:

@@ -243,8 +243,9 @@ def _read_operator_state(reader: DataInput, version: int) -> OperatorState:
     operator_id = reader.read_bytes(16).hex()
     parallelism = reader.read_int()
     max_parallelism = reader.read_int()
-    if parallelism <= 0 or max_parallelism <= 0 or parallelism > max_parallelism:
-        # OperatorState's constructor: checkArgument(parallelism <= maxParallelism) and positive values.
+    if parallelism <= 0 or max_parallelism <= 0 or parallelism > max_parallelism or max_parallelism > 32768:
+        # OperatorState's constructor: checkArgument(parallelism <= maxParallelism) and positive values;
+        # Flink never configures a maxParallelism above KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM.
         raise _corrupt(
             reader,
             f"operator {operator_id}: invalid parallelism {parallelism} / max parallelism {max_parallelism}",
