@@ -247,6 +247,11 @@ def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
     """
     n = len(block)
     nprefix = layout.prefix_bytes
+    if not 0 <= group < 256**nprefix:
+        # A corrupt key-group range in _metadata: no key of this layout can carry this group's prefix.
+        raise _Corrupt(
+            "FLINK_KEY_GROUP_OFFSETS", f"key group {group} is beyond what a {nprefix}-byte key prefix holds"
+        )
     expected = group.to_bytes(nprefix, "big")
     pos = 0
     count = 0
