@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli import __version__
-from keygroup_cli.errors import ExecutionError, InvalidArgumentError
+from keygroup_cli.errors import ExecutionError
 from keygroup_cli.execution import (
     EngineChoice,
     ExecutionResult,
@@ -47,7 +47,7 @@ from keygroup_cli.snapshot.model import (
     Snapshot,
     StateDescriptor,
 )
-from keygroup_cli.snapshot.staging import refuse_inside_input, staged_directory
+from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input, staged_directory
 from keygroup_cli.storage import is_remote
 
 if TYPE_CHECKING:
@@ -163,11 +163,7 @@ def rescale(
     started = time.monotonic()
     report = on_progress or _ignore
     dest = Path(dest)
-    if dest.exists() or dest.is_symlink():
-        raise InvalidArgumentError(
-            f"destination exists: {dest} (kg never overwrites; choose a new path or remove it)",
-            code="DESTINATION_EXISTS",
-        )
+    refuse_existing(dest)
     snapshot = source if isinstance(source, Snapshot) else open_snapshot(source)
     plan = plan_rescale(
         snapshot,
@@ -210,11 +206,8 @@ def _rescale_remote(
 
     started = time.monotonic()
     report = options.get("on_progress") or _ignore
-    if not is_remote(dest) and (Path(dest).exists() or Path(dest).is_symlink()):
-        raise InvalidArgumentError(
-            f"destination exists: {dest} (kg never overwrites; choose a new path or remove it)",
-            code="DESTINATION_EXISTS",
-        )
+    if not is_remote(dest):
+        refuse_existing(Path(dest))  # before the download, not after it
     savepoint = is_flink_savepoint(source)
     commit_file = "_metadata" if savepoint else "_manifest.json"
     with contextlib.ExitStack() as stack:

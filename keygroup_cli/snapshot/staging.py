@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ def stale_staging(dest: Path | str) -> list[StaleStaging]:
             if pid == os.getpid():
                 continue
             found.append(StaleStaging(entry, None, not pid_exists(pid)))
-        elif not (writer.host == _host() and writer.pid == os.getpid()):
+        elif not writer.is_me():
             found.append(StaleStaging(entry, writer, writer.gone()))
     return found
 
@@ -113,14 +112,14 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
     dest = Path(dest)
     if dest.parent.is_dir():
         remove_stale_staging(dest)
-    _refuse_existing(dest)
+    refuse_existing(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = _new_staging(dest, "")
     try:
         yield staging
         (staging / WRITER_MARK).unlink(missing_ok=True)
         _fsync_tree(staging)
-        _refuse_existing(dest)
+        refuse_existing(dest)
         os.rename(staging, dest)
         fsync_directory(dest.parent)
     except BaseException:
@@ -159,10 +158,6 @@ def _read_writer(directory: Path) -> Writer | None:
         return None
 
 
-def _host() -> str:
-    return socket.gethostname()
-
-
 def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
     """Refuse a destination that is the input, inside it, or contains it (the input is never modified).
 
@@ -192,21 +187,17 @@ def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[
         )
 
 
-def _refuse_existing(dest: Path) -> None:
+def refuse_existing(dest: Path) -> None:
+    """Refuse an existing ``dest`` (a path, or a link even to nothing): kg never overwrites.
+
+    Raises:
+        InvalidArgumentError: ``DESTINATION_EXISTS``.
+    """
     if dest.exists() or dest.is_symlink():
         raise InvalidArgumentError(
             f"destination exists: {dest} (kg never overwrites; choose a new path or remove it)",
             code="DESTINATION_EXISTS",
         )
-
-
-def _remove_stale_staging(dest: Path) -> None:
-    """Remove staging directories for ``dest`` whose writing process no longer runs."""
-    remove_stale_staging(dest)
-
-
-def _process_alive(pid: int) -> bool:
-    return pid == os.getpid() or pid_exists(pid)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -324,6 +315,7 @@ __all__ = [
     "scratch_directory",
     "snapshot_writer",
     "StaleStaging",
+    "refuse_existing",
     "refuse_inside_input",
     "remove_stale_staging",
     "stale_staging",

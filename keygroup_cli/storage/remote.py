@@ -18,7 +18,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError
@@ -29,14 +28,6 @@ MANIFEST = "_manifest.json"
 METADATA = "_metadata"
 
 OnProgress = Callable[[str, int, "int | None"], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """What ``local_copy`` downloaded: files and bytes (for summaries and benchmarks)."""
-
-    files: int
-    bytes: int
 
 
 def scratch_root() -> Path:
@@ -205,4 +196,4 @@ def remote_output(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["Fetched", "is_kg_snapshot_at", "local_copy", "readable", "remote_output", "scratch_root"]
+__all__ = ["is_kg_snapshot_at", "local_copy", "readable", "remote_output", "scratch_root"]
