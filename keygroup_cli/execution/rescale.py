@@ -126,40 +126,24 @@ def rescale(
     """
     if not isinstance(source, Snapshot):
         refuse_inside_input(source, dest)
-    if not isinstance(source, Snapshot) and (is_remote(source) or is_remote(dest)):
-        return _rescale_remote(
-            source,
-            dest,
-            new_parallelism,
-            from_parallelism=from_parallelism,
-            operators=operators,
-            new_max_parallelism=new_max_parallelism,
-            engine=engine,
-            master=master,
-            spark=spark,
-            spark_conf=spark_conf,
-            verbose=verbose,
-            on_progress=on_progress,
-            executor=executor,
-        )
-    if not isinstance(source, Snapshot) and is_flink_savepoint(source):
-        from keygroup_cli.execution.savepoint import rescale_savepoint
+        options: dict[str, Any] = {
+            "from_parallelism": from_parallelism,
+            "operators": operators,
+            "new_max_parallelism": new_max_parallelism,
+            "engine": engine,
+            "master": master,
+            "spark": spark,
+            "spark_conf": spark_conf,
+            "verbose": verbose,
+            "on_progress": on_progress,
+            "executor": executor,
+        }
+        if is_remote(source) or is_remote(dest):
+            return _rescale_remote(source, dest, new_parallelism, **options)
+        if is_flink_savepoint(source):
+            from keygroup_cli.execution.savepoint import rescale_savepoint
 
-        return rescale_savepoint(
-            source,
-            dest,
-            new_parallelism,
-            from_parallelism=from_parallelism,
-            operators=operators,
-            new_max_parallelism=new_max_parallelism,
-            engine=engine,
-            master=master,
-            spark=spark,
-            spark_conf=spark_conf,
-            verbose=verbose,
-            on_progress=on_progress,
-            executor=executor,
-        )
+            return rescale_savepoint(source, dest, new_parallelism, **options)
     started = time.monotonic()
     report = on_progress or _ignore
     dest = Path(dest)
