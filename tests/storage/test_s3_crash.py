@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,32 @@ def big_input(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> tuple
     return local, uri
 
 
-def _kill_during_upload(s3_server: Any, args: list[str], target: str, objects: int) -> tuple[int, int]:
+#: Columns of the printed table; docs/reliability.md has the full-size figures.
+COLUMNS = ("runs", "killed", "finished first", "crashes", "hangs", "inputs modified", "partial outputs",
+           "survivors", "rerun failed", "leftovers")  # fmt: skip
+TABLE: dict[str, Counter[str]] = {}
+
+
+def _group_alive(pgid: int) -> list[int]:
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+def _kill_during_upload(
+    s3_server: Any, args: list[str], target: str, objects: int
+) -> tuple[int, int | None, int]:
     """Run kg, SIGKILL its process group once ``objects`` objects exist under ``target``.
 
-    Returns ``(objects seen when killed, exit status)``; objects seen is 0 if kg finished first.
+    Returns ``(objects seen when killed, exit status, pgid)``; objects seen is 0 if kg finished first; the
+    status is None if kg neither finished nor reached the kill point within 240 s (a hang: it is killed).
     """
     env = {**os.environ, **s3_server.env}
     proc = subprocess.Popen([*KG, *args], env=env, start_new_session=True,
@@ -55,8 +78,12 @@ def _kill_during_upload(s3_server: Any, args: list[str], target: str, objects: i
             os.killpg(proc.pid, signal.SIGKILL)
             break
         time.sleep(0.005)
+    if proc.poll() is None and time.monotonic() >= deadline:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        return 0, None, proc.pid
     status = proc.wait(30)
-    return (seen if status == -signal.SIGKILL else 0), status
+    return (seen if status == -signal.SIGKILL else 0), status, proc.pid
 
 
 @pytest.mark.parametrize("kind", ["snapshot", "savepoint"])
@@ -68,28 +95,63 @@ def test_kill_9_mid_upload_never_shows_a_commit_file(kg, s3_server, big_input, t
         local = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
         uri = s3_server.upload(local, uri.replace("/input", "/input-savepoint"))
         parallelism = "48"
+    local_before = tree_digest(local)
     before = s3_server.keys(uri)
     commit = "_metadata" if kind == "savepoint" else "_manifest.json"
-    killed_mid_upload = 0
+    counts: Counter[str] = Counter()
+    problems: list[str] = []
     for round_, objects in enumerate(KILL_POINTS):
         target = f"{uri}-out-{round_}"
         args = ["rescale", uri, "--to", parallelism, "-m", "256", "--out", target, "--engine", "local", "-q"]
-        seen, status = _kill_during_upload(s3_server, args, target, objects)
+        seen, status, pgid = _kill_during_upload(s3_server, args, target, objects)
+        counts["runs"] += 1
+        deadline = time.monotonic() + 10
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _group_alive(pgid):
+            counts["survivors"] += 1
+            problems.append(f"kill point {objects}: processes of the group survive")
         keys = s3_server.keys(target)
-        if status == -signal.SIGKILL:
-            killed_mid_upload += 1
-            assert commit not in keys, f"killed after {seen} objects, yet {commit} is visible"
-            assert kg("inspect", target).exit_code == 3  # not a snapshot or savepoint
+        if status is None:
+            counts["hangs"] += 1
+            problems.append(f"kill point {objects}: no progress within 240 s")
+        elif status == -signal.SIGKILL:
+            counts["killed"] += 1
+            # No commit file: not a snapshot or savepoint, whatever else is there.
+            if commit in keys or kg("inspect", target).exit_code != 3:
+                counts["partial outputs"] += 1
+                problems.append(f"kill point {objects}: killed after {seen} objects, yet {commit} is visible")
             # The leftover is recognised as kg's own uncommitted upload; a rerun removes it and succeeds.
-            assert ".kg-writer" in keys
+            if ".kg-writer" not in keys:
+                problems.append(f"kill point {objects}: no writer mark in the uncommitted upload")
             rerun = kg(*args)
-            assert rerun.exit_code == 0, rerun.stderr
-            assert commit in s3_server.keys(target) and ".kg-writer" not in s3_server.keys(target)
-            assert kg("check", target, "-p", parallelism, "-m", "256").exit_code == 0
+            if rerun.exit_code != 0 or kg("check", target, "-p", parallelism, "-m", "256").exit_code != 0:
+                counts["rerun failed"] += 1
+                problems.append(f"kill point {objects}: rerun exit {rerun.exit_code}: {rerun.stderr.strip()}")
         else:
             # It finished before the kill point: then it must be complete and valid.
-            assert status == 0 and commit in keys
-            assert kg("check", target, "-p", parallelism, "-m", "256").exit_code == 0
-        assert s3_server.keys(uri) == before  # the input is never modified
-    assert killed_mid_upload >= len(KILL_POINTS) - 1, "the upload finished too fast to be interrupted"
-    assert tree_digest(local)  # the local original is intact (read above)
+            counts["finished first"] += 1
+            if status != 0 or commit not in keys:
+                counts["crashes"] += 1
+                problems.append(f"kill point {objects}: finished with exit {status}")
+            elif kg("check", target, "-p", parallelism, "-m", "256").exit_code != 0:
+                counts["partial outputs"] += 1
+                problems.append(f"kill point {objects}: finished, but the output fails kg check")
+        if ".kg-writer" in s3_server.keys(target):
+            counts["leftovers"] += 1
+            problems.append(f"kill point {objects}: the writer mark is left after the rerun")
+        if s3_server.keys(uri) != before:  # the input is never modified
+            counts["inputs modified"] += 1
+            problems.append(f"kill point {objects}: the input changed")
+    counts["inputs modified"] += tree_digest(local) != local_before  # the local original is intact
+    TABLE[f"S3 target, {kind}"] = counts
+    _print_table()
+    assert not problems, problems
+    assert counts["killed"] >= len(KILL_POINTS) - 1, "the upload finished too fast to be interrupted"
+
+
+def _print_table() -> None:
+    print(f"\nkill -9 of the process group during the upload to S3 ({len(KILL_POINTS)} kill points)")
+    print(f"{'path':28}" + "".join(f"{c:>16}" for c in COLUMNS))
+    for name, counts in TABLE.items():
+        print(f"{name:28}" + "".join(f"{counts[c]:>16}" for c in COLUMNS))
