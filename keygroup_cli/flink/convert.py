@@ -1,6 +1,6 @@
 """Convert a canonical Flink savepoint into a kg snapshot, and a kg snapshot back into a savepoint.
 
-``savepoint_to_snapshot`` decodes every operator's keyed state (``keyed_state``) and operator state
+``savepoint_to_snapshot`` decodes every operator's keyed state (``keyed_decode``) and operator state
 (``operator_state``) into the kg Parquet layout and keeps everything else a savepoint needs in an additive
 ``flink`` manifest extension (``docs/reference/flink-extension.md``): metadata version, checkpoint id,
 properties trailer and master states on the manifest; per operator the coordinator state, the keyed-state
@@ -47,6 +47,8 @@ from keygroup_cli.flink.handles import (
     RelativeFileHandle,
 )
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
+from keygroup_cli.flink.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.keyed_encode import write_keyed_file
 from keygroup_cli.flink.keyed_header import (
     KeyedStateHeader,
     OperatorStateHeader,
@@ -54,7 +56,7 @@ from keygroup_cli.flink.keyed_header import (
     read_keyed_header,
     read_operator_header,
 )
-from keygroup_cli.flink.keyed_state import KeyedLayout, StreamSource, decode_keyed_file, write_keyed_file
+from keygroup_cli.flink.keyed_layout import KeyedLayout
 from keygroup_cli.flink.metadata import (
     CheckpointMetadata,
     MasterState,
@@ -65,6 +67,7 @@ from keygroup_cli.flink.metadata import (
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file, write_operator_file
 from keygroup_cli.flink.regroup import RegroupedFile
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes

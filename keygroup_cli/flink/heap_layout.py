@@ -44,12 +44,14 @@ from keygroup_cli.flink.handles import (
     RelativeFileHandle,
     StreamHandle,
 )
+from keygroup_cli.flink.keyed_encode import encode_block
 from keygroup_cli.flink.keyed_header import KeyedStateHeader, SerializerSnapshot, read_keyed_header
-from keygroup_cli.flink.keyed_state import StreamSource, encode_block, kg_kind
+from keygroup_cli.flink.keyed_layout import kg_kind
 from keygroup_cli.flink.metadata import CheckpointMetadata, OperatorState, SubtaskState
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
 from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 
@@ -148,7 +150,7 @@ class _StateWalker:
         self.value = value
         self.namespace = namespace
         # Key length and namespace length follow them only when both serializers are variable-length
-        # (``CompositeKeySerializationUtils``, as in ``keyed_state._entries_of_group``).
+        # (``CompositeKeySerializationUtils``, as in ``keyed_encode._entries_of_group``).
         self.both_variable = FIXED_SIZES.get(self.key.class_name) is None and (
             namespace is None or FIXED_SIZES.get(namespace.class_name) is None
         )

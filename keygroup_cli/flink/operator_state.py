@@ -24,9 +24,9 @@ import pyarrow as pa
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.handles import OperatorStateEntry, OperatorStateHandle
 from keygroup_cli.flink.keyed_header import OperatorStateHeader, StateMetaInfo
-from keygroup_cli.flink.keyed_state import StreamSource
 from keygroup_cli.flink.serializers import value_end
 from keygroup_cli.flink.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.snapshot.parquet import OPERATOR_SCHEMA
 
 _INT = struct.Struct(">i")

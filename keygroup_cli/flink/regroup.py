@@ -22,8 +22,8 @@ from pathlib import Path
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import FlinkSnapshot
 from keygroup_cli.flink.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
-from keygroup_cli.flink.keyed_state import StreamSource
 from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.

@@ -39,9 +39,10 @@ from keygroup_cli.flink.handles import (
     KeyGroupsHandle,
     RelativeFileHandle,
 )
+from keygroup_cli.flink.keyed_encode import encode_block
 from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_state import StreamSource, encode_block
 from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 

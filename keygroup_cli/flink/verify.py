@@ -32,17 +32,13 @@ from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
+from keygroup_cli.flink.keyed_decode import decode_block_batch
 from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
-from keygroup_cli.flink.keyed_state import (
-    END_OF_KEY_GROUP_MARK,
-    FIRST_BIT_IN_BYTE_MASK,
-    KeyedLayout,
-    StreamSource,
-    decode_block_batch,
-)
+from keygroup_cli.flink.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.metadata import OperatorState
 from keygroup_cli.flink.operator_state import decode_operator_file
 from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot.verify import VerifyReport

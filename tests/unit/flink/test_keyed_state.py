@@ -17,17 +17,12 @@ from kg_fixture_state import (
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle
+from keygroup_cli.flink.keyed_decode import decode_block, decode_keyed_file
+from keygroup_cli.flink.keyed_encode import encode_block, write_keyed_file
 from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_state import (
-    KeyedLayout,
-    StateLayout,
-    StreamSource,
-    decode_block,
-    decode_keyed_file,
-    encode_block,
-    write_keyed_file,
-)
+from keygroup_cli.flink.keyed_layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import KeyGroupRange
 
 
@@ -168,7 +163,7 @@ def test_prefix_width_follows_max_parallelism() -> None:
 
 
 def _cols() -> Any:
-    from keygroup_cli.flink.keyed_state import _Columns
+    from keygroup_cli.flink.keyed_decode import _Columns
 
     return _Columns()
 

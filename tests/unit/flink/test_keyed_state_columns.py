@@ -11,20 +11,10 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
+from keygroup_cli.flink.keyed_decode import _Columns, _decode_block_columns, decode_block, decode_keyed_file
+from keygroup_cli.flink.keyed_encode import _encode_columns, _encode_per_entry, _Rows, write_keyed_file
 from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_state import (
-    KeyedLayout,
-    StateLayout,
-    StreamSource,
-    _Columns,
-    _decode_block_columns,
-    _encode_columns,
-    _encode_per_entry,
-    _Rows,
-    decode_block,
-    decode_keyed_file,
-    write_keyed_file,
-)
+from keygroup_cli.flink.keyed_layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.serializers import (
     BOOLEAN_SNAPSHOT,
     INT_SNAPSHOT,
@@ -35,6 +25,7 @@ from keygroup_cli.flink.serializers import (
     key_codec,
 )
 from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import keyed_schema
 

@@ -18,8 +18,8 @@ from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import OperatorStateHandle
 from keygroup_cli.flink.keyed_header import OperatorStateHeader, operator_header_end, read_operator_header
-from keygroup_cli.flink.keyed_state import StreamSource
 from keygroup_cli.flink.operator_state import decode_operator_file, write_operator_file
+from keygroup_cli.flink.stream_source import StreamSource
 
 
 def _operator_files(

@@ -9,7 +9,7 @@ from kg_fixture_state import FLINK_FIXTURES
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.keyed_state import StreamSource, key_group_extents
+from keygroup_cli.flink.handles import key_group_extents
 from keygroup_cli.flink.snappy import (
     BLOCK_SIZE,
     STREAM_IDENTIFIER,
@@ -18,6 +18,7 @@ from keygroup_cli.flink.snappy import (
     encode_frames,
     masked_crc32c,
 )
+from keygroup_cli.flink.stream_source import StreamSource
 
 
 def test_crc32c_known_vectors() -> None:

@@ -1,0 +1,95 @@
+"""Random access to the bytes of one state handle: inline bytes, a local file (memory-mapped) or a segment.
+
+Shared by the keyed-state decoder (``keyed_decode``), the operator-state reader and the layout rewriters.
+"""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+from typing import BinaryIO
+
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink import local_path
+from keygroup_cli.flink.handles import (
+    ByteStreamHandle,
+    SegmentFileHandle,
+    StreamHandle,
+)
+from keygroup_cli.storage.locations import Location
+
+
+class StreamSource:
+    """Random access to the bytes of one state handle: inline, a local file (memory-mapped) or a segment.
+
+    Use as a context manager; ``read(start, end)`` returns ``bytes``.
+    """
+
+    def __init__(
+        self, handle: StreamHandle | None, directory: Path | Location, source: str | None = None
+    ) -> None:
+        self._mmap: mmap.mmap | None = None
+        self._file: BinaryIO | None = None
+        self._base = 0
+        if handle is None:
+            self._data: bytes | mmap.mmap = b""
+            self.source = source or "<empty>"
+        elif isinstance(handle, ByteStreamHandle):
+            self._data = handle.data
+            self.source = source or f"inline state {handle.handle_name}"
+        else:
+            path = local_path(handle, directory)
+            if path is None:
+                raise UnsupportedFormatError(
+                    f"cannot read state handle {handle!r}", code="FLINK_HANDLE_UNSUPPORTED"
+                )
+            self.source = source or str(path)
+            if isinstance(path, Location):
+                if path.local_path is None:
+                    # Decoding streams whole files: kg downloads a remote input first (storage.remote).
+                    raise UnsupportedFormatError(
+                        f"{path}: decoding state straight from an object store is not supported; "
+                        "kg rescale downloads it first",
+                        code="REMOTE_STATE_FILE",
+                    )
+                path = path.local_path
+            try:
+                self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+            except FileNotFoundError:
+                raise InvalidSnapshotError(
+                    f"{path}: state file is missing", code="STATE_FILE_MISSING"
+                ) from None
+            except OSError as exc:
+                raise InvalidSnapshotError(
+                    f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
+                ) from None
+            size = path.stat().st_size
+            self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            if isinstance(self._data, mmap.mmap):
+                self._mmap = self._data
+            if isinstance(handle, SegmentFileHandle):
+                self._base = handle.start_pos
+                self.size = handle.size
+                return
+        self.size = len(self._data)
+
+    def read(self, start: int, end: int) -> bytes:
+        """Return the bytes ``[start, end)`` of the stream (clipped to its end)."""
+        end = min(end, self.size)
+        return bytes(self._data[self._base + start : self._base + end])
+
+    def close(self) -> None:
+        """Release the mapping and the file."""
+        if self._mmap is not None:
+            self._mmap.close()
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> StreamSource:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+__all__ = ["StreamSource"]
