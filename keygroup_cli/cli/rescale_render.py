@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli.cli.commands.plan import plan_document, render_plan
+from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import print_table
 from keygroup_cli.execution.rescale import RescaleResult
 from keygroup_cli.keygroups import skew
@@ -121,6 +121,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
     """Return the JSON result document of ``kg rescale``."""
     operators = []
     regrouped = result.regrouped or {}
+    rehashed = result.keyed_rows or {}
     for op_plan in result.plan.operators:
         new = result.operator(op_plan.operator_id)
         keyed = {f.subtask: f for f in new.keyed_files}
@@ -151,7 +152,13 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
             "moved_rows": op_plan.moved_rows,
             "subtasks": subtasks,
         }
-        if copied is not None:
+        rows = rehashed.get(op_plan.operator_id)
+        if copied is not None and rows is not None:
+            # A savepoint's keys re-hashed for a new maxParallelism: every entry decoded, so counted.
+            document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+            for subtask, size, count in zip(subtasks, copied, rows, strict=True):
+                subtask.update(keyed_rows=count, keyed_bytes=size)
+        elif copied is not None:
             # Key groups copied as bytes between savepoint files: sizes known, entries not decoded.
             document.update(mode="regroup", keyed_rows=None, moved_rows=None)
             for subtask, size in zip(subtasks, copied, strict=True):

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from keygroup_cli import planning
 from keygroup_cli.cli.inputs import job_option, resolve_input
@@ -22,7 +19,8 @@ from keygroup_cli.cli.options import (
     output_options,
     to_parallelism_option,
 )
-from keygroup_cli.cli.render import Output, output_for, print_table
+from keygroup_cli.cli.plan_render import plan_document, render_plan
+from keygroup_cli.cli.render import Output, output_for
 from keygroup_cli.errors import UnsupportedFormatError
 
 EPILOG = """\b
@@ -32,66 +30,6 @@ Examples:
   kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
 """
-
-
-def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
-    """Return the JSON form of a key-group plan (public API: docs/reference/json-output.md)."""
-    return {
-        "max_parallelism": plan.max_parallelism,
-        "from_parallelism": plan.old_parallelism,
-        "to_parallelism": plan.new_parallelism,
-        "moved_key_groups": plan.moved_key_groups,
-        "moved_fraction": plan.moved_fraction,
-        "from_skew": plan.old_skew,
-        "to_skew": plan.new_skew,
-        "from_loads": list(plan.old_loads),
-        "to_loads": list(plan.new_loads),
-        "transfers": [
-            {
-                "from_subtask": t.from_subtask,
-                "to_subtask": t.to_subtask,
-                "key_groups": t.key_groups,
-                "runs": [list(r) for r in t.runs],
-                **({"rows": t.rows} if t.rows is not None else {}),
-                **({"bytes": t.bytes} if t.bytes is not None else {}),
-            }
-            for t in plan.transfers
-        ],
-        "runs": [
-            {
-                "start": r.start,
-                "end": r.end,
-                "from_subtask": r.from_subtask,
-                "to_subtask": r.to_subtask,
-                **({"rows": r.rows} if r.rows is not None else {}),
-                **({"bytes": r.bytes} if r.bytes is not None else {}),
-            }
-            for r in plan.runs
-        ],
-    }
-
-
-def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") -> None:
-    """Print the transfer table and the summary lines of a key-group plan."""
-    weighted = any(t.rows is not None for t in plan.transfers)
-    table = Table(
-        title=title
-        or f"maxParallelism {plan.max_parallelism}: "
-        f"parallelism {plan.old_parallelism} → {plan.new_parallelism}"
-    )
-    for name in ("from", "to", "key groups", *(("rows", "bytes") if weighted else ()), "runs"):
-        table.add_column(name, justify="left" if name == "runs" else "right", no_wrap=name != "runs")
-    for t in plan.transfers:
-        runs = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in t.runs)
-        marker = "" if t.from_subtask != t.to_subtask else " (stays)"
-        weights = (str(t.rows or 0), str(t.bytes or 0)) if weighted else ()
-        table.add_row(str(t.from_subtask), f"{t.to_subtask}{marker}", str(t.key_groups), *weights, runs)
-    print_table(console, table)
-    console.print(
-        f"{plan.moved_key_groups} of {plan.max_parallelism} key groups change subtask "
-        f"({plan.moved_fraction:.1%}); key groups per subtask skew (max/mean): "
-        f"{plan.old_skew:.2f} → {plan.new_skew:.2f}"
-    )
 
 
 def show_snapshot_plan(
