@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keygroup_cli.checks import Severity
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.snapshot.verify import VerifyReport
 from keygroup_cli.storage.locations import Location
+
+if TYPE_CHECKING:
+    from keygroup_cli.flink import FlinkSnapshot
 
 OnProgress = Callable[[str, int, "int | None"], None]
 
@@ -55,18 +59,23 @@ def require_intact(path: str | Path | Location, *, on_progress: OnProgress | Non
         raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
-def require_readable_output(path: Path) -> None:
+def require_readable_output(path: Path | FlinkSnapshot) -> None:
     """Refuse to commit a staged Flink savepoint that kg's own reader rejects.
+
+    ``path`` is the staging directory, or the parsed ``_metadata`` of an upload that writes it last
+    (its streams are read where it will be).
 
     Raises:
         ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
     """
-    from keygroup_cli.flink.verify import verify_flink
+    from keygroup_cli.flink.verify import verify_flink, verify_streams
 
-    problem = _first_error(verify_flink(path))
+    report = verify_flink(path) if isinstance(path, Path) else verify_streams(path)
+    problem = _first_error(report)
     if problem is not None:
+        where = path if isinstance(path, Path) else path.directory
         raise ExecutionError(
-            f"output verification failed: {path}: {problem}", code="OUTPUT_VERIFICATION_FAILED"
+            f"output verification failed: {where}: {problem}", code="OUTPUT_VERIFICATION_FAILED"
         )
 
 

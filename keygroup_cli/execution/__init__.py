@@ -15,11 +15,15 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError
 from keygroup_cli.planning import RescalePlan
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
+
+if TYPE_CHECKING:
+    from keygroup_cli.execution.keyed_pipeline import KeyedJob
+    from keygroup_cli.flink.keyed_tasks import WrittenKeyedFile
 
 #: ``on_progress(stage, completed, total)``: the core's progress callback (drawn by the CLI, if at all).
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -107,6 +111,15 @@ class Executor(Protocol):
         self, plan: RescalePlan, source: Snapshot, target: Path, on_progress: OnProgress | None = None
     ) -> ExecutionResult:
         """Write the new state files and return their manifest entries."""
+        ...
+
+    def run_keyed(
+        self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
+    ) -> dict[str, list[WrittenKeyedFile]]:
+        """Run the read/route and write tasks of ``jobs``; return each operator's files by operator id.
+
+        ``scratch`` is a local directory the engine may spill into (removed by the caller).
+        """
         ...
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, tasks
+from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, keyed_pipeline, tasks
+from keygroup_cli.execution.keyed_pipeline import KeyedJob
+from keygroup_cli.flink.keyed_tasks import WrittenKeyedFile
 from keygroup_cli.planning import OperatorPlan, RescalePlan
 from keygroup_cli.snapshot.model import KeyedFile, Operator, Snapshot
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS, iter_keyed_batches
@@ -116,6 +118,58 @@ class LocalExecutor:
             for writer in writers.values():
                 writer.close()
             shutil.rmtree(target / SPILL_DIR, ignore_errors=True)
+
+    def run_keyed(
+        self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
+    ) -> dict[str, list[WrittenKeyedFile]]:
+        """Run every job in this process: route every read task into spill files, then write each subtask.
+
+        The spill holds one Arrow IPC stream per (new subtask, bucket), appended in input order, so memory
+        is bounded by a batch while routing and by one bucket while writing.
+        """
+        report = on_progress or _ignore
+        stage = "re-hash keyed state (bytes)"
+        total = sum(job.bytes for job in jobs)
+        done = 0
+        report(stage, 0, total)
+        written: dict[str, list[WrittenKeyedFile]] = {}
+        for job in jobs:
+            spill = scratch / SPILL_DIR / job.operator_id
+            spill.mkdir(parents=True)
+            writers: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
+            routed = 0
+            try:
+                for task in job.reads:
+                    for new_subtask, bucket, rows in keyed_pipeline.route(job, task, self.batch_rows):
+                        writer = writers.get((new_subtask, bucket))
+                        if writer is None:
+                            path = spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
+                            writer = writers[(new_subtask, bucket)] = pa.ipc.new_stream(path, rows.schema)
+                        writer.write_table(rows)
+                        routed += rows.num_rows
+                    done += task.bytes
+                    report(stage, done, total)
+                for writer in writers.values():
+                    writer.close()
+                writers.clear()
+                files = [
+                    keyed_pipeline.write(job, j, _spilled(spill, j, job)) for j in range(job.new_parallelism)
+                ]
+            finally:
+                for writer in writers.values():
+                    writer.close()
+                shutil.rmtree(spill, ignore_errors=True)
+            written[job.operator_id] = keyed_pipeline.check_counts(job, routed, files)
+        return written
+
+
+def _spilled(spill: Path, new_subtask: int, job: KeyedJob) -> Iterator[pa.Table]:
+    """Yield new subtask ``new_subtask``'s spilled buckets, ascending, one in memory at a time."""
+    for bucket in tasks.buckets_for(job.writes[new_subtask].key_groups, job.new_max_parallelism):
+        path = spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
+        if path.exists():
+            with pa.OSFile(str(path)) as fh:
+                yield pa.ipc.open_stream(fh).read_all()
 
 
 def _iter_buckets(spill: Path, buckets: range) -> Iterator[pa.Table]:

@@ -1,24 +1,33 @@
-"""Rescale a Flink savepoint directly into a new savepoint: validate, convert, rescale, write back.
+"""Rescale a Flink savepoint straight into a new savepoint: plan on the driver, tasks, commit.
 
-``kg rescale SAVEPOINT --to Q [--max-parallelism M2] --out NEW_SAVEPOINT`` is the kg-snapshot rescale with
-a conversion on each side, so every guarantee of ``keygroup_cli.execution.rescale`` holds here as well:
+``kg rescale SAVEPOINT --to Q [--max-parallelism M2] --out NEW_SAVEPOINT``:
 
-1. **Validate first, from ``_metadata`` alone** (``preflight``): DEST absent, a canonical savepoint
-   (NATIVE and incremental are refused), the operators named exist, ``--from`` matches, Q and M2 within
-   Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes nothing.
-2. Decode the savepoint into a kg snapshot in a scratch directory beside DEST (``savepoint_to_snapshot``).
-3. Rescale it with the chosen engine (Spark by default), which verifies its input and output.
-4. Write the canonical savepoint (``snapshot_to_savepoint``): staged beside DEST, checked (``_metadata``
-   re-read, key-group ranges, file sizes and offsets, entry counts), committed by one atomic rename.
+1. **Validate first, from ``_metadata`` and the keyed headers alone** (``preflight``): DEST absent, a
+   canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
+   and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
+   nothing.
+2. **Operator state** (small) is redistributed on the driver exactly as for a kg snapshot: it is decoded
+   into a scratch snapshot that holds nothing else and rescaled there (``snapshot_rescale``).
+3. **Keyed state** never passes through a kg snapshot. With the same maxParallelism the key groups' blocks
+   are copied as bytes (``flink.regroup``). With a new one, the engine runs the tasks of
+   ``execution.keyed_pipeline``: read tasks decode key-group ranges of the old files into Arrow batches
+   and re-key them, a shuffle groups them by new subtask, write tasks encode each new subtask's file
+   straight into the staged savepoint. On Spark both run on the executors.
+4. **The commit** (``flink.convert.snapshot_to_savepoint``): the driver writes ``_metadata`` from the
+   write tasks' handles, checks it (re-read, key-group ranges, file sizes and offsets, every block
+   decodes), and renames the staging directory to DEST.
 
-The scratch directory is removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
+Scratch and staging are removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
 absent and the input savepoint untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +40,8 @@ from keygroup_cli.execution import (
     choose_engine,
     get_executor,
 )
-from keygroup_cli.execution.rescale import RescaleResult, rescale
+from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
+from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_snapshot
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.convert import (
     check_convertible,
@@ -47,8 +57,14 @@ from keygroup_cli.flink.regroup import (
     regroup_keyed_state,
     shared_keyed_header,
 )
+from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.staging import scratch_directory
+from keygroup_cli.storage import transfer
+from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.remote import scratch_root
+
+METADATA = "_metadata"
 
 
 def preflight(
@@ -114,9 +130,12 @@ def rescale_savepoint(
     """
     started = time.monotonic()
     report = on_progress or _ignore
-    dest = Path(dest)
-    check_destination(dest)
-    with scratch_directory(dest) as scratch:
+    remote = location(str(dest)) if is_remote(dest) else None
+    if remote is not None:
+        transfer.require_empty(remote, METADATA)
+    else:
+        check_destination(dest)
+    with _scratch(dest) as scratch:
         savepoint = read_flink_metadata(source)
         if needs_canonical_view(savepoint):
             # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
@@ -141,53 +160,115 @@ def rescale_savepoint(
             )
         elif executor is None:
             choice = choose_engine(engine)
-            # The engine (a JVM for Spark) starts while the savepoint is decoded.
+            # The engine (a JVM for Spark) starts while operator state is decoded.
             pending = PendingExecutor(
                 choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
             )
-        decoded = scratch / "input.kg"
-        rescaled = scratch / "rescaled.kg"
-        savepoint_to_snapshot(
-            source, decoded, keyed=headers is None, on_progress=_stage(report, "read savepoint")
-        )
+        decoded = scratch / "operators.kg"
+        rescaled = scratch / "operators-rescaled.kg"
+        savepoint_to_snapshot(source, decoded, keyed=False, on_progress=_stage(report, "read operator state"))
         if executor is None:
             executor = pending.result()
-        result = rescale(
+        # Only operator state is left in the scratch snapshot: the local engine redistributes it.
+        result = rescale_snapshot(
             decoded,
             rescaled,
             new_parallelism,
             from_parallelism=from_parallelism,
             operators=operators,
             new_max_parallelism=new_max_parallelism,
-            engine=choice if choice is not None else engine,
-            master=master,
-            spark=spark,
-            verbose=verbose,
             on_progress=report,
-            executor=executor,
+            executor=get_executor("local"),
         )
-        regroup = None
+        targets = {p.operator_id: p.new_parallelism for p in result.plan.operators}
         copied: dict[str, tuple[int, ...]] = {}
-        if headers is not None:
-            targets = {p.operator_id: p.new_parallelism for p in result.plan.operators}
+        keyed_rows: dict[str, tuple[int, ...]] = {}
+        keyed_executor = executor
+        # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
+        # everything else is staged locally and uploaded after them, _metadata last.
+        keyed_root = str(dest) if remote is not None and headers is None else None
+        names: list[str] = []
 
-            def regroup(staging: Path) -> dict[str, list[RegroupedFile]]:
+        def write_keyed(staging: Path) -> dict[str, list[RegroupedFile]]:
+            if headers is not None:
                 return _regroup_all(savepoint, headers, targets, staging, copied, report)
+            jobs = plan_keyed_jobs(
+                savepoint,
+                targets,
+                new_max_parallelism,
+                keyed_root or str(staging),
+                compression=compression,
+                pieces=_read_pieces(keyed_executor),
+            )
+            names.extend(w.name for job in jobs for w in job.writes)
+            if remote is not None and keyed_root is not None:
+                transfer.mark_writer(remote)
+            written = keyed_executor.run_keyed(jobs, scratch, report)
+            files = {}
+            for op_id, op_files in written.items():
+                files[op_id] = [
+                    RegroupedFile(f.subtask, f.handle, f.size, f.key_groups_with_data) for f in op_files
+                ]
+                copied[op_id] = tuple(f.size for f in op_files)
+                keyed_rows[op_id] = tuple(f.rows for f in op_files)
+            return files
 
-        written = snapshot_to_savepoint(
-            rescaled,
-            dest,
-            compression=None if headers is not None else compression,
-            on_progress=_stage(report, "write savepoint"),
-            regroup=regroup,
-        )
+        staged = scratch / "savepoint" if remote is not None else Path(dest)
+        try:
+            written = snapshot_to_savepoint(
+                rescaled,
+                staged,
+                compression=None if headers is not None else compression,
+                on_progress=_stage(report, "write savepoint"),
+                regroup=write_keyed,
+                keyed_root=keyed_root,
+            )
+            if remote is not None:
+                _upload(staged, remote, names if keyed_root else [], report)
+        except BaseException:
+            if remote is not None and keyed_root is not None and names:
+                transfer.remove_written(remote, names)
+            raise
     return replace(
         result,
-        output=dest,
-        savepoint=written,
+        output=str(dest) if remote is not None else Path(dest),
+        engine=executor.name,
+        engine_reason=choice.reason if choice is not None else "executor given by the caller",
+        savepoint=replace(written, keyed_rows=written.keyed_rows + sum(map(sum, keyed_rows.values()))),
         regrouped=copied or None,
+        keyed_rows=keyed_rows or None,
         wall_seconds=time.monotonic() - started,
     )
+
+
+def _upload(staged: Path, remote: Location, written_there: list[str], report: OnProgress) -> None:
+    """Upload the staged savepoint beside the keyed files already at ``remote``; ``_metadata`` last.
+
+    Before ``_metadata`` is written every stream of the output is decoded where it now is (the deep check
+    ``snapshot_to_savepoint`` leaves to its caller when keyed files are written elsewhere).
+    """
+    metadata = read_flink_metadata(staged).metadata
+
+    def check() -> None:
+        require_readable_output(FlinkSnapshot(remote / METADATA, metadata))
+
+    transfer.commit_upload(
+        staged, remote, METADATA, report, written_elsewhere=written_there, before_commit=check
+    )
+
+
+@contextlib.contextmanager
+def _scratch(dest: Path | str) -> Iterator[Path]:
+    """Yield a scratch directory: beside a local DEST (removed like its staging), else in $KG_SCRATCH_DIR."""
+    if not is_remote(dest):
+        with scratch_directory(Path(dest)) as scratch:
+            yield scratch
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="kg-rescale-", dir=scratch_root()))
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _regroup_all(
@@ -225,6 +306,12 @@ def _regroupable(savepoint: FlinkSnapshot, new_max_parallelism: int | None) -> d
             return None
         headers[op.operator_id] = header
     return headers
+
+
+def _read_pieces(executor: Executor) -> int:
+    """Return how many read tasks per old keyed file the engine wants (more than one on Spark)."""
+    pieces = getattr(executor, "read_pieces", None)
+    return int(pieces()) if callable(pieces) else 1
 
 
 def _stage(report: OnProgress, name: str) -> OnProgress:

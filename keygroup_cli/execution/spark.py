@@ -49,7 +49,9 @@ import pyarrow.parquet as pq
 
 import keygroup_cli
 from keygroup_cli.errors import ExecutionError, MissingDependencyError
-from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, tasks
+from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, keyed_pipeline, tasks
+from keygroup_cli.execution.keyed_pipeline import KeyedJob
+from keygroup_cli.flink.keyed_tasks import KeyedReadTask, WrittenKeyedFile
 from keygroup_cli.planning import OperatorPlan, RescalePlan
 from keygroup_cli.snapshot.model import KeyedFile, Operator, Snapshot
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
@@ -473,6 +475,43 @@ class SparkExecutor:
         )
         return files
 
+    def run_keyed(
+        self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
+    ) -> dict[str, list[WrittenKeyedFile]]:
+        """Run every job as one Spark job: route tasks, a shuffle by new subtask, write tasks.
+
+        Read tasks open the savepoint and write tasks the output root themselves, on the executors (a local
+        path, or an object store they reach); only the written files' handles come back to the driver.
+        ``scratch`` is not used: Spark's shuffle is the spill.
+        """
+        report = on_progress or _ignore
+        sc = self.session.sparkContext
+        stage = "re-hash keyed state (bytes)"
+        total = sum(job.bytes for job in jobs)
+        report(stage, 0, total)
+        written: dict[str, list[WrittenKeyedFile]] = {}
+        done = 0
+        for job in jobs:
+            mapper = functools.partial(_route_task, job, self.batch_rows)
+            reducer = functools.partial(_write_task, job)
+            with _TaskProgress(sc, stage, total, report, start=done, share=job.bytes), _spark_failures(sc):
+                results: list[tuple[WrittenKeyedFile, int]] = (
+                    sc.parallelize(list(job.reads), max(1, len(job.reads)))
+                    .flatMap(mapper)
+                    .repartitionAndSortWithinPartitions(job.new_parallelism, _new_subtask_of_key)
+                    .mapPartitionsWithIndex(reducer)
+                    .collect()
+                )
+            done += job.bytes
+            report(stage, done, total)
+            routed = sum(rows for _, rows in results)
+            written[job.operator_id] = keyed_pipeline.check_counts(job, routed, [f for f, _ in results])
+        return written
+
+    def read_pieces(self) -> int:
+        """Return how many read tasks to cut each old keyed file into: enough to keep every core busy."""
+        return max(1, min(16, 2 * self.session.sparkContext.defaultParallelism))
+
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
@@ -531,6 +570,42 @@ def _rehash_reduce(
     yield tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), buckets())
 
 
+def _route_task(
+    job: KeyedJob, batch_rows: int, task: KeyedReadTask
+) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
+    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
+    for seq, (new_subtask, bucket, rows) in enumerate(keyed_pipeline.route(job, task, batch_rows)):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, rows.schema) as writer:
+            writer.write_table(rows)
+        yield (new_subtask, bucket, task.order, seq), sink.getvalue().to_pybytes()
+
+
+def _write_task(
+    job: KeyedJob, new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
+) -> Iterator[tuple[WrittenKeyedFile, int]]:
+    """Write one new subtask's file from its blocks (sorted by bucket, then input order)."""
+    received = 0
+
+    def buckets() -> Iterator[pa.Table]:
+        nonlocal received
+        current: int | None = None
+        blocks: list[pa.Table] = []
+        for (_subtask, bucket, _order, _seq), block in records:
+            if bucket != current and blocks:
+                yield pa.concat_tables(blocks)
+                blocks = []
+            current = bucket
+            table = pa.ipc.open_stream(block).read_all()
+            received += table.num_rows
+            blocks.append(table)
+        if blocks:
+            yield pa.concat_tables(blocks)
+
+    written = keyed_pipeline.write(job, new_subtask, buckets())
+    yield written, received
+
+
 @contextlib.contextmanager
 def _spark_failures(sc: SparkContext) -> Iterator[None]:
     """Cancel Spark's jobs on Ctrl-C; turn a failed Spark job into one line (``ExecutionError``).
@@ -579,8 +654,19 @@ class _TaskProgress:
     only ever grows within the stage kg shows.
     """
 
-    def __init__(self, sc: SparkContext, stage: str, total: int, report: OnProgress) -> None:
+    def __init__(
+        self,
+        sc: SparkContext,
+        stage: str,
+        total: int,
+        report: OnProgress,
+        *,
+        start: int = 0,
+        share: int | None = None,
+    ) -> None:
         self.sc, self.stage, self.total, self.report = sc, stage, total, report
+        #: This job group counts from ``start`` to ``start + share`` of ``total`` (default: all of it).
+        self.start, self.share = start, total if share is None else share
         self.group = f"kg-{os.getpid()}-{id(self)}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -610,7 +696,7 @@ class _TaskProgress:
                             done += info.numCompletedTasks
                             tasks_total += info.numTasks
                 if tasks_total:
-                    value = self.total * done // tasks_total
+                    value = self.start + self.share * done // tasks_total
                     if value > self._shown:
                         self._shown = value
                         self.report(self.stage, value, self.total)

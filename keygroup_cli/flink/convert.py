@@ -75,6 +75,7 @@ from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, St
 from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.snapshot.staging import SnapshotWriter, scratch_directory, staged_directory
+from keygroup_cli.storage.locations import location
 
 #: Name of the manifest / operator extension this module reads and writes.
 EXTENSION = "flink"
@@ -512,6 +513,7 @@ def snapshot_to_savepoint(
     compression: bool | None = None,
     on_progress: OnProgress | None = None,
     regroup: Regroup | None = None,
+    keyed_root: str | None = None,
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
@@ -531,6 +533,10 @@ def snapshot_to_savepoint(
         on_progress: ``(stage, completed, total)`` callback.
         regroup: Called once with the staging directory; the keyed files it writes there (by operator id)
             are used instead of encoding the snapshot's keyed rows, for operators that have none.
+        keyed_root: Where ``regroup``'s files are when not in the staging directory: an object-store
+            prefix its write tasks wrote to directly. Their sizes are checked there; decoding every
+            stream of the output is then the caller's job, once the rest is beside them
+            (``integrity.require_readable_output`` of the parsed ``_metadata``).
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -649,9 +655,10 @@ def snapshot_to_savepoint(
         )
         encoded = write_metadata(metadata)
         (staging / METADATA_FILE).write_bytes(encoded)
-        _verify_written(staging, encoded, keyed_rows, manifest)
-        # Every block written (or copied as bytes) must decode: kg never commits what its reader rejects.
-        require_readable_output(staging)
+        _verify_written(staging, encoded, keyed_rows, manifest, keyed_root)
+        if keyed_root is None:
+            # Every block written (or copied as bytes) must decode: kg never commits what its reader rejects.
+            require_readable_output(staging)
     return ConvertResult(
         "to-flink",
         str(source),
@@ -666,7 +673,9 @@ def snapshot_to_savepoint(
     )
 
 
-def _verify_written(staging: Path, encoded: bytes, keyed_rows: int, manifest: Manifest) -> None:
+def _verify_written(
+    staging: Path, encoded: bytes, keyed_rows: int, manifest: Manifest, keyed_root: str | None = None
+) -> None:
     """Check the savepoint before it is committed: what Flink will read is what kg meant to write.
 
     The ``_metadata`` on disk parses back and re-encodes to the same bytes; every operator's subtasks cover
@@ -694,7 +703,7 @@ def _verify_written(staging: Path, encoded: bytes, keyed_rows: int, manifest: Ma
                         f"not [{want.start}, {want.end}]",
                         code="OUTPUT_VERIFICATION_FAILED",
                     )
-                _check_written_file(staging, keyed.delegate, keyed.offsets, subject)
+                _check_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
             op_handle = sub.managed_operator_state
             if isinstance(op_handle, OperatorStateHandle):
                 offsets = [o for e in op_handle.states for o in e.offsets]
@@ -707,10 +716,14 @@ def _verify_written(staging: Path, encoded: bytes, keyed_rows: int, manifest: Ma
         )
 
 
-def _check_written_file(staging: Path, file: Any, offsets: Sequence[int], subject: str) -> None:
+def _check_written_file(root: Path | str, file: Any, offsets: Sequence[int], subject: str) -> None:
     assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
-    path = staging / file.relative_path
-    size = path.stat().st_size if path.is_file() else -1
+    if isinstance(root, Path):
+        path = root / file.relative_path
+        size = path.stat().st_size if path.is_file() else -1
+    else:
+        stored = location(root) / file.relative_path
+        size = stored.size() if stored.is_file() else -1
     if size != file.size or any(not 0 <= o < size for o in offsets):
         raise ExecutionError(
             f"{subject}: {file.relative_path} has {size} bytes; its handle records {file.size} "

@@ -40,6 +40,7 @@ from keygroup_cli.flink.serializers import (
 )
 from keygroup_cli.flink.snappy import decode_frames
 from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import STATE_TYPE, keyed_schema
 
 
@@ -225,15 +226,19 @@ def decode_keyed_file(
     *,
     compressed: bool,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    key_groups: KeyGroupRange | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
 
     Each block is read (and, if compressed, decompressed) on its own, so memory is bounded by the largest
-    key group plus one batch. Blocks are decoded column-wise (``decode_block_batch``).
+    key group plus one batch. Blocks are decoded column-wise (``decode_block_batch``). With ``key_groups``
+    only the blocks of those key groups are read.
     """
     pending: list[pa.RecordBatch] = []
     rows = 0
     for group, start, end in sorted(key_group_extents(handle, source.size)):
+        if key_groups is not None and group not in key_groups:
+            continue
         raw = source.read(start, end)
         block = decode_frames(raw, f"{source.source} key group {group}") if compressed else raw
         batch = decode_block_batch(block, group, layout, source.source)

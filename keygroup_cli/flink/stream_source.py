@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import mmap
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import local_path
@@ -16,11 +16,13 @@ from keygroup_cli.flink.handles import (
     SegmentFileHandle,
     StreamHandle,
 )
-from keygroup_cli.storage.locations import Location
+from keygroup_cli.storage.locations import Location, storage_errors
 
 
 class StreamSource:
-    """Random access to the bytes of one state handle: inline, a local file (memory-mapped) or a segment.
+    """Random access to the bytes of one state handle: inline, a file, or a segment of one.
+
+    A file on a local file system is memory-mapped; on an object store every read is one ranged GET.
 
     Use as a context manager; ``read(start, end)`` returns ``bytes``.
     """
@@ -30,6 +32,7 @@ class StreamSource:
     ) -> None:
         self._mmap: mmap.mmap | None = None
         self._file: BinaryIO | None = None
+        self._remote: Any = None
         self._base = 0
         if handle is None:
             self._data: bytes | mmap.mmap = b""
@@ -46,12 +49,8 @@ class StreamSource:
             self.source = source or str(path)
             if isinstance(path, Location):
                 if path.local_path is None:
-                    # Decoding streams whole files: kg downloads a remote input first (storage.remote).
-                    raise UnsupportedFormatError(
-                        f"{path}: decoding state straight from an object store is not supported; "
-                        "kg rescale downloads it first",
-                        code="REMOTE_STATE_FILE",
-                    )
+                    self._open_remote(path, handle)
+                    return
                 path = path.local_path
             try:
                 self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
@@ -73,13 +72,32 @@ class StreamSource:
                 return
         self.size = len(self._data)
 
+    def _open_remote(self, path: Location, handle: StreamHandle) -> None:
+        with storage_errors(path.uri):
+            self._remote = path.fs.open_input_file(path.path)
+            total = self._remote.size()
+        self._uri = path.uri
+        self._data = b""
+        if isinstance(handle, SegmentFileHandle):
+            self._base = handle.start_pos
+            self.size = handle.size
+        else:
+            self.size = total
+
     def read(self, start: int, end: int) -> bytes:
         """Return the bytes ``[start, end)`` of the stream (clipped to its end)."""
         end = min(end, self.size)
+        if self._remote is not None:
+            if end <= start:
+                return b""
+            with storage_errors(self._uri):
+                return bytes(self._remote.read_at(end - start, self._base + start))
         return bytes(self._data[self._base + start : self._base + end])
 
     def close(self) -> None:
         """Release the mapping and the file."""
+        if self._remote is not None:
+            self._remote.close()
         if self._mmap is not None:
             self._mmap.close()
         if self._file is not None:

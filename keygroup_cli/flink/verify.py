@@ -97,6 +97,17 @@ def verify_flink(path: str | Path | Location, *, on_progress: OnProgress | None 
     return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(findings))
 
 
+def verify_streams(savepoint: FlinkSnapshot, *, on_progress: OnProgress | None = None) -> VerifyReport:
+    """Verify every keyed and operator-state stream an already parsed ``_metadata`` references.
+
+    For a savepoint being committed whose ``_metadata`` is not at its place yet (an object-store upload
+    writes it last): ``savepoint.metadata_path`` says where it will be, the streams are read there.
+    """
+    findings: list[Finding] = []
+    files, rows = _verify_streams(savepoint, findings, on_progress or (lambda _s, _d, _t: None))
+    return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(findings))
+
+
 def _verify_streams(savepoint: FlinkSnapshot, findings: list[Finding], report: OnProgress) -> tuple[int, int]:
     work = [
         (op, sub.index, handle)

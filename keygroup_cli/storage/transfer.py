@@ -171,18 +171,31 @@ def remove_upload(target: Location) -> int:
     return len(names)
 
 
+def mark_writer(target: Location) -> None:
+    """Write the writer mark at ``target``: objects written there before a commit are then kg's."""
+    retrying(lambda: (target / WRITER_MARK).write_bytes(Writer.me().to_json().encode()), str(target))
+
+
 def commit_upload(
     local: Path,
     target: Location,
     commit_file: str,
     on_progress: OnProgress | None = None,
     capacity: int = DEFAULT_CAPACITY,
+    *,
+    written_elsewhere: Sequence[str] = (),
+    before_commit: Callable[[], None] | None = None,
 ) -> list[str]:
     """Upload the finished local directory ``local`` to ``target``, ``commit_file`` last; return the names.
 
-    State files go up ``capacity`` at a time; each is checked (its size on the store) once written. Only
-    then is ``commit_file`` written, and checked. On any failure (Ctrl-C included) every object this
-    call wrote is deleted where possible, the commit file first if it was written, and the error raised.
+    State files go up ``capacity`` at a time; each is checked (its size on the store) once written. Then
+    ``before_commit`` runs (a deep check of what is now on the store), and only then is ``commit_file``
+    written, and checked. On any failure (Ctrl-C included) every object this call wrote is deleted where
+    possible, the commit file first if it was written, the writer mark last, and the error raised.
+
+    ``written_elsewhere`` names objects already at ``target`` that belong to this output (state files that
+    Spark tasks wrote there directly, under the writer mark of ``mark_writer``): they are removed with
+    the rest on failure.
 
     Raises:
         ExecutionError: An upload or a check failed (``UPLOAD_FAILED``, ``UPLOAD_VERIFICATION_FAILED``).
@@ -192,7 +205,7 @@ def commit_upload(
     if commit_file not in names:
         raise ExecutionError(f"{local}: no {commit_file} to commit", code="UPLOAD_FAILED")
     state_files = [n for n in names if n != commit_file]
-    written: list[str] = []
+    written: list[str] = list(written_elsewhere)
     lock = threading.Lock()
 
     def put(name: str) -> str:
@@ -214,9 +227,11 @@ def commit_upload(
         # Who is writing, first: a crash leaves objects that the next run (or kg clean) can tell apart.
         with lock:
             written.append(WRITER_MARK)
-        retrying(lambda: (target / WRITER_MARK).write_bytes(Writer.me().to_json().encode()), str(target))
+        mark_writer(target)
         for done, _name in enumerate(in_flight(put, state_files, capacity, ordered=False), 1):
             report("upload", done, len(names))
+        if before_commit is not None:
+            before_commit()
         put(commit_file)
         report("upload", len(names), len(names))
     except BaseException:
@@ -226,6 +241,11 @@ def commit_upload(
     with contextlib.suppress(KgError, OSError):
         (target / WRITER_MARK).delete()
     return names
+
+
+def remove_written(target: Location, names: Sequence[str]) -> None:
+    """Delete the objects ``names`` at ``target`` where possible, then the writer mark (a failed write)."""
+    _delete_quietly(target, [*names, WRITER_MARK], "")
 
 
 def _delete_quietly(target: Location, written: list[str], commit_file: str) -> None:

@@ -155,7 +155,7 @@ def test_a_crash_mid_way_leaves_no_destination_and_a_rerun_succeeds(
 
 
 def test_output_verification_failure_commits_nothing(kg, source, tmp_path, monkeypatch):
-    from keygroup_cli.execution import rescale as rescale_module
+    from keygroup_cli.execution import snapshot_rescale as rescale_module
 
     real = rescale_module.build_manifest
 

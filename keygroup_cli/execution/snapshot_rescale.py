@@ -1,0 +1,301 @@
+"""Rescale a local kg snapshot end to end: validate, plan, execute in a staging directory, verify, commit.
+
+Order of events (each step can refuse; nothing is written before step 4):
+
+1. DEST must not exist; the input snapshot must open and its manifest be valid;
+2. ``plan_rescale`` validates the request (bounds, ``--from``, operators, binary keys);
+3. every input file is verified against its manifest entry (size, xxh64) while the engine starts in a
+   background thread (a missing Java surfaces here, as ``MissingDependencyError``);
+4. the engine writes the state files into a staging directory beside DEST;
+5. what was written is verified (sizes and checksums re-read from disk, rows per key group against the
+   input's, operator-state rows against the plan), the manifest is written last, and the staging
+   directory is renamed to DEST.
+
+Any failure (Ctrl-C included) removes the staging directory: DEST stays absent, the input untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keygroup_cli import __version__
+from keygroup_cli.errors import ExecutionError
+from keygroup_cli.execution import (
+    EngineChoice,
+    ExecutionResult,
+    Executor,
+    OnProgress,
+    PendingExecutor,
+    choose_engine,
+)
+from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
+from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.checksums import file_digest, verify_file
+from keygroup_cli.snapshot.manifest import write_manifest
+from keygroup_cli.snapshot.model import (
+    KeyedFile,
+    Manifest,
+    Operator,
+    OperatorFile,
+    Snapshot,
+    StateDescriptor,
+)
+from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input, staged_directory
+
+if TYPE_CHECKING:
+    from keygroup_cli.flink.convert import ConvertResult
+
+
+@dataclass(frozen=True, slots=True)
+class RescaleResult:
+    """What a rescale did: the plan, the committed manifest, where, with which engine and why, how long."""
+
+    plan: RescalePlan
+    manifest: Manifest
+    #: Where the result was committed: a local path, or the URI of an object-store prefix.
+    output: Path | str
+    engine: str
+    wall_seconds: float
+    #: Why ``engine`` ran: "default engine", "--engine spark", "key groups copied as bytes; no JVM needed"...
+    engine_reason: str = ""
+    #: For a Flink savepoint input: what was written at ``output`` (``manifest`` is kg's view of it).
+    savepoint: ConvertResult | None = None
+    #: For a savepoint rescale, the keyed files written per operator: bytes per new subtask. With the same
+    #: maxParallelism key groups are copied as bytes (rows not decoded, so not counted).
+    regrouped: Mapping[str, tuple[int, ...]] | None = None
+    #: For a savepoint rescale with a new maxParallelism: keyed entries per new subtask, per operator.
+    keyed_rows: Mapping[str, tuple[int, ...]] | None = None
+
+    def operator(self, operator_id: str) -> Operator:
+        """Return the new manifest entry of ``operator_id``."""
+        op = self.manifest.operator(operator_id)
+        assert op is not None
+        return op
+
+
+def rescale_snapshot(
+    source: Path | str | Snapshot,
+    dest: Path | str,
+    new_parallelism: int,
+    *,
+    from_parallelism: int | None = None,
+    operators: Sequence[str] | None = None,
+    new_max_parallelism: int | None = None,
+    engine: str | EngineChoice | None = None,
+    master: str | None = None,
+    spark: Any = None,
+    spark_conf: Mapping[str, str] | None = None,
+    verbose: bool = False,
+    on_progress: OnProgress | None = None,
+    executor: Executor | None = None,
+) -> RescaleResult:
+    """Rescale the local kg snapshot ``source`` to ``new_parallelism`` and commit the result at ``dest``.
+
+    Args:
+        source: The input snapshot (a directory, its ``_manifest.json``, or an opened ``Snapshot``).
+        dest: Where the new snapshot is committed; must not exist.
+        new_parallelism: The new parallelism of the selected operators.
+        from_parallelism: If given, the parallelism every selected operator must have now.
+        operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
+        new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
+        engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
+            (``execution.choose_engine``).
+        master: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
+        spark: An existing ``SparkSession`` to run on (notebooks, PySpark jobs); ``spark`` only.
+        spark_conf: Spark settings for a session kg starts (e.g. ``spark.pyspark.python``).
+        verbose: Let Spark's own logging through.
+        on_progress: ``on_progress(stage, completed, total)`` callback.
+        executor: A ready executor (overrides ``engine``, ``master``, ``spark``).
+
+    Raises:
+        InvalidArgumentError: Bad arguments or DEST exists (nothing written).
+        InvalidSnapshotError: The input is invalid or a file fails its checksum (nothing written).
+        UnsupportedFormatError: A maxParallelism change for binary keys (nothing written).
+        MissingDependencyError: Spark/Java missing or broken (nothing written).
+        ExecutionError: Writing or verifying failed (nothing committed).
+    """
+    if not isinstance(source, Snapshot):
+        refuse_inside_input(source, dest)
+    started = time.monotonic()
+    report = on_progress or _ignore
+    dest = Path(dest)
+    refuse_existing(dest)
+    snapshot = source if isinstance(source, Snapshot) else open_snapshot(source)
+    plan = plan_rescale(
+        snapshot,
+        new_parallelism,
+        operators,
+        new_max_parallelism,
+        expected_parallelism=from_parallelism,
+    )
+    if executor is None:
+        choice = choose_engine(engine)
+        pending = PendingExecutor(
+            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+        )
+        verify_input(snapshot, report)
+        executor = pending.result()
+        reason = choice.reason
+    else:
+        verify_input(snapshot, report)
+        reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
+    with staged_directory(dest) as staging:
+        result = executor.run(plan, snapshot, staging, report)
+        manifest = build_manifest(snapshot, plan, result)
+        verify_output(staging, snapshot, plan, manifest, report)
+        write_manifest(staging, manifest)
+    return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
+
+
+def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
+    return None
+
+
+def verify_input(snapshot: Snapshot, report: OnProgress) -> None:
+    """Check every input file against its manifest entry (size, xxh64) before anything is read."""
+    files = _all_files(snapshot.manifest)
+    report("verify input", 0, len(files))
+    for i, f in enumerate(files, 1):
+        verify_file(snapshot.path, f)
+        report("verify input", i, len(files))
+
+
+def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResult) -> Manifest:
+    """Return the manifest of the rescaled snapshot; ``origin`` records what was done to which input."""
+    operators = []
+    for op_plan in plan.operators:
+        old = snapshot.manifest.operator(op_plan.operator_id)
+        assert old is not None
+        written = result.operator(op_plan.operator_id)
+        states = old.states
+        if op_plan.operator_state is not None and not op_plan.operator_state.unchanged:
+            states = tuple(_mark_replicated(s) for s in old.states)
+        operators.append(
+            replace(
+                old,
+                states=states,
+                parallelism=op_plan.new_parallelism,
+                max_parallelism=op_plan.new_max_parallelism,
+                keyed_files=tuple(sorted(written.keyed_files, key=lambda f: f.subtask)),
+                operator_files=tuple(sorted(written.operator_files, key=lambda f: f.subtask)),
+            )
+        )
+    origin = {
+        "kind": "rescale",
+        "input_snapshot_id": snapshot.manifest.snapshot_id,
+        "input_origin": dict(snapshot.manifest.origin),
+        "engine": result.engine,
+        "operators": [
+            {
+                "uid": p.uid,
+                "operator_id": p.operator_id,
+                "old_parallelism": p.old_parallelism,
+                "new_parallelism": p.new_parallelism,
+                "old_max_parallelism": p.old_max_parallelism,
+                "new_max_parallelism": p.new_max_parallelism,
+            }
+            for p in plan.rescaled
+        ],
+    }
+    return replace(
+        snapshot.manifest,
+        created_by=f"kg {__version__}",
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        origin=origin,
+        operators=tuple(operators),
+    )
+
+
+def _mark_replicated(state: StateDescriptor) -> StateDescriptor:
+    """Mark a redistributed union state: every new subtask now holds the same complete list."""
+    if state.kind != "operator-union" or state.replicated:
+        return state
+    return replace(state, extensions={**state.extensions, "replicated": True})
+
+
+def verify_output(
+    directory: Path, source: Snapshot, plan: RescalePlan, manifest: Manifest, report: OnProgress
+) -> None:
+    """Check what the engine wrote before committing it.
+
+    Every file is re-read from disk (size and xxh64 against what the writer recorded); Parquet footers
+    must hold the recorded row counts; rows per key group must equal the input's (same maxParallelism)
+    or add up to the input's total (re-hash); operator-state rows must match the plan.
+
+    Raises:
+        ExecutionError: Anything differs (``OUTPUT_VERIFICATION_FAILED``).
+    """
+    import pyarrow.parquet as pq
+
+    files = _all_files(manifest)
+    report("verify output", 0, len(files))
+    for i, f in enumerate(files, 1):
+        size, digest = file_digest(directory / f.path)
+        if (size, digest) != (f.bytes, f.xxh64):
+            _fail(f"{f.path}: {size} bytes, xxh64 {digest} on disk; the writer recorded {f.bytes}, {f.xxh64}")
+        footer_rows = pq.ParquetFile(directory / f.path).metadata.num_rows
+        if footer_rows != f.rows:
+            _fail(f"{f.path}: the Parquet footer holds {footer_rows} rows; the writer recorded {f.rows}")
+        report("verify output", i, len(files))
+    for op_plan, new in zip(plan.operators, manifest.operators, strict=True):
+        old = source.manifest.operator(op_plan.operator_id)
+        assert old is not None
+        _check_keyed_counts(op_plan, old, new)
+        _check_operator_counts(op_plan, old, new)
+
+
+def _check_keyed_counts(plan: OperatorPlan, old: Operator, new: Operator) -> None:
+    # Under a maxParallelism change key groups are renumbered (and operators without keyed state are not
+    # in "rehash" mode), so only the totals are comparable.
+    if plan.keyed_mode == "rehash" or new.max_parallelism != old.max_parallelism:
+        if new.keyed_rows != old.keyed_rows:
+            _fail(f"operator {plan.label!r}: {new.keyed_rows} keyed rows written, {old.keyed_rows} read")
+        return
+    expected = _rows_per_key_group(old.keyed_files, old.max_parallelism)
+    if _rows_per_key_group(new.keyed_files, new.max_parallelism) != expected:
+        _fail(f"operator {plan.label!r}: rows per key group differ from the input's")
+
+
+def _rows_per_key_group(files: Sequence[KeyedFile], max_parallelism: int) -> list[int]:
+    rows = [0] * max_parallelism
+    for f in files:
+        rows[f.key_group_start : f.key_group_end + 1] = f.key_group_rows
+    return rows
+
+
+def _check_operator_counts(plan: OperatorPlan, old: Operator, new: Operator) -> None:
+    expected: Sequence[int]
+    if plan.operator_state is None:
+        # Not rescaled (same parallelism), or no operator state at all (all zeros).
+        expected = _rows_per_subtask(old.operator_files, new.parallelism)
+    else:
+        expected = plan.operator_state.new_counts
+    if _rows_per_subtask(new.operator_files, new.parallelism) != list(expected):
+        _fail(f"operator {plan.label!r}: operator-state rows per subtask differ from the plan")
+
+
+def _rows_per_subtask(files: Sequence[OperatorFile], parallelism: int) -> list[int]:
+    rows = [0] * parallelism
+    for f in files:
+        rows[f.subtask] = f.rows
+    return rows
+
+
+def _all_files(manifest: Manifest) -> list[KeyedFile | OperatorFile]:
+    files: list[KeyedFile | OperatorFile] = []
+    for op in manifest.operators:
+        files.extend(op.keyed_files)
+        files.extend(op.operator_files)
+    return files
+
+
+def _fail(message: str) -> None:
+    raise ExecutionError(f"output verification failed: {message}", code="OUTPUT_VERIFICATION_FAILED")
+
+
+__all__ = ["RescaleResult", "build_manifest", "rescale_snapshot", "verify_input", "verify_output"]

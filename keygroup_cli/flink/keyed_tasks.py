@@ -1,0 +1,242 @@
+"""Read and write tasks over canonical keyed state files: the savepoint's format adapter for the rescale.
+
+A **read task** is a key-group range of one old subtask's keyed file. It yields that range's rows as Arrow
+record batches in the kg keyed schema (``snapshot.parquet.keyed_schema``), with the ``state`` column over the
+operator's state names, after checking that every key hashes to the key group it is stored under.
+
+A **write task** is one new subtask's keyed file: a header (``KeyedBackendSerializationProxy``) and the
+subtask's key-group range. It encodes rows sorted by key group into blocks (``keyed_encode``) and returns
+the file's ``KeyGroupsSavepointStateHandle`` (offsets, size) and its row count.
+
+Tasks name their files by a root (a local directory, or an object-store URI) and a relative path, and hold
+nothing else that is tied to a process, so an engine runs them wherever it runs code: in this process, or
+as Spark tasks on executors that reach the same storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
+from keygroup_cli.flink.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.keyed_encode import write_keyed_file
+from keygroup_cli.flink.keyed_header import KeyedStateHeader, read_keyed_header
+from keygroup_cli.flink.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
+from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
+from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
+from keygroup_cli.snapshot.parquet import STATE_TYPE
+from keygroup_cli.storage.locations import Location, is_remote, location
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedReadTask:
+    """Read the key groups ``key_groups`` of one keyed file of a savepoint rooted at ``root``."""
+
+    #: The savepoint directory (local path or object-store URI); relative handles resolve against it.
+    root: str
+    handle: KeyGroupsHandle
+    #: The maxParallelism the file was written for (its key-group prefix width, the keys' check).
+    max_parallelism: int
+    key_groups: KeyGroupRange
+    #: Position in input order (old subtask, then range): rows of a new key group keep this order.
+    order: int
+    #: Bytes of the blocks in range (for progress and balancing).
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedWriteTask:
+    """Write new subtask ``subtask``'s keyed file ``root/name``."""
+
+    root: str
+    name: str
+    subtask: int
+    #: The header to write (its state order defines the state ids of the blocks).
+    header: bytes
+    max_parallelism: int
+    key_groups: KeyGroupRange
+    compressed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenKeyedFile:
+    """What a write task wrote: the handle for ``_metadata``, its size and rows."""
+
+    subtask: int
+    handle: KeyGroupsHandle
+    size: int
+    rows: int
+    key_groups_with_data: int
+
+
+def directory_of(root: str) -> Path | Location:
+    """Return the savepoint directory ``root`` names, as the readers take it."""
+    return location(root) if is_remote(root) else Path(root)
+
+
+def keyed_header(src: StreamSource, handle: KeyGroupsHandle) -> tuple[bytes, KeyedStateHeader]:
+    """Return the raw and parsed header of a keyed file: everything before its first key-group block."""
+    first = min([o for o in handle.offsets if o] or [src.size])
+    raw = src.read(0, first)
+    return raw, read_keyed_header(raw, src.source, first)
+
+
+def read_tasks(
+    root: str, handle: KeyGroupsHandle, max_parallelism: int, order: int, pieces: int
+) -> list[KeyedReadTask]:
+    """Cut one keyed file into at most ``pieces`` read tasks of contiguous key groups and similar bytes.
+
+    Block sizes come from the handle's offsets alone (the last block's end is the delegate's size), so
+    no byte of the file is read here. ``order`` numbers the tasks ``order * pieces + i``.
+    """
+    extents = sorted(key_group_extents(handle, handle.size))
+    total = sum(end - start for _, start, end in extents)
+    whole = KeyGroupRange(handle.key_group_start, handle.key_group_end)
+    if pieces <= 1 or len(extents) <= 1:
+        return [KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), total)]
+    out: list[KeyedReadTask] = []
+    share = total / pieces
+    start, acc = whole.start, 0
+    for i, (group, begin, end) in enumerate(extents):
+        acc += end - begin
+        last = i == len(extents) - 1
+        if last or (acc >= share and len(out) < pieces - 1):
+            stop = whole.end if last else group
+            out.append(
+                KeyedReadTask(
+                    root, handle, max_parallelism, KeyGroupRange(start, stop), order * pieces + len(out), acc
+                )
+            )
+            start, acc = stop + 1, 0
+    return out
+
+
+def read_keyed_task(
+    task: KeyedReadTask,
+    state_names: tuple[str, ...],
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    *,
+    check: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``task`` (key groups ascending, file order within each).
+
+    The ``state`` column is a dictionary over ``state_names`` (every state of the operator), so batches
+    of files whose headers order states differently concatenate and serialize as one schema.
+
+    With ``check=False`` the keys are not checked against their stored key group (a caller that hashes
+    every key anyway checks them itself).
+
+    Raises:
+        InvalidSnapshotError: A missing or corrupt file, or a key stored in a key group Flink would not
+            assign it to (``KEY_GROUP_MISMATCH``).
+    """
+    with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
+        _raw, header = keyed_header(src, task.handle)
+        layout = KeyedLayout.from_header(header, task.max_parallelism, src.source)
+        key_type = layout.codec.key_type
+        lookup = {name: i for i, name in enumerate(state_names)}
+        remap = np.asarray([lookup.get(s.name, -1) for s in layout.states], dtype=np.int32)
+        if bool((remap < 0).any()):
+            raise InvalidSnapshotError(
+                f"{src.source}: its header declares states the operator's chosen header lacks",
+                code="FLINK_STATE_INCONSISTENT",
+            )
+        batches = decode_keyed_file(
+            src,
+            task.handle,
+            layout,
+            compressed=header.compressed,
+            batch_rows=batch_rows,
+            key_groups=task.key_groups,
+        )
+        for batch in batches:
+            if check:
+                check_key_groups(batch, key_type, task.max_parallelism, src.source)
+            yield _with_states(batch, state_names)
+
+
+def _with_states(batch: pa.RecordBatch, state_names: tuple[str, ...]) -> pa.RecordBatch:
+    """Return ``batch`` with its ``state`` column re-encoded over ``state_names``."""
+    state = batch.column("state")
+    if not pa.types.is_dictionary(state.type):
+        state = state.dictionary_encode()
+    names = state.dictionary.to_pylist()
+    lookup = {name: i for i, name in enumerate(state_names)}
+    table = np.asarray([lookup[n] for n in names], dtype=np.int32)
+    indices = np.asarray(state.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+    recoded = pa.DictionaryArray.from_arrays(
+        pa.array(table[indices] if len(names) else indices, type=pa.int32()),
+        pa.array(state_names, type=pa.string()),
+    )
+    index = batch.schema.get_field_index("state")
+    return batch.set_column(index, pa.field("state", STATE_TYPE, nullable=False), recoded)
+
+
+def check_key_groups(batch: pa.RecordBatch, key_type: str, max_parallelism: int, where: str) -> None:
+    """Check that every decoded key hashes to the key group whose prefix it was stored under."""
+    if key_type not in HASHABLE_KEY_TYPES or batch.num_rows == 0:
+        return
+    groups = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), max_parallelism)
+    stored = np.asarray(batch.column("key_group").to_numpy(zero_copy_only=False))
+    bad = np.flatnonzero(groups != stored)
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidSnapshotError(
+            f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {int(stored[i])} but "
+            f"Flink assigns it to {int(groups[i])} (wrong key serializer or maxParallelism?)",
+            code="KEY_GROUP_MISMATCH",
+        )
+
+
+def write_keyed_task(task: KeyedWriteTask, batches: Iterable[pa.RecordBatch | pa.Table]) -> WrittenKeyedFile:
+    """Encode ``batches`` (ascending by ``key_group`` within ``task.key_groups``) into ``root/name``.
+
+    Raises:
+        InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
+    """
+    where = f"{task.root}/{task.name}"
+    header = read_keyed_header(task.header, where, len(task.header))
+    layout = KeyedLayout.from_header(header, task.max_parallelism, where)
+    with _output(task.root, task.name) as out:
+        written = write_keyed_file(
+            out, task.header, layout, batches, task.key_groups, compressed=task.compressed
+        )
+    handle = KeyGroupsHandle(
+        7, task.key_groups.start, written.offsets, RelativeFileHandle(task.name, written.size)
+    )
+    with_data = sum(1 for o in written.offsets if o)
+    return WrittenKeyedFile(task.subtask, handle, written.size, written.rows, with_data)
+
+
+@contextlib.contextmanager
+def _output(root: str, name: str) -> Iterator[BinaryIO]:
+    """Open ``root/name`` for writing: a buffered local file, or an object-store upload stream."""
+    if is_remote(root):
+        target = location(root) / name
+        with target.fs.open_output_stream(target.path) as stream:
+            yield stream  # type: ignore[misc]
+        return
+    with open(Path(root) / name, "wb", buffering=1 << 20) as fh:
+        yield fh
+
+
+__all__ = [
+    "KeyedReadTask",
+    "KeyedWriteTask",
+    "WrittenKeyedFile",
+    "check_key_groups",
+    "directory_of",
+    "keyed_header",
+    "read_keyed_task",
+    "read_tasks",
+    "write_keyed_task",
+]
