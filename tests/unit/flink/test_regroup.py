@@ -79,9 +79,14 @@ def test_every_key_group_keeps_its_bytes_and_entries(case, new_p, tmp_path):
 
 def test_savepoint_rescale_copies_key_groups_only_when_it_can(tmp_path, monkeypatch):
     case = FIXTURES / "heap-files-p3-maxp128-long"
-    assert rescale(case, tmp_path / "same", 4, engine="local").regrouped is not None
-    # A new maxParallelism renumbers key groups: decoded, re-hashed and re-encoded instead.
-    assert rescale(case, tmp_path / "rehash", 4, new_max_parallelism=256, engine="local").regrouped is None
+    # Copied as bytes: sizes known, entries not decoded (so not counted).
+    same = rescale(case, tmp_path / "same", 4, engine="local")
+    assert same.regrouped is not None and same.keyed_rows is None
+    # A new maxParallelism renumbers key groups: decoded, re-hashed and re-encoded instead (counted).
+    rehash = rescale(case, tmp_path / "rehash", 4, new_max_parallelism=256, engine="local")
+    assert rehash.keyed_rows is not None and sum(map(sum, rehash.keyed_rows.values())) > 0
     # Subtasks whose headers differ cannot share blocks (state ids index the header): decoded too.
     monkeypatch.setattr(savepoint_rescale, "shared_keyed_header", lambda _sp, _op: None)
-    assert rescale(case, tmp_path / "decoded", 4, engine="local").regrouped is None
+    decoded = rescale(case, tmp_path / "decoded", 4, engine="local")
+    assert decoded.keyed_rows is not None
+    assert sum(map(sum, decoded.keyed_rows.values())) == sum(map(sum, rehash.keyed_rows.values()))
