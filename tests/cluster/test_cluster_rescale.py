@@ -1,0 +1,309 @@
+"""``kg rescale --master spark://...`` on a real standalone cluster writes what ``--engine local`` writes.
+
+One Spark standalone master with two 1-core workers (``spark_cluster``, tests/cluster/conftest.py); every
+kg run is the real ``kg`` script in a subprocess, its executors running the venv's Python
+(``PYSPARK_PYTHON``) with the decoy ``python3`` first on PATH. Each case runs once on the cluster and once
+with ``--engine local`` (module fixture ``runs``), then:
+
+- a kg snapshot, parallelism 3 -> 4 and maxParallelism 128 -> 1024: every state file byte-identical, and
+  the manifests equal but for ``created_at`` and ``origin.engine``;
+- the Flink 2.3 savepoint ``heap-files-p3-maxp128-long``, ``--from 3 --to 4`` and ``--from 3 --to 4
+  --max-parallelism 1024``: the same ``_metadata`` structure, and every state file it points at has the
+  same bytes in handle order (file names are random UUIDs);
+- the tasks really ran on the executors: each Spark run's event log shows every task succeeding on an
+  executor, executors of both workers running tasks, and the master lists the application FINISHED;
+- Flink 2.3 restores both cluster-written savepoints with every key, value, timer and operator-state
+  element (marker ``flink``: tests/flink's harness, one JVM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from keygroup_cli.flink import handles, read_flink_metadata
+from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.manifest import manifest_to_dict
+from tests.cluster.conftest import KgRunner
+from tests.cluster.standalone import StandaloneCluster
+from tests.execution.snapshots import generate
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SAVEPOINT = "heap-files-p3-maxp128-long"
+SAVEPOINT_DIR = ROOT / "fixtures" / "flink" / "2.3" / SAVEPOINT
+
+
+@dataclass(frozen=True)
+class Case:
+    """One rescale: kg's arguments besides SNAPSHOT and --out, and whether its input is a savepoint."""
+
+    name: str
+    savepoint: bool
+    args: tuple[str, ...]
+    #: Whether kg runs Spark tasks for it (a savepoint at the same maxParallelism is copied as bytes).
+    spark: bool = True
+
+
+CASES = [
+    Case("snapshot-p3-to-p4", False, ("--to", "4")),
+    Case("snapshot-maxp128-to-1024", False, ("--to", "4", "--max-parallelism", "1024")),
+    Case("savepoint-p3-to-p4", True, ("--from", "3", "--to", "4"), spark=False),
+    Case("savepoint-maxp128-to-1024", True, ("--from", "3", "--to", "4", "--max-parallelism", "1024")),
+]
+
+
+def cluster_args(cluster: StandaloneCluster, events: Path) -> list[str]:
+    """Return kg's options for a run on ``cluster`` whose Spark event log goes to ``events``.
+
+    ``spark.cores.max`` with a registered-resources ratio of 1 makes the scheduler wait for both
+    executors, so every multi-task stage is offered to both workers. The executors' JVM gets the same
+    start-up options kg gives the driver (C1 only, serial GC): faster on two cores, no effect on results.
+    """
+    events.mkdir(parents=True, exist_ok=True)
+    conf = {
+        "spark.cores.max": "2",
+        "spark.scheduler.minRegisteredResourcesRatio": "1",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
+    args = ["--engine", "spark", "--master", cluster.master_url]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args
+
+
+@dataclass(frozen=True)
+class Run:
+    case: Case
+    cluster: Path
+    local: Path
+    cluster_json: dict[str, Any]
+    events: Path
+
+
+def _json(proc: Any, what: str) -> dict[str, Any]:
+    assert proc.returncode == 0, (
+        f"{what} exited {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    )
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def runs(
+    spark_cluster: StandaloneCluster, run_kg: KgRunner, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Run]:
+    """Run every case on the cluster and with the local engine (absolute paths), once per module."""
+    root = tmp_path_factory.mktemp("cluster-rescale")
+    snapshot = generate(
+        root / "in.kg", ("counter", "string", 900, 3, 128), ("ids", "long", 400, 3, 128), row_group_rows=200
+    )
+    out = {}
+    for case in CASES:
+        source = SAVEPOINT_DIR if case.savepoint else snapshot
+        events = root / "events" / case.name
+        remote = root / f"{case.name}.cluster"
+        local = root / f"{case.name}.local"
+        doc = _json(
+            run_kg(
+                "rescale", source, *case.args, "--out", remote, "--json", *cluster_args(spark_cluster, events)
+            ),
+            f"kg rescale {case.name} on the cluster",
+        )
+        _json(
+            run_kg("rescale", source, *case.args, "--out", local, "--json", "--engine", "local"),
+            f"kg rescale {case.name} --engine local",
+        )
+        out[case.name] = Run(case, remote, local, doc, events)
+    return out
+
+
+# -- kg snapshots ----------------------------------------------------------------------------------------
+
+
+def canonical_manifest(path: Path) -> dict[str, Any]:
+    """Return a snapshot's manifest without what differs between engines (time of creation, engine)."""
+    doc = manifest_to_dict(open_snapshot(path).manifest)
+    doc.pop("created_at")
+    doc["origin"].pop("engine")
+    return doc
+
+
+def state_files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*.parquet"))}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.savepoint], ids=lambda c: c.name)
+def test_snapshot_rescaled_on_the_cluster_is_the_local_output(runs: dict[str, Run], case: Case) -> None:
+    run = runs[case.name]
+    assert run.cluster_json["engine"] == "spark"
+    assert canonical_manifest(run.cluster) == canonical_manifest(run.local)
+    cluster, local = state_files(run.cluster), state_files(run.local)
+    assert sorted(cluster) == sorted(local) and cluster
+    for name in local:
+        assert cluster[name] == local[name], f"{case.name}: {name} differs"
+
+
+# -- Flink savepoints ------------------------------------------------------------------------------------
+
+#: Handle fields that name random or run-specific things (UUID file names, handle ids), not state.
+RANDOM_FIELDS = {"handle_id", "handle_name", "logical_file_id", "task_owned_dir", "shared_dir"}
+
+
+def savepoint_view(root: Path) -> Any:
+    """Return ``_metadata`` as nested data with every file handle replaced by its file's digest and size.
+
+    Two savepoints with equal views have the same operators, subtasks, key-group ranges, offsets and state
+    entries, and the same bytes in every state file, in handle order, whatever the files are called.
+    """
+    return _view(root, read_flink_metadata(root).metadata)
+
+
+def _view(root: Path, value: Any) -> Any:
+    if isinstance(value, handles.RelativeFileHandle):
+        return {"sha256": _digest(root / value.relative_path), "size": value.size}
+    if isinstance(value, handles.FileHandle):
+        return {"sha256": _digest(Path(urlparse(value.path).path)), "size": value.size}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = (f.name for f in dataclasses.fields(value) if f.name not in RANDOM_FIELDS)
+        return {"type": type(value).__name__, **{f: _view(root, getattr(value, f)) for f in fields}}
+    if isinstance(value, tuple | list):
+        return [_view(root, v) for v in value]
+    if isinstance(value, bytes):
+        return hashlib.sha256(value).hexdigest()
+    return value
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.savepoint], ids=lambda c: c.name)
+def test_savepoint_rescaled_on_the_cluster_is_the_local_output(runs: dict[str, Run], case: Case) -> None:
+    run = runs[case.name]
+    view = savepoint_view(run.cluster)
+    assert view == savepoint_view(run.local)
+    # Every state file of the new savepoint is one the view compared (none unreferenced, none missing).
+    referenced = {p.name for p in run.cluster.iterdir() if p.name != "_metadata"}
+    assert len(referenced) == json.dumps(view).count('"sha256"') > 0
+    written = read_flink_metadata(run.cluster).metadata
+    new_max = 1024 if "--max-parallelism" in case.args else 128
+    assert {op.max_parallelism for op in written.operators} == {new_max}
+    if not case.spark:
+        # Same maxParallelism: kg copies key-group blocks as bytes and starts no Spark application.
+        assert run.cluster_json["engine"] == "local", run.cluster_json["engine_reason"]
+
+
+# -- the work ran on the executors -----------------------------------------------------------------------
+
+
+def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
+    """Return the application id and the events of the one Spark application logged in ``events``.
+
+    kg does not stop its SparkContext, so the log may keep Spark's ``.inprogress`` suffix.
+    """
+    logs = sorted(events.glob("app-*"))
+    assert len(logs) == 1, f"expected one Spark application's event log in {events}, found {logs}"
+    app_id = logs[0].name.removesuffix(".inprogress")
+    return app_id, [json.loads(line) for line in logs[0].read_text().splitlines() if line.strip()]
+
+
+def worker_of_executor(cluster: StandaloneCluster, executor: dict[str, Any]) -> str:
+    """Return the name of the worker whose web UI serves an executor's logs (its ``Log Urls``)."""
+    urls = executor["Executor Info"]["Log Urls"].values()
+    ports = {urlparse(url).port for url in urls}
+    names = [w.name for w in cluster.workers if w.webui_port in ports]
+    assert len(names) == 1, f"executor {executor['Executor ID']}'s logs {list(urls)} match no single worker"
+    return names[0]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.spark], ids=lambda c: c.name)
+def test_tasks_ran_on_executors_of_both_workers(
+    runs: dict[str, Run], spark_cluster: StandaloneCluster, case: Case
+) -> None:
+    run = runs[case.name]
+    assert run.cluster_json["engine"] == "spark"
+    app_id, events = event_log(run.events)
+    workers = {
+        e["Executor ID"]: worker_of_executor(spark_cluster, e)
+        for e in events
+        if e["Event"] == "SparkListenerExecutorAdded"
+    }
+    tasks = [e for e in events if e["Event"] == "SparkListenerTaskEnd"]
+    # kg's worker probe (one task), then its own stages: at least one more task per new subtask.
+    assert len(tasks) > 4, f"{app_id}: {len(tasks)} tasks"
+    for task in tasks:
+        assert task["Task End Reason"]["Reason"] == "Success", task["Task End Reason"]
+        assert task["Task Info"]["Executor ID"] in workers, task["Task Info"]
+    ran_on = {workers[t["Task Info"]["Executor ID"]] for t in tasks}
+    assert ran_on == {w.name for w in spark_cluster.workers}, f"{app_id}: tasks ran only on {ran_on}"
+    finished = {a["id"]: a for a in spark_cluster.status()["completedapps"]}
+    assert finished[app_id]["state"] == "FINISHED" and finished[app_id]["name"] == "kg rescale"
+    # Each worker launched its executor of this application in its own work directory.
+    for worker in spark_cluster.workers:
+        assert worker.work_dir is not None and (worker.work_dir / app_id).is_dir()
+
+
+def test_relative_paths_are_resolved_before_tasks_run(
+    runs: dict[str, Run], spark_cluster: StandaloneCluster, run_kg: KgRunner, tmp_path: Path
+) -> None:
+    # Executors run in their own working directories (the workers' work/app-*/N): SNAPSHOT and --out given
+    # relative to kg's directory must reach the tasks as the same files, not as paths under those.
+    reference = runs["snapshot-p3-to-p4"]
+    shutil.copytree(reference.local.parent / "in.kg", tmp_path / "in.kg")
+    proc = run_kg(
+        "rescale",
+        "in.kg",
+        "--to",
+        "4",
+        "--out",
+        "out.kg",
+        "--json",
+        *cluster_args(spark_cluster, tmp_path / "events"),
+        cwd=tmp_path,
+    )
+    stray = sorted(str(p) for w in spark_cluster.workers if w.work_dir for p in w.work_dir.rglob("*.parquet"))
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}: {proc.stderr.strip()}\nwritten by executors: {stray}"
+    )
+    assert state_files(tmp_path / "out.kg") == state_files(reference.local)
+    assert stray == []
+
+
+# -- Flink restores what the cluster wrote -----------------------------------------------------------------
+
+
+@pytest.mark.flink
+def test_flink_restores_the_savepoints_written_on_the_cluster(
+    runs: dict[str, Run], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from tests.flink.harness import (
+        assert_restored_like_expected,
+        build_classpath,
+        case_json,
+        case_key_type,
+        case_request,
+        run_restores,
+    )
+
+    cases = [
+        (runs[c.name].cluster, 1024 if "--max-parallelism" in c.args else 128) for c in CASES if c.savepoint
+    ]
+    requests = [case_request(SAVEPOINT, out, 4, max_p) for out, max_p in cases]
+    dumps = run_restores(requests, tmp_path_factory.mktemp("cluster-restore"), build_classpath())
+    expected = case_json(SAVEPOINT, "expected-state.json")
+    for (_out, max_p), dump in zip(cases, dumps, strict=True):
+        assert_restored_like_expected(dump, expected, 4, max_p, case_key_type(SAVEPOINT))
