@@ -94,7 +94,12 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
         if size is not None:
             end = pos + size
         elif name == BYTES_SNAPSHOT:
-            end = pos + 4 + _INT.unpack_from(data, pos)[0]
+            length = _INT.unpack_from(data, pos)[0]
+            if length < 0:
+                # A negative length would move the walk backwards: an entry count of 2^31 would then
+                # loop (and append entries) without ever reaching the end of the block.
+                raise _corrupt(source, f"a {snap.serializer_name} value has negative length {length}")
+            end = pos + 4 + length
         elif name == LIST_SNAPSHOT and len(snap.nested) == 1:
             count = _INT.unpack_from(data, pos)[0]
             end = pos + 4

@@ -16,6 +16,7 @@ from keygroup_cli.flink.binary import DataInput
 from keygroup_cli.flink.handles import (
     AnyChannelHandle,
     ByteStreamHandle,
+    ChangelogBackendHandle,
     KeyedHandle,
     OperatorStateHandle,
     read_channel_handle,
@@ -276,10 +277,34 @@ def _read_operator_state(reader: DataInput, version: int) -> OperatorState:
                 reader,
                 f"operator {operator_id}: subtask index {index} is not below parallelism {parallelism}",
             )
-        subtasks.append(
-            SubtaskState(index, finished=True) if finished else _read_subtask(reader, index, version)
-        )
+        subtask = SubtaskState(index, finished=True) if finished else _read_subtask(reader, index, version)
+        for handle in (subtask.managed_keyed_state, subtask.raw_keyed_state):
+            _check_key_group_range(reader, operator_id, max_parallelism, handle)
+        subtasks.append(subtask)
     return OperatorState(operator_id, parallelism, max_parallelism, name, uid, coordinator, tuple(subtasks))
+
+
+def _check_key_group_range(
+    reader: DataInput, operator_id: str, max_parallelism: int, handle: KeyedHandle | None
+) -> None:
+    """Refuse a keyed handle whose key-group range is not inside ``[0, max_parallelism)``.
+
+    Flink's ``KeyGroupRange`` never leaves the operator's key groups. The range's count is an untrusted
+    int32 that readers size lists by (one slot per key group of a RocksDB handle), so it is bounded here,
+    before anything is allocated from it; nested changelog handles are checked too.
+    """
+    if handle is None:
+        return
+    start, count = handle.key_group_start, handle.num_key_groups
+    if start < 0 or count < 0 or start + count > max_parallelism:
+        raise _corrupt(
+            reader,
+            f"operator {operator_id}: keyed state handle covers {count} key group(s) from {start}, outside "
+            f"the operator's {max_parallelism} key groups",
+        )
+    if isinstance(handle, ChangelogBackendHandle):
+        for nested in (*handle.materialized, *handle.non_materialized):
+            _check_key_group_range(reader, operator_id, max_parallelism, nested)
 
 
 def _read_subtask(reader: DataInput, index: int, version: int) -> SubtaskState:

@@ -127,6 +127,15 @@ def decode_frames(data: bytes | memoryview, source: str = "<snappy>", *, verify:
                     f"{source}: snappy chunk too short at byte {pos}", code="SNAPPY_CORRUPT"
                 )
             payload = bytes(view[body + 4 : body + length])
+            # The framing format caps a chunk's uncompressed data at 65536 bytes (xerial's reader refuses
+            # more): the claim is checked before a decompressor allocates for it.
+            claimed = _uncompressed_length(payload, source) if kind == _COMPRESSED else len(payload)
+            if claimed > BLOCK_SIZE:
+                raise InvalidSnapshotError(
+                    f"{source}: snappy chunk at byte {pos} claims {claimed} uncompressed bytes, more than "
+                    f"the framing format's {BLOCK_SIZE}",
+                    code="SNAPPY_CORRUPT",
+                )
             chunk = decompress_raw(payload, source) if kind == _COMPRESSED else payload
             if verify and masked_crc32c(chunk) != _CHUNK_HEADER.unpack_from(view, body)[0]:
                 raise InvalidSnapshotError(f"{source}: snappy CRC mismatch at byte {pos}", code="SNAPPY_CRC")

@@ -57,9 +57,16 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
         MissingDependencyError: A YAML file and PyYAML is not installed.
         InvalidSnapshotError: The file does not parse or holds no ConfigMap.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidSnapshotError(f"{path}: not UTF-8 text: {exc}", code="HA_CONFIGMAP_INVALID") from None
     try:
         document = json.loads(text)
+    except RecursionError:
+        raise InvalidSnapshotError(
+            f"{path}: JSON nested too deeply to be a ConfigMap export", code="HA_CONFIGMAP_INVALID"
+        ) from None
     except ValueError:
         try:
             import yaml
@@ -70,7 +77,7 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
             ) from None
         try:
             document = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, RecursionError) as exc:
             raise InvalidSnapshotError(
                 f"{path}: not valid YAML: {exc}", code="HA_CONFIGMAP_INVALID"
             ) from None

@@ -97,7 +97,9 @@ def parse_manifest(raw: bytes | str, *, source: str = MANIFEST_NAME) -> Manifest
     """Parse manifest JSON text into a validated ``Manifest``; ``source`` names the file in errors."""
     try:
         document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad JSON, bad UTF-8 and an integer of more than 4,300 digits; RecursionError
+        # arrays or objects nested thousands deep.
         raise InvalidSnapshotError(f"{source}: not valid JSON: {exc}", code="MANIFEST_JSON_INVALID") from None
     return manifest_from_dict(document, source=source)
 
@@ -183,7 +185,8 @@ def _parse_keyed_file(item: Any, where: str) -> KeyedFile:
     counts = ctx.f_list("key_group_rows")
     if not all(_is_int(c) and c >= 0 for c in counts):
         raise InvalidSnapshotError(
-            f"{where}: key_group_rows must be a list of non-negative integers", code="MANIFEST_FIELD_INVALID"
+            f"{where}: key_group_rows must be a list of non-negative 64-bit integers",
+            code="MANIFEST_FIELD_INVALID",
         )
     return KeyedFile(
         subtask=ctx.f_int("subtask"),
@@ -213,9 +216,14 @@ def _parse_operator_file(item: Any, where: str) -> OperatorFile:
 _PARSERS: dict[int, Callable[[dict[str, Any], str], Manifest]] = {1: _parse_v1}
 
 
+#: Every manifest integer is a signed 64-bit value (Parquet's and Arrow's int64): JSON has no bound, and
+#: a count beyond it would overflow when a reader puts it into an int64 array.
+_INT64 = range(-(2**63), 2**63)
+
+
 def _is_int(value: Any) -> bool:
     # JSON true/false decode to bool, which is an int subclass in Python; neither is a count.
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
 
 
 class _Fields:
@@ -241,7 +249,7 @@ class _Fields:
     def f_int(self, name: str) -> int:
         value = self._get(name)
         if not _is_int(value):
-            raise self._invalid(name, "an integer")
+            raise self._invalid(name, "a 64-bit integer")
         return int(value)
 
     def f_str(self, name: str) -> str:

@@ -348,7 +348,9 @@ def _open(path: Path, *, pre_buffer: bool = True) -> pq.ParquetFile:
         return pq.ParquetFile(path, pre_buffer=pre_buffer)
     except FileNotFoundError:
         raise InvalidSnapshotError(f"{path}: file is missing", code="FILE_MISSING") from None
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        # pyarrow raises OSError for most corrupt footers and UnicodeDecodeError (a ValueError) for a
+        # column name that is not UTF-8.
         raise InvalidSnapshotError(
             f"{path}: not a readable Parquet file: {exc}", code="FILE_UNREADABLE"
         ) from None
@@ -395,7 +397,8 @@ def iter_keyed_batches(
                 if batch.num_rows == 0:
                     continue
             yield batch
-    except pa.ArrowException as exc:
+    except (OSError, pa.ArrowException) as exc:
+        # pyarrow raises OSError (not an ArrowException) for corrupt pages, e.g. bad snappy data.
         raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
@@ -417,7 +420,7 @@ def read_operator_file(
 def _read_table(path: Path, columns: Sequence[str] | None) -> pa.Table:
     try:
         return _open(path).read(columns=list(columns) if columns is not None else None)
-    except pa.ArrowException as exc:
+    except (OSError, pa.ArrowException) as exc:
         raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
@@ -435,7 +438,7 @@ def iter_operator_batches(
         yield from pf.iter_batches(
             batch_size=batch_rows, columns=list(columns) if columns is not None else None
         )
-    except pa.ArrowException as exc:
+    except (OSError, pa.ArrowException) as exc:
         raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
