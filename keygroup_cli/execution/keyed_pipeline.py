@@ -75,8 +75,7 @@ class KeyedJob:
 
 def plan_keyed_jobs(
     savepoint: FlinkSnapshot,
-    targets: Mapping[str, int],
-    new_max_parallelism: int | None,
+    targets: Mapping[str, tuple[int, int]],
     output_root: str,
     *,
     compression: bool | None = None,
@@ -87,8 +86,8 @@ def plan_keyed_jobs(
 
     Args:
         savepoint: The input savepoint (canonical keyed files).
-        targets: The new parallelism of every operator, by operator id.
-        new_max_parallelism: The new maxParallelism (None: each operator keeps its own).
+        targets: The new parallelism and maxParallelism of every keyed operator, by operator id (the
+            plan's: an operator left out of the rescale keeps both).
         output_root: Where write tasks create their files (a local directory or an object-store URI).
         compression: Snappy for the new files; None keeps what the old files used.
         pieces: Cut each old file into up to this many read tasks (more tasks than cores on a cluster).
@@ -114,8 +113,7 @@ def plan_keyed_jobs(
                 f"{where}: subtasks disagree on the key serializer", code="FLINK_STATE_INCONSISTENT"
             )
         raw, header, layout = _covering_header(headers, where)
-        new_max = new_max_parallelism or op.max_parallelism
-        new_p = targets.get(op.operator_id, op.parallelism)
+        new_p, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
         compressed = header.compressed if compression is None else compression
         reads = [
             task

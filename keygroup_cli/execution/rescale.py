@@ -78,8 +78,13 @@ def rescale(
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
+    # Tasks may run elsewhere (Spark executors work in their own directories): local paths go absolute.
+    if not is_remote(dest):
+        dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
         return rescale_snapshot(source, dest, new_parallelism, **_options(locals()))
+    if not is_remote(source):
+        source = Path(source).absolute()
     refuse_inside_input(source, dest)
     options = _options(locals())
     if is_flink_savepoint(source) and _readable_in_place(source):

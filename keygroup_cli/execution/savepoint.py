@@ -13,7 +13,7 @@
    ``execution.keyed_pipeline``: read tasks decode key-group ranges of the old files into Arrow batches
    and re-key them, a shuffle groups them by new subtask, write tasks encode each new subtask's file
    straight into the staged savepoint. On Spark both run on the executors.
-4. **The commit** (``flink.convert.snapshot_to_savepoint``): the driver writes ``_metadata`` from the
+4. **The commit** (``flink.savepoint_writer.snapshot_to_savepoint``): the driver writes ``_metadata`` from the
    write tasks' handles, checks it (re-read, key-group ranges, file sizes and offsets, every block
    decodes), and renames the staging directory to DEST.
 
@@ -48,7 +48,6 @@ from keygroup_cli.flink.convert import (
     check_destination,
     key_types,
     savepoint_to_snapshot,
-    snapshot_to_savepoint,
 )
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 from keygroup_cli.flink.regroup import (
@@ -57,6 +56,7 @@ from keygroup_cli.flink.regroup import (
     regroup_keyed_state,
     shared_keyed_header,
 )
+from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.staging import scratch_directory
@@ -180,7 +180,7 @@ def rescale_savepoint(
             on_progress=report,
             executor=get_executor("local"),
         )
-        targets = {p.operator_id: p.new_parallelism for p in result.plan.operators}
+        targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in result.plan.operators}
         copied: dict[str, tuple[int, ...]] = {}
         keyed_rows: dict[str, tuple[int, ...]] = {}
         keyed_executor = executor
@@ -195,7 +195,6 @@ def rescale_savepoint(
             jobs = plan_keyed_jobs(
                 savepoint,
                 targets,
-                new_max_parallelism,
                 keyed_root or str(staging),
                 compression=compression,
                 pieces=_read_pieces(keyed_executor),
@@ -274,7 +273,7 @@ def _scratch(dest: Path | str) -> Iterator[Path]:
 def _regroup_all(
     savepoint: FlinkSnapshot,
     headers: dict[str, bytes],
-    targets: dict[str, int],
+    targets: dict[str, tuple[int, int]],
     staging: Path,
     copied: dict[str, tuple[int, ...]],
     report: OnProgress,
@@ -283,7 +282,8 @@ def _regroup_all(
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
     files = {}
     for done, (op_id, header) in enumerate(headers.items(), 1):
-        files[op_id] = regroup_keyed_state(savepoint, by_id[op_id], header, targets[op_id], staging)
+        new_parallelism = targets[op_id][0]
+        files[op_id] = regroup_keyed_state(savepoint, by_id[op_id], header, new_parallelism, staging)
         copied[op_id] = tuple(f.size for f in files[op_id])
         report("copy key groups", done, len(headers))
     return files

@@ -18,10 +18,11 @@ from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
 from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.convert import savepoint_to_snapshot, snapshot_to_savepoint
+from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.keyed_tasks import read_tasks
 from keygroup_cli.flink.regroup import keyed_handles
+from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.snapshot.staging import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
@@ -87,13 +88,13 @@ def test_read_tasks_cover_every_block_once_in_order(pieces: int) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_more_read_tasks_write_the_same_files(case: str, tmp_path: Path) -> None:
     savepoint = read_flink_metadata(FIXTURES / case)
-    targets = {op.operator_id: 4 for op in savepoint.metadata.operators}
+    targets = {op.operator_id: (4, 1024) for op in savepoint.metadata.operators}
     local = get_executor("local")
     results = []
     for pieces in (1, 3):
         out = tmp_path / f"p{pieces}"
         out.mkdir()
-        jobs = plan_keyed_jobs(savepoint, targets, 1024, str(out), pieces=pieces)
+        jobs = plan_keyed_jobs(savepoint, targets, str(out), pieces=pieces)
         # Same file names in both plans, so the written files compare byte for byte.
         jobs = [_renamed(job) for job in jobs]
         written = local.run_keyed(jobs, tmp_path / f"spill{pieces}")
