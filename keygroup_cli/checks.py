@@ -147,7 +147,7 @@ def judged_operators(
     Flink checks the maxParallelism of every operator listed in ``_metadata``, stateless ones included
     (``Checkpoints.loadAndValidateCheckpoint``), so all of a Flink savepoint's operators are judged. A kg
     snapshot's operators without state are not written into the savepoint kg makes of it
-    (``flink.convert.snapshot_to_savepoint``), so there ``judge_stateless`` is False.
+    (``flink.savepoint_writer.snapshot_to_savepoint``), so there ``judge_stateless`` is False.
     """
     return [op for op in operators if judge_stateless or op.has_state]
 

@@ -1,16 +1,12 @@
-"""Convert a canonical Flink savepoint into a kg snapshot, and a kg snapshot back into a savepoint.
+"""Convert a canonical Flink savepoint into a kg snapshot.
 
 ``savepoint_to_snapshot`` decodes every operator's keyed state (``keyed_decode``) and operator state
 (``operator_state``) into the kg Parquet layout and keeps everything else a savepoint needs in an additive
 ``flink`` manifest extension (``docs/reference/flink-extension.md``): metadata version, checkpoint id,
 properties trailer and master states on the manifest; per operator the coordinator state, the keyed-state
-header (key serializer snapshot and state meta infos) and the operator-state headers, base64-encoded.
-
-``snapshot_to_savepoint`` writes a canonical savepoint from a kg snapshot with that extension, for the
-snapshot's (possibly rescaled) parallelism and maxParallelism: one keyed file per subtask with key-group
-offsets and prefixes for the target maxParallelism, one operator-state file per subtask, and a ``_metadata``
-in the source's version that references every file relatively (``RelativeFileStateHandle``), so the
-directory can be moved. Both directions write into a staging directory and commit by atomic rename.
+header (key serializer snapshot and state meta infos) and the operator-state headers, base64-encoded. It
+writes into a staging directory and commits by atomic rename. The way back, a kg snapshot with that
+extension to a savepoint, is ``keygroup_cli.flink.savepoint_writer``.
 
 HashMap checkpoints and NATIVE HashMap savepoints (the heap layout) are first rewritten as canonical key
 groups (``keygroup_cli.flink.heap_layout``). RocksDB NATIVE savepoints and incremental / changelog checkpoints
@@ -20,64 +16,33 @@ are refused: their keyed state is not in a key-group stream format, and kg does 
 from __future__ import annotations
 
 import base64
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from keygroup_cli import __version__
-from keygroup_cli.errors import (
-    ExecutionError,
-    InvalidArgumentError,
-    InvalidSnapshotError,
-    UnsupportedFormatError,
-)
+from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
-from keygroup_cli.flink.handles import (
-    ByteStreamHandle,
-    IncrementalKeyedHandle,
-    KeyGroupsHandle,
-    OperatorStateHandle,
-    RelativeFileHandle,
-)
+from keygroup_cli.flink.handles import IncrementalKeyedHandle, KeyGroupsHandle, OperatorStateHandle
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 from keygroup_cli.flink.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.keyed_encode import write_keyed_file
-from keygroup_cli.flink.keyed_header import (
-    KeyedStateHeader,
-    OperatorStateHeader,
-    operator_header_end,
-    read_keyed_header,
-    read_operator_header,
-)
+from keygroup_cli.flink.keyed_header import OperatorStateHeader, operator_header_end, read_operator_header
 from keygroup_cli.flink.keyed_layout import KeyedLayout
-from keygroup_cli.flink.metadata import (
-    CheckpointMetadata,
-    MasterState,
-    OperatorState,
-    SubtaskState,
-    parse_metadata,
-)
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
-from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file, write_operator_file
-from keygroup_cli.flink.regroup import RegroupedFile
+from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
+from keygroup_cli.flink.metadata import CheckpointMetadata
+from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file
 from keygroup_cli.flink.stream_source import StreamSource
-from keygroup_cli.integrity import require_readable_output
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
-from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
-from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, Snapshot, StateDescriptor, open_snapshot
+from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
-from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.snapshot.staging import SnapshotWriter, scratch_directory, staged_directory
-from keygroup_cli.storage.locations import location
 
-#: Name of the manifest / operator extension this module reads and writes.
+#: Name of the manifest / operator extension this module writes (``savepoint_writer`` reads it back).
 EXTENSION = "flink"
 #: Version of the extension's own layout (bumped only on incompatible changes).
 EXTENSION_VERSION = 1
@@ -201,17 +166,11 @@ def key_types(snapshot: FlinkSnapshot) -> dict[str, str]:
             handle = sub.managed_keyed_state
             if isinstance(handle, KeyGroupsHandle):
                 with StreamSource(handle.delegate, snapshot.directory) as src:
-                    _raw, header = _keyed_header(src, handle)
+                    _raw, header = keyed_header(src, handle)
                     layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
                 found[op.operator_id] = layout.codec.key_type
                 break
     return found
-
-
-def _keyed_header(src: StreamSource, handle: KeyGroupsHandle) -> tuple[bytes, KeyedStateHeader]:
-    first = min([o for o in handle.offsets if o] or [src.size])
-    raw = src.read(0, first)
-    return raw, read_keyed_header(raw, src.source, first)
 
 
 def _operator_header(src: StreamSource, handle: OperatorStateHandle) -> tuple[bytes, OperatorStateHeader]:
@@ -222,22 +181,6 @@ def _operator_header(src: StreamSource, handle: OperatorStateHandle) -> tuple[by
     assert end is not None
     raw = prefix[:end]
     return raw, read_operator_header(raw, src.source, end)
-
-
-def _check_key_groups(batch: pa.RecordBatch, key_type: str, max_parallelism: int, where: str) -> None:
-    """Check that every decoded key hashes to the key group whose prefix it was stored under."""
-    if key_type not in HASHABLE_KEY_TYPES or batch.num_rows == 0:
-        return
-    groups = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), max_parallelism)
-    stored = np.asarray(batch.column("key_group").to_numpy(zero_copy_only=False))
-    bad = np.flatnonzero(groups != stored)
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidSnapshotError(
-            f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {int(stored[i])} but "
-            f"Flink assigns it to {int(groups[i])} (wrong key serializer or maxParallelism?)",
-            code="KEY_GROUP_MISMATCH",
-        )
 
 
 def _dedupe(headers: list[tuple[int, bytes]]) -> list[dict[str, Any]]:
@@ -303,7 +246,7 @@ def _savepoint_to_snapshot(
                 if keyed and isinstance(handle, KeyGroupsHandle):
                     op_dir = op_dir or writer.operator_dir(op.uid, op.operator_id)
                     with StreamSource(handle.delegate, snapshot.directory) as src:
-                        raw, header = _keyed_header(src, handle)
+                        raw, header = keyed_header(src, handle)
                         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
                         if key_type is not None and layout.codec.key_type != key_type:
                             raise InvalidSnapshotError(
@@ -460,385 +403,8 @@ def _checked(
     batches: Iterator[pa.RecordBatch], key_type: str, max_parallelism: int, where: str
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        _check_key_groups(batch, key_type, max_parallelism, where)
+        check_key_groups(batch, key_type, max_parallelism, where)
         yield batch
-
-
-# -- kg -> savepoint ----------------------------------------------------------------------------------------
-
-
-def _extension(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
-    ext = mapping.get(EXTENSION)
-    if not isinstance(ext, dict):
-        raise UnsupportedFormatError(
-            f"{where}: no '{EXTENSION}' extension: this kg snapshot was not converted from a Flink "
-            "savepoint, so kg has no serializer snapshots to write one (convert a savepoint with "
-            "`kg convert SAVEPOINT --out`)",
-            code="FLINK_EXTENSION_MISSING",
-        )
-    return ext
-
-
-def _pick_header(
-    groups: list[dict[str, Any]],
-    subtask: int,
-    same_parallelism: bool,
-    needed: set[str],
-    parse: Callable[[bytes], Any],
-    names: Callable[[Any], set[str]],
-    where: str,
-) -> tuple[bytes, Any]:
-    """Return a saved header for ``subtask``: its own at unchanged parallelism, else one naming all states."""
-    candidates: list[bytes] = []
-    if same_parallelism:
-        candidates += [_unb64(g["bytes"], where) for g in groups if subtask in g.get("subtasks", [])]
-    candidates += [_unb64(g["bytes"], where) for g in groups]
-    for raw in candidates:
-        header = parse(raw)
-        if needed <= names(header):
-            return raw, header
-    raise InvalidSnapshotError(
-        f"{where}: no saved state header declares all of {sorted(needed)}", code="FLINK_STATE_UNKNOWN"
-    )
-
-
-#: ``regroup(staging) -> {operator id: one RegroupedFile per subtask}``: keyed files written elsewhere.
-Regroup = Callable[[Path], Mapping[str, Sequence[RegroupedFile]]]
-
-
-def snapshot_to_savepoint(
-    source: str | Path,
-    dest: str | Path,
-    *,
-    compression: bool | None = None,
-    on_progress: OnProgress | None = None,
-    regroup: Regroup | None = None,
-    keyed_root: str | None = None,
-) -> ConvertResult:
-    """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
-
-    Operators that hold no state of any kind (no keyed, operator or coordinator state, no finished
-    subtasks; channel state is never converted) are left out of ``_metadata``. Flink restores an operator
-    missing from the savepoint exactly as an empty one (``StateAssignmentOperation.assignStates`` gives it
-    an empty ``OperatorState`` with its vertex's parallelism and maxParallelism), but it checks the
-    maxParallelism of *every* operator listed (``Checkpoints.loadAndValidateCheckpoint``): an empty operator
-    chained with a rescaled one would keep its old maxParallelism and fail the restore, and kg cannot see
-    chains in ``_metadata``.
-
-    Args:
-        source: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
-            rescaled since).
-        dest: The savepoint directory to create.
-        compression: Snappy-compress keyed and operator state; None keeps what the source savepoint used.
-        on_progress: ``(stage, completed, total)`` callback.
-        regroup: Called once with the staging directory; the keyed files it writes there (by operator id)
-            are used instead of encoding the snapshot's keyed rows, for operators that have none.
-        keyed_root: Where ``regroup``'s files are when not in the staging directory: an object-store
-            prefix its write tasks wrote to directly. Their sizes are checked there; decoding every
-            stream of the output is then the caller's job, once the rest is beside them
-            (``integrity.require_readable_output`` of the parsed ``_metadata``).
-
-    Raises:
-        UnsupportedFormatError: The snapshot has no ``flink`` extension.
-        InvalidSnapshotError: Rows that do not fit the saved headers, or unreadable files.
-        InvalidArgumentError: ``dest`` exists.
-    """
-    report = on_progress or _noop
-    snapshot = open_snapshot(source)
-    manifest = snapshot.manifest
-    root = _extension(manifest.extensions, f"{snapshot.path}: manifest")
-    version = int(root.get("metadata_version", 6))
-    properties = root.get("properties")
-    properties_bytes = _unb64(properties, "properties") if properties else None
-    if version >= 4 and properties_bytes is None:
-        properties_bytes = CANONICAL_SAVEPOINT_PROPERTIES
-    masters = tuple(
-        MasterState(m["name"], int(m["version"]), _unb64(m["payload"], "master state"))
-        for m in root.get("master_states", [])
-    )
-    total = sum(op.parallelism for op in manifest.operators)
-    done = 0
-    keyed_rows = operator_rows = keyed_count = operator_count = size = 0
-    compressed_any: bool | None = None
-    operators: list[OperatorState] = []
-    with staged_directory(dest) as staging:
-        regrouped = regroup(staging) if regroup is not None else {}
-        for op in manifest.operators:
-            where = f"{snapshot.path}: operator {op.label!r}"
-            ext = _extension(op.extensions, where)
-            same_p = int(ext.get("source_parallelism", -1)) == op.parallelism
-            keyed_ext = ext.get("keyed")
-            op_ext = ext.get("operator_state")
-            keyed_by_subtask = {f.subtask: f for f in op.keyed_files}
-            op_by_subtask = {f.subtask: f for f in op.operator_files}
-            if keyed_by_subtask and not keyed_ext:
-                raise InvalidSnapshotError(
-                    f"{where}: keyed files but no saved keyed-state header", code="FLINK_EXTENSION_INVALID"
-                )
-            if op_by_subtask and not op_ext:
-                raise InvalidSnapshotError(
-                    f"{where}: operator files but no saved operator-state header",
-                    code="FLINK_EXTENSION_INVALID",
-                )
-            tables = {i: read_operator_file(snapshot, f) for i, f in op_by_subtask.items()}
-            tables = _collapse_union_state(op, tables, where)
-            subtasks: list[SubtaskState] = []
-            for index in range(op.parallelism):
-                keyed_handle = op_handle = None
-                if op.operator_id in regrouped and not keyed_ext:
-                    spliced = regrouped[op.operator_id][index]
-                    keyed_handle = spliced.handle
-                    keyed_count += 1
-                    size += spliced.size
-                elif keyed_ext:
-                    use = bool(keyed_ext.get("compressed")) if compression is None else compression
-                    compressed_any = use if compressed_any is None else compressed_any or use
-                    keyed_handle, rows, nbytes = _write_keyed(
-                        snapshot,
-                        op,
-                        index,
-                        keyed_by_subtask.get(index),
-                        keyed_ext,
-                        same_p,
-                        use,
-                        staging,
-                        where,
-                    )
-                    keyed_rows += rows
-                    keyed_count += 1
-                    size += nbytes
-                if op_ext and index in op_by_subtask:
-                    use = bool(op_ext.get("compressed")) if compression is None else compression
-                    compressed_any = use if compressed_any is None else compressed_any or use
-                    op_handle, rows, nbytes = _write_operator(
-                        tables[index], op_ext, index, same_p, use, staging, where
-                    )
-                    operator_rows += rows
-                    operator_count += 1
-                    size += nbytes
-                finished = same_p and index in ext.get("finished_subtasks", [])
-                subtasks.append(
-                    SubtaskState(
-                        index,
-                        finished=finished,
-                        managed_operator_state=op_handle,
-                        managed_keyed_state=keyed_handle,
-                    )
-                )
-                done += 1
-                report("convert", done, total)
-            coordinator = ext.get("coordinator_state")
-            fully_finished = bool(ext.get("fully_finished")) and same_p
-            if not (coordinator or fully_finished or any(s.has_state or s.finished for s in subtasks)):
-                # No state of any kind: not written (see the docstring).
-                continue
-            operators.append(
-                OperatorState(
-                    operator_id=op.operator_id,
-                    parallelism=op.parallelism,
-                    max_parallelism=op.max_parallelism,
-                    name=op.name,
-                    uid=op.uid,
-                    coordinator_state=None
-                    if not coordinator
-                    else ByteStreamHandle(coordinator["handle_name"], _unb64(coordinator["bytes"], where)),
-                    subtasks=() if fully_finished else tuple(subtasks),
-                    fully_finished=fully_finished,
-                )
-            )
-        metadata = CheckpointMetadata(
-            version=version,
-            checkpoint_id=int(root.get("checkpoint_id", manifest.snapshot_id)),
-            master_states=masters,
-            operators=tuple(operators),
-            properties_bytes=properties_bytes if version >= 4 else None,
-        )
-        encoded = write_metadata(metadata)
-        (staging / METADATA_FILE).write_bytes(encoded)
-        _verify_written(staging, encoded, keyed_rows, manifest, keyed_root)
-        if keyed_root is None:
-            # Every block written (or copied as bytes) must decode: kg never commits what its reader rejects.
-            require_readable_output(staging)
-    return ConvertResult(
-        "to-flink",
-        str(source),
-        str(dest),
-        len(operators),
-        keyed_count,
-        keyed_rows,
-        operator_count,
-        operator_rows,
-        size,
-        compressed_any,
-    )
-
-
-def _verify_written(
-    staging: Path, encoded: bytes, keyed_rows: int, manifest: Manifest, keyed_root: str | None = None
-) -> None:
-    """Check the savepoint before it is committed: what Flink will read is what kg meant to write.
-
-    The ``_metadata`` on disk parses back and re-encodes to the same bytes; every operator's subtasks cover
-    Flink's key-group ranges for its parallelism and maxParallelism; every referenced file exists with
-    the size its handle records and the offsets fall inside it; and the keyed entries written add up to
-    the snapshot's keyed rows.
-
-    Raises:
-        ExecutionError: Any of these differ (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
-    """
-    where = f"output verification failed: {staging / METADATA_FILE}"
-    on_disk = (staging / METADATA_FILE).read_bytes()
-    metadata = parse_metadata(on_disk, where)
-    if on_disk != encoded or write_metadata(metadata) != encoded:
-        raise ExecutionError(f"{where}: does not read back as written", code="OUTPUT_VERIFICATION_FAILED")
-    for op in metadata.operators:
-        for sub in op.subtasks:
-            subject = f"{where}: operator {op.label!r} subtask {sub.index}"
-            keyed = sub.managed_keyed_state
-            if isinstance(keyed, KeyGroupsHandle):
-                want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
-                if (keyed.key_group_start, keyed.key_group_end) != (want.start, want.end):
-                    raise ExecutionError(
-                        f"{subject} covers key groups [{keyed.key_group_start}, {keyed.key_group_end}], "
-                        f"not [{want.start}, {want.end}]",
-                        code="OUTPUT_VERIFICATION_FAILED",
-                    )
-                _check_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
-            op_handle = sub.managed_operator_state
-            if isinstance(op_handle, OperatorStateHandle):
-                offsets = [o for e in op_handle.states for o in e.offsets]
-                _check_written_file(staging, op_handle.delegate, offsets, subject)
-    if keyed_rows != sum(op.keyed_rows for op in manifest.operators):
-        raise ExecutionError(
-            f"{where}: {keyed_rows} keyed entries written, the snapshot holds "
-            f"{sum(op.keyed_rows for op in manifest.operators)}",
-            code="OUTPUT_VERIFICATION_FAILED",
-        )
-
-
-def _check_written_file(root: Path | str, file: Any, offsets: Sequence[int], subject: str) -> None:
-    assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
-    if isinstance(root, Path):
-        path = root / file.relative_path
-        size = path.stat().st_size if path.is_file() else -1
-    else:
-        stored = location(root) / file.relative_path
-        size = stored.size() if stored.is_file() else -1
-    if size != file.size or any(not 0 <= o < size for o in offsets):
-        raise ExecutionError(
-            f"{subject}: {file.relative_path} has {size} bytes; its handle records {file.size} "
-            f"and offsets up to {max(offsets, default=0)}",
-            code="OUTPUT_VERIFICATION_FAILED",
-        )
-
-
-def _new_file(staging: Path) -> tuple[str, Path]:
-    name = str(uuid.uuid4())
-    return name, staging / name
-
-
-def _write_keyed(
-    snapshot: Snapshot,
-    op: Operator,
-    index: int,
-    keyed_file: KeyedFile | None,
-    keyed_ext: dict[str, Any],
-    same_p: bool,
-    compressed: bool,
-    staging: Path,
-    where: str,
-) -> tuple[KeyGroupsHandle, int, int]:
-    needed = {s.name for s in op.states if s.is_keyed}
-    raw, header = _pick_header(
-        keyed_ext.get("headers", []),
-        index,
-        same_p,
-        needed,
-        lambda b: read_keyed_header(b, where, len(b)),
-        lambda hd: {s.name for s in hd.states or ()},
-        where,
-    )
-    layout = KeyedLayout.from_header(header, op.max_parallelism, where)
-    key_groups = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
-    if keyed_file is not None and (keyed_file.key_group_start, keyed_file.key_group_end) != (
-        key_groups.start,
-        key_groups.end,
-    ):
-        raise InvalidSnapshotError(
-            f"{where}: keyed file {keyed_file.path} does not cover subtask {index}'s range",
-            code="KEY_GROUP_RANGE_MISMATCH",
-        )
-    batches: Iterator[pa.RecordBatch] = (
-        iter(()) if keyed_file is None else iter_keyed_batches(snapshot, keyed_file)
-    )
-    name, path = _new_file(staging)
-    with open(path, "wb") as out:
-        written = write_keyed_file(out, raw, layout, batches, key_groups, compressed=compressed)
-    handle = KeyGroupsHandle(7, key_groups.start, written.offsets, RelativeFileHandle(name, written.size))
-    return handle, written.rows, written.size
-
-
-def _collapse_union_state(op: Operator, tables: dict[int, pa.Table], where: str) -> dict[int, pa.Table]:
-    """Keep each replicated union state's list on the lowest subtask that holds it.
-
-    ``kg rescale`` gives every new subtask every union element (the list Flink hands each subtask at
-    restore) and marks the state ``replicated``; a savepoint stores union state as per-subtask partitions
-    that Flink concatenates when it restores, so one copy restores exactly the list every subtask held.
-
-    Raises:
-        InvalidSnapshotError: A replicated state's copies differ (``UNION_REPLICAS_DIFFER``).
-    """
-    replicated = [s.name for s in op.states if s.replicated]
-    if not replicated or len(tables) < 2:
-        return tables
-    first: dict[str, int] = {}
-    for name in replicated:
-        holders = {i: rows for i, t in sorted(tables.items()) if (rows := _state_rows(t, name))}
-        copies = list(holders.values())
-        if any(rows != copies[0] for rows in copies[1:]):
-            raise InvalidSnapshotError(
-                f"{where}: union state {name!r} is marked replicated but its subtasks hold different lists",
-                code="UNION_REPLICAS_DIFFER",
-            )
-        first[name] = min(holders, default=-1)
-    out = {}
-    for index, table in tables.items():
-        drop = [name for name in replicated if index != first[name]]
-        if drop:
-            keep = pc.invert(pc.is_in(table.column("state"), value_set=pa.array(drop, type=pa.string())))
-            table = table.filter(keep)
-        out[index] = table
-    return out
-
-
-def _state_rows(table: pa.Table, name: str) -> list[tuple[Any, ...]]:
-    rows = table.filter(pc.equal(table.column("state"), name)).sort_by("position")
-    return list(zip(rows.column("position").to_pylist(), rows.column("value").to_pylist(), strict=True))
-
-
-def _write_operator(
-    table: pa.Table,
-    op_ext: dict[str, Any],
-    index: int,
-    same_p: bool,
-    compressed: bool,
-    staging: Path,
-    where: str,
-) -> tuple[OperatorStateHandle, int, int]:
-    needed = set(table.column("state").to_pylist())
-
-    def parse(raw: bytes) -> OperatorStateHeader:
-        return read_operator_header(raw, where, len(raw))
-
-    def names(header: OperatorStateHeader) -> set[str]:
-        return {i.name for i in (header.states or ()) + (header.broadcast_states or ())}
-
-    raw, header = _pick_header(op_ext.get("headers", []), index, same_p, needed, parse, names, where)
-    name, path = _new_file(staging)
-    with open(path, "wb") as out:
-        written = write_operator_file(out, raw, header, table, compressed=compressed)
-    handle = OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
-    return handle, table.num_rows, written.size
 
 
 def check_destination(dest: str | Path) -> None:
@@ -854,11 +420,9 @@ __all__ = [
     "EXTENSION",
     "EXTENSION_VERSION",
     "ConvertResult",
-    "Regroup",
     "check_convertible",
     "check_destination",
     "is_flink_savepoint",
     "key_types",
     "savepoint_to_snapshot",
-    "snapshot_to_savepoint",
 ]

@@ -10,7 +10,8 @@ as one file per new subtask, so the result restores without Flink having to resc
 
 It needs one header for all old subtasks (``shared_keyed_header``): state ids in the blocks are positions
 in the header's state list. When the headers differ, or maxParallelism changes (every key moves to another
-key group), kg decodes and re-encodes instead (``keygroup_cli.flink.convert``).
+key group), kg decodes and re-encodes instead (``keygroup_cli.flink.convert``, then
+``keygroup_cli.flink.savepoint_writer``).
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ from keygroup_cli.errors import (
     InvalidSnapshotError,
 )
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import convert as flink_convert
-from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink import read_flink_metadata, savepoint_writer
 from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot import open_snapshot
@@ -189,7 +188,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise ExecutionError("disk full", code="WRITE_FAILED")
 
-    monkeypatch.setattr(flink_convert, "write_metadata", broken)
+    monkeypatch.setattr(savepoint_writer, "write_metadata", broken)
     with pytest.raises(ExecutionError, match="disk full"):
         rescale(FIXTURES / "heap-files-p3-maxp128-long", tmp_path / "sp", 4, engine="local")
     assert list(tmp_path.iterdir()) == []

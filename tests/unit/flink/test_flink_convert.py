@@ -23,7 +23,8 @@ from kg_fixture_state import (
 
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink import local_path, read_flink_metadata
-from keygroup_cli.flink.convert import EXTENSION, savepoint_to_snapshot, snapshot_to_savepoint
+from keygroup_cli.flink.convert import EXTENSION, savepoint_to_snapshot
+from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.manifest import MANIFEST_NAME
 from keygroup_cli.snapshot.parquet import read_keyed_file, read_operator_file
