@@ -45,8 +45,10 @@ PATHS = {
     "savepoint, same maxParallelism": (["--from", "3", "--to", "4", "--engine", "local"], 4),
     "savepoint, new maxParallelism": (["--from", "3", "--to", "4", "-m", "1024", "--engine", "local"], 4),
 }
-COLUMNS = ("runs", "killed", "finished first", "inputs modified", "partial outputs", "survivors",
-           "rerun failed", "leftovers")  # fmt: skip
+COLUMNS = ("runs", "killed", "finished first", "crashes", "hangs", "inputs modified", "partial outputs",
+           "survivors", "rerun failed", "leftovers")  # fmt: skip
+#: Seconds a run may take before it counts as a hang (and is killed).
+HANG = 300
 TABLE: dict[str, Counter[str]] = {}
 
 
@@ -73,8 +75,11 @@ def _group_alive(pgid: int) -> list[int]:
     return alive
 
 
-def _run(args: list[str], env: dict[str, str], kill_after: float | None) -> tuple[int, bool, int]:
-    """Run kg; SIGKILL its process group after ``kill_after`` s. Return (status, killed, pgid)."""
+def _run(args: list[str], env: dict[str, str], kill_after: float | None) -> tuple[int | None, bool, int]:
+    """Run kg; SIGKILL its process group after ``kill_after`` s. Return (status, killed, pgid).
+
+    The status is None for a hang: no exit within ``HANG`` s (the group is killed then).
+    """
     proc = subprocess.Popen([*KG, *args], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     killed = False
@@ -84,7 +89,12 @@ def _run(args: list[str], env: dict[str, str], kill_after: float | None) -> tupl
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             killed = True
-    return proc.wait(300), killed, proc.pid
+    try:
+        return proc.wait(HANG), killed, proc.pid
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        return None, killed, proc.pid
 
 
 def _verify(dest: Path, env: dict[str, str]) -> bool:
@@ -118,6 +128,8 @@ def test_kill_9_at_random_moments(path: str, snapshot_input: Path, tmp_path: Pat
         )
         counts["runs"] += 1
         counts["killed" if killed else "finished first"] += 1
+        counts["hangs"] += status is None
+        counts["crashes"] += not killed and status not in (0, None)  # finished by itself, but failed
         deadline = time.monotonic() + 10
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -127,13 +139,22 @@ def test_kill_9_at_random_moments(path: str, snapshot_input: Path, tmp_path: Pat
             counts["partial outputs"] += not _verify(dest, env)
         else:
             rerun, _, _ = _run(["rescale", str(source), *args, "--out", str(dest)], env, None)
+            counts["hangs"] += rerun is None
             counts["rerun failed"] += rerun != 0 or not _verify(dest, env)
         counts["leftovers"] += bool(_leftovers(out))
         shutil.rmtree(out, ignore_errors=True)
     TABLE[path] = counts
     _print_table()
     assert counts["killed"] >= 1, f"no run was killed before it finished: {dict(counts)}"
-    for bad in ("inputs modified", "partial outputs", "survivors", "rerun failed", "leftovers"):
+    for bad in (
+        "crashes",
+        "hangs",
+        "inputs modified",
+        "partial outputs",
+        "survivors",
+        "rerun failed",
+        "leftovers",
+    ):
         assert counts[bad] == 0, f"{bad}: {dict(counts)}"
 
 
