@@ -8,16 +8,21 @@ false)``, i.e. **without** verifying checksums. The framing format (google/snapp
 - data chunks: 1-byte type (``0x00`` compressed, ``0x01`` uncompressed), 3-byte little-endian length
   (payload + 4), 4-byte little-endian *masked* CRC32C of the uncompressed bytes, then the payload.
 
-Raw snappy blocks are compressed and decompressed with pyarrow's bundled snappy codec
-(``pa.compress`` / ``pa.decompress``); a raw block starts with its uncompressed length as a varint, which
-is what ``pa.decompress`` needs to be told. CRC32C is computed table-driven in pure Python: Flink never
-checks it, so it is written for other readers' sake (and is the slow part of writing compressed state).
+Raw snappy blocks are compressed with pyarrow's bundled snappy codec (``pa.compress``) and decompressed
+with cramjam's (``cramjam.snappy.decompress_raw``): each the faster of the two in ``benchmarks/codecs.py``
+(see ``docs/performance.md``). cramjam's own *framed* format is not used: it compresses a block whenever
+that saves 1/8 (xerial only below the 0.85 ratio) and writes no stream identifier for an empty stream, so
+the framing stays here. CRC32C comes from ``google-crc32c`` (C, hardware CRC where the CPU has it); Flink
+never checks it, so it is written for other readers' sake. ``reference_crc32c`` is the table-driven
+pure-Python form the library is tested against.
 """
 
 from __future__ import annotations
 
 import struct
 
+import cramjam
+import google_crc32c
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
@@ -51,8 +56,11 @@ def _crc32c_table() -> tuple[int, ...]:
 _TABLE = _crc32c_table()
 
 
-def crc32c(data: bytes) -> int:
-    """Return the CRC32C (Castagnoli) of ``data``, as ``java.util.zip.CRC32C`` computes it."""
+def reference_crc32c(data: bytes) -> int:
+    """Return the CRC32C of ``data`` computed table-driven in pure Python (about 3 MB/s).
+
+    The reference the library behind ``crc32c`` is tested against; not used on any hot path.
+    """
     crc = 0xFFFFFFFF
     table = _TABLE
     for b in data:
@@ -60,10 +68,19 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+def crc32c(data: bytes) -> int:
+    """Return the CRC32C (Castagnoli) of ``data``, as ``java.util.zip.CRC32C`` computes it."""
+    return int(google_crc32c.value(data))
+
+
+def mask_crc(crc: int) -> int:
+    """Return the masked form of a CRC32C that the framing format stores (``SnappyFramed.maskedCrc32c``)."""
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
 def masked_crc32c(data: bytes) -> int:
     """Return the masked CRC32C of the framing format (``SnappyFramed.maskedCrc32c``)."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return mask_crc(crc32c(data))
 
 
 def _uncompressed_length(block: bytes, source: str) -> int:
@@ -79,10 +96,10 @@ def _uncompressed_length(block: bytes, source: str) -> int:
 
 def decompress_raw(block: bytes, source: str = "<snappy>") -> bytes:
     """Decompress one raw snappy block (no framing)."""
-    size = _uncompressed_length(block, source)
+    _uncompressed_length(block, source)
     try:
-        out = pa.decompress(block, decompressed_size=size, codec="snappy", asbytes=True)
-    except (OSError, ValueError, pa.ArrowException) as exc:
+        out = cramjam.snappy.decompress_raw(block)
+    except cramjam.DecompressionError as exc:
         raise InvalidSnapshotError(f"{source}: corrupt snappy block: {exc}", code="SNAPPY_CORRUPT") from None
     return bytes(out)
 
@@ -193,5 +210,7 @@ __all__ = [
     "decompress_raw",
     "encode_chunk",
     "encode_frames",
+    "mask_crc",
     "masked_crc32c",
+    "reference_crc32c",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from kg_fixture_state import FLINK_FIXTURES
@@ -15,18 +16,38 @@ from keygroup_cli.flink.snappy import (
     STREAM_IDENTIFIER,
     crc32c,
     decode_frames,
+    decompress_raw,
     encode_frames,
     masked_crc32c,
+    reference_crc32c,
 )
 from keygroup_cli.flink.stream_source import StreamSource
 
 
-def test_crc32c_known_vectors() -> None:
+@pytest.mark.parametrize("crc", [crc32c, reference_crc32c], ids=["library", "reference"])
+def test_crc32c_known_vectors(crc) -> None:
     # RFC 3720 (iSCSI) test vectors for CRC32C.
-    assert crc32c(b"") == 0
-    assert crc32c(b"123456789") == 0xE3069283
-    assert crc32c(bytes(32)) == 0x8A9136AA
-    assert crc32c(bytes([0xFF] * 32)) == 0x62A8AB43
+    assert crc(b"") == 0
+    assert crc(b"123456789") == 0xE3069283
+    assert crc(bytes(32)) == 0x8A9136AA
+    assert crc(bytes([0xFF] * 32)) == 0x62A8AB43
+    assert crc(bytes(range(32))) == 0x46DD794E
+    assert crc(bytes(range(31, -1, -1))) == 0x113FDB5C
+
+
+def test_library_crc32c_equals_the_pure_python_reference() -> None:
+    rng = random.Random(20261123)
+    sizes = [*range(70), 255, 256, 257, 1000, 4095, 4096, 4097, BLOCK_SIZE - 1, BLOCK_SIZE]
+    for size in sizes + [rng.randrange(1, 3 * BLOCK_SIZE) for _ in range(20)]:
+        data = rng.randbytes(size)
+        assert crc32c(data) == reference_crc32c(data), size
+
+
+def test_corrupt_raw_block_is_a_clear_error() -> None:
+    with pytest.raises(InvalidSnapshotError, match="corrupt snappy block"):
+        decompress_raw(b"\x10" + bytes(range(20)), "f")
+    with pytest.raises(InvalidSnapshotError, match="bad length varint"):
+        decompress_raw(b"\xff" * 6, "f")
 
 
 def test_masked_crc_matches_flinks_chunks() -> None:
