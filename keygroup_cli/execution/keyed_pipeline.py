@@ -26,6 +26,7 @@ import pyarrow as pa
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.execution.tasks import bucket_count, bucket_of, sort_bucket, split_by_bucket
 from keygroup_cli.flink import FlinkSnapshot
+from keygroup_cli.flink.keyed_header import KeyedStateHeader
 from keygroup_cli.flink.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.flink.keyed_tasks import (
     KeyedReadTask,
@@ -149,8 +150,8 @@ def plan_keyed_jobs(
 
 
 def _covering_header(
-    headers: list[tuple[bytes, object, KeyedLayout]], where: str
-) -> tuple[bytes, object, KeyedLayout]:
+    headers: list[tuple[bytes, KeyedStateHeader, KeyedLayout]], where: str
+) -> tuple[bytes, KeyedStateHeader, KeyedLayout]:
     """Return the first header (old subtask order) that declares every state any old file holds."""
     needed = {s.name for _, _, layout in headers for s in layout.states}
     for entry in headers:

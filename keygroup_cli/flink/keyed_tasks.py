@@ -223,7 +223,7 @@ def _output(root: str, name: str) -> Iterator[BinaryIO]:
     if is_remote(root):
         target = location(root) / name
         with target.fs.open_output_stream(target.path) as stream:
-            yield stream  # type: ignore[misc]
+            yield stream
         return
     with open(Path(root) / name, "wb", buffering=1 << 20) as fh:
         yield fh
