@@ -1,0 +1,166 @@
+"""Benchmark: `kg rescale --master spark://...` on a Spark standalone cluster of 1 worker, then of 2 workers.
+
+One run on one machine (no assertion on timings; they are measured again wherever it matters):
+
+1. generates a kg snapshot with ``kg generate`` (one operator, long keys, parallelism 4, maxParallelism
+   128; ``--keys`` keys, about 6.5 keyed rows and 170 bytes per key), or with ``--input savepoint`` converts
+   it into a canonical Flink savepoint with ``kg convert``; not timed;
+2. starts a standalone master and 1 worker of 1 core (``tests/cluster/standalone.py``, the cluster suite's
+   own code: pyspark's ``spark-class``, 127.0.0.1), and times ``kg rescale IN --to 4 --max-parallelism
+   1024`` on it (a re-hash: every row crosses Spark's shuffle); the cluster is stopped;
+3. the same with 2 workers of 1 core each;
+4. the same with ``--engine local`` (no Spark) as a reference.
+
+Reported per run: the kg process's wall seconds (Spark driver start, executor start and the work), kg's
+own ``wall_seconds`` (from its ``--json``), keyed rows/s and input MB/s of the process wall; then the ratio
+1 worker / 2 workers. Cluster start-up (master and workers registering) is not in the figures.
+The executors run this interpreter (``PYSPARK_PYTHON``), with the start-up JVM options the cluster suite
+gives them.
+
+Usage: flock /tmp/kg-bench.lock nice -n 10 python benchmarks/cluster.py [--keys 300000]
+    [--input snapshot|savepoint] [--keep DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.cluster.standalone import StandaloneCluster  # noqa: E402
+
+KG = Path(sys.executable).parent / "kg"
+OLD_P, NEW_P, OLD_MAX_P, NEW_MAX_P = 4, 4, 128, 1024
+
+
+def kg(*args: str | Path, env: dict[str, str] | None = None) -> tuple[dict[str, Any], float]:
+    """Run the ``kg`` script with ``--json``; return its document and the process's wall seconds."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [str(KG), *map(str, args), "--json"], capture_output=True, text=True, env=env, check=False
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"kg {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc, wall
+
+
+def kg_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    return env
+
+
+def make_input(work: Path, keys: int, kind: str) -> tuple[Path, int, int]:
+    """Write the input; return its path, keyed rows and bytes on disk."""
+    snapshot = work / "in.kg"
+    doc, _ = kg("generate", snapshot, "-q", "-o", f"events:long:{keys}:{OLD_P}:{OLD_MAX_P}", "--seed", "7")
+    rows = sum(op["keyed_rows"] for op in doc["operators"])
+    source = snapshot
+    if kind == "savepoint":
+        source = work / "in.sp"
+        kg("convert", snapshot, "--out", source, "-q")
+    size = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+    return source, rows, size
+
+
+def rescale_on_cluster(work: Path, source: Path, workers: int) -> dict[str, Any]:
+    """Start a cluster of ``workers`` 1-core workers, time one rescale on it, stop it."""
+    cluster = StandaloneCluster.start(work / f"cluster-{workers}", workers=workers)
+    try:
+        conf = {
+            "spark.cores.max": str(workers),
+            "spark.scheduler.minRegisteredResourcesRatio": "1",
+            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        }
+        args: list[str | Path] = ["--engine", "spark", "--master", cluster.master_url]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        return _rescale(source, work / f"out-{workers}", args)
+    finally:
+        cluster.stop()
+
+
+def _rescale(source: Path, out: Path, args: list[str | Path]) -> dict[str, Any]:
+    doc, wall = kg(
+        "rescale",
+        source,
+        "--to",
+        str(NEW_P),
+        "--max-parallelism",
+        str(NEW_MAX_P),
+        "--out",
+        out,
+        "-q",
+        *args,
+        env=kg_env(),
+    )
+    return {"wall_s": wall, "kg_wall_s": doc["wall_seconds"], "engine": doc["engine"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=300_000, help="distinct keys (default 300000)")
+    parser.add_argument("--input", choices=("snapshot", "savepoint"), default="snapshot")
+    parser.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    options = parser.parse_args()
+
+    work = options.keep or Path(tempfile.mkdtemp(prefix="kg-bench-cluster-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        source, rows, size = make_input(work, options.keys, options.input)
+        results: dict[str, dict[str, Any]] = {}
+        for workers in (1, 2):
+            results[f"{workers} worker{'s' * (workers > 1)}"] = rescale_on_cluster(work, source, workers)
+        results["local engine"] = _rescale(source, work / "out-local", ["--engine", "local"])
+    finally:
+        if options.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    for result in results.values():
+        result["rows_per_s"] = rows / result["wall_s"]
+        result["mb_per_s"] = size / 1e6 / result["wall_s"]
+    ratio = results["1 worker"]["wall_s"] / results["2 workers"]["wall_s"]
+    if options.json:
+        print(
+            json.dumps(
+                {
+                    "input": options.input,
+                    "keys": options.keys,
+                    "keyed_rows": rows,
+                    "bytes": size,
+                    "runs": results,
+                    "one_over_two_workers": ratio,
+                },
+                indent=1,
+            )
+        )
+        return
+    print(
+        f"kg rescale on a Spark standalone cluster (one run): {options.input}, {options.keys:,} keys, "
+        f"{rows:,} keyed rows, {size / 1e6:.1f} MB; p {OLD_P} -> {NEW_P}, maxP {OLD_MAX_P} -> {NEW_MAX_P}; "
+        f"{os.cpu_count()} CPUs"
+    )
+    for name, r in results.items():
+        print(
+            f"  {name:<13} wall {r['wall_s']:6.1f} s (kg {r['kg_wall_s']:6.1f} s)  "
+            f"{r['rows_per_s'] / 1e3:8.0f} k rows/s  {r['mb_per_s']:6.2f} MB/s"
+        )
+    print(f"  1 worker / 2 workers wall: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
