@@ -11,9 +11,9 @@ killed at a random moment within the time an uninterrupted run takes. After ever
   kg's and removed).
 
 The CI sample kills a few times per path; ``KG_RELIABILITY_FULL=1`` kills 100 times per path.
-``KG_RELIABILITY_SEED`` changes the seed. The counts are printed as a table (``pytest -s`` shows it) and
-the full-size figures are in docs/reliability.md. The object-store target is covered by
-``tests/storage/test_s3_crash.py``.
+``KG_RELIABILITY_SEED`` changes the seed; ``KG_RELIABILITY_KILLS=N`` sets the kills per path. The counts
+are printed as a table (``pytest -s`` shows it; a line per kill too) and the full-size figures are in
+docs/reliability.md. The object-store target is covered by ``tests/storage/test_s3_crash.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from tests.conftest import FIXTURES
 from tests.execution.snapshots import generate, tree_digest
 
 FULL = os.environ.get("KG_RELIABILITY_FULL") == "1"
+#: Kills per path, overriding the CI sample and the full size's 100 (for a run that must fit a time budget).
+KILLS = int(os.environ["KG_RELIABILITY_KILLS"]) if os.environ.get("KG_RELIABILITY_KILLS") else None
 SEED = int(os.environ.get("KG_RELIABILITY_SEED", "20261123"))
 KG = [sys.executable, "-m", "keygroup_cli"]
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
@@ -119,7 +121,7 @@ def test_kill_9_at_random_moments(path: str, snapshot_input: Path, tmp_path: Pat
 
     rng = random.Random(f"{SEED}:{path}")
     counts: Counter[str] = Counter()
-    for i in range(100 if FULL else sample):
+    for i in range(KILLS if KILLS is not None else 100 if FULL else sample):
         out = tmp_path / f"run-{i}"
         dest = out / "dest"
         out.mkdir()
@@ -143,6 +145,8 @@ def test_kill_9_at_random_moments(path: str, snapshot_input: Path, tmp_path: Pat
             counts["rerun failed"] += rerun != 0 or not _verify(dest, env)
         counts["leftovers"] += bool(_leftovers(out))
         shutil.rmtree(out, ignore_errors=True)
+        # One line per kill, so a run stopped early still shows what it measured.
+        print(f"{path} kill {i}: " + " ".join(f"{c}={counts[c]}" for c in COLUMNS), flush=True)
     TABLE[path] = counts
     _print_table()
     assert counts["killed"] >= 1, f"no run was killed before it finished: {dict(counts)}"

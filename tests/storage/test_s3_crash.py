@@ -143,6 +143,8 @@ def test_kill_9_mid_upload_never_shows_a_commit_file(kg, s3_server, big_input, t
         if s3_server.keys(uri) != before:  # the input is never modified
             counts["inputs modified"] += 1
             problems.append(f"kill point {objects}: the input changed")
+        # One line per kill point, so a run stopped early still shows what it measured.
+        print(f"{kind} kill point {objects}: " + " ".join(f"{c}={counts[c]}" for c in COLUMNS), flush=True)
     counts["inputs modified"] += tree_digest(local) != local_before  # the local original is intact
     TABLE[f"S3 target, {kind}"] = counts
     _print_table()
