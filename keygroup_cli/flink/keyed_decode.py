@@ -259,10 +259,10 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 #
 # The per-entry decoder above is the reference; the column-wise one below walks a block once in Python for
 # the entry boundaries only (each entry's position depends on the previous lengths) and cuts every column
-# out of the block with numpy / Arrow. It covers value, list and map states with fixed-size namespaces and
-# String (ASCII, shorter than 127 chars), Long, Int or Boolean keys: the common layouts. Any other block
-# (timers, opaque keys, non-ASCII keys, corrupt bytes) is decoded by ``decode_block``, which also produces
-# every error message.
+# out of the block with numpy / Arrow. It covers value, list and map states with fixed-size namespaces, and
+# timers, with String (ASCII, shorter than 127 chars), Long, Int or Boolean keys: the common layouts. Any
+# other block (opaque keys, non-ASCII keys, corrupt bytes) is decoded by ``decode_block``, which also
+# produces every error message.
 
 
 def _scan_block(
@@ -393,7 +393,13 @@ def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> 
     state_ids = np.repeat(np.asarray(run_ids, dtype=np.int32), run_lengths)
     codec = layout.codec
     data = pa.py_buffer(block)
-    pos = ks + nprefix
+    kinds = [s.kind for s in layout.states]
+    is_timer = np.asarray([k == "timer" for k in kinds], dtype=bool)[state_ids]
+    any_timer = bool(is_timer.any())
+    # A timer (TimerSerializer) is: timestamp with its sign bit flipped (8 bytes), key, namespace.
+    pos = ks + nprefix + 8 * is_timer
+    if any_timer and not bool((pos <= ke).all()):
+        return None
     # Fixed namespace size per state (VoidNamespace: 1 byte); a map's user key is the rest of the key.
     ns_sizes = np.asarray([s.namespace_size or 0 for s in layout.states], dtype=np.int64)[state_ids]
     if codec.key_type == "string":
@@ -404,9 +410,10 @@ def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> 
         size = codec.fixed_size
         assert size is not None
         ns_start = pos + size
-    ns_end = ns_start + ns_sizes
+    # A timer's namespace is the rest of its element (_split_timer).
+    ns_end = np.where(is_timer, ke, ns_start + ns_sizes) if any_timer else ns_start + ns_sizes
     # Checked before any cut: every range must lie inside its own entry's key.
-    if not bool((ns_end <= ke).all()):
+    if not bool(((ns_start <= ns_end) & (ns_end <= ke)).all()):
         return None
     key: pa.Array
     if codec.key_type == "string":
@@ -425,12 +432,19 @@ def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> 
         else:
             key = pa.array(cut.ravel() != 0)
     namespace = _slices(data, ns_start, ns_end)
-    is_map = np.asarray([s.kind == "map" for s in layout.states], dtype=bool)[state_ids]
+    is_map = np.asarray([k == "map" for k in kinds], dtype=bool)[state_ids]
     user_key = _with_validity(_slices(data, np.where(is_map, ns_end, ke), ke), is_map)
-    # MapSerializer entry value: boolean isNull, then the value when present.
+    # MapSerializer entry value: boolean isNull, then the value when present. A timer has none.
     flag = np.where(vs < ve, raw[np.minimum(vs, len(raw) - 1)], 1)
-    present = ~is_map | (flag == 0)
+    present = ~is_timer & (~is_map | (flag == 0))
     value = _with_validity(_slices(data, np.where(is_map, np.minimum(vs + 1, ve), vs), ve), present)
+    timestamp: pa.Array
+    if any_timer:
+        stamp = _fixed_width(raw, np.where(is_timer, ks + nprefix, 0), 8).view(">u8").ravel()
+        flipped = (stamp ^ np.uint64(1 << 63)).astype(np.uint64).view(np.int64)
+        timestamp = _with_validity(pa.array(np.where(is_timer, flipped, 0)), is_timer)
+    else:
+        timestamp = pa.nulls(count, pa.int64())
     names = pa.array([s.name for s in layout.states], type=pa.string())
     state = pa.DictionaryArray.from_arrays(pa.array(state_ids, type=pa.int32()), names)
     return pa.RecordBatch.from_arrays(
@@ -441,7 +455,7 @@ def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> 
             namespace,
             user_key,
             value,
-            pa.nulls(count, pa.int64()),
+            timestamp,
         ],
         schema=keyed_schema(codec.key_type),
     )

@@ -354,8 +354,9 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
 
     The bytes are those of ``_entries_of_group`` + ``encode_block``: per key group, the states' runs in
     order of first appearance, and per entry ``int keyLen, prefix (+0x80 on a run's last entry), key,
-    namespace, user key, int valueLen, value``, with the run's state id before its first entry and the next
-    id (or ``END_OF_KEY_GROUP_MARK``) after its last. All rows are joined by one Arrow kernel.
+    namespace, user key, int valueLen, value`` (a timer: ``int keyLen, prefix, flipped timestamp, key,
+    namespace, int 0``), with the run's state id before its first entry and the next id (or
+    ``END_OF_KEY_GROUP_MARK``) after its last. All rows are joined by one Arrow kernel.
     """
     count = len(rows.groups)
     vector = _vector_states(layout)
@@ -365,10 +366,15 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
     codec = layout.codec
     if rows.key.null_count or rows.namespace.null_count:
         return None
-    is_map = np.asarray([s.kind == "map" for s in layout.states], dtype=bool)[rows.states]
+    kinds = [s.kind for s in layout.states]
+    is_map = np.asarray([k == "map" for k in kinds], dtype=bool)[rows.states]
+    is_timer = np.asarray([k == "timer" for k in kinds], dtype=bool)[rows.states]
     value_null = rows.value.is_null().to_numpy(zero_copy_only=False)
     user_key_null = rows.user_key.is_null().to_numpy(zero_copy_only=False)
-    if bool((value_null & ~is_map).any()) or bool((user_key_null & is_map).any()):
+    if bool((value_null & ~is_map & ~is_timer).any()) or bool((user_key_null & is_map).any()):
+        return None
+    timestamp_null = rows.timestamp.is_null().to_numpy(zero_copy_only=False)
+    if bool((timestamp_null & is_timer).any()):
         return None
 
     # Runs: each state's rows of a key group together, in order of first appearance, rows in their order.
@@ -379,6 +385,7 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
     if bool((order != np.arange(count)).any()):
         rows = rows.take(order)
         is_map = is_map[order]
+        is_timer = is_timer[order]
         value_null = value_null[order]
     groups, states = rows.groups, rows.states
     group_start = np.ones(count, dtype=bool)
@@ -413,8 +420,15 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
     namespace = rows.namespace
     user_key = pc.if_else(pa.array(is_map), rows.user_key.fill_null(b""), _EMPTY)
     value = rows.value.fill_null(b"")
+    # A timer (TimerSerializer) is: timestamp with its sign bit flipped (8 bytes), key, namespace; no value.
+    timestamp: tuple[pa.Array, ...] = ()
+    if bool(is_timer.any()):
+        value = pc.if_else(pa.array(is_timer), _EMPTY, value)
+        stamps = rows.timestamp.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flipped = stamps.view(np.uint64) ^ np.uint64(1 << 63)
+        timestamp = (_fixed_cells(_big_endian(flipped, ">u8"), is_timer),)
     nprefix = layout.prefix_bytes
-    key_bytes = nprefix + key_len + _lengths(namespace) + _lengths(user_key)
+    key_bytes = nprefix + 8 * is_timer + key_len + _lengths(namespace) + _lengths(user_key)
     value_bytes = _lengths(value) + is_map
     # Key-group prefix (1 or 2 bytes, big-endian), flagged on the last entry of each run.
     if nprefix == 2:
@@ -428,6 +442,7 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
         _fixed_cells(_big_endian(states, ">u2"), group_start),
         _fixed_cells(_big_endian(key_bytes, ">i4")),
         _fixed_cells(prefix),
+        *timestamp,
         key,
         namespace,
         user_key,

@@ -111,13 +111,17 @@ _MAX_SHORT_STRING = 126
 
 @lru_cache(maxsize=64)
 def _vector_states(layout: KeyedLayout) -> frozenset[int]:
-    """Return the ids of the states whose entries the column-wise paths handle for ``layout``."""
+    """Return the ids of the states whose entries the column-wise paths handle for ``layout``.
+
+    Value, list and map states need a fixed-size namespace (it is cut by size); a timer's namespace is the
+    rest of its element after the (self-delimiting) key, whatever its serializer.
+    """
     if layout.codec.key_type not in _VECTOR_KEY_TYPES or layout.prefix_bytes not in (1, 2):
         return frozenset()
     return frozenset(
         i
         for i, s in enumerate(layout.states)
-        if s.kind in ("value", "list", "map") and s.namespace_size is not None
+        if s.kind == "timer" or (s.kind in ("value", "list", "map") and s.namespace_size is not None)
     )
 
 

@@ -7,8 +7,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.keyed_decode import _Columns, _decode_block_columns, decode_block, decode_keyed_file
@@ -63,8 +66,29 @@ def test_column_decoder_equals_the_reference_on_flinks_blocks(case: str) -> None
         if fast is not None:
             used += 1
             assert fast.equals(_reference(block, group, layout))
-    # count-no-uid (value state only) takes the column-wise path; blocks with timers do not.
+    # Blocks of value, list and map states and timers take the column-wise path (non-ASCII keys do not).
     assert used > 0
+
+
+@pytest.mark.parametrize("case", CANONICAL_CASES)
+def test_blocks_with_timers_are_decoded_column_wise(case: str) -> None:
+    timers = 0
+    for layout, group, block in _blocks(case):
+        reference = _reference(block, group, layout)
+        if reference.column("timestamp").null_count == reference.num_rows:
+            continue
+        keys = reference.column("key").to_pylist()
+        if layout.codec.key_type == "string" and not all(k.isascii() and len(k) <= 126 for k in keys):
+            continue  # the fixtures' non-ASCII keys take the reference path
+        timers += 1
+        fast = _decode_block_columns(block, group, layout)
+        assert fast is not None
+        assert fast.equals(reference)
+        rows = _Rows.of(reference, layout.state_ids())
+        encoded = _encode_columns(rows, layout)
+        assert encoded is not None
+        assert [(g, bytes(b)) for g, b in encoded] == [(group, block)]
+    assert timers > 0
 
 
 @pytest.mark.parametrize("case", CANONICAL_CASES)
@@ -94,22 +118,31 @@ STATES = (
     StateLayout("m", "map", VOID_NAMESPACE_SNAPSHOT),
     StateLayout("l", "list", VOID_NAMESPACE_SNAPSHOT),
     StateLayout("w", "value", TIME_WINDOW_SNAPSHOT),
+    StateLayout("t", "timer", VOID_NAMESPACE_SNAPSHOT),
+    StateLayout("tw", "timer", TIME_WINDOW_SNAPSHOT),
 )
+#: Timer timestamps, the extremes included (the sign bit is flipped on the wire).
+TIMESTAMPS = (0, -1, 1, -(2**63), 2**63 - 1, 1_700_000_000_000, -1_700_000_000_000)
 
 
 def _rows(key_type: str, keys: list[Any], groups: list[int]) -> pa.RecordBatch:
-    """Rows whose states interleave inside each key group (m, v, m, l, ...), map values partly null."""
-    names = ["m", "v", "m", "l", "w", "v"]
+    """Rows whose states interleave inside each key group (m, t, v, m, l, ...), map values partly null."""
+    names = ["m", "t", "v", "m", "l", "w", "tw", "v", "t"]
     out: dict[str, list[Any]] = {c: [] for c in keyed_schema(key_type).names}
     for i, (key, group) in enumerate(zip(keys, groups, strict=True)):
         name = names[i % len(names)]
+        timer = name in ("t", "tw")
         out["key_group"].append(group)
         out["state"].append(name)
         out["key"].append(key)
-        out["namespace"].append(b"\x00" if name != "w" else bytes(range(16)))
+        out["namespace"].append(bytes(range(16)) if name in ("w", "tw") else b"\x00")
         out["user_key"].append(b"\x03uk" + bytes([i % 7]) if name == "m" else None)
-        out["value"].append(None if name == "m" and i % 4 == 0 else b"val" * (i % 5))
-        out["timestamp"].append(None)
+        if timer:
+            out["value"].append(None)
+            out["timestamp"].append(TIMESTAMPS[i % len(TIMESTAMPS)])
+        else:
+            out["value"].append(None if name == "m" and i % 4 == 0 else b"val" * (i % 5))
+            out["timestamp"].append(None)
     return pa.RecordBatch.from_pydict(out, schema=keyed_schema(key_type))
 
 
@@ -191,3 +224,91 @@ def test_corrupt_blocks_are_left_to_the_reference_decoder() -> None:
     assert _decode_block_columns(block, group + 1, layout) is None  # another key group's prefix
     bad_length = block[:2] + (2**30).to_bytes(4, "big") + block[6:]
     assert _decode_block_columns(bad_length, group, layout) is None
+
+
+def test_timer_rows_the_reference_rejects_or_ignores() -> None:
+    layout = _layout(LONG_SNAPSHOT, 1, *STATES)
+    batch = _rows("long", list(range(9)), [4] * 9)
+    # A timer's value is not written (valueLen 0), as in the reference.
+    values = batch.column("value").to_pylist()
+    values[1] = b"ignored"
+    with_value = batch.set_column(
+        batch.schema.get_field_index("value"), "value", pa.array(values, pa.binary())
+    )
+    rows = _Rows.of(with_value, layout.state_ids())
+    fast = _encode_columns(rows, layout)
+    assert fast is not None
+    assert [(g, bytes(b)) for g, b in fast] == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    # A timer without a timestamp is the reference path's error.
+    stamps = batch.column("timestamp").to_pylist()
+    stamps[1] = None
+    without = batch.set_column(
+        batch.schema.get_field_index("timestamp"), "timestamp", pa.array(stamps, pa.int64())
+    )
+    rows = _Rows.of(without, layout.state_ids())
+    assert _encode_columns(rows, layout) is None
+    with pytest.raises(InvalidSnapshotError, match="without timestamp"):
+        list(_encode_per_entry(rows, layout))
+
+
+def test_truncated_timers_are_left_to_the_reference_decoder() -> None:
+    layout = _layout(STRING_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SNAPSHOT))
+    # keyLen 5: prefix and 4 bytes of an 8-byte timestamp.
+    block = b"\x00\x00" + (5).to_bytes(4, "big") + b"\x83" + b"\x80\x00\x00\x00" + b"\x00" * 4 + b"\xff\xff"
+    assert _decode_block_columns(block, 3, layout) is None
+    with pytest.raises(InvalidSnapshotError, match="timer element too short"):
+        decode_block(block, 3, layout, _Columns(), "ref")
+
+
+_KEYS = {
+    "string": (STRING_SNAPSHOT, st.text(alphabet=st.characters(max_codepoint=127), max_size=126)),
+    "long": (LONG_SNAPSHOT, st.integers(-(2**63), 2**63 - 1)),
+    "int": (INT_SNAPSHOT, st.integers(-(2**31), 2**31 - 1)),
+}
+
+
+@st.composite
+def _mixed_rows(draw: st.DrawFn) -> tuple[KeyedLayout, pa.RecordBatch]:
+    key_type = draw(st.sampled_from(sorted(_KEYS)))
+    serializer, keys = _KEYS[key_type]
+    prefix_bytes = draw(st.sampled_from([1, 2]))
+    layout = _layout(serializer, prefix_bytes, *STATES)
+    count = draw(st.integers(1, 40))
+    groups = sorted(
+        draw(st.lists(st.integers(0, 127 if prefix_bytes == 1 else 1000), min_size=count, max_size=count))
+    )
+    out: dict[str, list[Any]] = {c: [] for c in keyed_schema(key_type).names}
+    for group in groups:
+        state = draw(st.sampled_from(STATES))
+        out["key_group"].append(group)
+        out["state"].append(state.name)
+        out["key"].append(draw(keys))
+        out["namespace"].append(
+            draw(st.binary(min_size=16, max_size=16)) if state.namespace_size == 16 else b"\x00"
+        )
+        out["user_key"].append(draw(st.binary(max_size=6)) if state.kind == "map" else None)
+        if state.kind == "timer":
+            out["value"].append(None)
+            out["timestamp"].append(draw(st.integers(-(2**63), 2**63 - 1)))
+        else:
+            nullable = state.kind == "map"
+            out["value"].append(
+                draw(st.none() | st.binary(max_size=8)) if nullable else draw(st.binary(max_size=8))
+            )
+            out["timestamp"].append(None)
+    return layout, pa.RecordBatch.from_pydict(out, schema=keyed_schema(key_type))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mixed_rows())
+def test_generated_rows_with_timers_equal_the_reference(case: tuple[KeyedLayout, pa.RecordBatch]) -> None:
+    layout, batch = case
+    rows = _Rows.of(batch, layout.state_ids())
+    fast = _encode_columns(rows, layout)
+    assert fast is not None
+    encoded = [(g, bytes(b)) for g, b in fast]
+    assert encoded == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    for group, block in encoded:
+        decoded = _decode_block_columns(block, group, layout)
+        assert decoded is not None
+        assert decoded.equals(_reference(block, group, layout))
