@@ -1,9 +1,9 @@
 """``kg rescale --master spark://...`` on a real standalone cluster writes what ``--engine local`` writes.
 
-One Spark standalone master with two 1-core workers (``spark_cluster``, tests/cluster/conftest.py); every
-kg run is the real ``kg`` script in a subprocess, its executors running the venv's Python
-(``PYSPARK_PYTHON``) with the decoy ``python3`` first on PATH. Each case runs once on the cluster and once
-with ``--engine local`` (module fixture ``runs``), then:
+One Spark standalone master with two 1-core workers (``spark_cluster``, tests/cluster/conftest.py). Each
+case runs once on the cluster, as the real ``kg`` script in a subprocess whose executors run the venv's
+Python (``PYSPARK_PYTHON``) with the decoy ``python3`` first on PATH, and once with ``--engine local``
+through kg's CLI in this process (module fixture ``runs``), then:
 
 - a kg snapshot, parallelism 3 -> 4 and maxParallelism 128 -> 1024: every state file byte-identical, and
   the manifests equal but for ``created_at`` and ``origin.engine``;
