@@ -77,13 +77,15 @@ def cluster_args(cluster: StandaloneCluster, events: Path) -> list[str]:
     """Return kg's options for a run on ``cluster`` whose Spark event log goes to ``events``.
 
     ``spark.cores.max`` with a registered-resources ratio of 1 makes the scheduler wait for both
-    executors, so every multi-task stage is offered to both workers. The executors' JVM gets the same
+    executors (up to 3 min, not Spark's 30 s: a busy CI machine starts JVMs slowly), so every multi-task
+    stage is offered to both workers. The executors' JVM gets the same
     start-up options kg gives the driver (C1 only, serial GC): faster on two cores, no effect on results.
     """
     events.mkdir(parents=True, exist_ok=True)
     conf = {
         "spark.cores.max": "2",
         "spark.scheduler.minRegisteredResourcesRatio": "1",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
         "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": events.as_uri(),
