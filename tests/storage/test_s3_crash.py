@@ -24,6 +24,9 @@ from tests.execution.snapshots import generate, tree_digest
 KG = [sys.executable, "-m", "keygroup_cli"]
 #: Objects seen at the target when kg is killed; KG_RELIABILITY_FULL=1 kills at many more points.
 KILL_POINTS = tuple(range(1, 101)) if os.environ.get("KG_RELIABILITY_FULL") == "1" else (1, 3, 12)
+if os.environ.get("KG_RELIABILITY_KILL_POINTS"):  # e.g. "51-100": one shard of a full run
+    _first, _last = map(int, os.environ["KG_RELIABILITY_KILL_POINTS"].split("-"))
+    KILL_POINTS = tuple(range(_first, _last + 1))
 
 
 @pytest.fixture(scope="module")
