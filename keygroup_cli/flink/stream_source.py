@@ -5,7 +5,7 @@ Shared by the keyed-state decoder (``keyed_decode``), the operator-state reader 
 
 from __future__ import annotations
 
-import mmap
+import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,7 +22,7 @@ from keygroup_cli.storage.locations import Location, storage_errors
 class StreamSource:
     """Random access to the bytes of one state handle: inline, a file, or a segment of one.
 
-    A file on a local file system is memory-mapped; on an object store every read is one ranged GET.
+    A file on a local file system is read with ``pread``; on an object store every read is one ranged GET.
 
     Use as a context manager; ``read(start, end)`` returns ``bytes``.
     """
@@ -30,12 +30,11 @@ class StreamSource:
     def __init__(
         self, handle: StreamHandle | None, directory: Path | Location, source: str | None = None
     ) -> None:
-        self._mmap: mmap.mmap | None = None
         self._file: BinaryIO | None = None
         self._remote: Any = None
         self._base = 0
         if handle is None:
-            self._data: bytes | mmap.mmap = b""
+            self._data: bytes = b""
             self.source = source or "<empty>"
         elif isinstance(handle, ByteStreamHandle):
             self._data = handle.data
@@ -62,14 +61,15 @@ class StreamSource:
                 raise InvalidSnapshotError(
                     f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
                 ) from None
-            size = path.stat().st_size
-            self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-            if isinstance(self._data, mmap.mmap):
-                self._mmap = self._data
+            # Read with pread, not a memory map: a mapping's touched pages count towards the process's
+            # RSS, which then grew with the state read (a rescale reads every byte).
+            self._data = b""
             if isinstance(handle, SegmentFileHandle):
                 self._base = handle.start_pos
                 self.size = handle.size
                 return
+            self.size = path.stat().st_size
+            return
         self.size = len(self._data)
 
     def _open_remote(self, path: Location, handle: StreamHandle) -> None:
@@ -87,19 +87,19 @@ class StreamSource:
     def read(self, start: int, end: int) -> bytes:
         """Return the bytes ``[start, end)`` of the stream (clipped to its end)."""
         end = min(end, self.size)
-        if self._remote is not None:
+        if self._remote is not None or self._file is not None:
             if end <= start:
                 return b""
+            if self._file is not None:
+                return os.pread(self._file.fileno(), end - start, self._base + start)
             with storage_errors(self._uri):
                 return bytes(self._remote.read_at(end - start, self._base + start))
         return bytes(self._data[self._base + start : self._base + end])
 
     def close(self) -> None:
-        """Release the mapping and the file."""
+        """Release the file."""
         if self._remote is not None:
             self._remote.close()
-        if self._mmap is not None:
-            self._mmap.close()
         if self._file is not None:
             self._file.close()
 
