@@ -2,7 +2,8 @@
 
 Locally: staging and scratch directories (``.DEST.kg-staging-…``) whose writer mark names a process that
 provably no longer runs. On an object store: an upload kg never committed (its writer mark is there, no
-``_metadata`` or ``_manifest.json``). Anything whose writer may still run, or that kg did not write, is
+``_metadata`` or ``_manifest.json``), or the writer mark alone inside a committed one (a kill between the
+commit and the mark's removal). Anything whose writer may still run, or that kg did not write, is
 listed and left alone; ``force`` removes kg's own leftovers whatever their writer.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.writer import Writer
 
 COMMIT_FILES = ("_metadata", "_manifest.json")
 
@@ -50,7 +52,9 @@ def clean(dest: str | os.PathLike[str], *, force: bool = False, dry_run: bool = 
 
 def _clean_upload(target: Location, force: bool, dry_run: bool) -> list[Leftover]:
     if any((target / name).is_file() for name in COMMIT_FILES):
-        return []  # committed: a savepoint or snapshot, not a leftover
+        # Committed: a savepoint or snapshot, never touched, except the writer mark a kill between the
+        # commit and the mark's removal leaves inside it.
+        return _clean_committed_mark(target, force, dry_run)
     writer = transfer.incomplete_upload(target, COMMIT_FILES[0])
     if writer is None:
         return []  # nothing of kg's there
@@ -59,6 +63,19 @@ def _clean_upload(target: Location, force: bool, dry_run: bool) -> list[Leftover
     if remove:
         transfer.remove_upload(target)
     return [Leftover(str(target), writer.describe(), gone, remove)]
+
+
+def _clean_committed_mark(target: Location, force: bool, dry_run: bool) -> list[Leftover]:
+    mark = target / transfer.WRITER_MARK
+    if not mark.is_file():
+        return []
+    writer = Writer.from_json(mark.read_bytes())
+    gone = writer is not None and writer.gone()
+    remove = (gone or force) and not dry_run
+    if remove:
+        mark.delete()
+    described = writer.describe() if writer is not None else "unknown (unreadable writer mark)"
+    return [Leftover(str(mark), described, gone, remove)]
 
 
 __all__ = ["Leftover", "clean"]

@@ -242,3 +242,25 @@ def test_kg_clean_removes_an_uncommitted_upload_and_nothing_else(kg, bucket, s3_
     assert s3_server.keys(target) == {}
     assert kg("clean", foreign, "--json").json()["leftovers"] == []
     assert s3_server.keys(foreign)
+
+
+def test_kg_clean_removes_the_writer_mark_a_kill_left_inside_a_committed_upload(kg, bucket, s3_server):
+    import json
+    import socket
+
+    # A kill between the commit (_manifest.json written) and the removal of the writer mark.
+    target = f"{bucket}/out/committed-with-mark"
+    s3_server.upload(SNAPSHOT, target)
+    gone = {"host": socket.gethostname(), "pid": 2**22 + 12345, "started": None}
+    s3_server.put(f"{target}/.kg-writer", json.dumps(gone).encode())
+    before = {k: v for k, v in s3_server.keys(target).items() if k != ".kg-writer"}
+    listed = kg("clean", target, "--dry-run", "--json")
+    assert listed.exit_code == 0 and listed.json()["leftovers"][0]["writer_gone"] is True
+    assert ".kg-writer" in s3_server.keys(target)
+    done = kg("clean", target, "--json")
+    assert done.exit_code == 0 and done.json()["leftovers"][0]["removed"] is True
+    assert s3_server.keys(target) == before  # the committed snapshot itself is untouched
+    # A mark whose writer may still run is left alone.
+    s3_server.put(f"{target}/.kg-writer", json.dumps({"host": "elsewhere", "pid": 1}).encode())
+    kept = kg("clean", target, "--json")
+    assert kept.json()["leftovers"][0]["removed"] is False and ".kg-writer" in s3_server.keys(target)
