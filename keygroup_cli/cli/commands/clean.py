@@ -21,7 +21,8 @@ object store the objects it uploaded without the _metadata / _manifest.json that
 Both carry a writer mark (host, pid, process start time). kg clean removes them once that writer
 provably no longer runs (same host, process gone); every later write to DEST does the same by itself.
 --force removes kg's leftovers whatever their writer (one on another host cannot be proven gone).
-A committed DEST and anything kg did not write are never touched. Exit code 0.
+A committed DEST and anything kg did not write are never touched, except the writer mark a kill right
+after an object-store commit leaves inside it (removed like the rest). Exit code 0.
 """
 
 
