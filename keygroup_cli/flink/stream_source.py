@@ -64,11 +64,11 @@ class StreamSource:
             # Read with pread, not a memory map: a mapping's touched pages count towards the process's
             # RSS, which then grew with the state read (a rescale reads every byte).
             self._data = b""
+            total = path.stat().st_size
             if isinstance(handle, SegmentFileHandle):
-                self._base = handle.start_pos
-                self.size = handle.size
+                self._segment(handle, total)
                 return
-            self.size = path.stat().st_size
+            self.size = total
             return
         self.size = len(self._data)
 
@@ -79,10 +79,15 @@ class StreamSource:
         self._uri = path.uri
         self._data = b""
         if isinstance(handle, SegmentFileHandle):
-            self._base = handle.start_pos
-            self.size = handle.size
+            self._segment(handle, total)
         else:
             self.size = total
+
+    def _segment(self, handle: SegmentFileHandle, total: int) -> None:
+        # The segment's offset and size come from _metadata: reads stay inside the bytes the file holds, so
+        # a claimed size of 2^62 allocates nothing (the readers then find the stream short and say so).
+        self._base = min(max(handle.start_pos, 0), total)
+        self.size = max(0, min(handle.size, total - self._base))
 
     def read(self, start: int, end: int) -> bytes:
         """Return the bytes ``[start, end)`` of the stream (clipped to its end)."""

@@ -297,3 +297,20 @@ def test_a_configmap_export_the_parsers_cannot_hold_is_invalid(
     with pytest.raises(InvalidSnapshotError) as caught:
         load_configmaps(str(tmp_path / name))
     assert caught.value.code == "HA_CONFIGMAP_INVALID"
+
+
+def test_a_segment_claiming_more_than_its_file_reads_only_the_file(tmp_path):
+    # A file-merging segment handle's offset and size come from _metadata: a claim of 2^62 bytes must not
+    # become a 2^62-byte pread.
+    from keygroup_cli.flink.handles import SegmentFileHandle
+    from keygroup_cli.flink.stream_source import StreamSource
+
+    shared = tmp_path / "shared-file"
+    shared.write_bytes(bytes(range(100)))
+    huge = SegmentFileHandle(10, 2**62, 0, str(shared), "segment")
+    with StreamSource(huge, tmp_path) as src:
+        assert src.size == 90
+        assert src.read(0, 2**62) == bytes(range(10, 100))
+    beyond = SegmentFileHandle(2**62, 5, 0, str(shared), "segment")
+    with StreamSource(beyond, tmp_path) as src:
+        assert src.size == 0 and src.read(0, 5) == b""
