@@ -122,6 +122,10 @@ class Executor(Protocol):
         """
         ...
 
+    def read_pieces(self) -> int:
+        """Return how many read tasks to cut each old keyed file into (more where tasks run in parallel)."""
+        ...
+
 
 def get_executor(name: str, **options: Any) -> Executor:
     """Return the executor called ``name`` (``local`` or ``spark``), importing it on demand.

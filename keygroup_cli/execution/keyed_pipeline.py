@@ -36,6 +36,7 @@ from keygroup_cli.flink.keyed_tasks import (
     keyed_header,
     read_keyed_task,
     read_tasks,
+    require_stored_key_groups,
     write_keyed_task,
 )
 from keygroup_cli.flink.regroup import keyed_handles
@@ -178,8 +179,7 @@ def route(
         table = pa.Table.from_batches([batch])
         if rehash:
             codes = hash_codes(table.column("key"), job.key_type)
-            stored = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-            _check_stored(stored, key_groups_for_hashes(codes, job.old_max_parallelism), table, task)
+            require_stored_key_groups(table, key_groups_for_hashes(codes, job.old_max_parallelism), task.root)
             groups = key_groups_for_hashes(codes, job.new_max_parallelism)
             table = table.set_column(0, table.schema.field(0), pa.array(groups, type=pa.int32()))
         else:
@@ -189,17 +189,6 @@ def route(
         for key, rows in split_by_bucket(table, composite):
             new_subtask, bucket = divmod(key, count)
             yield new_subtask, bucket, rows
-
-
-def _check_stored(stored: np.ndarray, expected: np.ndarray, table: pa.Table, task: KeyedReadTask) -> None:
-    bad = np.flatnonzero(stored != expected)
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidSnapshotError(
-            f"{task.root}: key {table.column('key')[i].as_py()!r} is stored in key group {int(stored[i])} "
-            f"but Flink assigns it to {int(expected[i])} (wrong key serializer or maxParallelism?)",
-            code="KEY_GROUP_MISMATCH",
-        )
 
 
 def write(job: KeyedJob, new_subtask: int, buckets: Iterable[pa.Table]) -> WrittenKeyedFile:

@@ -13,7 +13,7 @@ Peak memory is bounded by a few batches and one row group (parallelism change), 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,7 +110,10 @@ class LocalExecutor:
                     plan,
                     j,
                     target,
-                    _iter_buckets(spill, tasks.buckets_for(rng, plan.new_max_parallelism)),
+                    _read_spilled(
+                        spill / f"{bucket:05d}.arrow"
+                        for bucket in tasks.buckets_for(rng, plan.new_max_parallelism)
+                    ),
                 )
                 for j, rng in enumerate(plan.new_ranges)
             ]
@@ -118,6 +121,10 @@ class LocalExecutor:
             for writer in writers.values():
                 writer.close()
             shutil.rmtree(target / SPILL_DIR, ignore_errors=True)
+
+    def read_pieces(self) -> int:
+        """Return 1: this engine runs read tasks one after the other, so one per file is enough."""
+        return 1
 
     def run_keyed(
         self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
@@ -143,7 +150,7 @@ class LocalExecutor:
                     for new_subtask, bucket, rows in keyed_pipeline.route(job, task, self.batch_rows):
                         writer = writers.get((new_subtask, bucket))
                         if writer is None:
-                            path = spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
+                            path = _spill_file(spill, new_subtask, bucket)
                             writer = writers[(new_subtask, bucket)] = pa.ipc.new_stream(path, rows.schema)
                         writer.write_table(rows)
                         routed += rows.num_rows
@@ -153,7 +160,15 @@ class LocalExecutor:
                     writer.close()
                 writers.clear()
                 files = [
-                    keyed_pipeline.write(job, j, _spilled(spill, j, job)) for j in range(job.new_parallelism)
+                    keyed_pipeline.write(
+                        job,
+                        j,
+                        _read_spilled(
+                            _spill_file(spill, j, bucket)
+                            for bucket in tasks.buckets_for(write.key_groups, job.new_max_parallelism)
+                        ),
+                    )
+                    for j, write in enumerate(job.writes)
                 ]
             finally:
                 for writer in writers.values():
@@ -163,22 +178,16 @@ class LocalExecutor:
         return written
 
 
-def _spilled(spill: Path, new_subtask: int, job: KeyedJob) -> Iterator[pa.Table]:
-    """Yield new subtask ``new_subtask``'s spilled buckets, ascending, one in memory at a time."""
-    for bucket in tasks.buckets_for(job.writes[new_subtask].key_groups, job.new_max_parallelism):
-        path = spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
+def _read_spilled(paths: Iterable[Path]) -> Iterator[pa.Table]:
+    """Yield the spill files that exist among ``paths``, in order, each read when reached (memory: one)."""
+    for path in paths:
         if path.exists():
             with pa.OSFile(str(path)) as fh:
                 yield pa.ipc.open_stream(fh).read_all()
 
 
-def _iter_buckets(spill: Path, buckets: range) -> Iterator[pa.Table]:
-    """Yield the spilled rows bucket by bucket, reading each only when reached (memory: one bucket)."""
-    for bucket in buckets:
-        path = spill / f"{bucket:05d}.arrow"
-        if path.exists():
-            with pa.OSFile(str(path)) as fh:
-                yield pa.ipc.open_stream(fh).read_all()
+def _spill_file(spill: Path, new_subtask: int, bucket: int) -> Path:
+    return spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
 
 
 def _operator(source: Snapshot, plan: OperatorPlan) -> Operator:

@@ -92,8 +92,6 @@ def rescale(
         return rescale_savepoint(source, dest, new_parallelism, **options)
     if is_remote(source) or is_remote(dest):
         return _rescale_remote(source, dest, new_parallelism, **options)
-    if is_flink_savepoint(source):
-        return rescale_savepoint(source, dest, new_parallelism, **options)
     return rescale_snapshot(source, dest, new_parallelism, **options)
 
 

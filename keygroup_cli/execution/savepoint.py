@@ -197,7 +197,7 @@ def rescale_savepoint(
                 targets,
                 keyed_root or str(staging),
                 compression=compression,
-                pieces=_read_pieces(keyed_executor),
+                pieces=keyed_executor.read_pieces(),
             )
             names.extend(w.name for job in jobs for w in job.writes)
             if remote is not None and keyed_root is not None:
@@ -306,12 +306,6 @@ def _regroupable(savepoint: FlinkSnapshot, new_max_parallelism: int | None) -> d
             return None
         headers[op.operator_id] = header
     return headers
-
-
-def _read_pieces(executor: Executor) -> int:
-    """Return how many read tasks per old keyed file the engine wants (more than one on Spark)."""
-    pieces = getattr(executor, "read_pieces", None)
-    return int(pieces()) if callable(pieces) else 1
 
 
 def _stage(report: OnProgress, name: str) -> OnProgress:

@@ -96,21 +96,8 @@ def rescale_snapshot(
 ) -> RescaleResult:
     """Rescale the local kg snapshot ``source`` to ``new_parallelism`` and commit the result at ``dest``.
 
-    Args:
-        source: The input snapshot (a directory, its ``_manifest.json``, or an opened ``Snapshot``).
-        dest: Where the new snapshot is committed; must not exist.
-        new_parallelism: The new parallelism of the selected operators.
-        from_parallelism: If given, the parallelism every selected operator must have now.
-        operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
-        new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
-        engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
-            (``execution.choose_engine``).
-        master: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
-        spark: An existing ``SparkSession`` to run on (notebooks, PySpark jobs); ``spark`` only.
-        spark_conf: Spark settings for a session kg starts (e.g. ``spark.pyspark.python``).
-        verbose: Let Spark's own logging through.
-        on_progress: ``on_progress(stage, completed, total)`` callback.
-        executor: A ready executor (overrides ``engine``, ``master``, ``spark``).
+    The arguments are those of ``keygroup_cli.execution.rescale.rescale`` (the entry point, which calls
+    this for kg snapshots); ``source`` is a directory, its ``_manifest.json``, or an opened ``Snapshot``.
 
     Raises:
         InvalidArgumentError: Bad arguments or DEST exists (nothing written).

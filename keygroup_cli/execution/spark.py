@@ -555,19 +555,7 @@ def _rehash_reduce(
     new_subtask: int,
     records: Iterable[tuple[tuple[int, int, int, int], bytes]],
 ) -> Iterator[KeyedFile | None]:
-    def buckets() -> Iterator[pa.Table]:
-        current: int | None = None
-        blocks: list[pa.Table] = []
-        for (_subtask, bucket, _index, _row_group), block in records:
-            if bucket != current and blocks:
-                yield pa.concat_tables(blocks)
-                blocks = []
-            current = bucket
-            blocks.append(pa.ipc.open_stream(block).read_all())
-        if blocks:
-            yield pa.concat_tables(blocks)
-
-    yield tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), buckets())
+    yield tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), _buckets(records))
 
 
 def _route_task(
@@ -585,25 +573,31 @@ def _write_task(
     job: KeyedJob, new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
 ) -> Iterator[tuple[WrittenKeyedFile, int]]:
     """Write one new subtask's file from its blocks (sorted by bucket, then input order)."""
-    received = 0
+    received = [0]
+    written = keyed_pipeline.write(job, new_subtask, _buckets(records, received))
+    yield written, received[0]
 
-    def buckets() -> Iterator[pa.Table]:
-        nonlocal received
-        current: int | None = None
-        blocks: list[pa.Table] = []
-        for (_subtask, bucket, _order, _seq), block in records:
-            if bucket != current and blocks:
-                yield pa.concat_tables(blocks)
-                blocks = []
-            current = bucket
-            table = pa.ipc.open_stream(block).read_all()
-            received += table.num_rows
-            blocks.append(table)
-        if blocks:
+
+def _buckets(
+    records: Iterable[tuple[tuple[int, int, int, int], bytes]], received: list[int] | None = None
+) -> Iterator[pa.Table]:
+    """Yield a shuffle partition's Arrow IPC blocks bucket by bucket (key ``(subtask, bucket, ...)``, sorted).
+
+    One bucket is in memory at a time; ``received[0]`` counts the rows read.
+    """
+    current: int | None = None
+    blocks: list[pa.Table] = []
+    for (_subtask, bucket, _order, _seq), block in records:
+        if bucket != current and blocks:
             yield pa.concat_tables(blocks)
-
-    written = keyed_pipeline.write(job, new_subtask, buckets())
-    yield written, received
+            blocks = []
+        current = bucket
+        table = pa.ipc.open_stream(block).read_all()
+        if received is not None:
+            received[0] += table.num_rows
+        blocks.append(table)
+    if blocks:
+        yield pa.concat_tables(blocks)
 
 
 @contextlib.contextmanager

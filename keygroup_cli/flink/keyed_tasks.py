@@ -186,13 +186,22 @@ def check_key_groups(batch: pa.RecordBatch, key_type: str, max_parallelism: int,
     if key_type not in HASHABLE_KEY_TYPES or batch.num_rows == 0:
         return
     groups = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), max_parallelism)
-    stored = np.asarray(batch.column("key_group").to_numpy(zero_copy_only=False))
-    bad = np.flatnonzero(groups != stored)
+    require_stored_key_groups(batch, groups, where)
+
+
+def require_stored_key_groups(batch: pa.RecordBatch | pa.Table, expected: np.ndarray, where: str) -> None:
+    """Refuse rows whose stored ``key_group`` is not ``expected`` (the group Flink assigns their key).
+
+    Raises:
+        InvalidSnapshotError: ``KEY_GROUP_MISMATCH``, naming the first such key.
+    """
+    stored = np.asarray(batch.column("key_group").to_numpy())
+    bad = np.flatnonzero(expected != stored)
     if bad.size:
         i = int(bad[0])
         raise InvalidSnapshotError(
             f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {int(stored[i])} but "
-            f"Flink assigns it to {int(groups[i])} (wrong key serializer or maxParallelism?)",
+            f"Flink assigns it to {int(expected[i])} (wrong key serializer or maxParallelism?)",
             code="KEY_GROUP_MISMATCH",
         )
 
@@ -238,5 +247,6 @@ __all__ = [
     "keyed_header",
     "read_keyed_task",
     "read_tasks",
+    "require_stored_key_groups",
     "write_keyed_task",
 ]
