@@ -59,18 +59,22 @@ def require_intact(path: str | Path | Location, *, on_progress: OnProgress | Non
         raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
-def require_readable_output(path: Path | FlinkSnapshot) -> None:
+def require_readable_output(path: Path | FlinkSnapshot, *, keyed: bool = True) -> None:
     """Refuse to commit a staged Flink savepoint that kg's own reader rejects.
 
     ``path`` is the staging directory, or the parsed ``_metadata`` of an upload that writes it last
-    (its streams are read where it will be).
+    (its streams are read where it will be). With ``keyed=False`` the keyed files' blocks are not decoded
+    again: the caller's encoder checked each block against the entries it wrote before writing it
+    (``keyed_encode._check_encoded``); their sizes and offsets are the caller's check too.
 
     Raises:
         ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
     """
-    from keygroup_cli.flink.verify import verify_flink, verify_streams
+    from keygroup_cli.flink import read_flink_metadata
+    from keygroup_cli.flink.verify import verify_streams
 
-    report = verify_flink(path) if isinstance(path, Path) else verify_streams(path)
+    snapshot = read_flink_metadata(path) if isinstance(path, Path) else path
+    report = verify_streams(snapshot, keyed=keyed)
     problem = _first_error(report)
     if problem is not None:
         where = path if isinstance(path, Path) else path.directory

@@ -221,6 +221,7 @@ def rescale_savepoint(
                 on_progress=_stage(report, "write savepoint"),
                 regroup=write_keyed,
                 keyed_root=keyed_root,
+                regroup_checked=headers is None,
             )
             if remote is not None:
                 _upload(staged, remote, names if keyed_root else [], report)
@@ -243,13 +244,15 @@ def rescale_savepoint(
 def _upload(staged: Path, remote: Location, written_there: list[str], report: OnProgress) -> None:
     """Upload the staged savepoint beside the keyed files already at ``remote``; ``_metadata`` last.
 
-    Before ``_metadata`` is written every stream of the output is decoded where it now is (the deep check
-    ``snapshot_to_savepoint`` leaves to its caller when keyed files are written elsewhere).
+    Before ``_metadata`` is written every operator-state stream of the output is decoded where it now is
+    (the check ``snapshot_to_savepoint`` leaves to its caller when keyed files are written elsewhere); the
+    keyed files' blocks were checked by the write tasks as they encoded them, their sizes by
+    ``snapshot_to_savepoint``.
     """
     metadata = read_flink_metadata(staged).metadata
 
     def check() -> None:
-        require_readable_output(FlinkSnapshot(remote / METADATA, metadata))
+        require_readable_output(FlinkSnapshot(remote / METADATA, metadata), keyed=False)
 
     transfer.commit_upload(
         staged, remote, METADATA, report, written_elsewhere=written_there, before_commit=check

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -265,30 +266,24 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 # produces every error message.
 
 
-def _scan_block(
-    block: bytes, states: frozenset[int]
-) -> tuple[list[int], list[int], array[int], array[int]] | None:
-    """Walk a block's entries; return run state ids, run starts (entry index), key ends and value ends.
+def _scan_block(block: bytes, states: frozenset[int]) -> tuple[array[int], list[int], int] | None:
+    """Walk a block's entries; return each entry's value end, each run's first entry, and the END's end.
 
-    Only positions are collected (the hot loop of the column-wise decoder; ``array`` appends, no slicing);
-    the caller checks the lengths. Returns None (so the caller falls back to ``decode_block``) for a state
-    outside ``states`` or bytes that end too early.
+    Only positions are collected (the hot loop of the column-wise decoder: one ``array`` append per entry,
+    no slicing); ``_structure`` derives and checks everything else from them. Returns None (so the caller
+    falls back to ``decode_block``) for a state outside ``states`` or bytes that end too early.
     """
     unpack = _INT.unpack_from
-    run_ids: list[int] = []
-    run_starts: list[int] = []
-    key_ends = array("q")
     value_ends = array("q")
-    add_key_end = key_ends.append
-    add_value_end = value_ends.append
+    add = value_ends.append
+    run_starts: list[int] = []
     try:
         state_id = _USHORT.unpack_from(block, 0)[0]
         pos = 2
         while True:
             if state_id not in states:
                 return None
-            run_ids.append(state_id)
-            run_starts.append(len(key_ends))
+            run_starts.append(len(value_ends))
             while True:
                 start = pos + 4
                 end = start + unpack(block, pos)[0]
@@ -296,16 +291,94 @@ def _scan_block(
                 if pos <= start:
                     # Negative lengths: refuse before the walk can loop.
                     return None
-                add_key_end(end)
-                add_value_end(pos)
-                if block[start] & FIRST_BIT_IN_BYTE_MASK:
+                add(pos)
+                if block[start] > 0x7F:  # FIRST_BIT_IN_BYTE_MASK: the run's last entry
                     break
             state_id = _USHORT.unpack_from(block, pos)[0]
             pos += 2
             if state_id == END_OF_KEY_GROUP_MARK:
-                return run_ids, run_starts, key_ends, value_ends
+                return value_ends, run_starts, pos
     except (struct.error, IndexError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Structure:
+    """Entry positions of one block, proven to be where Flink's sequential read finds them."""
+
+    key_starts: np.ndarray  # after the int key length
+    key_ends: np.ndarray
+    value_ends: np.ndarray
+    state_ids: np.ndarray  # per entry (int32)
+
+    @property
+    def count(self) -> int:
+        return len(self.value_ends)
+
+
+def _ints_at(raw: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Return the big-endian int32 at each of ``positions`` (each with 4 bytes inside ``raw``), as int64."""
+    return raw[positions[:, None] + np.arange(4, dtype=np.int64)].view(">i4").ravel().astype(np.int64)
+
+
+def _structure(
+    block: bytes | memoryview, states: frozenset[int], value_ends: np.ndarray, run_end: np.ndarray, end: int
+) -> _Structure | None:
+    """Check claimed entry boundaries against the bytes, all entries at once; None where they differ.
+
+    ``value_ends`` (each entry's end) and ``run_end`` (whether it closes its state's run) are a claim, from
+    ``_scan_block`` or from the encoder that wrote the block. They are accepted only if reading the block
+    as ``readKvStatesFromKeyGroup`` does (state id, then ``int keyLen, key, int valueLen, value`` until a
+    key whose first byte has bit 0x80, then the next state id or ``END_OF_KEY_GROUP_MARK`` ending at
+    ``end``) gives them exactly: entry ``i`` starts where entry ``i - 1`` ends (after the state id that
+    follows a run's last entry), its lengths read from the bytes lead to the claimed end, its flag bit is
+    the claimed run end, every state id is one of ``states``. By induction over the entries, that is the
+    sequential read's own result, without a Python step per entry.
+    """
+    count = len(value_ends)
+    n = len(block)
+    if count == 0 or len(run_end) != count or not 8 <= end <= n or not bool(run_end[-1]):
+        return None
+    ve = np.asarray(value_ends, dtype=np.int64)
+    if int(ve[-1]) + 2 != end or bool((np.diff(ve) <= 0).any()):
+        return None
+    raw = np.frombuffer(block, dtype=np.uint8, count=end)
+    ks = np.empty(count, dtype=np.int64)
+    ks[0] = 2 + 4
+    ks[1:] = ve[:-1] + 4 + 2 * run_end[:-1]
+    # A key's int length lies after the previous entry; its first byte, the value's int length and the
+    # value inside this entry: every read below stays inside [0, end).
+    if bool((ks + 4 > ve).any()):
+        return None
+    ke = ks + _ints_at(raw, ks - 4)
+    if bool((ke < ks + 1).any()) or bool((ke + 4 > ve).any()):
+        return None
+    if bool((ke + 4 + _ints_at(raw, ke) != ve).any()):
+        return None
+    if bool((((raw[ks] & FIRST_BIT_IN_BYTE_MASK) != 0) != run_end).any()):
+        return None
+    # State ids: one at 0, and one after each run's last entry (END_OF_KEY_GROUP_MARK after the last).
+    closing = ve[run_end]
+    ids = (raw[closing].astype(np.int64) << 8) | raw[closing + 1]
+    run_ids = np.concatenate([[(int(raw[0]) << 8) | int(raw[1])], ids[:-1]])
+    if int(ids[-1]) != END_OF_KEY_GROUP_MARK or not all(int(i) in states for i in np.unique(run_ids)):
+        return None
+    run_lengths = np.diff(np.concatenate([[0], np.flatnonzero(run_end) + 1]))
+    state_ids = np.repeat(run_ids.astype(np.int32), run_lengths)
+    return _Structure(ks, ke, ve, state_ids)
+
+
+def _scanned_structure(block: bytes, states: frozenset[int]) -> _Structure | None:
+    """Scan a block (``_scan_block``) and prove the result (``_structure``)."""
+    scanned = _scan_block(block, states)
+    if scanned is None:
+        return None
+    ends, run_starts, end = scanned
+    ve = np.frombuffer(ends, dtype=np.int64)
+    run_end = np.zeros(len(ve), dtype=bool)
+    run_end[np.asarray(run_starts[1:], dtype=np.int64) - 1] = True
+    run_end[-1:] = True
+    return _structure(block, states, ve, run_end, end)
 
 
 def _slices(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -346,16 +419,19 @@ def _with_validity(array: pa.Array, valid: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(array.type, len(array), [bitmap, *buffers[1:]])
 
 
-def decode_block_batch(block: bytes, key_group: int, layout: KeyedLayout, source: str) -> pa.RecordBatch:
+def decode_block_batch(
+    block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool = False
+) -> pa.RecordBatch:
     """Decode one key group's (uncompressed) block into a record batch of the kg keyed schema.
 
     Column-wise where the layout allows it (see above), else through ``decode_block``; both give the same
-    rows in the same order.
+    rows in the same order. With ``whole`` the column-wise path is taken only when the END mark is the
+    block's last byte (``verify`` reports trailing bytes itself).
 
     Raises:
         InvalidSnapshotError: As ``decode_block``.
     """
-    batch = _decode_block_columns(block, key_group, layout) if len(block) < 2**31 else None
+    batch = decode_block_columns(block, key_group, layout, whole=whole)
     if batch is None:
         columns = _Columns()
         decode_block(block, key_group, layout, columns, source)
@@ -363,34 +439,59 @@ def decode_block_batch(block: bytes, key_group: int, layout: KeyedLayout, source
     return batch
 
 
-def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> pa.RecordBatch | None:
-    """Decode a block column-wise; None when any entry needs the per-entry decoder."""
+def check_block(
+    block: bytes | memoryview,
+    key_group: int,
+    layout: KeyedLayout,
+    value_ends: np.ndarray,
+    run_end: np.ndarray,
+) -> int | None:
+    """Return the entry count of a block as its encoder claims it, if the bytes prove the claim; else None.
+
+    ``value_ends`` and ``run_end`` are the encoder's entry ends and run ends (see ``_structure``); the block
+    must read as exactly those entries, up to an ``END_OF_KEY_GROUP_MARK`` that is its last byte, and every
+    key must carry ``key_group``'s prefix. No Python step per entry: the check of a block a write task has
+    just encoded, before it is written.
+    """
     states = _vector_states(layout)
+    found = _structure(block, states, value_ends, run_end, len(block)) if states else None
+    if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
+        return None
+    return found.count
+
+
+def _prefixes_match(raw: np.ndarray, found: _Structure, key_group: int, layout: KeyedLayout) -> bool:
+    """Return whether every key starts with ``key_group``'s prefix (without the last-entry flag)."""
     nprefix = layout.prefix_bytes
-    scanned = _scan_block(block, states) if states else None
-    if scanned is None:
-        return None
-    run_ids, run_starts, key_ends, value_ends = scanned
-    count = len(key_ends)
-    raw = np.frombuffer(block, dtype=np.uint8)
-    ke = np.frombuffer(key_ends, dtype=np.int64)
-    ve = np.frombuffer(value_ends, dtype=np.int64)
-    vs = ke + 4
-    # A key starts after the previous value and its int length, plus the state id where a run begins.
-    ks = np.empty(count, dtype=np.int64)
-    ks[0] = 2 + 4
-    ks[1:] = ve[:-1] + 4
-    ks[np.asarray(run_starts[1:], dtype=np.int64)] += 2
-    if not bool((ke - ks >= nprefix).all()) or not bool((ve >= vs).all()) or int(ve[-1]) > len(block):
-        return None
-    # Key-group prefix without the last-entry flag (FullSnapshotRestoreOperation checks none; kg does).
-    prefix = (raw[ks] & 0x7F).astype(np.int64)
+    if bool((found.key_ends - found.key_starts < nprefix).any()):
+        return False
+    prefix = (raw[found.key_starts] & 0x7F).astype(np.int64)
     if nprefix == 2:
-        prefix = (prefix << 8) | raw[ks + 1]
-    if not bool((prefix == key_group).all()):
+        prefix = (prefix << 8) | raw[found.key_starts + 1]
+    return bool((prefix == key_group).all())
+
+
+def decode_block_columns(
+    block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = False
+) -> pa.RecordBatch | None:
+    """Decode a block column-wise; None when any entry needs the per-entry decoder.
+
+    With ``whole``, also None when bytes follow the END mark.
+    """
+    if len(block) >= 2**31:
         return None
-    run_lengths = np.diff(np.asarray([*run_starts, count], dtype=np.int64)).astype(np.int64)
-    state_ids = np.repeat(np.asarray(run_ids, dtype=np.int32), run_lengths)
+    states = _vector_states(layout)
+    found = _scanned_structure(block, states) if states else None
+    if found is None or (whole and int(found.value_ends[-1]) + 2 != len(block)):
+        return None
+    raw = np.frombuffer(block, dtype=np.uint8)
+    if not _prefixes_match(raw, found, key_group, layout):
+        return None
+    nprefix = layout.prefix_bytes
+    count = found.count
+    ks, ke, ve = found.key_starts, found.key_ends, found.value_ends
+    vs = ke + 4
+    state_ids = found.state_ids
     codec = layout.codec
     data = pa.py_buffer(block)
     kinds = [s.kind for s in layout.states]
@@ -461,4 +562,4 @@ def _decode_block_columns(block: bytes, key_group: int, layout: KeyedLayout) -> 
     )
 
 
-__all__ = ["decode_block", "decode_block_batch", "decode_keyed_file"]
+__all__ = ["check_block", "decode_block", "decode_block_batch", "decode_block_columns", "decode_keyed_file"]

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.flink.keyed_decode import check_block, decode_block_batch
 from keygroup_cli.flink.keyed_layout import (
     _INT,
     _LONG,
@@ -151,7 +152,9 @@ def write_keyed_file(
 
     def flush(rows: _Rows) -> None:
         nonlocal pos
-        for group, block in _encode_rows(rows, layout):
+        for encoded in _encode_rows(rows, layout):
+            group, block = encoded.key_group, encoded.block
+            _check_encoded(encoded, layout)
             data = encode_frames(bytes(block)) if compressed else block
             offsets[group - key_groups.start] = pos
             out.write(data)
@@ -293,8 +296,51 @@ class _Rows:
 _ENCODE_CHUNK_ROWS = 1 << 16
 
 
-def _encode_rows(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, bytes | memoryview]]:
-    """Yield ``(key group, block)`` for complete key groups of rows sorted by key group."""
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One encoded key-group block (uncompressed) and its row count.
+
+    From the column-wise encoder also where it put each entry's end and which entries close a state's run
+    (the claim ``keyed_decode.check_block`` proves against the bytes).
+    """
+
+    key_group: int
+    block: bytes | memoryview
+    rows: int
+    value_ends: np.ndarray | None = None
+    run_end: np.ndarray | None = None
+
+
+def _check_encoded(encoded: _Block, layout: KeyedLayout) -> None:
+    """Refuse a block that does not read back as the entries it was encoded from, before it is written.
+
+    A column-wise block is checked against the encoder's own entry boundaries, all entries at once
+    (``keyed_decode.check_block``: the lengths, flags, state ids and key-group prefixes in the bytes must
+    give exactly those boundaries); a block of the reference encoder is decoded again. Either way the
+    entries Flink's restore will read are the rows kg meant to write, so the commit need not decode the
+    keyed files again.
+
+    Raises:
+        ExecutionError: ``OUTPUT_VERIFICATION_FAILED`` (a bug in kg's encoder: nothing is committed).
+    """
+    group = encoded.key_group
+    if encoded.value_ends is not None and encoded.run_end is not None:
+        found = check_block(encoded.block, group, layout, encoded.value_ends, encoded.run_end)
+    else:
+        try:
+            found = decode_block_batch(bytes(encoded.block), group, layout, "encoded", whole=True).num_rows
+        except InvalidSnapshotError:
+            found = None
+    if found != encoded.rows:
+        raise ExecutionError(
+            f"output verification failed: key group {group}'s encoded block does not read back as its "
+            f"{encoded.rows} entries ({'unreadable' if found is None else f'{found} entries'})",
+            code="OUTPUT_VERIFICATION_FAILED",
+        )
+
+
+def _encode_rows(rows: _Rows, layout: KeyedLayout) -> Iterator[_Block]:
+    """Yield the blocks of the complete key groups of rows sorted by key group."""
     groups = rows.groups
     starts = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist()]
     cuts = [0]
@@ -311,7 +357,7 @@ def _encode_rows(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, bytes 
             yield from encoded
 
 
-def _encode_per_entry(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, bytes]]:
+def _encode_per_entry(rows: _Rows, layout: KeyedLayout) -> Iterator[_Block]:
     """Encode through ``_entries_of_group`` / ``encode_block``, the reference path (and its errors)."""
     data = rows.to_pydict()
     state_ids = layout.state_ids()
@@ -320,7 +366,8 @@ def _encode_per_entry(rows: _Rows, layout: KeyedLayout) -> Iterator[tuple[int, b
     bounds = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), len(groups)]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         entries = _entries_of_group(data, lo, hi, layout, state_ids, encode_key)
-        yield int(groups[lo]), encode_block(int(groups[lo]), entries, layout.prefix_bytes)
+        group = int(groups[lo])
+        yield _Block(group, encode_block(group, entries, layout.prefix_bytes), hi - lo)
 
 
 def _fixed_cells(cells: np.ndarray, present: np.ndarray | None = None) -> pa.Array:
@@ -349,7 +396,7 @@ def _lengths(array: pa.Array) -> np.ndarray:
     return lengths.astype(np.int64)
 
 
-def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryview]] | None:
+def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
     """Encode rows column-wise into ``(key group, block)`` pairs; None when a row needs the reference path.
 
     The bytes are those of ``_entries_of_group`` + ``encode_block``: per key group, the states' runs in
@@ -454,12 +501,20 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[tuple[int, memoryv
     )
     bounds = np.frombuffer(entries.buffers()[1], dtype=np.int32, count=count + 1)[
         entries.offset : entries.offset + count + 1
-    ]
+    ].astype(np.int64)
     data = memoryview(entries.buffers()[2]) if entries.buffers()[2] is not None else memoryview(b"")
+    # Each entry's value ends before the next state id where it closes a run (see _structure).
+    value_ends = bounds[1:] - 2 * run_end
     starts = np.flatnonzero(group_start)
     ends = [*starts[1:].tolist(), count]
     return [
-        (int(groups[lo]), data[int(bounds[lo]) : int(bounds[hi])])
+        _Block(
+            int(groups[lo]),
+            data[int(bounds[lo]) : int(bounds[hi])],
+            hi - lo,
+            value_ends[lo:hi] - bounds[lo],
+            run_end[lo:hi],
+        )
         for lo, hi in zip(starts.tolist(), ends, strict=True)
     ]
 

@@ -95,6 +95,7 @@ def snapshot_to_savepoint(
     on_progress: OnProgress | None = None,
     regroup: Regroup | None = None,
     keyed_root: str | None = None,
+    regroup_checked: bool = False,
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
@@ -118,6 +119,9 @@ def snapshot_to_savepoint(
             prefix its write tasks wrote to directly. Their sizes are checked there; decoding every
             stream of the output is then the caller's job, once the rest is beside them
             (``integrity.require_readable_output`` of the parsed ``_metadata``).
+        regroup_checked: ``regroup``'s files were encoded by ``keyed_encode``, which checks every block
+            against the entries it encoded before writing it (as the keyed files written here are);
+            otherwise (key groups copied as bytes) every keyed block is decoded before the commit.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -238,8 +242,9 @@ def snapshot_to_savepoint(
         (staging / METADATA_FILE).write_bytes(encoded)
         _verify_written(staging, encoded, keyed_rows, manifest, keyed_root)
         if keyed_root is None:
-            # Every block written (or copied as bytes) must decode: kg never commits what its reader rejects.
-            require_readable_output(staging)
+            # Every stream must decode: kg never commits what its reader rejects. Blocks kg encoded were
+            # checked as they were encoded; blocks copied as bytes are decoded here.
+            require_readable_output(staging, keyed=regroup is not None and not regroup_checked)
     return ConvertResult(
         "to-flink",
         str(source),

@@ -55,7 +55,7 @@ def test_failure_before_the_commit_leaves_no_object(
     source = s3_server.upload(FIXTURES / CASE, f"{bucket}/in/{CASE}")
     checked = []
 
-    def failing(snapshot: Any) -> None:
+    def failing(snapshot: Any, **_options: Any) -> None:
         # The keyed files and operator state are on the store by now; _metadata is not.
         checked.append(s3_server.keys(f"{bucket}/out"))
         raise ExecutionError("output verification failed: injected", code="OUTPUT_VERIFICATION_FAILED")

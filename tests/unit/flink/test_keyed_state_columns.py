@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -14,8 +15,14 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
-from keygroup_cli.flink.keyed_decode import _Columns, _decode_block_columns, decode_block, decode_keyed_file
-from keygroup_cli.flink.keyed_encode import _encode_columns, _encode_per_entry, _Rows, write_keyed_file
+from keygroup_cli.flink.keyed_decode import _Columns, decode_block, decode_block_columns, decode_keyed_file
+from keygroup_cli.flink.keyed_encode import (
+    _Block,
+    _encode_columns,
+    _encode_per_entry,
+    _Rows,
+    write_keyed_file,
+)
 from keygroup_cli.flink.keyed_header import read_keyed_header
 from keygroup_cli.flink.keyed_layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.serializers import (
@@ -62,7 +69,7 @@ def _blocks(case: str) -> list[tuple[KeyedLayout, int, bytes]]:
 def test_column_decoder_equals_the_reference_on_flinks_blocks(case: str) -> None:
     used = 0
     for layout, group, block in _blocks(case):
-        fast = _decode_block_columns(block, group, layout)
+        fast = decode_block_columns(block, group, layout)
         if fast is not None:
             used += 1
             assert fast.equals(_reference(block, group, layout))
@@ -81,14 +88,18 @@ def test_blocks_with_timers_are_decoded_column_wise(case: str) -> None:
         if layout.codec.key_type == "string" and not all(k.isascii() and len(k) <= 126 for k in keys):
             continue  # the fixtures' non-ASCII keys take the reference path
         timers += 1
-        fast = _decode_block_columns(block, group, layout)
+        fast = decode_block_columns(block, group, layout)
         assert fast is not None
         assert fast.equals(reference)
         rows = _Rows.of(reference, layout.state_ids())
         encoded = _encode_columns(rows, layout)
         assert encoded is not None
-        assert [(g, bytes(b)) for g, b in encoded] == [(group, block)]
+        assert _pairs(encoded) == [(group, block)]
     assert timers > 0
+
+
+def _pairs(blocks: Iterable[_Block]) -> list[tuple[int, bytes]]:
+    return [(b.key_group, bytes(b.block)) for b in blocks]
 
 
 @pytest.mark.parametrize("case", CANONICAL_CASES)
@@ -97,12 +108,12 @@ def test_column_encoder_equals_the_reference_on_flinks_rows(case: str) -> None:
     for layout, group, block in _blocks(case):
         batch = _reference(block, group, layout)
         rows = _Rows.of(batch, layout.state_ids())
-        reference = [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+        reference = _pairs(_encode_per_entry(rows, layout))
         assert reference == [(group, block)]
         fast = _encode_columns(rows, layout)
         if fast is not None:
             used += 1
-            assert [(g, bytes(b)) for g, b in fast] == reference
+            assert _pairs(fast) == reference
     assert used > 0
 
 
@@ -166,10 +177,10 @@ def test_round_trip_of_every_key_type_equals_the_reference(
     rows = _Rows.of(batch, layout.state_ids())
     fast = _encode_columns(rows, layout)
     assert fast is not None
-    encoded = [(g, bytes(b)) for g, b in fast]
-    assert encoded == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    encoded = _pairs(fast)
+    assert encoded == _pairs(_encode_per_entry(rows, layout))
     for group, block in encoded:
-        decoded = _decode_block_columns(block, group, layout)
+        decoded = decode_block_columns(block, group, layout)
         assert decoded is not None
         assert decoded.equals(_reference(block, group, layout))
     # Through the file writer and reader too: rows come back in block (run) order.
@@ -205,8 +216,8 @@ def test_keys_the_column_paths_do_not_cover_fall_back_to_the_reference() -> None
         batch = _rows("string", keys, [5] * 6)
         rows = _Rows.of(batch, layout.state_ids())
         assert _encode_columns(rows, layout) is None
-        [(group, block)] = list(_encode_per_entry(rows, layout))
-        assert _decode_block_columns(bytes(block), group, layout) is None
+        [(group, block)] = _pairs(_encode_per_entry(rows, layout))
+        assert decode_block_columns(bytes(block), group, layout) is None
         # The file writer still writes them (through the reference path).
         out = io.BytesIO()
         write_keyed_file(out, b"\x00" * 8, layout, [batch], KeyGroupRange(0, 9), compressed=False)
@@ -216,14 +227,12 @@ def test_keys_the_column_paths_do_not_cover_fall_back_to_the_reference() -> None
 def test_corrupt_blocks_are_left_to_the_reference_decoder() -> None:
     layout = _layout(LONG_SNAPSHOT, 1, *STATES)
     batch = _rows("long", list(range(6)), [3] * 6)
-    [(group, block)] = [
-        (g, bytes(b)) for g, b in _encode_per_entry(_Rows.of(batch, layout.state_ids()), layout)
-    ]
-    assert _decode_block_columns(block, group, layout) is not None
-    assert _decode_block_columns(block[:-3], group, layout) is None  # truncated
-    assert _decode_block_columns(block, group + 1, layout) is None  # another key group's prefix
+    [(group, block)] = _pairs(_encode_per_entry(_Rows.of(batch, layout.state_ids()), layout))
+    assert decode_block_columns(block, group, layout) is not None
+    assert decode_block_columns(block[:-3], group, layout) is None  # truncated
+    assert decode_block_columns(block, group + 1, layout) is None  # another key group's prefix
     bad_length = block[:2] + (2**30).to_bytes(4, "big") + block[6:]
-    assert _decode_block_columns(bad_length, group, layout) is None
+    assert decode_block_columns(bad_length, group, layout) is None
 
 
 def test_timer_rows_the_reference_rejects_or_ignores() -> None:
@@ -238,7 +247,7 @@ def test_timer_rows_the_reference_rejects_or_ignores() -> None:
     rows = _Rows.of(with_value, layout.state_ids())
     fast = _encode_columns(rows, layout)
     assert fast is not None
-    assert [(g, bytes(b)) for g, b in fast] == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    assert _pairs(fast) == _pairs(_encode_per_entry(rows, layout))
     # A timer without a timestamp is the reference path's error.
     stamps = batch.column("timestamp").to_pylist()
     stamps[1] = None
@@ -255,7 +264,7 @@ def test_truncated_timers_are_left_to_the_reference_decoder() -> None:
     layout = _layout(STRING_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SNAPSHOT))
     # keyLen 5: prefix and 4 bytes of an 8-byte timestamp.
     block = b"\x00\x00" + (5).to_bytes(4, "big") + b"\x83" + b"\x80\x00\x00\x00" + b"\x00" * 4 + b"\xff\xff"
-    assert _decode_block_columns(block, 3, layout) is None
+    assert decode_block_columns(block, 3, layout) is None
     with pytest.raises(InvalidSnapshotError, match="timer element too short"):
         decode_block(block, 3, layout, _Columns(), "ref")
 
@@ -306,9 +315,9 @@ def test_generated_rows_with_timers_equal_the_reference(case: tuple[KeyedLayout,
     rows = _Rows.of(batch, layout.state_ids())
     fast = _encode_columns(rows, layout)
     assert fast is not None
-    encoded = [(g, bytes(b)) for g, b in fast]
-    assert encoded == [(g, bytes(b)) for g, b in _encode_per_entry(rows, layout)]
+    encoded = _pairs(fast)
+    assert encoded == _pairs(_encode_per_entry(rows, layout))
     for group, block in encoded:
-        decoded = _decode_block_columns(block, group, layout)
+        decoded = decode_block_columns(block, group, layout)
         assert decoded is not None
         assert decoded.equals(_reference(block, group, layout))
