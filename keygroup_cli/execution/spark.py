@@ -7,10 +7,12 @@ Java becomes a one-line ``MissingDependencyError`` rather than an ImportError or
   pieces of old files, so each task streams its pieces straight into its file (``tasks.write_moved_subtask``,
   the local engine's code): a narrow stage, no shuffle, as Flink itself intersects key-group ranges.
 - maxParallelism change: a map task per (old file, row group) re-hashes its rows and emits them as Arrow IPC
-  blocks keyed by ``(new subtask, bucket, old file, row group)``; ``repartitionAndSortWithinPartitions``
-  sends new subtask *j*'s blocks to partition *j* in input order; each reduce task writes its file bucket
-  by bucket (``tasks.write_rehashed_subtask``). Blocks, not rows, cross the shuffle, so no pandas and no
-  per-row conversion is needed.
+  blocks keyed by ``(new subtask, bucket, old file, row group)``; ``partitionBy`` sends new subtask *j*'s
+  blocks to partition *j*; each reduce task appends them to one spill file on its executor's local disk,
+  then writes its file bucket by bucket, each bucket's blocks in input order (``_buckets``,
+  ``tasks.write_rehashed_subtask``). Blocks, not rows, cross the shuffle, so no pandas and no per-row
+  conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions`` sorts in
+  the Python worker and spills pickles past ``spark.python.worker.memory``).
 - Operator state (small) and files that stay as they are are handled on the driver.
 
 Tasks write to the target directory directly, so with a ``--master`` other than local the staging
@@ -36,6 +38,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -469,7 +472,7 @@ class SparkExecutor:
         files: list[KeyedFile | None] = (
             sc.parallelize(units, max(1, len(units)))
             .flatMap(mapper)
-            .repartitionAndSortWithinPartitions(plan.new_parallelism, _new_subtask_of_key)
+            .partitionBy(plan.new_parallelism, _new_subtask_of_key)
             .mapPartitionsWithIndex(reducer)
             .collect()
         )
@@ -498,7 +501,7 @@ class SparkExecutor:
                 results: list[tuple[WrittenKeyedFile, int]] = (
                     sc.parallelize(list(job.reads), max(1, len(job.reads)))
                     .flatMap(mapper)
-                    .repartitionAndSortWithinPartitions(job.new_parallelism, _new_subtask_of_key)
+                    .partitionBy(job.new_parallelism, _new_subtask_of_key)
                     .mapPartitionsWithIndex(reducer)
                     .collect()
                 )
@@ -572,7 +575,7 @@ def _route_task(
 def _write_task(
     job: KeyedJob, new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
 ) -> Iterator[tuple[WrittenKeyedFile, int]]:
-    """Write one new subtask's file from its blocks (sorted by bucket, then input order)."""
+    """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
     received = [0]
     written = keyed_pipeline.write(job, new_subtask, _buckets(records, received))
     yield written, received[0]
@@ -581,23 +584,33 @@ def _write_task(
 def _buckets(
     records: Iterable[tuple[tuple[int, int, int, int], bytes]], received: list[int] | None = None
 ) -> Iterator[pa.Table]:
-    """Yield a shuffle partition's Arrow IPC blocks bucket by bucket (key ``(subtask, bucket, ...)``, sorted).
+    """Yield a shuffle partition's Arrow IPC blocks bucket by bucket, each bucket's in input order.
 
-    One bucket is in memory at a time; ``received[0]`` counts the rows read.
+    Keys are ``(subtask, bucket, input, sequence)``; the shuffle delivers them in any order. Every block is
+    appended to one spill file on the executor's local disk (Spark's ``SPARK_LOCAL_DIRS``, else the temp
+    directory) as it arrives, with an index of where it went; then each bucket's blocks are read back in
+    ``(input, sequence)`` order. Memory: one bucket. ``received[0]`` counts the rows read.
     """
-    current: int | None = None
-    blocks: list[pa.Table] = []
-    for (_subtask, bucket, _order, _seq), block in records:
-        if bucket != current and blocks:
-            yield pa.concat_tables(blocks)
-            blocks = []
-        current = bucket
-        table = pa.ipc.open_stream(block).read_all()
-        if received is not None:
-            received[0] += table.num_rows
-        blocks.append(table)
-    if blocks:
-        yield pa.concat_tables(blocks)
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
+    with tempfile.TemporaryDirectory(prefix="kg-reduce-", dir=local) as spill_dir:
+        spill = Path(spill_dir) / "blocks"
+        where: dict[int, list[tuple[int, int, int, int]]] = {}
+        offset = 0
+        with spill.open("wb") as out:
+            for (_subtask, bucket, order, seq), block in records:
+                out.write(block)
+                where.setdefault(bucket, []).append((order, seq, offset, len(block)))
+                offset += len(block)
+        with spill.open("rb") as spilled:
+            for bucket in sorted(where):
+                tables = []
+                for _order, _seq, start, size in sorted(where[bucket]):
+                    spilled.seek(start)
+                    table = pa.ipc.open_stream(spilled.read(size)).read_all()
+                    if received is not None:
+                        received[0] += table.num_rows
+                    tables.append(table)
+                yield pa.concat_tables(tables)
 
 
 @contextlib.contextmanager
