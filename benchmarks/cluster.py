@@ -17,8 +17,16 @@ own ``wall_seconds`` (from its ``--json``), keyed rows/s and input MB/s of the p
 The executors run this interpreter (``PYSPARK_PYTHON``), with the start-up JVM options the cluster suite
 gives them.
 
+``--savepoint DIR`` takes a real Flink savepoint instead (for instance the 2M-key ``BenchSavepointGen``
+savepoint of benchmarks/pipeline.py): its keyed rows come from the local engine's run.
+
+A worker of one core is a scheduling slot, not a CPU limit: on one machine its executor's JVM (shuffle,
+compression, GC) runs beside its Python worker on any free CPU, so "1 worker" already uses part of a
+second core. ``--pin`` pins worker *i* and everything it starts to CPU *i*, which is what a cluster of
+one-core machines gives; the driver stays unpinned in both runs.
+
 Usage: flock /tmp/kg-bench.lock nice -n 10 python benchmarks/cluster.py [--keys 300000]
-    [--input snapshot|savepoint] [--keep DIR] [--json]
+    [--input snapshot|savepoint | --savepoint DIR] [--pin] [--keep DIR] [--json]
 """
 
 from __future__ import annotations
@@ -75,9 +83,10 @@ def make_input(work: Path, keys: int, kind: str) -> tuple[Path, int, int]:
     return source, rows, size
 
 
-def rescale_on_cluster(work: Path, source: Path, workers: int) -> dict[str, Any]:
-    """Start a cluster of ``workers`` 1-core workers, time one rescale on it, stop it."""
-    cluster = StandaloneCluster.start(work / f"cluster-{workers}", workers=workers)
+def rescale_on_cluster(work: Path, source: Path, workers: int, pin: bool = False) -> dict[str, Any]:
+    """Start a cluster of ``workers`` 1-core workers (each pinned to its own CPU with ``pin``), time one
+    rescale on it, stop it."""
+    cluster = StandaloneCluster.start(work / f"cluster-{workers}", workers=workers, pin=pin)
     try:
         conf = {
             "spark.cores.max": str(workers),
@@ -106,7 +115,12 @@ def _rescale(source: Path, out: Path, args: list[str | Path]) -> dict[str, Any]:
         *args,
         env=kg_env(),
     )
-    return {"wall_s": wall, "kg_wall_s": doc["wall_seconds"], "engine": doc["engine"]}
+    return {
+        "wall_s": wall,
+        "kg_wall_s": doc["wall_seconds"],
+        "engine": doc["engine"],
+        "keyed_rows": sum(s["keyed_rows"] or 0 for op in doc["operators"] for s in op.get("subtasks", [])),
+    }
 
 
 def main() -> None:
@@ -115,6 +129,12 @@ def main() -> None:
     )
     parser.add_argument("--keys", type=int, default=300_000, help="distinct keys (default 300000)")
     parser.add_argument("--input", choices=("snapshot", "savepoint"), default="snapshot")
+    parser.add_argument("--savepoint", type=Path, help="a Flink savepoint to rescale (instead of --input)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin worker i (JVM, executor, Python workers) to CPU i: a 1-core worker then has one CPU",
+    )
     parser.add_argument("--keep", type=Path, help="work directory to keep (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     options = parser.parse_args()
@@ -122,14 +142,22 @@ def main() -> None:
     work = options.keep or Path(tempfile.mkdtemp(prefix="kg-bench-cluster-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        source, rows, size = make_input(work, options.keys, options.input)
+        if options.savepoint is not None:
+            source, rows = options.savepoint.resolve(), 0
+            size = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+            options.input, options.keys = f"savepoint {source.name}", 0
+        else:
+            source, rows, size = make_input(work, options.keys, options.input)
         results: dict[str, dict[str, Any]] = {}
         for workers in (1, 2):
-            results[f"{workers} worker{'s' * (workers > 1)}"] = rescale_on_cluster(work, source, workers)
+            results[f"{workers} worker{'s' * (workers > 1)}"] = rescale_on_cluster(
+                work, source, workers, options.pin
+            )
         results["local engine"] = _rescale(source, work / "out-local", ["--engine", "local"])
     finally:
         if options.keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    rows = rows or results["local engine"]["keyed_rows"]
     for result in results.values():
         result["rows_per_s"] = rows / result["wall_s"]
         result["mb_per_s"] = size / 1e6 / result["wall_s"]
@@ -139,6 +167,7 @@ def main() -> None:
             json.dumps(
                 {
                     "input": options.input,
+                    "pinned": options.pin,
                     "keys": options.keys,
                     "keyed_rows": rows,
                     "bytes": size,

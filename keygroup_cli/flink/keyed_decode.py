@@ -231,9 +231,10 @@ def decode_keyed_file(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
 
-    Each block is read (and, if compressed, decompressed) on its own, so memory is bounded by the largest
-    key group plus one batch. Blocks are decoded column-wise (``decode_block_batch``). With ``key_groups``
-    only the blocks of those key groups are read.
+    Each block is read (and, if compressed, decompressed) on its own and decoded column-wise at most
+    ``batch_rows`` entries at a time (``decode_block_batches``), so memory is bounded by the largest key
+    group's bytes and entry positions plus one batch. With ``key_groups`` only the blocks of those key
+    groups are read.
     """
     pending: list[pa.RecordBatch] = []
     rows = 0
@@ -242,12 +243,13 @@ def decode_keyed_file(
             continue
         raw = source.read(start, end)
         block = decode_frames(raw, f"{source.source} key group {group}") if compressed else raw
-        batch = decode_block_batch(block, group, layout, source.source)
-        pending.append(batch)
-        rows += batch.num_rows
-        if rows >= batch_rows:
-            yield _concat(pending)
-            pending, rows = [], 0
+        del raw
+        for batch in decode_block_batches(block, group, layout, source.source, batch_rows):
+            pending.append(batch)
+            rows += batch.num_rows
+            if rows >= batch_rows:
+                yield _concat(pending)
+                pending, rows = [], 0
     if rows:
         yield _concat(pending)
 
@@ -314,6 +316,12 @@ class _Structure:
     @property
     def count(self) -> int:
         return len(self.value_ends)
+
+    def window(self, lo: int, hi: int) -> _Structure:
+        """Return entries ``[lo, hi)`` (views)."""
+        return _Structure(
+            self.key_starts[lo:hi], self.key_ends[lo:hi], self.value_ends[lo:hi], self.state_ids[lo:hi]
+        )
 
 
 def _ints_at(raw: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -478,15 +486,47 @@ def decode_block_columns(
 
     With ``whole``, also None when bytes follow the END mark.
     """
+    found = _proven(block, key_group, layout, whole=whole)
+    return None if found is None else _columns(block, found, key_group, layout)
+
+
+def decode_block_batches(
+    block: bytes, key_group: int, layout: KeyedLayout, source: str, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Yield a block's rows (as ``decode_block_batch``) at most ``batch_rows`` at a time.
+
+    The block's structure is proven once; the columns are cut window by window, so a key group of
+    millions of entries never becomes one batch. Should a window need the per-entry decoder (a non-ASCII
+    key, say), the rest of the block comes from it.
+    """
+    found = _proven(block, key_group, layout) if batch_rows > 0 else None
+    if found is None:
+        yield decode_block_batch(block, key_group, layout, source)
+        return
+    for lo in range(0, found.count, batch_rows):
+        batch = _columns(block, found.window(lo, lo + batch_rows), key_group, layout)
+        if batch is None:
+            yield decode_block_batch(block, key_group, layout, source).slice(lo)
+            return
+        yield batch
+
+
+def _proven(block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = False) -> _Structure | None:
+    """Return a block's proven structure if the column-wise path takes it (keys carrying its prefix)."""
     if len(block) >= 2**31:
         return None
     states = _vector_states(layout)
     found = _scanned_structure(block, states) if states else None
     if found is None or (whole and int(found.value_ends[-1]) + 2 != len(block)):
         return None
-    raw = np.frombuffer(block, dtype=np.uint8)
-    if not _prefixes_match(raw, found, key_group, layout):
+    if not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
         return None
+    return found
+
+
+def _columns(block: bytes, found: _Structure, key_group: int, layout: KeyedLayout) -> pa.RecordBatch | None:
+    """Cut the rows of ``found``'s entries out of ``block``; None where an entry needs the per-entry path."""
+    raw = np.frombuffer(block, dtype=np.uint8)
     nprefix = layout.prefix_bytes
     count = found.count
     ks, ke, ve = found.key_starts, found.key_ends, found.value_ends
@@ -562,4 +602,11 @@ def decode_block_columns(
     )
 
 
-__all__ = ["check_block", "decode_block", "decode_block_batch", "decode_block_columns", "decode_keyed_file"]
+__all__ = [
+    "check_block",
+    "decode_block",
+    "decode_block_batch",
+    "decode_block_batches",
+    "decode_block_columns",
+    "decode_keyed_file",
+]

@@ -114,8 +114,13 @@ class StandaloneCluster:
         cores: int = 1,
         memory: str = "1g",
         timeout: float = 120.0,
+        pin: bool = False,
     ) -> StandaloneCluster:
         """Start a master and ``workers`` workers and wait until all are registered (ALIVE).
+
+        With ``pin`` worker *i* (its JVM, and the executors and Python workers it starts, which inherit
+        it) may only run on CPU *i* modulo the machine's CPUs: a worker of ``cores=1`` then really has
+        one core, as on a cluster of one-core machines (benchmarks/cluster.py).
 
         Raises:
             ClusterError: Java or pyspark's scripts are missing, a daemon exited, or the workers did not
@@ -162,6 +167,7 @@ class StandaloneCluster:
                         directory,
                         env,
                         work_dir=work_dir,
+                        cpu=index % (os.cpu_count() or 1) if pin else None,
                     )
                 )
             cluster.wait_for_workers(workers, timeout)
@@ -237,9 +243,19 @@ class StandaloneCluster:
 
 
 def _launch(
-    name: str, command: list[str], directory: Path, env: dict[str, str], work_dir: Path | None = None
+    name: str,
+    command: list[str],
+    directory: Path,
+    env: dict[str, str],
+    work_dir: Path | None = None,
+    cpu: int | None = None,
 ) -> Daemon:
     webui_port = free_port()
+
+    def pin() -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+
     log = directory / f"{name}.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -250,6 +266,7 @@ def _launch(
             env=env,
             cwd=directory,
             start_new_session=True,  # its own process group, executors included: killed as one
+            preexec_fn=pin if cpu is not None else None,
         )
     return Daemon(name, process, log, webui_port, work_dir)
 

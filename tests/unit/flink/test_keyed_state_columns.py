@@ -15,7 +15,13 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
-from keygroup_cli.flink.keyed_decode import _Columns, decode_block, decode_block_columns, decode_keyed_file
+from keygroup_cli.flink.keyed_decode import (
+    _Columns,
+    decode_block,
+    decode_block_batches,
+    decode_block_columns,
+    decode_keyed_file,
+)
 from keygroup_cli.flink.keyed_encode import (
     _Block,
     _encode_columns,
@@ -321,3 +327,32 @@ def test_generated_rows_with_timers_equal_the_reference(case: tuple[KeyedLayout,
         decoded = decode_block_columns(block, group, layout)
         assert decoded is not None
         assert decoded.equals(_reference(block, group, layout))
+
+
+# -- a block decoded window by window -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CANONICAL_CASES)
+@pytest.mark.parametrize("batch_rows", [1, 3, 1000])
+def test_windows_of_a_block_are_its_rows_in_order(case: str, batch_rows: int) -> None:
+    for layout, group, block in _blocks(case)[:20]:
+        reference = _reference(block, group, layout)
+        windows = list(decode_block_batches(block, group, layout, case, batch_rows))
+        if decode_block_columns(block, group, layout) is not None:
+            assert all(w.num_rows <= batch_rows for w in windows)
+        assert pa.Table.from_batches(windows).combine_chunks() == pa.Table.from_batches([reference])
+
+
+def test_a_window_that_needs_the_reference_decoder_takes_the_rest_of_the_block_from_it() -> None:
+    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    # Row 15's state ("tw") forms the block's last run, so its non-ASCII key is the block's last entry but 1.
+    keys = [f"k{i}" for i in range(15)] + ["ключ", "z0", "z1"]
+    batch = _rows("string", keys, [7] * len(keys))
+    [(group, block)] = _pairs(_encode_per_entry(_Rows.of(batch, layout.state_ids()), layout))
+    windows = list(decode_block_batches(block, group, layout, "synthetic", 4))
+    # Four column-wise windows; the one holding the non-ASCII key and the rest come from the per-entry
+    # decoder, as one slice.
+    assert [w.num_rows for w in windows] == [4, 4, 4, 4, 2]
+    reference = _reference(block, group, layout)
+    assert "ключ" in reference.column("key").to_pylist()[16:]
+    assert pa.Table.from_batches(windows).combine_chunks() == pa.Table.from_batches([reference])
