@@ -22,8 +22,12 @@ if TYPE_CHECKING:
 OnProgress = Callable[[str, int, "int | None"], None]
 
 
-def verify_input(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> VerifyReport:
+def verify_input(
+    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+) -> VerifyReport:
     """Verify a kg snapshot (``snapshot.verify``) or a Flink savepoint/checkpoint (``flink.verify``).
+
+    ``blocks=False`` leaves a Flink input's key-group blocks to the reader (``verify_flink``).
 
     Raises:
         InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
@@ -34,7 +38,7 @@ def verify_input(path: str | Path | Location, *, on_progress: OnProgress | None 
     if is_flink_savepoint(path):
         from keygroup_cli.flink.verify import verify_flink
 
-        return verify_flink(path, on_progress=on_progress)
+        return verify_flink(path, on_progress=on_progress, blocks=blocks)
     from keygroup_cli.snapshot.verify import verify_snapshot
 
     return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
@@ -48,13 +52,20 @@ def _first_error(report: VerifyReport) -> str | None:
     return f"{errors[0].code}: {errors[0].message}{more}"
 
 
-def require_intact(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> None:
+def require_intact(
+    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+) -> None:
     """Refuse an input that ``kg verify`` rejects.
+
+    With ``blocks=False`` a Flink input's key-group blocks are not decoded here: the caller reads every
+    block as strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
+    tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
+    decoded before the commit (``require_readable_output``). The driver then reads no block twice.
 
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
-    problem = _first_error(verify_input(path, on_progress=on_progress))
+    problem = _first_error(verify_input(path, on_progress=on_progress, blocks=blocks))
     if problem is not None:
         raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 

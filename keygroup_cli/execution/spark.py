@@ -120,9 +120,16 @@ def spark_session(
         return SparkSession.builder.getOrCreate()
     check_java()
 
-    conf = SparkConf().setMaster(master or "local[*]").setAppName("kg rescale")
+    # Under spark-submit the JVM is already running with spark-submit's --master, --name and
+    # spark-defaults.conf (PySpark's PythonRunner hands its gateway over in PYSPARK_GATEWAY_PORT): those win
+    # unless kg's own --master is given. Otherwise kg's session is embedded (local[*]) by default.
+    submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    conf = SparkConf()
+    if master or not submitted:
+        conf.setMaster(master or "local[*]")
+    if not submitted:
+        conf.setAppName("kg rescale")
     settings = {**SESSION_CONFIG, **_pythonpath_config(), **(config or {})}
-    python = worker_python(master, config)
     sharing = class_data_sharing_option()
     if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
@@ -145,12 +152,21 @@ def spark_session(
         raise MissingDependencyError(
             _gateway_message(exc, console_log), code="SPARK_GATEWAY_FAILED"
         ) from None
+    python = worker_python(context.master, config)
     if python is not None:
         # The interpreter every Python worker is started with (pickled into each task's function).
         context.pythonExec = python
+    # A session kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
+    # and its event log is complete (no ``.inprogress``).
+    atexit.register(_stop_quietly, context)
     session = SparkSession(context)
     session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return session
+
+
+def _stop_quietly(context: SparkContext) -> None:
+    with contextlib.suppress(Exception):
+        context.stop()
 
 
 def worker_python(master: str | None, config: dict[str, str] | None = None) -> str | None:

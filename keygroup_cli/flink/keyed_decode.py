@@ -145,8 +145,8 @@ def _split_timer(
     return codec.decode(key[pos:end]), key[end:], timestamp
 
 
-def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Columns, source: str) -> None:
-    """Decode one key group's (uncompressed) block into ``columns``.
+def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Columns, source: str) -> int:
+    """Decode one key group's (uncompressed) block into ``columns``; return where its END mark ends.
 
     Raises:
         InvalidSnapshotError: Truncated entries, an unknown state id, or a key whose prefix names another
@@ -212,7 +212,7 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
             state_id = _USHORT.unpack_from(block, pos)[0]
             pos += 2
             if state_id == END_OF_KEY_GROUP_MARK:
-                return
+                return int(pos)
     except struct.error:
         raise InvalidSnapshotError(
             f"{source}: key group {key_group}: block ends before its END_OF_KEY_GROUP mark",
@@ -228,8 +228,13 @@ def decode_keyed_file(
     compressed: bool,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     key_groups: KeyGroupRange | None = None,
+    strict: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
+
+    With ``strict`` a block is also refused where ``kg verify`` refuses it and Flink would not notice: a
+    snappy frame whose CRC32C does not hold, or bytes between the END mark and the next block. A reader
+    that decodes every block of its input this way needs no deep verification of it first.
 
     Each block is read (and, if compressed, decompressed) on its own and decoded column-wise at most
     ``batch_rows`` entries at a time (``decode_block_batches``), so memory is bounded by the largest key
@@ -242,9 +247,10 @@ def decode_keyed_file(
         if key_groups is not None and group not in key_groups:
             continue
         raw = source.read(start, end)
-        block = decode_frames(raw, f"{source.source} key group {group}") if compressed else raw
+        where = f"{source.source} key group {group}"
+        block = decode_frames(raw, where, verify=strict) if compressed else raw
         del raw
-        for batch in decode_block_batches(block, group, layout, source.source, batch_rows):
+        for batch in decode_block_batches(block, group, layout, source.source, batch_rows, whole=strict):
             pending.append(batch)
             rows += batch.num_rows
             if rows >= batch_rows:
@@ -491,24 +497,43 @@ def decode_block_columns(
 
 
 def decode_block_batches(
-    block: bytes, key_group: int, layout: KeyedLayout, source: str, batch_rows: int
+    block: bytes, key_group: int, layout: KeyedLayout, source: str, batch_rows: int, *, whole: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """Yield a block's rows (as ``decode_block_batch``) at most ``batch_rows`` at a time.
 
     The block's structure is proven once; the columns are cut window by window, so a key group of
     millions of entries never becomes one batch. Should a window need the per-entry decoder (a non-ASCII
-    key, say), the rest of the block comes from it.
+    key, say), the rest of the block comes from it. With ``whole`` bytes after the END mark are refused.
+
+    Raises:
+        InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
+            (``FLINK_KEY_GROUP_OFFSETS``).
     """
-    found = _proven(block, key_group, layout) if batch_rows > 0 else None
+    found = _proven(block, key_group, layout, whole=whole) if batch_rows > 0 else None
     if found is None:
-        yield decode_block_batch(block, key_group, layout, source)
+        yield _per_entry(block, key_group, layout, source, whole=whole)
         return
     for lo in range(0, found.count, batch_rows):
         batch = _columns(block, found.window(lo, lo + batch_rows), key_group, layout)
         if batch is None:
-            yield decode_block_batch(block, key_group, layout, source).slice(lo)
+            yield _per_entry(block, key_group, layout, source, whole=whole).slice(lo)
             return
         yield batch
+
+
+def _per_entry(
+    block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool
+) -> pa.RecordBatch:
+    """Decode a block with the per-entry decoder; with ``whole`` refuse bytes after its END mark."""
+    columns = _Columns()
+    end = decode_block(block, key_group, layout, columns, source)
+    if whole and end != len(block):
+        raise InvalidSnapshotError(
+            f"{source}: key group {key_group}: {len(block) - end} byte(s) after the END_OF_KEY_GROUP mark, "
+            "before the next block",
+            code="FLINK_KEY_GROUP_OFFSETS",
+        )
+    return columns.batch(layout)
 
 
 def _proven(block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = False) -> _Structure | None:

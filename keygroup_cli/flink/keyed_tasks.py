@@ -157,6 +157,9 @@ def read_keyed_task(
             compressed=header.compressed,
             batch_rows=batch_rows,
             key_groups=task.key_groups,
+            # Every block as kg verify checks it (snappy CRCs, nothing after the END mark): the CLI does
+            # not decode a savepoint's blocks before a rescale, its read tasks do (integrity.require_intact).
+            strict=True,
         )
         for batch in batches:
             if check:

@@ -62,11 +62,16 @@ class _Corrupt(Exception):
         self.message = message
 
 
-def verify_flink(path: str | Path | Location, *, on_progress: OnProgress | None = None) -> VerifyReport:
+def verify_flink(
+    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+) -> VerifyReport:
     """Verify the Flink savepoint or checkpoint at ``path`` deeply and return the findings.
 
     ``rows`` of the report counts keyed entries plus operator-state elements decoded; ``files`` the state
-    streams walked.
+    streams walked. With ``blocks=False`` the key-group blocks are not decoded (nor a heap or RocksDB
+    layout rewritten): every keyed file's size, key-group range, offsets and header are checked, and every
+    operator-state stream decoded. That is the check before a rescale whose read tasks decode every block
+    as strictly as this does (``keyed_decode.decode_keyed_file(strict=True)``).
 
     Raises:
         InvalidSnapshotError: ``_metadata`` is missing or does not parse.
@@ -77,7 +82,10 @@ def verify_flink(path: str | Path | Location, *, on_progress: OnProgress | None 
     from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 
     findings: list[Finding] = []
-    if needs_canonical_view(savepoint):
+    if not blocks:
+        keyed = not needs_canonical_view(savepoint)
+        files, rows = _verify_streams(savepoint, findings, report, keyed=keyed, blocks=False)
+    elif needs_canonical_view(savepoint):
         # Heap checkpoints and RocksDB files: verified in the canonical layout kg rewrites them into (the
         # rewrite itself decodes every entry and refuses corrupt blocks).
         with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
@@ -113,7 +121,12 @@ def verify_streams(
 
 
 def _verify_streams(
-    savepoint: FlinkSnapshot, findings: list[Finding], report: OnProgress, *, keyed: bool = True
+    savepoint: FlinkSnapshot,
+    findings: list[Finding],
+    report: OnProgress,
+    *,
+    keyed: bool = True,
+    blocks: bool = True,
 ) -> tuple[int, int]:
     kinds = KeyGroupsHandle | OperatorStateHandle if keyed else OperatorStateHandle
     work = [
@@ -131,7 +144,7 @@ def _verify_streams(
             with StreamSource(handle.delegate, savepoint.directory) as src:
                 files += 1
                 if isinstance(handle, KeyGroupsHandle):
-                    walk = _keyed_stream(op, index, handle, src, subject)
+                    walk = _keyed_stream(op, index, handle, src, subject, blocks=blocks)
                 else:
                     walk = _operator_stream(handle, src, subject)
                 for item in walk:
@@ -158,9 +171,18 @@ def _verify_streams(
 
 
 def _keyed_stream(
-    op: OperatorState, index: int, handle: KeyGroupsHandle, src: StreamSource, subject: str
+    op: OperatorState,
+    index: int,
+    handle: KeyGroupsHandle,
+    src: StreamSource,
+    subject: str,
+    *,
+    blocks: bool = True,
 ) -> Iterator[Finding | int]:
-    """Yield findings and entry counts for one keyed stream (canonical key-group blocks)."""
+    """Yield findings and entry counts for one keyed stream (canonical key-group blocks).
+
+    With ``blocks=False`` only the size, range, header and offsets: no block is read.
+    """
     where = src.source
     recorded = stream_size(handle.delegate)
     if recorded != src.size:
@@ -209,6 +231,8 @@ def _keyed_stream(
             )
             return
         previous = off
+    if not blocks:
+        return
     key_type = layout.codec.key_type
     for j, (group, start) in enumerate(present):
         end = present[j + 1][1] if j + 1 < len(present) else src.size

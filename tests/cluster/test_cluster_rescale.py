@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from keygroup_cli.cli import run
 from keygroup_cli.flink import handles, read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.manifest import manifest_to_dict
-from tests.cluster.conftest import KgRunner
+from tests.cluster.conftest import KgRunner, kg_env
 from tests.cluster.standalone import StandaloneCluster
 from tests.execution.snapshots import generate
 
@@ -240,10 +241,7 @@ def test_savepoint_rescaled_on_the_cluster_is_the_local_output(runs: dict[str, R
 
 
 def event_log(events: Path) -> tuple[str, list[dict[str, Any]]]:
-    """Return the application id and the events of the one Spark application logged in ``events``.
-
-    kg does not stop its SparkContext, so the log may keep Spark's ``.inprogress`` suffix.
-    """
+    """Return the application id and the events of the one Spark application logged in ``events``."""
     logs = sorted(events.glob("app-*"))
     assert len(logs) == 1, f"expected one Spark application's event log in {events}, found {logs}"
     app_id = logs[0].name.removesuffix(".inprogress")
@@ -284,6 +282,66 @@ def test_tasks_ran_on_executors_of_both_workers(
     # Each worker launched its executor of this application in its own work directory.
     for worker in spark_cluster.workers:
         assert worker.work_dir is not None and (worker.work_dir / app_id).is_dir()
+
+
+def test_spark_submit_runs_kg_on_the_master_and_conf_it_was_given(
+    runs: dict[str, Run], spark_cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """Under spark-submit, without kg's own --master, the rescale runs on spark-submit's cluster.
+
+    spark-submit's ``--master``, ``--name`` and ``--conf`` reach kg's session (kg sets a master only when
+    its ``--master`` says so); the output equals the local engine's, tasks ran on both workers, and kg
+    stops the session it used, so the event log is complete (no ``.inprogress``).
+    """
+    from tests.cluster.standalone import spark_home
+
+    case = next(c for c in CASES if c.name == "savepoint-maxp128-to-1024")
+    entry = tmp_path / "kg_main.py"
+    entry.write_text("import sys\nfrom keygroup_cli.cli import main\nsys.exit(main())\n")
+    events = tmp_path / "events"
+    options = cluster_args(spark_cluster, events)
+    assert options[:4] == ["--engine", "spark", "--master", spark_cluster.master_url]
+    out = tmp_path / "submitted.sp"
+    env = kg_env()
+    proc = subprocess.run(
+        [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            spark_cluster.master_url,
+            "--name",
+            "kg-under-spark-submit",
+            *options[4:],
+            str(entry),
+            "rescale",
+            str(runs[case.name].local.parent / "in.sp"),
+            *case.args,
+            "--out",
+            str(out),
+            "--json",
+            "--engine",
+            "spark",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    doc = _json(proc, "spark-submit kg_main.py rescale")
+    assert doc["engine"] == "spark"
+    assert savepoint_view(out) == savepoint_view(runs[case.name].local)
+    logs = sorted(events.glob("app-*"))
+    assert len(logs) == 1 and not logs[0].name.endswith(".inprogress"), logs
+    app_id, log = event_log(events)
+    workers = {
+        e["Executor ID"]: worker_of_executor(spark_cluster, e)
+        for e in log
+        if e["Event"] == "SparkListenerExecutorAdded"
+    }
+    tasks = [e for e in log if e["Event"] == "SparkListenerTaskEnd"]
+    assert {workers[t["Task Info"]["Executor ID"]] for t in tasks} == {w.name for w in spark_cluster.workers}
+    finished = {a["id"]: a for a in spark_cluster.status()["completedapps"]}
+    assert finished[app_id]["name"] == "kg-under-spark-submit"
 
 
 def test_executors_wrote_only_where_kg_told_them(

@@ -118,8 +118,9 @@ def command(
     from keygroup_cli.integrity import require_intact
 
     with progress(out) as on_progress:
-        # Never read an input that kg verify rejects: a copied key group is checked before it is copied.
-        require_intact(snapshot, on_progress=on_progress)
+        # Never commit from an input that kg verify rejects. A savepoint's key-group blocks are checked as
+        # the rescale reads them (read tasks, or the output check of blocks copied as bytes), not here.
+        require_intact(snapshot, on_progress=on_progress, blocks=False)
         result = rescale(
             snapshot,
             dest,

@@ -356,3 +356,21 @@ def test_a_window_that_needs_the_reference_decoder_takes_the_rest_of_the_block_f
     reference = _reference(block, group, layout)
     assert "ключ" in reference.column("key").to_pylist()[16:]
     assert pa.Table.from_batches(windows).combine_chunks() == pa.Table.from_batches([reference])
+
+
+@pytest.mark.parametrize("column_wise", [True, False])
+def test_whole_refuses_bytes_after_the_end_mark(column_wise: bool) -> None:
+    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    keys = [f"k{i}" for i in range(9)] if column_wise else [f"k{i}" for i in range(8)] + ["ключ"]
+    [(group, block)] = _pairs(
+        _encode_per_entry(_Rows.of(_rows("string", keys, [5] * len(keys)), layout.state_ids()), layout)
+    )
+    assert (decode_block_columns(block, group, layout) is not None) is column_wise
+    padded = block + b"\x00\x00"
+    # Flink reads up to the END mark and seeks to the next block: the lenient read takes the rows ...
+    rows = pa.Table.from_batches(list(decode_block_batches(padded, group, layout, "p", 4)))
+    assert rows.num_rows == len(keys)
+    # ... kg verify (and a strict read) refuses the bytes after it.
+    with pytest.raises(InvalidSnapshotError, match="2 byte"):
+        list(decode_block_batches(padded, group, layout, "p", 4, whole=True))
+    assert pa.Table.from_batches(list(decode_block_batches(block, group, layout, "p", 4, whole=True))) == rows

@@ -1,0 +1,84 @@
+"""A rescale refuses every block ``kg verify`` refuses, though the CLI no longer decodes blocks up front.
+
+``kg rescale`` checks a savepoint's metadata-level structure first (sizes, ranges, offsets, headers,
+operator streams: ``require_intact(blocks=False)``) and leaves key-group blocks to the read tasks, which
+decode them strictly (``decode_keyed_file(strict=True)``), or, for blocks copied as bytes, to the check
+before the commit. A snappy frame whose CRC32C does not hold decodes to the right bytes, so only that
+strictness refuses it: Flink itself reads frames unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from keygroup_cli.cli import run
+from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink.handles import KeyGroupsHandle
+from keygroup_cli.flink.verify import verify_flink
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPPY = ROOT / "fixtures" / "flink" / "2.3" / "heap-snappy-files-p3-maxp128-long"
+
+
+def _bad_crc(tmp_path: Path) -> Path:
+    """Copy the fixture and break the masked CRC32C of the first chunk of subtask 1's first key group."""
+    copy = tmp_path / "in.sp"
+    shutil.copytree(SNAPPY, copy)
+    metadata = read_flink_metadata(copy).metadata
+    handle = next(
+        s.managed_keyed_state
+        for op in metadata.operators
+        for s in op.subtasks
+        if s.index == 1 and isinstance(s.managed_keyed_state, KeyGroupsHandle)
+    )
+    path = copy / handle.delegate.relative_path
+    data = bytearray(path.read_bytes())
+    start = next(off for off in handle.offsets if off)
+    # Stream identifier chunk (10 bytes), then a chunk: type, 3-byte length, 4-byte CRC, data.
+    assert data[start : start + 10] == b"\xff\x06\x00\x00sNaPpY"
+    crc_at = start + 10 + 4
+    (crc,) = struct.unpack_from("<I", data, crc_at)
+    struct.pack_into("<I", data, crc_at, crc ^ 0x1)
+    path.write_bytes(bytes(data))
+    return copy
+
+
+def _kg(*args: str | Path) -> tuple[int, dict[str, object]]:
+    with CliRunner().isolation() as (out, err, _):
+        code = run([*map(str, args), "--json", "--engine", "local"])
+    text = out.getvalue().decode() or err.getvalue().decode()
+    return code, json.loads(text)
+
+
+def test_the_check_before_a_rescale_reads_no_block(tmp_path: Path) -> None:
+    broken = _bad_crc(tmp_path)
+    deep = verify_flink(broken)
+    assert [f.code for f in deep.findings] == ["FLINK_SNAPPY_CRC"]
+    shallow = verify_flink(broken, blocks=False)
+    assert shallow.findings == ()
+    assert shallow.files == deep.files
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--to", "4", "--max-parallelism", "1024"), ("--to", "4")],
+    ids=["read-tasks", "copied-as-bytes"],
+)
+def test_a_rescale_refuses_a_frame_whose_crc_does_not_hold(tmp_path: Path, args: tuple[str, ...]) -> None:
+    broken = _bad_crc(tmp_path)
+    before = {p.name: p.read_bytes() for p in broken.iterdir()}
+    dest = tmp_path / "out"
+    code, doc = _kg("rescale", broken, *args, "--out", dest)
+    assert code != 0
+    error = doc["error"]
+    assert isinstance(error, dict) and "CRC" in str(error["message"]), error
+    assert not dest.exists()
+    assert {p.name: p.read_bytes() for p in broken.iterdir()} == before
+    # The intact fixture goes through the same command.
+    assert _kg("rescale", SNAPPY, *args, "--out", tmp_path / "ok")[0] == 0
