@@ -323,12 +323,6 @@ class _Structure:
     def count(self) -> int:
         return len(self.value_ends)
 
-    def window(self, lo: int, hi: int) -> _Structure:
-        """Return entries ``[lo, hi)`` (views)."""
-        return _Structure(
-            self.key_starts[lo:hi], self.key_ends[lo:hi], self.value_ends[lo:hi], self.state_ids[lo:hi]
-        )
-
 
 def _ints_at(raw: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Return the big-endian int32 at each of ``positions`` (each with 4 bytes inside ``raw``), as int64."""
@@ -336,7 +330,13 @@ def _ints_at(raw: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def _structure(
-    block: bytes | memoryview, states: frozenset[int], value_ends: np.ndarray, run_end: np.ndarray, end: int
+    block: bytes | memoryview,
+    states: frozenset[int],
+    value_ends: np.ndarray,
+    run_end: np.ndarray,
+    end: int,
+    lo: int = 0,
+    hi: int | None = None,
 ) -> _Structure | None:
     """Check claimed entry boundaries against the bytes, all entries at once; None where they differ.
 
@@ -348,18 +348,27 @@ def _structure(
     follows a run's last entry), its lengths read from the bytes lead to the claimed end, its flag bit is
     the claimed run end, every state id is one of ``states``. By induction over the entries, that is the
     sequential read's own result, without a Python step per entry.
+
+    Only entries ``[lo, hi)`` are checked and returned (windows that together cover the block check all
+    of it, each in memory proportional to the window); the last window checks the END mark.
     """
     count = len(value_ends)
     n = len(block)
-    if count == 0 or len(run_end) != count or not 8 <= end <= n or not bool(run_end[-1]):
+    hi = count if hi is None else min(hi, count)
+    if count == 0 or len(run_end) != count or not 8 <= end <= n or not bool(run_end[-1]) or not 0 <= lo < hi:
         return None
-    ve = np.asarray(value_ends, dtype=np.int64)
-    if int(ve[-1]) + 2 != end or bool((np.diff(ve) <= 0).any()):
+    all_ve = np.asarray(value_ends, dtype=np.int64)
+    if int(all_ve[-1]) + 2 != end or bool((np.diff(all_ve[max(lo - 1, 0) : hi]) <= 0).any()):
         return None
     raw = np.frombuffer(block, dtype=np.uint8, count=end)
-    ks = np.empty(count, dtype=np.int64)
-    ks[0] = 2 + 4
-    ks[1:] = ve[:-1] + 4 + 2 * run_end[:-1]
+    ve = all_ve[lo:hi]
+    ends = np.asarray(run_end[lo:hi], dtype=bool)
+    ks = np.empty(hi - lo, dtype=np.int64)
+    if lo == 0:
+        ks[0] = 2 + 4
+        ks[1:] = ve[:-1] + 4 + 2 * ends[:-1]
+    else:
+        ks[:] = all_ve[lo - 1 : hi - 1] + 4 + 2 * np.asarray(run_end[lo - 1 : hi - 1], dtype=bool)
     # A key's int length lies after the previous entry; its first byte, the value's int length and the
     # value inside this entry: every read below stays inside [0, end).
     if bool((ks + 4 > ve).any()):
@@ -369,15 +378,32 @@ def _structure(
         return None
     if bool((ke + 4 + _ints_at(raw, ke) != ve).any()):
         return None
-    if bool((((raw[ks] & FIRST_BIT_IN_BYTE_MASK) != 0) != run_end).any()):
+    if bool((((raw[ks] & FIRST_BIT_IN_BYTE_MASK) != 0) != ends).any()):
         return None
-    # State ids: one at 0, and one after each run's last entry (END_OF_KEY_GROUP_MARK after the last).
-    closing = ve[run_end]
+    # State ids: one at 0 and one after each run's last entry (END_OF_KEY_GROUP_MARK after the last).
+    # The run that holds entry ``lo`` started after the last run end before it.
+    if lo == 0:
+        opened = 0
+    elif bool(run_end[lo - 1]):
+        opened = int(all_ve[lo - 1])
+    else:
+        before = np.flatnonzero(run_end[:lo])
+        opened = int(all_ve[before[-1]]) if before.size else 0
+    first_id = (int(raw[opened]) << 8) | int(raw[opened + 1])
+    closing = ve[ends]
     ids = (raw[closing].astype(np.int64) << 8) | raw[closing + 1]
-    run_ids = np.concatenate([[(int(raw[0]) << 8) | int(raw[1])], ids[:-1]])
-    if int(ids[-1]) != END_OF_KEY_GROUP_MARK or not all(int(i) in states for i in np.unique(run_ids)):
+    following = ids
+    if hi == count:
+        if int(ids[-1]) != END_OF_KEY_GROUP_MARK:
+            return None
+        following = ids[:-1]
+    if first_id not in states or not all(int(i) in states for i in np.unique(following)):
         return None
-    run_lengths = np.diff(np.concatenate([[0], np.flatnonzero(run_end) + 1]))
+    bounds = np.flatnonzero(ends) + 1
+    if not bool(ends[-1]):
+        bounds = np.concatenate([bounds, [hi - lo]])
+    run_lengths = np.diff(np.concatenate([[0], bounds]))
+    run_ids = np.concatenate([[first_id], following])[: len(run_lengths)]
     state_ids = np.repeat(run_ids.astype(np.int32), run_lengths)
     return _Structure(ks, ke, ve, state_ids)
 
@@ -389,10 +415,15 @@ def _scanned_structure(block: bytes, states: frozenset[int]) -> _Structure | Non
         return None
     ends, run_starts, end = scanned
     ve = np.frombuffer(ends, dtype=np.int64)
-    run_end = np.zeros(len(ve), dtype=bool)
+    return _structure(block, states, ve, _run_ends(len(ve), run_starts), end)
+
+
+def _run_ends(count: int, run_starts: list[int]) -> np.ndarray:
+    """Return, per entry, whether it closes its run (the entry before each run start, and the last)."""
+    run_end = np.zeros(count, dtype=bool)
     run_end[np.asarray(run_starts[1:], dtype=np.int64) - 1] = True
     run_end[-1:] = True
-    return _structure(block, states, ve, run_end, end)
+    return run_end
 
 
 def _slices(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -509,12 +540,21 @@ def decode_block_batches(
         InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
-    found = _proven(block, key_group, layout, whole=whole) if batch_rows > 0 else None
-    if found is None:
+    states = _vector_states(layout)
+    scanned = _scan_block(block, states) if states and batch_rows > 0 and len(block) < 2**31 else None
+    if scanned is None or (whole and scanned[2] != len(block)):
         yield _per_entry(block, key_group, layout, source, whole=whole)
         return
-    for lo in range(0, found.count, batch_rows):
-        batch = _columns(block, found.window(lo, lo + batch_rows), key_group, layout)
+    ends, run_starts, end = scanned
+    value_ends = np.frombuffer(ends, dtype=np.int64)
+    run_end = _run_ends(len(value_ends), run_starts)
+    raw = np.frombuffer(block, dtype=np.uint8)
+    for lo in range(0, len(value_ends), batch_rows):
+        # Each window is proven and cut on its own: memory follows the window, not the block.
+        found = _structure(block, states, value_ends, run_end, end, lo, lo + batch_rows)
+        batch = None
+        if found is not None and _prefixes_match(raw, found, key_group, layout):
+            batch = _columns(block, found, key_group, layout)
         if batch is None:
             yield _per_entry(block, key_group, layout, source, whole=whole).slice(lo)
             return

@@ -133,3 +133,29 @@ def test_a_block_that_does_not_read_back_is_not_written() -> None:
     _check_encoded(plain, layout)
     with pytest.raises(ExecutionError, match="7 entries"):
         _check_encoded(_Block(one.key_group, bytes(one.block), 7), layout)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mixed_rows(), st.data())
+def test_a_damaged_block_read_in_windows_is_refused_or_read_as_the_reference_reads_it(
+    case: tuple[KeyedLayout, Any], data: Any
+) -> None:
+    import pyarrow as pa
+
+    from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+    from keygroup_cli.flink.keyed_decode import decode_block_batches
+
+    layout, batch = case
+    for one in _encoded(layout, batch):
+        block = bytearray(one.block)
+        for _ in range(data.draw(st.integers(0, 2))):
+            block[data.draw(st.integers(0, len(block) - 1))] = data.draw(st.integers(0, 255))
+        window = data.draw(st.integers(1, 5))
+        try:
+            windows = pa.Table.from_batches(
+                list(decode_block_batches(bytes(block), one.key_group, layout, "w", window, whole=True))
+            )
+        except (InvalidSnapshotError, UnsupportedFormatError):
+            continue
+        # Accepted window by window: exactly the rows of the per-entry read of the whole block.
+        assert windows == pa.Table.from_batches([_reference(bytes(block), one.key_group, layout)])
