@@ -337,6 +337,7 @@ def _structure(
     end: int,
     lo: int = 0,
     hi: int | None = None,
+    run_ends: np.ndarray | None = None,
 ) -> _Structure | None:
     """Check claimed entry boundaries against the bytes, all entries at once; None where they differ.
 
@@ -350,7 +351,8 @@ def _structure(
     sequential read's own result, without a Python step per entry.
 
     Only entries ``[lo, hi)`` are checked and returned (windows that together cover the block check all
-    of it, each in memory proportional to the window); the last window checks the END mark.
+    of it, each in memory proportional to the window); the last window checks the END mark. ``run_ends``
+    (``np.flatnonzero(run_end)``, once per block) finds where the run holding entry ``lo`` opened.
     """
     count = len(value_ends)
     n = len(block)
@@ -387,8 +389,9 @@ def _structure(
     elif bool(run_end[lo - 1]):
         opened = int(all_ve[lo - 1])
     else:
-        before = np.flatnonzero(run_end[:lo])
-        opened = int(all_ve[before[-1]]) if before.size else 0
+        closed = np.flatnonzero(run_end) if run_ends is None else run_ends
+        k = int(np.searchsorted(closed, lo)) - 1
+        opened = int(all_ve[closed[k]]) if k >= 0 else 0
     first_id = (int(raw[opened]) << 8) | int(raw[opened + 1])
     closing = ve[ends]
     ids = (raw[closing].astype(np.int64) << 8) | raw[closing + 1]
@@ -548,10 +551,11 @@ def decode_block_batches(
     ends, run_starts, end = scanned
     value_ends = np.frombuffer(ends, dtype=np.int64)
     run_end = _run_ends(len(value_ends), run_starts)
+    closed = np.flatnonzero(run_end)
     raw = np.frombuffer(block, dtype=np.uint8)
     for lo in range(0, len(value_ends), batch_rows):
         # Each window is proven and cut on its own: memory follows the window, not the block.
-        found = _structure(block, states, value_ends, run_end, end, lo, lo + batch_rows)
+        found = _structure(block, states, value_ends, run_end, end, lo, lo + batch_rows, closed)
         batch = None
         if found is not None and _prefixes_match(raw, found, key_group, layout):
             batch = _columns(block, found, key_group, layout)
