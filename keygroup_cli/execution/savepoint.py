@@ -9,13 +9,15 @@
 2. **Operator state** (small) is redistributed on the driver exactly as for a kg snapshot: it is decoded
    into a scratch snapshot that holds nothing else and rescaled there (``snapshot_rescale``).
 3. **Keyed state** never passes through a kg snapshot. With the same maxParallelism the key groups' blocks
-   are copied as bytes (``flink.regroup``). With a new one, the engine runs the tasks of
-   ``execution.keyed_pipeline``: read tasks decode key-group ranges of the old files into Arrow batches
-   and re-key them, a shuffle groups them by new subtask, write tasks encode each new subtask's file
-   straight into the staged savepoint. On Spark both run on the executors.
+   are copied as bytes (``flink.regroup``), after every block of the input passed ``kg verify``'s check.
+   With a new one, the engine runs the tasks of ``execution.keyed_pipeline``: read tasks decode key-group
+   ranges of the old files into Arrow batches (as strictly as ``kg verify``) and re-key them, a shuffle
+   groups them by new subtask, write tasks encode each new subtask's file straight into the staged
+   savepoint. On Spark both run on the executors.
 4. **The commit** (``flink.savepoint_writer.snapshot_to_savepoint``): the driver writes ``_metadata`` from the
-   write tasks' handles, checks it (re-read, key-group ranges, file sizes and offsets, every block
-   decodes), and renames the staging directory to DEST.
+   write tasks' handles, checks it (re-read, key-group ranges, file sizes and offsets, every operator
+   stream decodes; keyed blocks were checked as they were encoded or before they were copied), and renames
+   the staging directory to DEST.
 
 Scratch and staging are removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
 absent and the input savepoint untouched.
@@ -57,7 +59,7 @@ from keygroup_cli.flink.regroup import (
     shared_keyed_header,
 )
 from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
-from keygroup_cli.integrity import require_readable_output
+from keygroup_cli.integrity import require_intact, require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.staging import scratch_directory
 from keygroup_cli.storage import transfer
@@ -150,6 +152,10 @@ def rescale_savepoint(
             expected_parallelism=from_parallelism,
         )
         headers = _regroupable(savepoint, new_max_parallelism)
+        if headers is not None:
+            # Key groups copied as bytes are never decoded on the way: every block of the input is checked
+            # as kg verify checks it first (the re-hashing route's read tasks check the blocks they read).
+            require_intact(source, on_progress=_stage(report, "verify input"))
         choice = None
         if executor is None and headers is not None:
             # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
@@ -221,7 +227,7 @@ def rescale_savepoint(
                 on_progress=_stage(report, "write savepoint"),
                 regroup=write_keyed,
                 keyed_root=keyed_root,
-                regroup_checked=headers is None,
+                regroup_checked=True,
             )
             if remote is not None:
                 _upload(staged, remote, names if keyed_root else [], report)

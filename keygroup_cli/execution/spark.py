@@ -51,7 +51,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import keygroup_cli
-from keygroup_cli.errors import ExecutionError, MissingDependencyError
+from keygroup_cli.errors import (
+    ExecutionError,
+    InvalidArgumentError,
+    InvalidSnapshotError,
+    KgError,
+    MissingDependencyError,
+    UnsupportedFormatError,
+)
 from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, keyed_pipeline, tasks
 from keygroup_cli.execution.keyed_pipeline import KeyedJob
 from keygroup_cli.flink.keyed_tasks import KeyedReadTask, WrittenKeyedFile
@@ -539,18 +546,42 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
 # -- Task bodies (module level: shipped to Python workers by reference) ---------------------------------
 
 
+#: Marks a kg error raised inside a task, so the driver re-raises it as what it was (see _spark_failures).
+_TASK_ERROR = "kg-task-error"
+_TASK_ERRORS: dict[str, type[KgError]] = {
+    cls.__name__: cls
+    for cls in (InvalidSnapshotError, UnsupportedFormatError, InvalidArgumentError, ExecutionError)
+}
+
+
+@contextlib.contextmanager
+def _naming_kg_errors() -> Iterator[None]:
+    """Turn a kg error inside a task into one Spark passes on with its class, code and message.
+
+    A read task that finds a corrupt block raises ``InvalidSnapshotError``; Spark reports any task failure
+    as a py4j error carrying the worker's traceback, from which ``_spark_failures`` recovers the original
+    (exit 3 for a corrupt input, not 5 for "a task failed").
+    """
+    try:
+        yield
+    except KgError as exc:
+        raise RuntimeError(f"{_TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
+
+
 def _move_task(
     source: Snapshot, op: Operator, plan: OperatorPlan, target: str, batch_rows: int, new_subtask: int
 ) -> KeyedFile | None:
-    return tasks.write_moved_subtask(source, op, plan, new_subtask, Path(target), batch_rows=batch_rows)
+    with _naming_kg_errors():
+        return tasks.write_moved_subtask(source, op, plan, new_subtask, Path(target), batch_rows=batch_rows)
 
 
 def _rehash_map(
     source: Snapshot, op: Operator, plan: OperatorPlan, unit: tuple[int, KeyedFile, int]
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
     index, old, row_group = unit
-    table = pq.ParquetFile(source.resolve(old.path)).read_row_group(row_group)
-    table, buckets = tasks.rehash_batch(table, op, plan)
+    with _naming_kg_errors():
+        table = pq.ParquetFile(source.resolve(old.path)).read_row_group(row_group)
+        table, buckets = tasks.rehash_batch(table, op, plan)
     groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
     count = tasks.bucket_count(plan.new_max_parallelism)
     # One block per (new subtask, bucket): a bucket can straddle two new subtasks.
@@ -574,18 +605,21 @@ def _rehash_reduce(
     new_subtask: int,
     records: Iterable[tuple[tuple[int, int, int, int], bytes]],
 ) -> Iterator[KeyedFile | None]:
-    yield tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), _buckets(records))
+    with _naming_kg_errors():
+        written = tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), _buckets(records))
+    yield written
 
 
 def _route_task(
     job: KeyedJob, batch_rows: int, task: KeyedReadTask
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
     """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
-    for seq, (new_subtask, bucket, rows) in enumerate(keyed_pipeline.route(job, task, batch_rows)):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rows.schema) as writer:
-            writer.write_table(rows)
-        yield (new_subtask, bucket, task.order, seq), sink.getvalue().to_pybytes()
+    with _naming_kg_errors():
+        for seq, (new_subtask, bucket, rows) in enumerate(keyed_pipeline.route(job, task, batch_rows)):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, rows.schema) as writer:
+                writer.write_table(rows)
+            yield (new_subtask, bucket, task.order, seq), sink.getvalue().to_pybytes()
 
 
 def _write_task(
@@ -593,7 +627,8 @@ def _write_task(
 ) -> Iterator[tuple[WrittenKeyedFile, int]]:
     """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
     received = [0]
-    written = keyed_pipeline.write(job, new_subtask, _buckets(records, received))
+    with _naming_kg_errors():
+        written = keyed_pipeline.write(job, new_subtask, _buckets(records, received))
     yield written, received[0]
 
 
@@ -660,6 +695,11 @@ def _spark_failures(sc: SparkContext) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - py4j/pyspark wrap task failures in many types
         if interrupted.is_set():
             raise KeyboardInterrupt from None
+        named = re.search(rf"{_TASK_ERROR}:(\w+):(\w+):([^\n]*)", str(exc))
+        kind = _TASK_ERRORS.get(named.group(1)) if named else None
+        if named and kind is not None:
+            # A kg error inside a task (a corrupt block, say) is reported as what it was.
+            raise kind(named.group(3), code=named.group(2)) from None
         console_log = keep_console_log()
         raise ExecutionError(
             f"a Spark task failed: {_worker_cause(exc)} (details: {console_log or 'rerun with --verbose'})",

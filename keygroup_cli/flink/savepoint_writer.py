@@ -119,9 +119,10 @@ def snapshot_to_savepoint(
             prefix its write tasks wrote to directly. Their sizes are checked there; decoding every
             stream of the output is then the caller's job, once the rest is beside them
             (``integrity.require_readable_output`` of the parsed ``_metadata``).
-        regroup_checked: ``regroup``'s files were encoded by ``keyed_encode``, which checks every block
-            against the entries it encoded before writing it (as the keyed files written here are);
-            otherwise (key groups copied as bytes) every keyed block is decoded before the commit.
+        regroup_checked: every block of ``regroup``'s files was checked already: encoded by
+            ``keyed_encode``, which checks each block against the entries it encoded before writing it (as
+            the keyed files written here are), or copied from an input that passed ``kg verify``.
+            Otherwise every keyed block is decoded before the commit.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -243,7 +244,7 @@ def snapshot_to_savepoint(
         _verify_written(staging, encoded, keyed_rows, manifest, keyed_root)
         if keyed_root is None:
             # Every stream must decode: kg never commits what its reader rejects. Blocks kg encoded were
-            # checked as they were encoded; blocks copied as bytes are decoded here.
+            # checked as they were encoded; blocks copied from an unchecked input are decoded here.
             require_readable_output(staging, keyed=regroup is not None and not regroup_checked)
     return ConvertResult(
         "to-flink",

@@ -2,8 +2,9 @@
 
 ``kg rescale`` checks a savepoint's metadata-level structure first (sizes, ranges, offsets, headers,
 operator streams: ``require_intact(blocks=False)``) and leaves key-group blocks to the read tasks, which
-decode them strictly (``decode_keyed_file(strict=True)``), or, for blocks copied as bytes, to the check
-before the commit. A snappy frame whose CRC32C does not hold decodes to the right bytes, so only that
+decode them strictly (``decode_keyed_file(strict=True)``), on Spark's executors too; blocks copied as
+bytes are all checked before the copy (``kg verify``'s check of the input). Either way a corrupt block is
+exit 3. A snappy frame whose CRC32C does not hold decodes to the right bytes, so only that
 strictness refuses it: Flink itself reads frames unchecked.
 """
 
@@ -49,9 +50,9 @@ def _bad_crc(tmp_path: Path) -> Path:
     return copy
 
 
-def _kg(*args: str | Path) -> tuple[int, dict[str, object]]:
+def _kg(*args: str | Path, engine: str = "local") -> tuple[int, dict[str, object]]:
     with CliRunner().isolation() as (out, err, _):
-        code = run([*map(str, args), "--json", "--engine", "local"])
+        code = run([*map(str, args), "--json", "--engine", engine])
     text = out.getvalue().decode() or err.getvalue().decode()
     return code, json.loads(text)
 
@@ -66,18 +67,27 @@ def test_the_check_before_a_rescale_reads_no_block(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
-    [("--to", "4", "--max-parallelism", "1024"), ("--to", "4")],
-    ids=["read-tasks", "copied-as-bytes"],
+    ("args", "engine"),
+    [
+        (("--to", "4", "--max-parallelism", "1024"), "local"),
+        (("--to", "4", "--max-parallelism", "1024"), "spark"),
+        (("--to", "4"), "local"),
+    ],
+    ids=["read-tasks-local", "read-tasks-spark", "copied-as-bytes"],
 )
-def test_a_rescale_refuses_a_frame_whose_crc_does_not_hold(tmp_path: Path, args: tuple[str, ...]) -> None:
+def test_a_rescale_refuses_a_frame_whose_crc_does_not_hold(
+    tmp_path: Path, args: tuple[str, ...], engine: str
+) -> None:
     broken = _bad_crc(tmp_path)
     before = {p.name: p.read_bytes() for p in broken.iterdir()}
     dest = tmp_path / "out"
-    code, doc = _kg("rescale", broken, *args, "--out", dest)
-    assert code != 0
+    code, doc = _kg("rescale", broken, *args, "--out", dest, engine=engine)
+    # Exit 3 (invalid input) with the reader's code, also when the block failed inside a Spark task.
+    assert code == 3, doc
     error = doc["error"]
     assert isinstance(error, dict) and "CRC" in str(error["message"]), error
+    # Read tasks report the reader's code; a copy checks the whole input first, as kg verify.
+    assert error["code"] == ("SNAPPY_CRC" if args[-1] == "1024" else "INPUT_FAILS_VERIFY")
     assert not dest.exists()
     assert {p.name: p.read_bytes() for p in broken.iterdir()} == before
     # The intact fixture goes through the same command.
