@@ -59,8 +59,8 @@ def require_intact(
 
     With ``blocks=False`` a Flink input's key-group blocks are not decoded here: the caller reads every
     block as strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
-    tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
-    decoded before the commit (``require_readable_output``). The driver then reads no block twice.
+    tasks decode every block (``decode_keyed_file(strict=True)``), and before key groups are copied as
+    bytes the savepoint route checks the whole input (``execution.savepoint``).
 
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
@@ -70,13 +70,15 @@ def require_intact(
         raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
-def require_readable_output(path: Path | FlinkSnapshot, *, keyed: bool = True) -> None:
+def require_readable_output(path: Path | FlinkSnapshot) -> None:
     """Refuse to commit a staged Flink savepoint that kg's own reader rejects.
 
     ``path`` is the staging directory, or the parsed ``_metadata`` of an upload that writes it last
-    (its streams are read where it will be). With ``keyed=False`` the keyed files' blocks are not decoded
-    again: the caller's encoder checked each block against the entries it wrote before writing it
-    (``keyed_encode._check_encoded``); their sizes and offsets are the caller's check too.
+    (its streams are read where it will be). Every operator-state stream is decoded; keyed blocks are not
+    decoded again: each was checked before it was written, by the encoder against the entries it wrote
+    (``keyed_encode._check_encoded``) or as part of an input that passed ``kg verify`` before its key
+    groups were copied as bytes. Keyed files' sizes and offsets are the writer's check
+    (``savepoint_writer._verify_written``).
 
     Raises:
         ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
@@ -85,7 +87,7 @@ def require_readable_output(path: Path | FlinkSnapshot, *, keyed: bool = True) -
     from keygroup_cli.flink.verify import verify_streams
 
     snapshot = read_flink_metadata(path) if isinstance(path, Path) else path
-    report = verify_streams(snapshot, keyed=keyed)
+    report = verify_streams(snapshot, keyed=False)
     problem = _first_error(report)
     if problem is not None:
         where = path if isinstance(path, Path) else path.directory

@@ -227,7 +227,6 @@ def rescale_savepoint(
                 on_progress=_stage(report, "write savepoint"),
                 regroup=write_keyed,
                 keyed_root=keyed_root,
-                regroup_checked=True,
             )
             if remote is not None:
                 _upload(staged, remote, names if keyed_root else [], report)
@@ -258,7 +257,7 @@ def _upload(staged: Path, remote: Location, written_there: list[str], report: On
     metadata = read_flink_metadata(staged).metadata
 
     def check() -> None:
-        require_readable_output(FlinkSnapshot(remote / METADATA, metadata), keyed=False)
+        require_readable_output(FlinkSnapshot(remote / METADATA, metadata))
 
     transfer.commit_upload(
         staged, remote, METADATA, report, written_elsewhere=written_there, before_commit=check

@@ -411,14 +411,28 @@ def _structure(
     return _Structure(ks, ke, ve, state_ids)
 
 
-def _scanned_structure(block: bytes, states: frozenset[int]) -> _Structure | None:
-    """Scan a block (``_scan_block``) and prove the result (``_structure``)."""
-    scanned = _scan_block(block, states)
-    if scanned is None:
+@dataclass(frozen=True, slots=True)
+class _Scanned:
+    """A block's scan (``_scan_block``): each entry's end, which entries close a run, where END ends."""
+
+    states: frozenset[int]
+    value_ends: np.ndarray
+    run_end: np.ndarray
+    end: int
+
+
+def _scan(block: bytes, layout: KeyedLayout, *, whole: bool) -> _Scanned | None:
+    """Scan a block for the column-wise path; None where it cannot take it.
+
+    With ``whole``, also None where bytes follow the END mark.
+    """
+    states = _vector_states(layout)
+    scanned = _scan_block(block, states) if states and len(block) < 2**31 else None
+    if scanned is None or (whole and scanned[2] != len(block)):
         return None
     ends, run_starts, end = scanned
-    ve = np.frombuffer(ends, dtype=np.int64)
-    return _structure(block, states, ve, _run_ends(len(ve), run_starts), end)
+    value_ends = np.frombuffer(ends, dtype=np.int64)
+    return _Scanned(states, value_ends, _run_ends(len(value_ends), run_starts), end)
 
 
 def _run_ends(count: int, run_starts: list[int]) -> np.ndarray:
@@ -473,18 +487,14 @@ def decode_block_batch(
     """Decode one key group's (uncompressed) block into a record batch of the kg keyed schema.
 
     Column-wise where the layout allows it (see above), else through ``decode_block``; both give the same
-    rows in the same order. With ``whole`` the column-wise path is taken only when the END mark is the
-    block's last byte (``verify`` reports trailing bytes itself).
+    rows in the same order.
 
     Raises:
-        InvalidSnapshotError: As ``decode_block``.
+        InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
+            (``FLINK_KEY_GROUP_OFFSETS``).
     """
     batch = decode_block_columns(block, key_group, layout, whole=whole)
-    if batch is None:
-        columns = _Columns()
-        decode_block(block, key_group, layout, columns, source)
-        batch = columns.batch(layout)
-    return batch
+    return batch if batch is not None else _per_entry(block, key_group, layout, source, whole=whole)
 
 
 def check_block(
@@ -543,19 +553,24 @@ def decode_block_batches(
         InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
-    states = _vector_states(layout)
-    scanned = _scan_block(block, states) if states and batch_rows > 0 and len(block) < 2**31 else None
-    if scanned is None or (whole and scanned[2] != len(block)):
+    scanned = _scan(block, layout, whole=whole) if batch_rows > 0 else None
+    if scanned is None:
         yield _per_entry(block, key_group, layout, source, whole=whole)
         return
-    ends, run_starts, end = scanned
-    value_ends = np.frombuffer(ends, dtype=np.int64)
-    run_end = _run_ends(len(value_ends), run_starts)
-    closed = np.flatnonzero(run_end)
+    closed = np.flatnonzero(scanned.run_end)
     raw = np.frombuffer(block, dtype=np.uint8)
-    for lo in range(0, len(value_ends), batch_rows):
+    for lo in range(0, len(scanned.value_ends), batch_rows):
         # Each window is proven and cut on its own: memory follows the window, not the block.
-        found = _structure(block, states, value_ends, run_end, end, lo, lo + batch_rows, closed)
+        found = _structure(
+            block,
+            scanned.states,
+            scanned.value_ends,
+            scanned.run_end,
+            scanned.end,
+            lo,
+            lo + batch_rows,
+            closed,
+        )
         batch = None
         if found is not None and _prefixes_match(raw, found, key_group, layout):
             batch = _columns(block, found, key_group, layout)
@@ -582,13 +597,11 @@ def _per_entry(
 
 def _proven(block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = False) -> _Structure | None:
     """Return a block's proven structure if the column-wise path takes it (keys carrying its prefix)."""
-    if len(block) >= 2**31:
+    scanned = _scan(block, layout, whole=whole)
+    if scanned is None:
         return None
-    states = _vector_states(layout)
-    found = _scanned_structure(block, states) if states else None
-    if found is None or (whole and int(found.value_ends[-1]) + 2 != len(block)):
-        return None
-    if not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
+    found = _structure(block, scanned.states, scanned.value_ends, scanned.run_end, scanned.end)
+    if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
         return None
     return found
 

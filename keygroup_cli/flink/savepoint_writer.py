@@ -95,7 +95,6 @@ def snapshot_to_savepoint(
     on_progress: OnProgress | None = None,
     regroup: Regroup | None = None,
     keyed_root: str | None = None,
-    regroup_checked: bool = False,
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
@@ -114,15 +113,14 @@ def snapshot_to_savepoint(
         compression: Snappy-compress keyed and operator state; None keeps what the source savepoint used.
         on_progress: ``(stage, completed, total)`` callback.
         regroup: Called once with the staging directory; the keyed files it writes there (by operator id)
-            are used instead of encoding the snapshot's keyed rows, for operators that have none.
+            are used instead of encoding the snapshot's keyed rows, for operators that have none. Every
+            block of them must have been checked already: encoded by ``keyed_encode`` (which checks each
+            block against the entries it encoded, as for the keyed files written here), or copied from an
+            input that passed ``kg verify``. The commit does not decode keyed blocks again.
         keyed_root: Where ``regroup``'s files are when not in the staging directory: an object-store
             prefix its write tasks wrote to directly. Their sizes are checked there; decoding every
             stream of the output is then the caller's job, once the rest is beside them
             (``integrity.require_readable_output`` of the parsed ``_metadata``).
-        regroup_checked: every block of ``regroup``'s files was checked already: encoded by
-            ``keyed_encode``, which checks each block against the entries it encoded before writing it (as
-            the keyed files written here are), or copied from an input that passed ``kg verify``.
-            Otherwise every keyed block is decoded before the commit.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -243,9 +241,9 @@ def snapshot_to_savepoint(
         (staging / METADATA_FILE).write_bytes(encoded)
         _verify_written(staging, encoded, keyed_rows, manifest, keyed_root)
         if keyed_root is None:
-            # Every stream must decode: kg never commits what its reader rejects. Blocks kg encoded were
-            # checked as they were encoded; blocks copied from an unchecked input are decoded here.
-            require_readable_output(staging, keyed=regroup is not None and not regroup_checked)
+            # Every stream must decode: kg never commits what its reader rejects (keyed blocks were
+            # checked as they were encoded or before they were copied, see ``regroup``).
+            require_readable_output(staging)
     return ConvertResult(
         "to-flink",
         str(source),

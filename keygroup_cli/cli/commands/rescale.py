@@ -118,8 +118,8 @@ def command(
     from keygroup_cli.integrity import require_intact
 
     with progress(out) as on_progress:
-        # Never commit from an input that kg verify rejects. A savepoint's key-group blocks are checked as
-        # the rescale reads them (read tasks, or the output check of blocks copied as bytes), not here.
+        # Never commit from an input that kg verify rejects. A savepoint's key-group blocks are checked by
+        # the route that reads them (its read tasks, or a whole-input check before a byte copy), not here.
         require_intact(snapshot, on_progress=on_progress, blocks=False)
         result = rescale(
             snapshot,
