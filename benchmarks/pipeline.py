@@ -157,16 +157,8 @@ def child_main(args: list[str]) -> None:
 
 
 def run_child(*args: str) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter; return its figures."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{args} failed:\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_wall_s"] = time.perf_counter() - start
-    return result
+    """Run one measurement of this script in a fresh interpreter (``savepoint_rescale.run_child``)."""
+    return sr.run_child(*args, script=__file__)
 
 
 # -- one size -----------------------------------------------------------------------------------------------

@@ -199,11 +199,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_child(*args: str) -> dict[str, Any]:
-    """Run one kg measurement in a fresh interpreter; return its figures and peak RSS (MiB)."""
+def run_child(*args: str, script: str = __file__) -> dict[str, Any]:
+    """Run one measurement (``script --child ARGS``) in a fresh interpreter; return the JSON it printed last.
+
+    benchmarks/pipeline.py runs its own children through this too (``script=`` its file).
+    """
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False
+        [sys.executable, script, "--child", *args], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise SystemExit(f"kg {args} failed:\n{proc.stderr[-4000:]}")

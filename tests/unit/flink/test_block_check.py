@@ -11,14 +11,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES
 from test_keyed_state_columns import _blocks, _mixed_rows, _reference
 
-from keygroup_cli.errors import ExecutionError
-from keygroup_cli.flink.keyed_decode import _scan_block, check_block
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.keyed_decode import _scan_block, check_block, decode_block_batches
 from keygroup_cli.flink.keyed_encode import _Block, _check_encoded, _encode_columns, _Rows
 from keygroup_cli.flink.keyed_layout import KeyedLayout, _vector_states
 
@@ -53,6 +54,14 @@ def test_flinks_blocks_re_encoded_pass_with_their_entry_counts(case: str) -> Non
         assert list(one.value_ends) == list(_scan_block(block, _vector_states(layout))[0])
         checked += 1
     assert checked > 0
+
+
+def _damage(block: bytes | memoryview, data: Any, least: int, most: int) -> bytes:
+    """Return ``block`` with ``least`` to ``most`` bytes (drawn by hypothesis) set to drawn values."""
+    out = bytearray(block)
+    for _ in range(data.draw(st.integers(least, most))):
+        out[data.draw(st.integers(0, len(out) - 1))] = data.draw(st.integers(0, 255))
+    return bytes(out)
 
 
 def _flip(block: bytes, at: int, mask: int = 0xFF) -> bytes:
@@ -102,17 +111,14 @@ def test_an_accepted_claim_is_what_the_sequential_read_finds(
 ) -> None:
     layout, batch = case
     for one in _encoded(layout, batch):
-        block = bytearray(one.block)
-        for _ in range(data.draw(st.integers(1, 3))):
-            at = data.draw(st.integers(0, len(block) - 1))
-            block[at] = data.draw(st.integers(0, 255))
+        block = _damage(one.block, data, 1, 3)
         assert one.value_ends is not None and one.run_end is not None
-        counted = check_block(bytes(block), one.key_group, layout, one.value_ends, one.run_end)
+        counted = check_block(block, one.key_group, layout, one.value_ends, one.run_end)
         if counted is None:
             continue
         # Accepted: the sequential read finds exactly the claimed entries (check_block is structural: a
         # changed byte inside a key or value is content, which the encoder's round-trip tests cover).
-        assert _sequential(bytes(block), layout) == list(one.value_ends)
+        assert _sequential(block, layout) == list(one.value_ends)
         assert counted == len(one.value_ends)
 
 
@@ -140,22 +146,15 @@ def test_a_block_that_does_not_read_back_is_not_written() -> None:
 def test_a_damaged_block_read_in_windows_is_refused_or_read_as_the_reference_reads_it(
     case: tuple[KeyedLayout, Any], data: Any
 ) -> None:
-    import pyarrow as pa
-
-    from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-    from keygroup_cli.flink.keyed_decode import decode_block_batches
-
     layout, batch = case
     for one in _encoded(layout, batch):
-        block = bytearray(one.block)
-        for _ in range(data.draw(st.integers(0, 2))):
-            block[data.draw(st.integers(0, len(block) - 1))] = data.draw(st.integers(0, 255))
+        block = _damage(one.block, data, 0, 2)
         window = data.draw(st.integers(1, 5))
         try:
             windows = pa.Table.from_batches(
-                list(decode_block_batches(bytes(block), one.key_group, layout, "w", window, whole=True))
+                list(decode_block_batches(block, one.key_group, layout, "w", window, whole=True))
             )
         except (InvalidSnapshotError, UnsupportedFormatError):
             continue
         # Accepted window by window: exactly the rows of the per-entry read of the whole block.
-        assert windows == pa.Table.from_batches([_reference(bytes(block), one.key_group, layout)])
+        assert windows == pa.Table.from_batches([_reference(block, one.key_group, layout)])
