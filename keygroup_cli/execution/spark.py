@@ -588,10 +588,16 @@ def _rehash_map(
     composite = tasks.new_subtasks_of(groups, plan).astype(np.int64) * count + buckets
     for key, rows in tasks.split_by_bucket(table, composite):
         new_subtask, bucket = divmod(key, count)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, rows.schema) as writer:
-            writer.write_table(rows)
-        yield (new_subtask, bucket, index, row_group), sink.getvalue().to_pybytes()
+        yield (new_subtask, bucket, index, row_group), _ipc_bytes(rows)
+
+
+def _ipc_bytes(rows: pa.Table) -> bytes:
+    """Return ``rows`` as one Arrow IPC stream: the shuffle record of both map stages (see ``_buckets``)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def _new_subtask_of_key(key: tuple[int, int, int, int]) -> int:
@@ -616,10 +622,7 @@ def _route_task(
     """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
     with _naming_kg_errors():
         for seq, (new_subtask, bucket, rows) in enumerate(keyed_pipeline.route(job, task, batch_rows)):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, rows.schema) as writer:
-                writer.write_table(rows)
-            yield (new_subtask, bucket, task.order, seq), sink.getvalue().to_pybytes()
+            yield (new_subtask, bucket, task.order, seq), _ipc_bytes(rows)
 
 
 def _write_task(
