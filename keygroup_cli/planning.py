@@ -25,7 +25,7 @@ from keygroup_cli.keygroups import (
     subtask_ranges,
 )
 from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
-from keygroup_cli.snapshot.model import Operator, Snapshot
+from keygroup_cli.snapshot.model import Manifest, Operator, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +323,7 @@ class RescalePlan:
 
 
 def plan_rescale(
-    snapshot: Snapshot,
+    snapshot: Snapshot | Manifest,
     new_parallelism: int,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
@@ -334,7 +334,8 @@ def plan_rescale(
     """Plan the rescale of ``snapshot`` to ``new_parallelism`` without reading keyed data.
 
     Args:
-        snapshot: The opened input snapshot.
+        snapshot: The opened input snapshot, or a manifest alone with ``operator_state_counts`` (a
+            savepoint's operator state held in memory).
         new_parallelism: The new parallelism of the selected operators.
         operators: uids or operator ids to rescale; None rescales every operator. The others are kept.
         new_max_parallelism: A new maxParallelism for the selected operators (keys are re-hashed).
@@ -348,7 +349,7 @@ def plan_rescale(
             ``expected_parallelism``.
         UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
     """
-    manifest = snapshot.manifest
+    manifest = snapshot if isinstance(snapshot, Manifest) else snapshot.manifest
     selected = select_operators(
         manifest.operators,
         operators,
@@ -388,7 +389,10 @@ def plan_rescale(
             )
         operator_state = None
         if any(not s.is_keyed for s in op.states) and op.operator_files:
-            counts = (operator_state_counts or {}).get(op.operator_id) or _operator_state_counts(snapshot, op)
+            counts = (operator_state_counts or {}).get(op.operator_id)
+            if counts is None:
+                assert isinstance(snapshot, Snapshot), "a manifest alone needs operator_state_counts"
+                counts = _operator_state_counts(snapshot, op)
             operator_state = redistribute_operator_state(op.states, counts, target)
         plans.append(
             OperatorPlan(

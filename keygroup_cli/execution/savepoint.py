@@ -6,8 +6,9 @@
    canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
    and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
    nothing.
-2. **Operator state** (small) is redistributed on the driver exactly as for a kg snapshot: it is decoded
-   into a scratch snapshot that holds nothing else and rescaled there (``snapshot_rescale``).
+2. **Operator state** (small) is decoded into memory on the driver (``flink.operator_tables``), planned
+   and redistributed there exactly as for a kg snapshot (``operator_rescale``), and encoded into the new
+   savepoint's operator-state streams at the commit. No kg snapshot is written on the way.
 3. **Keyed state** never passes through a kg snapshot. With the same maxParallelism the key groups' blocks
    are copied as bytes (``flink.regroup``), after every block of the input passed ``kg verify``'s check.
    With a new one, the engine runs the tasks of ``execution.keyed_pipeline``: read tasks decode key-group
@@ -43,15 +44,14 @@ from keygroup_cli.execution import (
     get_executor,
 )
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
-from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_snapshot
+from keygroup_cli.execution.operator_rescale import rescale_operator_tables
+from keygroup_cli.execution.snapshot_rescale import RescaleResult
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.convert import (
-    check_convertible,
-    check_destination,
-    key_types,
-    savepoint_to_snapshot,
-)
+from keygroup_cli.flink.convert import check_convertible, check_destination, key_types
+from keygroup_cli.flink.handles import OperatorStateHandle, RelativeFileHandle
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
+from keygroup_cli.flink.metadata import CheckpointMetadata
+from keygroup_cli.flink.operator_tables import read_operator_tables
 from keygroup_cli.flink.regroup import (
     RegroupedFile,
     keyed_handles,
@@ -61,6 +61,7 @@ from keygroup_cli.flink.regroup import (
 from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.integrity import require_intact, require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
+from keygroup_cli.snapshot.model import Manifest
 from keygroup_cli.snapshot.staging import scratch_directory
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -138,7 +139,7 @@ def rescale_savepoint(
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        savepoint = read_flink_metadata(source)
+        savepoint = origin = read_flink_metadata(source)
         if needs_canonical_view(savepoint):
             # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
             # canonical layout first, and the rest of the rescale reads that view.
@@ -170,23 +171,20 @@ def rescale_savepoint(
             pending = PendingExecutor(
                 choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
             )
-        decoded = scratch / "operators.kg"
-        rescaled = scratch / "operators-rescaled.kg"
-        savepoint_to_snapshot(source, decoded, keyed=False, on_progress=_stage(report, "read operator state"))
+        # Operator state (small) is decoded, redistributed and encoded again in memory on the driver.
+        state = read_operator_tables(
+            savepoint, origin=origin, on_progress=_stage(report, "read operator state")
+        )
         if executor is None:
             executor = pending.result()
-        # Only operator state is left in the scratch snapshot: the local engine redistributes it.
-        result = rescale_snapshot(
-            decoded,
-            rescaled,
+        plan, rescaled = rescale_operator_tables(
+            state,
             new_parallelism,
             from_parallelism=from_parallelism,
             operators=operators,
             new_max_parallelism=new_max_parallelism,
-            on_progress=report,
-            executor=get_executor("local"),
         )
-        targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in result.plan.operators}
+        targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
         copied: dict[str, tuple[int, ...]] = {}
         keyed_rows: dict[str, tuple[int, ...]] = {}
         keyed_executor = executor
@@ -234,16 +232,36 @@ def rescale_savepoint(
             if remote is not None and keyed_root is not None and names:
                 transfer.remove_written(remote, names)
             raise
-    return replace(
-        result,
-        output=str(dest) if remote is not None else Path(dest),
-        engine=executor.name,
-        engine_reason=choice.reason if choice is not None else "executor given by the caller",
+    return RescaleResult(
+        plan,
+        _with_written_sizes(rescaled.manifest, written.metadata),
+        str(dest) if remote is not None else Path(dest),
+        executor.name,
+        time.monotonic() - started,
+        choice.reason if choice is not None else "executor given by the caller",
         savepoint=replace(written, keyed_rows=written.keyed_rows + sum(map(sum, keyed_rows.values()))),
         regrouped=copied or None,
         keyed_rows=keyed_rows or None,
-        wall_seconds=time.monotonic() - started,
     )
+
+
+def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata | None) -> Manifest:
+    """Return ``manifest`` with each operator-state entry's bytes those of its stream in the savepoint."""
+    assert metadata is not None
+    sizes = {
+        (op.operator_id, sub.index): sub.managed_operator_state.delegate.size
+        for op in metadata.operators
+        for sub in op.subtasks
+        if isinstance(sub.managed_operator_state, OperatorStateHandle)
+        and isinstance(sub.managed_operator_state.delegate, RelativeFileHandle)
+    }
+    operators = []
+    for op in manifest.operators:
+        files = tuple(
+            replace(f, bytes=sizes.get((op.operator_id, f.subtask), f.bytes)) for f in op.operator_files
+        )
+        operators.append(replace(op, operator_files=files))
+    return replace(manifest, operators=tuple(operators))
 
 
 def _upload(staged: Path, remote: Location, written_there: list[str], report: OnProgress) -> None:

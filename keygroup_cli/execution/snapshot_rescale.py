@@ -133,7 +133,7 @@ def rescale_snapshot(
         reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
     with staged_directory(dest) as staging:
         result = executor.run(plan, snapshot, staging, report)
-        manifest = build_manifest(snapshot, plan, result)
+        manifest = build_manifest(snapshot.manifest, plan, result)
         verify_output(staging, snapshot, plan, manifest, report)
         write_manifest(staging, manifest)
     return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
@@ -152,11 +152,11 @@ def verify_input(snapshot: Snapshot, report: OnProgress) -> None:
         report("verify input", i, len(files))
 
 
-def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResult) -> Manifest:
-    """Return the manifest of the rescaled snapshot; ``origin`` records what was done to which input."""
+def build_manifest(source: Manifest, plan: RescalePlan, result: ExecutionResult) -> Manifest:
+    """Return the manifest of the rescaled ``source``; ``origin`` records what was done to which input."""
     operators = []
     for op_plan in plan.operators:
-        old = snapshot.manifest.operator(op_plan.operator_id)
+        old = source.operator(op_plan.operator_id)
         assert old is not None
         written = result.operator(op_plan.operator_id)
         states = old.states
@@ -174,8 +174,8 @@ def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResul
         )
     origin = {
         "kind": "rescale",
-        "input_snapshot_id": snapshot.manifest.snapshot_id,
-        "input_origin": dict(snapshot.manifest.origin),
+        "input_snapshot_id": source.snapshot_id,
+        "input_origin": dict(source.origin),
         "engine": result.engine,
         "operators": [
             {
@@ -190,7 +190,7 @@ def build_manifest(snapshot: Snapshot, plan: RescalePlan, result: ExecutionResul
         ],
     }
     return replace(
-        snapshot.manifest,
+        source,
         created_by=f"kg {__version__}",
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         origin=origin,
@@ -229,8 +229,17 @@ def verify_output(
         if footer_rows != f.rows:
             _fail(f"{f.path}: the Parquet footer holds {footer_rows} rows; the writer recorded {f.rows}")
         report("verify output", i, len(files))
+    check_row_counts(source.manifest, plan, manifest)
+
+
+def check_row_counts(source: Manifest, plan: RescalePlan, manifest: Manifest) -> None:
+    """Check the rows ``manifest`` records against ``source``'s and the plan (see ``verify_output``).
+
+    Raises:
+        ExecutionError: They differ (``OUTPUT_VERIFICATION_FAILED``).
+    """
     for op_plan, new in zip(plan.operators, manifest.operators, strict=True):
-        old = source.manifest.operator(op_plan.operator_id)
+        old = source.operator(op_plan.operator_id)
         assert old is not None
         _check_keyed_counts(op_plan, old, new)
         _check_operator_counts(op_plan, old, new)
@@ -285,4 +294,11 @@ def _fail(message: str) -> None:
     raise ExecutionError(f"output verification failed: {message}", code="OUTPUT_VERIFICATION_FAILED")
 
 
-__all__ = ["RescaleResult", "build_manifest", "rescale_snapshot", "verify_input", "verify_output"]
+__all__ = [
+    "RescaleResult",
+    "build_manifest",
+    "check_row_counts",
+    "rescale_snapshot",
+    "verify_input",
+    "verify_output",
+]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import posixpath
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -233,8 +233,24 @@ def write_operator_state(
         copy_files(source, target, op.operator_files)
         return op.operator_files
     old: dict[int, pa.Table] = {f.subtask: read_operator_file(source, f) for f in op.operator_files}
-    columns = ("state", "position", "entry_key", "value")
     written = []
+    for new_subtask, table in redistribute_operator_tables(old, plan).items():
+        relative = operator_path(op, new_subtask)
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        written.append(write_operator_file(target / relative, table).operator_file(new_subtask, relative))
+    return tuple(written)
+
+
+def redistribute_operator_tables(old: Mapping[int, pa.Table], plan: OperatorPlan) -> dict[int, pa.Table]:
+    """Apply ``plan.operator_state`` to the old subtasks' rows: the rows of each new subtask that has any.
+
+    Each run of the plan moves ``count`` elements of one state from an old subtask's positions to a new
+    one's; rows keep their bytes, positions are shifted to the new subtask's.
+    """
+    state_plan = plan.operator_state
+    assert state_plan is not None
+    columns = ("state", "position", "entry_key", "value")
+    tables = {}
     for new_subtask in range(plan.new_parallelism):
         pieces = []
         for run in state_plan.runs_for(new_subtask):
@@ -253,10 +269,6 @@ def write_operator_state(
             positions = pc.add(rows.column("position"), pa.scalar(shift, pa.int32())).cast(pa.int32())
             rows = rows.set_column(1, "position", positions)
             pieces.append(rows.set_column(0, "state", pc.cast(rows.column("state"), pa.string())))
-        if not pieces:
-            continue
-        relative = operator_path(op, new_subtask)
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        table = pa.concat_tables(pieces, promote_options="permissive")
-        written.append(write_operator_file(target / relative, table).operator_file(new_subtask, relative))
-    return tuple(written)
+        if pieces:
+            tables[new_subtask] = pa.concat_tables(pieces, promote_options="permissive")
+    return tables

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -37,7 +37,7 @@ from keygroup_cli.flink.metadata import CheckpointMetadata
 from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file
 from keygroup_cli.flink.stream_source import StreamSource
-from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.staging import SnapshotWriter, scratch_directory, staged_directory
@@ -65,6 +65,8 @@ class ConvertResult:
     operator_rows: int
     bytes: int
     compressed: bool | None = None
+    #: For a savepoint written (``to-flink``): its ``_metadata`` as written.
+    metadata: CheckpointMetadata | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -223,160 +225,204 @@ def _savepoint_to_snapshot(
     snapshot: FlinkSnapshot, dest: str | Path, keyed: bool, report: OnProgress, *, origin: FlinkSnapshot
 ) -> ConvertResult:
     check_convertible(snapshot)
+    with staged_directory(dest) as staging:
+        writer = SnapshotWriter(staging)
+        manifest, result = decode_savepoint(snapshot, writer, keyed=keyed, report=report, origin=origin)
+        writer.commit(manifest)
+    return replace(result, destination=str(dest))
+
+
+class StateSink(Protocol):
+    """Where ``decode_savepoint`` puts what it decodes: a ``SnapshotWriter``, or memory."""
+
+    def operator_dir(self, uid: str | None, operator_id: str) -> str:
+        """Return the directory name of an operator's files, unique within the snapshot."""
+        ...
+
+    def write_keyed(
+        self,
+        operator_dir: str,
+        subtask: int,
+        data: Iterator[pa.RecordBatch],
+        *,
+        key_type: str,
+        key_groups: KeyGroupRange,
+        state_names: list[str] | None = None,
+    ) -> KeyedFile:
+        """Keep one subtask's keyed rows; return their manifest entry."""
+        ...
+
+    def write_operator(self, operator_dir: str, subtask: int, data: pa.Table) -> OperatorFile:
+        """Keep one subtask's operator-state rows; return their manifest entry."""
+        ...
+
+
+def decode_savepoint(
+    snapshot: FlinkSnapshot,
+    sink: StateSink,
+    *,
+    keyed: bool = True,
+    report: OnProgress = _noop,
+    origin: FlinkSnapshot | None = None,
+) -> tuple[Manifest, ConvertResult]:
+    """Decode the canonical savepoint ``snapshot`` into ``sink``; return kg's manifest of it and the counts.
+
+    ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite. With
+    ``keyed=False`` only operator state is decoded. The caller checked ``check_convertible``.
+    """
+    origin = origin or snapshot
     meta = snapshot.metadata
     total = sum(len(op.subtasks) for op in meta.operators)
     done = 0
     keyed_rows = operator_rows = keyed_count = operator_count = size = 0
     operators: list[Operator] = []
-    with staged_directory(dest) as staging:
-        writer = SnapshotWriter(staging)
-        for op in meta.operators:
-            where = f"{snapshot.metadata_path}: operator {op.label!r}"
-            op_dir: str | None = None
-            keyed_headers: list[tuple[int, bytes]] = []
-            operator_headers: list[tuple[int, bytes]] = []
-            keyed_files: list[KeyedFile] = []
-            operator_files: list[OperatorFile] = []
-            states: dict[str, str] = {}
-            key_type: str | None = None
-            key_serializer: str | None = None
-            keyed_compressed = operator_compressed = False
-            for sub in op.subtasks:
-                handle = sub.managed_keyed_state
-                if keyed and isinstance(handle, KeyGroupsHandle):
-                    op_dir = op_dir or writer.operator_dir(op.uid, op.operator_id)
-                    with StreamSource(handle.delegate, snapshot.directory) as src:
-                        raw, header = keyed_header(src, handle)
-                        layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
-                        if key_type is not None and layout.codec.key_type != key_type:
-                            raise InvalidSnapshotError(
-                                f"{where}: subtasks disagree on the key serializer",
-                                code="FLINK_STATE_INCONSISTENT",
-                            )
-                        key_type = layout.codec.key_type
-                        key_serializer = layout.codec.serializer_class
-                        keyed_compressed = header.compressed
-                        keyed_headers.append((sub.index, raw))
-                        for s in layout.states:
-                            states.setdefault(s.name, s.kind)
-                        expected = key_group_range_for_operator_index(
-                            op.max_parallelism, op.parallelism, sub.index
+
+    for op in meta.operators:
+        where = f"{snapshot.metadata_path}: operator {op.label!r}"
+        op_dir: str | None = None
+        keyed_headers: list[tuple[int, bytes]] = []
+        operator_headers: list[tuple[int, bytes]] = []
+        keyed_files: list[KeyedFile] = []
+        operator_files: list[OperatorFile] = []
+        states: dict[str, str] = {}
+        key_type: str | None = None
+        key_serializer: str | None = None
+        keyed_compressed = operator_compressed = False
+        for sub in op.subtasks:
+            handle = sub.managed_keyed_state
+            if keyed and isinstance(handle, KeyGroupsHandle):
+                op_dir = op_dir or sink.operator_dir(op.uid, op.operator_id)
+                with StreamSource(handle.delegate, snapshot.directory) as src:
+                    raw, header = keyed_header(src, handle)
+                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+                    if key_type is not None and layout.codec.key_type != key_type:
+                        raise InvalidSnapshotError(
+                            f"{where}: subtasks disagree on the key serializer",
+                            code="FLINK_STATE_INCONSISTENT",
                         )
-                        if (handle.key_group_start, handle.key_group_end) != (expected.start, expected.end):
-                            raise InvalidSnapshotError(
-                                f"{where}: subtask {sub.index} holds key groups [{handle.key_group_start}, "
-                                f"{handle.key_group_end}], not Flink's range "
-                                f"[{expected.start}, {expected.end}]",
-                                code="KEY_GROUP_RANGE_MISMATCH",
-                            )
-                        batches = _checked(
-                            decode_keyed_file(src, handle, layout, compressed=header.compressed),
-                            layout.codec.key_type,
-                            op.max_parallelism,
-                            src.source,
+                    key_type = layout.codec.key_type
+                    key_serializer = layout.codec.serializer_class
+                    keyed_compressed = header.compressed
+                    keyed_headers.append((sub.index, raw))
+                    for s in layout.states:
+                        states.setdefault(s.name, s.kind)
+                    expected = key_group_range_for_operator_index(
+                        op.max_parallelism, op.parallelism, sub.index
+                    )
+                    if (handle.key_group_start, handle.key_group_end) != (expected.start, expected.end):
+                        raise InvalidSnapshotError(
+                            f"{where}: subtask {sub.index} holds key groups [{handle.key_group_start}, "
+                            f"{handle.key_group_end}], not Flink's range "
+                            f"[{expected.start}, {expected.end}]",
+                            code="KEY_GROUP_RANGE_MISMATCH",
                         )
-                        entry = writer.write_keyed(
-                            op_dir,
-                            sub.index,
-                            batches,
-                            key_type=layout.codec.key_type,
-                            key_groups=expected,
-                            state_names=[s.name for s in layout.states],
-                        )
-                    keyed_files.append(entry)
-                    keyed_rows += entry.rows
-                    size += entry.bytes
-                op_handle = sub.managed_operator_state
-                if op_handle is not None:
-                    op_dir = op_dir or writer.operator_dir(op.uid, op.operator_id)
-                    with StreamSource(op_handle.delegate, snapshot.directory) as src:
-                        raw, op_header = _operator_header(src, op_handle)
-                        table = decode_operator_file(src, op_handle, op_header)
-                    operator_compressed = op_header.compressed
-                    operator_headers.append((sub.index, raw))
-                    for e in op_handle.states:
-                        states.setdefault(e.name, KIND_BY_MODE[e.mode])
-                    for info in (op_header.states or ()) + (op_header.broadcast_states or ()):
-                        states.setdefault(info.name, info.kind)
-                    entry_op = writer.write_operator(op_dir, sub.index, table)
-                    operator_files.append(entry_op)
-                    operator_rows += entry_op.rows
-                    size += entry_op.bytes
-                done += 1
-                report("convert", done, total)
-            extension: dict[str, Any] = {
-                "source_parallelism": op.parallelism,
-                "source_max_parallelism": op.max_parallelism,
-                "coordinator_state": None
-                if op.coordinator_state is None
-                else {
-                    "handle_name": op.coordinator_state.handle_name,
-                    "bytes": _b64(op.coordinator_state.data),
-                },
+                    batches = _checked(
+                        decode_keyed_file(src, handle, layout, compressed=header.compressed),
+                        layout.codec.key_type,
+                        op.max_parallelism,
+                        src.source,
+                    )
+                    entry = sink.write_keyed(
+                        op_dir,
+                        sub.index,
+                        batches,
+                        key_type=layout.codec.key_type,
+                        key_groups=expected,
+                        state_names=[s.name for s in layout.states],
+                    )
+                keyed_files.append(entry)
+                keyed_rows += entry.rows
+                size += entry.bytes
+            op_handle = sub.managed_operator_state
+            if op_handle is not None:
+                op_dir = op_dir or sink.operator_dir(op.uid, op.operator_id)
+                with StreamSource(op_handle.delegate, snapshot.directory) as src:
+                    raw, op_header = _operator_header(src, op_handle)
+                    table = decode_operator_file(src, op_handle, op_header)
+                operator_compressed = op_header.compressed
+                operator_headers.append((sub.index, raw))
+                for e in op_handle.states:
+                    states.setdefault(e.name, KIND_BY_MODE[e.mode])
+                for info in (op_header.states or ()) + (op_header.broadcast_states or ()):
+                    states.setdefault(info.name, info.kind)
+                entry_op = sink.write_operator(op_dir, sub.index, table)
+                operator_files.append(entry_op)
+                operator_rows += entry_op.rows
+                size += entry_op.bytes
+            done += 1
+            report("convert", done, total)
+        extension: dict[str, Any] = {
+            "source_parallelism": op.parallelism,
+            "source_max_parallelism": op.max_parallelism,
+            "coordinator_state": None
+            if op.coordinator_state is None
+            else {
+                "handle_name": op.coordinator_state.handle_name,
+                "bytes": _b64(op.coordinator_state.data),
+            },
+        }
+        if op.fully_finished:
+            extension["fully_finished"] = True
+        finished = [s.index for s in op.subtasks if s.finished]
+        if finished:
+            extension["finished_subtasks"] = finished
+        if keyed_headers:
+            extension["keyed"] = {
+                "key_serializer": key_serializer,
+                "compressed": keyed_compressed,
+                "headers": _dedupe(keyed_headers),
             }
-            if op.fully_finished:
-                extension["fully_finished"] = True
-            finished = [s.index for s in op.subtasks if s.finished]
-            if finished:
-                extension["finished_subtasks"] = finished
-            if keyed_headers:
-                extension["keyed"] = {
-                    "key_serializer": key_serializer,
-                    "compressed": keyed_compressed,
-                    "headers": _dedupe(keyed_headers),
-                }
-            if operator_headers:
-                extension["operator_state"] = {
-                    "compressed": operator_compressed,
-                    "headers": _dedupe(operator_headers),
-                }
-            keyed_count += len(keyed_files)
-            operator_count += len(operator_files)
-            operators.append(
-                Operator(
-                    uid=op.uid,
-                    operator_id=op.operator_id,
-                    name=op.name,
-                    parallelism=op.parallelism,
-                    max_parallelism=op.max_parallelism,
-                    key_type=key_type,
-                    states=tuple(StateDescriptor(n, k) for n, k in states.items()),
-                    keyed_files=tuple(keyed_files),
-                    operator_files=tuple(operator_files),
-                    extensions={EXTENSION: extension},
-                )
+        if operator_headers:
+            extension["operator_state"] = {
+                "compressed": operator_compressed,
+                "headers": _dedupe(operator_headers),
+            }
+        keyed_count += len(keyed_files)
+        operator_count += len(operator_files)
+        operators.append(
+            Operator(
+                uid=op.uid,
+                operator_id=op.operator_id,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                key_type=key_type,
+                states=tuple(StateDescriptor(n, k) for n, k in states.items()),
+                keyed_files=tuple(keyed_files),
+                operator_files=tuple(operator_files),
+                extensions={EXTENSION: extension},
             )
-        manifest = Manifest(
-            snapshot_id=meta.checkpoint_id,
-            created_by=f"kg {__version__}",
-            created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            origin={
-                "kind": "flink-savepoint" if origin.is_savepoint else "flink-checkpoint",
-                "path": str(origin.directory),
-                "metadata_version": meta.version,
-                "savepoint_format": origin.metadata.properties.format_type
-                if origin.metadata.properties
-                else None,
-            },
-            operators=tuple(operators),
-            extensions={
-                EXTENSION: {
-                    "version": EXTENSION_VERSION,
-                    "metadata_version": meta.version,
-                    "checkpoint_id": meta.checkpoint_id,
-                    "properties": _canonical_properties(meta),
-                    "master_states": [
-                        {"name": m.name, "version": m.version, "payload": _b64(m.payload)}
-                        for m in meta.master_states
-                    ],
-                }
-            },
         )
-        writer.commit(manifest)
-    return ConvertResult(
+    manifest = Manifest(
+        snapshot_id=meta.checkpoint_id,
+        created_by=f"kg {__version__}",
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        origin={
+            "kind": "flink-savepoint" if origin.is_savepoint else "flink-checkpoint",
+            "path": str(origin.directory),
+            "metadata_version": meta.version,
+            "savepoint_format": origin.metadata.properties.format_type
+            if origin.metadata.properties
+            else None,
+        },
+        operators=tuple(operators),
+        extensions={
+            EXTENSION: {
+                "version": EXTENSION_VERSION,
+                "metadata_version": meta.version,
+                "checkpoint_id": meta.checkpoint_id,
+                "properties": _canonical_properties(meta),
+                "master_states": [
+                    {"name": m.name, "version": m.version, "payload": _b64(m.payload)}
+                    for m in meta.master_states
+                ],
+            }
+        },
+    )
+    return manifest, ConvertResult(
         "to-kg",
         str(origin.directory),
-        str(dest),
+        "",
         len(operators),
         keyed_count,
         keyed_rows,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,7 +42,7 @@ from keygroup_cli.flink.regroup import RegroupedFile
 from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot
-from keygroup_cli.snapshot.model import KeyedFile
+from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.snapshot.staging import staged_directory
 from keygroup_cli.storage.locations import location
@@ -87,8 +87,51 @@ def _pick_header(
 Regroup = Callable[[Path], Mapping[str, Sequence[RegroupedFile]]]
 
 
+class StateSource(Protocol):
+    """What a savepoint is written from: a manifest with the ``flink`` extension and the rows it lists.
+
+    A kg snapshot on disk (``SnapshotSource``) or a savepoint's operator state held in memory
+    (``flink.operator_tables.OperatorTables``).
+    """
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest of the state, ``flink`` extension included."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """Where the state was read from, for messages."""
+        ...
+
+    def operator_table(self, operator_file: OperatorFile) -> pa.Table:
+        """Return one subtask's operator-state rows."""
+        ...
+
+    def keyed_batches(self, keyed_file: KeyedFile) -> Iterator[pa.RecordBatch]:
+        """Return one subtask's keyed rows, in key-group order."""
+        ...
+
+
+class SnapshotSource:
+    """A kg snapshot on disk as a ``StateSource``."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.manifest = snapshot.manifest
+        self.label = str(snapshot.path)
+
+    def operator_table(self, operator_file: OperatorFile) -> pa.Table:
+        """Read one subtask's operator-state file."""
+        return read_operator_file(self.snapshot, operator_file)
+
+    def keyed_batches(self, keyed_file: KeyedFile) -> Iterator[pa.RecordBatch]:
+        """Stream one subtask's keyed file."""
+        return iter_keyed_batches(self.snapshot, keyed_file)
+
+
 def snapshot_to_savepoint(
-    source: str | Path,
+    source: str | Path | StateSource,
     dest: str | Path,
     *,
     compression: bool | None = None,
@@ -108,7 +151,7 @@ def snapshot_to_savepoint(
 
     Args:
         source: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
-            rescaled since).
+            rescaled since), or any ``StateSource`` (a savepoint's operator state held in memory).
         dest: The savepoint directory to create.
         compression: Snappy-compress keyed and operator state; None keeps what the source savepoint used.
         on_progress: ``(stage, completed, total)`` callback.
@@ -128,9 +171,9 @@ def snapshot_to_savepoint(
         InvalidArgumentError: ``dest`` exists.
     """
     report = on_progress or _noop
-    snapshot = open_snapshot(source)
-    manifest = snapshot.manifest
-    root = _extension(manifest.extensions, f"{snapshot.path}: manifest")
+    state = SnapshotSource(open_snapshot(source)) if isinstance(source, (str, Path)) else source
+    manifest = state.manifest
+    root = _extension(manifest.extensions, f"{state.label}: manifest")
     version = int(root.get("metadata_version", 6))
     properties = root.get("properties")
     properties_bytes = _unb64(properties, "properties") if properties else None
@@ -148,7 +191,7 @@ def snapshot_to_savepoint(
     with staged_directory(dest) as staging:
         regrouped = regroup(staging) if regroup is not None else {}
         for op in manifest.operators:
-            where = f"{snapshot.path}: operator {op.label!r}"
+            where = f"{state.label}: operator {op.label!r}"
             ext = _extension(op.extensions, where)
             same_p = int(ext.get("source_parallelism", -1)) == op.parallelism
             keyed_ext = ext.get("keyed")
@@ -164,7 +207,7 @@ def snapshot_to_savepoint(
                     f"{where}: operator files but no saved operator-state header",
                     code="FLINK_EXTENSION_INVALID",
                 )
-            tables = {i: read_operator_file(snapshot, f) for i, f in op_by_subtask.items()}
+            tables = {i: state.operator_table(f) for i, f in op_by_subtask.items()}
             tables = _collapse_union_state(op, tables, where)
             subtasks: list[SubtaskState] = []
             for index in range(op.parallelism):
@@ -178,7 +221,7 @@ def snapshot_to_savepoint(
                     use = bool(keyed_ext.get("compressed")) if compression is None else compression
                     compressed_any = use if compressed_any is None else compressed_any or use
                     keyed_handle, rows, nbytes = _write_keyed(
-                        snapshot,
+                        state,
                         op,
                         index,
                         keyed_by_subtask.get(index),
@@ -246,7 +289,7 @@ def snapshot_to_savepoint(
             require_readable_output(staging)
     return ConvertResult(
         "to-flink",
-        str(source),
+        state.label,
         str(dest),
         len(operators),
         keyed_count,
@@ -255,6 +298,7 @@ def snapshot_to_savepoint(
         operator_rows,
         size,
         compressed_any,
+        metadata,
     )
 
 
@@ -323,7 +367,7 @@ def _new_file(staging: Path) -> tuple[str, Path]:
 
 
 def _write_keyed(
-    snapshot: Snapshot,
+    state: StateSource,
     op: Operator,
     index: int,
     keyed_file: KeyedFile | None,
@@ -353,9 +397,7 @@ def _write_keyed(
             f"{where}: keyed file {keyed_file.path} does not cover subtask {index}'s range",
             code="KEY_GROUP_RANGE_MISMATCH",
         )
-    batches: Iterator[pa.RecordBatch] = (
-        iter(()) if keyed_file is None else iter_keyed_batches(snapshot, keyed_file)
-    )
+    batches: Iterator[pa.RecordBatch] = iter(()) if keyed_file is None else state.keyed_batches(keyed_file)
     name, path = _new_file(staging)
     with open(path, "wb") as out:
         written = write_keyed_file(out, raw, layout, batches, key_groups, compressed=compressed)
@@ -426,4 +468,4 @@ def _write_operator(
     return handle, table.num_rows, written.size
 
 
-__all__ = ["Regroup", "snapshot_to_savepoint"]
+__all__ = ["Regroup", "SnapshotSource", "StateSource", "snapshot_to_savepoint"]

@@ -306,13 +306,12 @@ def _row_group_cut(kg: npt.NDArray[np.int64], limit: int) -> int:
     return cut if cut > 0 else limit
 
 
-def write_operator_file(path: Path | str, data: pa.Table | pa.RecordBatch) -> WrittenFile:
-    """Write one subtask's operator state to ``path`` (rows kept in the given order).
+def conform_operator(data: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Return operator-state rows in ``OPERATOR_SCHEMA`` (one chunk), as ``write_operator_file`` stores them.
 
     Raises:
         InvalidArgumentError: The data does not fit ``OPERATOR_SCHEMA`` or holds nulls in required columns.
     """
-    path = Path(path)
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     columns = []
     for f in OPERATOR_SCHEMA:
@@ -329,7 +328,17 @@ def write_operator_file(path: Path | str, data: pa.Table | pa.RecordBatch) -> Wr
                 f"operator column {f.name!r} holds nulls", code="NULL_IN_REQUIRED_COLUMN"
             )
         columns.append(column.cast(f.type) if column.type != f.type else column)
-    conformed = pa.Table.from_arrays(columns, schema=OPERATOR_SCHEMA).combine_chunks()
+    return pa.Table.from_arrays(columns, schema=OPERATOR_SCHEMA).combine_chunks()
+
+
+def write_operator_file(path: Path | str, data: pa.Table | pa.RecordBatch) -> WrittenFile:
+    """Write one subtask's operator state to ``path`` (rows kept in the given order).
+
+    Raises:
+        InvalidArgumentError: The data does not fit ``OPERATOR_SCHEMA`` or holds nulls in required columns.
+    """
+    path = Path(path)
+    conformed = conform_operator(data)
     try:
         with _writer(path, OPERATOR_SCHEMA, ["state"], []) as writer:
             writer.write_table(conformed, row_group_size=max(1, conformed.num_rows))
@@ -449,6 +458,7 @@ __all__ = [
     "KEY_ARROW_TYPES",
     "OPERATOR_COLUMNS",
     "OPERATOR_SCHEMA",
+    "conform_operator",
     "STATE_TYPE",
     "WrittenFile",
     "conform_keyed",

@@ -241,3 +241,28 @@ def test_copying_key_groups_starts_no_spark(tmp_path, monkeypatch):
     monkeypatch.setattr(spark_engine, "spark_session", refuse)
     result = rescale(FIXTURES / "heap-files-p3-maxp128-long", tmp_path / "sp", 4, engine="spark")
     assert result.engine == "local" and result.regrouped is not None
+
+
+@pytest.mark.parametrize("new_max", [None, 256])
+def test_no_kg_snapshot_is_written_on_the_way(originals, tmp_path, monkeypatch, new_max):
+    # Operator state is redistributed in memory and keyed state by tasks that write savepoint files:
+    # nothing in a savepoint -> savepoint rescale writes Parquet (a kg snapshot's files).
+    import pyarrow.parquet as pq
+
+    name = "heap-files-p3-maxp128-long"
+    with monkeypatch.context() as patch:
+
+        def refuse(*_args, **_kwargs):
+            raise AssertionError("a Parquet file was written")
+
+        patch.setattr(pq, "ParquetWriter", refuse)
+        patch.setattr(pq, "write_table", refuse)
+        result = rescale(FIXTURES / name, tmp_path / "sp", 4, new_max_parallelism=new_max, engine="local")
+    _same_state(originals[name], tmp_path / "sp", tmp_path)
+    # kg's view of the result counts the operator state in the savepoint's own streams.
+    written = read_flink_metadata(tmp_path / "sp").metadata
+    (op,) = (o for o in written.operators if o.uid == "op-state")
+    view = result.operator(op.operator_id)
+    assert [f.bytes for f in view.operator_files] == [
+        s.managed_operator_state.delegate.size for s in op.subtasks if s.managed_operator_state
+    ]
