@@ -75,7 +75,18 @@ INSTALL_JAVA = "install Java 17 or newer (e.g. apt-get install openjdk-17-jre-he
 log = logging.getLogger("keygroup_cli")
 
 #: Modules a Python worker must import to run kg's tasks.
-WORKER_MODULES = ("numpy", "pyarrow", "mmh3", "xxhash", "keygroup_cli")
+WORKER_MODULES = (
+    "numpy",
+    "pyarrow",
+    "mmh3",
+    "xxhash",
+    "keygroup_cli",
+    # What the read and write tasks run: imported by the probe, the first task of each executor does not
+    # pay for it.
+    "keygroup_cli.execution.spark",
+)
+#: At most this many probe tasks (one per core the application has: each executor starts its workers).
+MAX_PROBES = 1024
 
 #: Console logs of earlier sessions kept in the cache directory (only those of failed runs are kept).
 KEPT_LOGS = 5
@@ -194,7 +205,11 @@ def worker_python(master: str | None, config: dict[str, str] | None = None) -> s
 
 
 def check_workers(sc: SparkContext, master: str | None = None) -> None:
-    """Run one tiny task that starts a Python worker and imports what kg's tasks need.
+    """Run one tiny task per core that starts a Python worker and imports what kg's tasks need.
+
+    One per core, so that every executor starts its Python workers and imports kg here, all at once,
+    rather than in its first read task (on a cluster, a fixed cost per executor that would otherwise
+    come after the previous executor's).
 
     A worker that cannot start (no such interpreter, a decoy on PATH), runs another Python version than
     the driver, or cannot import kg or one of its dependencies fails here, before anything is read or
@@ -221,13 +236,15 @@ def check_workers(sc: SparkContext, master: str | None = None) -> None:
         return worker_sys.executable, f"{major}.{minor}", problems
 
     try:
-        [(executable, version, problems)] = sc.parallelize([0], 1).map(probe).collect()
+        count = max(1, min(sc.defaultParallelism, MAX_PROBES))
+        answers = sc.parallelize(range(count), count).map(probe).collect()
     except Exception as exc:  # noqa: BLE001 - py4j wraps every worker failure in its own types
         keep_console_log()
         raise MissingDependencyError(
             f"Spark's Python workers ({python}) failed to start: {_worker_cause(exc)}; {_worker_fix(master)}",
             code="SPARK_WORKER_FAILED",
         ) from None
+    executable, version, problems = next((a for a in answers if a[2]), answers[0])
     if problems:
         raise MissingDependencyError(
             f"Spark's Python workers ({executable}, Python {version}) cannot import what kg needs "
