@@ -12,8 +12,11 @@ One run on one machine (no assertion on timings; they are measured again whereve
 4. the same with ``--engine local`` (no Spark) as a reference.
 
 Reported per run: the kg process's wall seconds (Spark driver start, executor start and the work), kg's
-own ``wall_seconds`` (from its ``--json``), keyed rows/s and input MB/s of the process wall; then the ratio
-1 worker / 2 workers. Cluster start-up (master and workers registering) is not in the figures.
+own ``wall_seconds`` (from its ``--json``), keyed rows/s and input MB/s of the process wall, and from
+Spark's event log the application's start-up (to the rescale job's start: executors launching, the worker
+probe) and the rescale job itself (its read and write stages); then the ratios 1 worker / 2 workers of
+the process wall and of the rescale job. Cluster start-up (master and workers registering) is not in
+the figures.
 The executors run this interpreter (``PYSPARK_PYTHON``), with the start-up JVM options the cluster suite
 gives them.
 
@@ -88,17 +91,52 @@ def rescale_on_cluster(work: Path, source: Path, workers: int, pin: bool = False
     rescale on it, stop it."""
     cluster = StandaloneCluster.start(work / f"cluster-{workers}", workers=workers, pin=pin)
     try:
+        events = work / f"events-{workers}"
+        events.mkdir(exist_ok=True)
         conf = {
             "spark.cores.max": str(workers),
             "spark.scheduler.minRegisteredResourcesRatio": "1",
             "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": str(events),
+            "spark.eventLog.compress": "false",
         }
         args: list[str | Path] = ["--engine", "spark", "--master", cluster.master_url]
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
-        return _rescale(source, work / f"out-{workers}", args)
+        result = _rescale(source, work / f"out-{workers}", args)
+        result.update(stage_seconds(events))
+        return result
     finally:
         cluster.stop()
+
+
+def stage_seconds(events: Path) -> dict[str, float]:
+    """Split the application's time, from Spark's event log: start-up, the rescale job's stages, the rest.
+
+    ``startup_s``: application start to the rescale job's start (executors launching and registering,
+    the worker probe); ``job_s``: the rescale job (its read and write stages), whose throughput is the
+    part that more workers can scale.
+    """
+    log = next(p for p in events.rglob("*") if p.is_file() and p.name.startswith(("app-", "events_")))
+    app_start = app_end = None
+    jobs: dict[int, list[float]] = {}
+    with open(log, encoding="utf-8") as lines:
+        for line in lines:
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerApplicationStart":
+                app_start = event["Timestamp"] / 1000
+            elif kind == "SparkListenerApplicationEnd":
+                app_end = event["Timestamp"] / 1000
+            elif kind == "SparkListenerJobStart":
+                jobs[event["Job ID"]] = [event["Submission Time"] / 1000]
+            elif kind == "SparkListenerJobEnd":
+                jobs[event["Job ID"]].append(event["Completion Time"] / 1000)
+    # The last job is the rescale (the first one is the worker probe).
+    start, end = jobs[max(jobs)]
+    assert app_start is not None and app_end is not None
+    return {"startup_s": start - app_start, "job_s": end - start, "after_s": app_end - end}
 
 
 def _rescale(source: Path, out: Path, args: list[str | Path]) -> dict[str, Any]:
@@ -162,6 +200,7 @@ def main() -> None:
         result["rows_per_s"] = rows / result["wall_s"]
         result["mb_per_s"] = size / 1e6 / result["wall_s"]
     ratio = results["1 worker"]["wall_s"] / results["2 workers"]["wall_s"]
+    job_ratio = results["1 worker"]["job_s"] / results["2 workers"]["job_s"]
     if options.json:
         print(
             json.dumps(
@@ -173,6 +212,7 @@ def main() -> None:
                     "bytes": size,
                     "runs": results,
                     "one_over_two_workers": ratio,
+                    "job_one_over_two_workers": job_ratio,
                 },
                 indent=1,
             )
@@ -184,11 +224,14 @@ def main() -> None:
         f"{os.cpu_count()} CPUs"
     )
     for name, r in results.items():
+        split = ""
+        if "job_s" in r:
+            split = f"  (start-up {r['startup_s']:4.1f} s, rescale job {r['job_s']:5.1f} s)"
         print(
             f"  {name:<13} wall {r['wall_s']:6.1f} s (kg {r['kg_wall_s']:6.1f} s)  "
-            f"{r['rows_per_s'] / 1e3:8.0f} k rows/s  {r['mb_per_s']:6.2f} MB/s"
+            f"{r['rows_per_s'] / 1e3:8.0f} k rows/s  {r['mb_per_s']:6.2f} MB/s{split}"
         )
-    print(f"  1 worker / 2 workers wall: {ratio:.2f}x")
+    print(f"  1 worker / 2 workers: process wall {ratio:.2f}x, rescale job {job_ratio:.2f}x")
 
 
 if __name__ == "__main__":
