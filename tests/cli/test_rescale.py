@@ -276,3 +276,21 @@ def test_spark_in_a_fresh_process_keeps_stdout_and_stderr_clean(source, tmp_path
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["engine"] == "spark"  # exactly one JSON document
     assert "WARN" not in run.stderr and "log4j" not in run.stderr.lower() and "Exception" not in run.stderr
+
+
+def test_wall_seconds_include_the_input_check(kg, source, tmp_path, monkeypatch):
+    # The JSON's wall_seconds is what the user waited: the check of the input before the rescale counts.
+    import time
+
+    import keygroup_cli.integrity as integrity
+
+    real = integrity.require_intact
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(integrity, "require_intact", slow)
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["wall_seconds"] >= 1.5

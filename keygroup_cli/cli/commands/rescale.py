@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
@@ -117,6 +120,7 @@ def command(
     from keygroup_cli.execution.rescale import rescale
     from keygroup_cli.integrity import require_intact
 
+    started = time.monotonic()
     with progress(out) as on_progress:
         # Never commit from an input that kg verify rejects. A savepoint's key-group blocks are checked by
         # the route that reads them (its read tasks, or a whole-input check before a byte copy), not here.
@@ -134,6 +138,8 @@ def command(
             verbose=verbose,
             on_progress=on_progress,
         )
+    # The wall time a user waited: the input check above included.
+    result = replace(result, wall_seconds=time.monotonic() - started)
     document = rescale_document(result)
     out.result("rescale", document, lambda console: render_rescale(console, document))
 
