@@ -44,6 +44,9 @@ from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import STATE_TYPE, keyed_schema
 
+#: Uncompressed key-group blocks larger than this are read and decoded window by window.
+WINDOW_BYTES = 8 << 20
+
 
 class _Columns:
     """Column buffers for rows of one record batch."""
@@ -229,6 +232,7 @@ def decode_keyed_file(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     key_groups: KeyGroupRange | None = None,
     strict: bool = False,
+    window_bytes: int = WINDOW_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
 
@@ -237,20 +241,26 @@ def decode_keyed_file(
     that decodes every block of its input this way needs no deep verification of it first.
 
     Each block is read (and, if compressed, decompressed) on its own and decoded column-wise at most
-    ``batch_rows`` entries at a time (``decode_block_batches``), so memory is bounded by the largest key
-    group's bytes and entry positions plus one batch. With ``key_groups`` only the blocks of those key
-    groups are read.
+    ``batch_rows`` entries at a time (``decode_block_batches``). An uncompressed block larger than
+    ``window_bytes`` is read and decoded window by window (``_windowed_block``), so memory is bounded by
+    a window (or the largest compressed key group) plus one batch, not by the largest key group. With
+    ``key_groups`` only the blocks of those key groups are read.
     """
     pending: list[pa.RecordBatch] = []
     rows = 0
     for group, start, end in sorted(key_group_extents(handle, source.size)):
         if key_groups is not None and group not in key_groups:
             continue
-        raw = source.read(start, end)
-        where = f"{source.source} key group {group}"
-        block = decode_frames(raw, where, verify=strict) if compressed else raw
-        del raw
-        for batch in decode_block_batches(block, group, layout, source.source, batch_rows, whole=strict):
+        batches: Iterator[pa.RecordBatch]
+        if not compressed and end - start > window_bytes:
+            batches = _windowed_block(source, group, start, end, layout, batch_rows, strict, window_bytes)
+        else:
+            raw = source.read(start, end)
+            where = f"{source.source} key group {group}"
+            block = decode_frames(raw, where, verify=strict) if compressed else raw
+            del raw
+            batches = decode_block_batches(block, group, layout, source.source, batch_rows, whole=strict)
+        for batch in batches:
             pending.append(batch)
             rows += batch.num_rows
             if rows >= batch_rows:
@@ -258,6 +268,182 @@ def decode_keyed_file(
                 pending, rows = [], 0
     if rows:
         yield _concat(pending)
+
+
+def _windowed_block(
+    source: StreamSource,
+    group: int,
+    start: int,
+    end: int,
+    layout: KeyedLayout,
+    batch_rows: int,
+    strict: bool,
+    window_bytes: int,
+) -> Iterator[pa.RecordBatch]:
+    """Decode the uncompressed block ``[start, end)`` window by window: memory follows the window.
+
+    A window holds the whole entries that fit in ``window_bytes`` (more when one entry is larger). It is
+    decoded as a block of its own by the column-wise path, which proves every entry against the bytes:
+    the state id of the run it starts inside is put in front, an END mark after it, and its last entry is
+    flagged as closing its run when the real one does not (``_window_block``). The windows follow each
+    other exactly, so their rows are the block's, in order. Whatever a window's column-wise path does not
+    take (an unusual key, damaged bytes, no END mark where the block ends, with ``strict`` bytes after
+    it) sends the block to the whole-block path, which skips the rows already given and raises what a
+    whole-block read raises.
+    """
+    states = _vector_states(layout)
+    given = 0
+    if states and batch_rows > 0:
+        pos = start
+        current: int | None = None  # the state id of the run open at ``pos``; None: a state id is next
+        size = window_bytes
+        while pos < end:
+            buf = source.read(pos, min(pos + size, end))
+            scanned = _scan_window(buf, states, current)
+            if scanned is None:
+                break
+            value_ends, run_starts, consumed, after, ended = scanned
+            if len(value_ends):
+                block, window = _window_block(
+                    buf, states, value_ends, run_starts, consumed, current, after, ended
+                )
+                batches = _column_batches(block, window, group, layout, batch_rows)
+                del block, window  # before the next window is read
+                if batches is None:
+                    break
+                while batches:
+                    batch = batches.pop(0)
+                    given += batch.num_rows
+                    yield batch
+                del batch
+            elif not ended:
+                if pos + size >= end:
+                    break  # the block ends inside an entry
+                size *= 2  # an entry larger than the window
+                continue
+            del buf
+            pos, current, size = pos + consumed, after, window_bytes
+            if ended:
+                if strict and pos != end:
+                    break  # bytes after the END mark: the whole-block path refuses them
+                return
+    whole = source.read(start, end)
+    for batch in decode_block_batches(whole, group, layout, source.source, batch_rows, whole=strict):
+        if given >= batch.num_rows:
+            given -= batch.num_rows
+            continue
+        yield batch.slice(given) if given else batch
+        given = 0
+
+
+def _scan_window(
+    buf: bytes, states: frozenset[int], current: int | None
+) -> tuple[np.ndarray, list[int], int, int | None, bool] | None:
+    """Walk the whole entries at the start of ``buf`` (``_scan_block``'s loop, stopping where ``buf`` ends).
+
+    ``current`` is the state id of the run ``buf`` starts inside, None if it starts at a state id. Returns
+    each entry's end, the entries that open a run (after a state id in ``buf``), the bytes consumed (to
+    the last whole entry, or the END mark), the state id of the run open there (None if a state id is
+    next) and whether the END mark was read; None for a state outside ``states`` or negative lengths.
+    """
+    unpack = _INT.unpack_from
+    value_ends = array("q")
+    add = value_ends.append
+    run_starts: list[int] = []
+    n = len(buf)
+    pos = 0
+    ended = False
+    try:
+        while True:
+            if current is None:
+                state_id = _USHORT.unpack_from(buf, pos)[0]
+                if state_id == END_OF_KEY_GROUP_MARK:
+                    ended = True
+                    break
+                if state_id not in states:
+                    return None
+                pos += 2
+                current = state_id
+                run_starts.append(len(value_ends))
+            while True:
+                begin = pos + 4
+                key_end = begin + unpack(buf, pos)[0]
+                following = key_end + 4 + unpack(buf, key_end)[0]
+                if following <= begin:
+                    return None
+                if following > n:
+                    raise IndexError  # the entry goes on past this window
+                add(following)
+                pos = following
+                if buf[begin] > 0x7F:
+                    current = None
+                    break
+    except (struct.error, IndexError):
+        pass
+    if run_starts and run_starts[-1] == len(value_ends):
+        # A state id read, but none of its run's entries fits: the next window starts at that id.
+        run_starts.pop()
+        current = None
+    consumed = pos + 2 if ended else (value_ends[-1] if value_ends else 0)
+    return np.frombuffer(value_ends, dtype=np.int64), run_starts, consumed, current, ended
+
+
+def _window_block(
+    buf: bytes,
+    states: frozenset[int],
+    value_ends: np.ndarray,
+    run_starts: list[int],
+    consumed: int,
+    opened: int | None,
+    after: int | None,
+    ended: bool,
+) -> tuple[bytearray, _Scanned]:
+    """Return a window's entries as a block of their own, with its scan (see ``_windowed_block``).
+
+    ``opened`` is the state id of the run the window starts inside (None: it starts at a state id),
+    ``after`` the one still open after its last entry (None: that entry closes its run).
+    """
+    prefix = b"" if opened is None else _USHORT.pack(opened)
+    shift = len(prefix)
+    tail = b"" if ended else _USHORT.pack(END_OF_KEY_GROUP_MARK)
+    block = bytearray(prefix)  # one copy of the window's bytes
+    block += memoryview(buf)[:consumed]
+    block += tail
+    if after is not None:
+        # The real last entry does not close its run (the next window goes on with it): flag it here.
+        last = len(value_ends) - 1
+        begin = (int(value_ends[last - 1]) if last else 0) + (2 if last in run_starts else 0)
+        block[shift + begin + 4] |= FIRST_BIT_IN_BYTE_MASK
+    starts = ([0] if opened is not None else []) + run_starts
+    window = _Scanned(states, value_ends + shift, _run_ends(len(value_ends), starts), len(block))
+    return block, window
+
+
+def _column_batches(
+    block: bytes | bytearray, scanned: _Scanned, key_group: int, layout: KeyedLayout, batch_rows: int
+) -> list[pa.RecordBatch] | None:
+    """Return a scanned block's rows, proven and cut ``batch_rows``; None if one needs decode_block."""
+    closed = np.flatnonzero(scanned.run_end)
+    raw = np.frombuffer(block, dtype=np.uint8)
+    batches = []
+    for lo in range(0, len(scanned.value_ends), batch_rows):
+        found = _structure(
+            block,
+            scanned.states,
+            scanned.value_ends,
+            scanned.run_end,
+            scanned.end,
+            lo,
+            lo + batch_rows,
+            closed,
+        )
+        if found is None or not _prefixes_match(raw, found, key_group, layout):
+            return None
+        batch = _columns(block, found, key_group, layout)
+        if batch is None:
+            return None
+        batches.append(batch)
+    return batches
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -330,7 +516,7 @@ def _ints_at(raw: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 
 def _structure(
-    block: bytes | memoryview,
+    block: bytes | bytearray | memoryview,
     states: frozenset[int],
     value_ends: np.ndarray,
     run_end: np.ndarray,
@@ -592,7 +778,15 @@ def _per_entry(
             "before the next block",
             code="FLINK_KEY_GROUP_OFFSETS",
         )
-    return columns.batch(layout)
+    try:
+        return columns.batch(layout)
+    except UnicodeEncodeError:
+        # Java strings may hold a lone UTF-16 surrogate; kg's String keys are UTF-8 text (Arrow strings).
+        raise UnsupportedFormatError(
+            f"{source}: key group {key_group}: a String key holds an unpaired UTF-16 surrogate, which kg "
+            "cannot keep as text",
+            code="FLINK_KEY_NOT_UNICODE",
+        ) from None
 
 
 def _proven(block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = False) -> _Structure | None:
@@ -606,7 +800,9 @@ def _proven(block: bytes, key_group: int, layout: KeyedLayout, *, whole: bool = 
     return found
 
 
-def _columns(block: bytes, found: _Structure, key_group: int, layout: KeyedLayout) -> pa.RecordBatch | None:
+def _columns(
+    block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
+) -> pa.RecordBatch | None:
     """Cut the rows of ``found``'s entries out of ``block``; None where an entry needs the per-entry path."""
     raw = np.frombuffer(block, dtype=np.uint8)
     nprefix = layout.prefix_bytes
