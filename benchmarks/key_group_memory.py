@@ -88,7 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--savepoint", type=Path, required=True, help="a canonical Flink savepoint")
+    parser.add_argument("--savepoint", type=Path, help="a canonical Flink savepoint (required)")
     parser.add_argument("--work", type=Path, help="where the copies are cached (default: a temporary one)")
     parser.add_argument("--max-parallelism", type=int, nargs="+", default=[128, 8])
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
@@ -97,6 +97,8 @@ def main() -> None:
     if options.child:
         child_main(options.child)
         return
+    if options.savepoint is None:
+        parser.error("--savepoint is required")
     work = options.work or Path(tempfile.mkdtemp(prefix="kg-bench-kgmem-"))
     work.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -104,7 +106,7 @@ def main() -> None:
         for max_p in options.max_parallelism:
             copy = copy_at(options.savepoint.resolve(), work, max_p)
             row: dict[str, Any] = {"max_parallelism": max_p, "largest_block_bytes": largest_block(copy)}
-            for mode in ("windows", "whole"):
+            for mode in ("whole", "windows"):
                 dest = work / f"out-{max_p}-{mode}"
                 shutil.rmtree(dest, ignore_errors=True)
                 row[mode] = sr.run_child(mode, str(copy), str(dest), script=__file__)
