@@ -307,15 +307,16 @@ def _windowed_block(
                 block, window = _window_block(
                     buf, states, value_ends, run_starts, consumed, current, after, ended
                 )
-                batches = _column_batches(block, window, group, layout, batch_rows)
-                del block, window  # before the next window is read
-                if batches is None:
-                    break
-                while batches:
-                    batch = batches.pop(0)
+                taken = True
+                for _lo, batch in _proven_batches(block, window, group, layout, batch_rows):
+                    if batch is None:
+                        taken = False
+                        break
                     given += batch.num_rows
                     yield batch
-                del batch
+                del block, window, batch  # before the next window is read
+                if not taken:
+                    break
             elif not ended:
                 if pos + size >= end:
                     break  # the block ends inside an entry
@@ -339,7 +340,7 @@ def _windowed_block(
 def _scan_window(
     buf: bytes, states: frozenset[int], current: int | None
 ) -> tuple[np.ndarray, list[int], int, int | None, bool] | None:
-    """Walk the whole entries at the start of ``buf`` (``_scan_block``'s loop, stopping where ``buf`` ends).
+    """Walk the whole entries at the start of ``buf``: one ``array`` append per entry, no slicing.
 
     ``current`` is the state id of the run ``buf`` starts inside, None if it starts at a state id. Returns
     each entry's end, the entries that open a run (after a state id in ``buf``), the bytes consumed (to
@@ -370,12 +371,13 @@ def _scan_window(
                 key_end = begin + unpack(buf, pos)[0]
                 following = key_end + 4 + unpack(buf, key_end)[0]
                 if following <= begin:
+                    # Negative lengths: refuse before the walk can loop.
                     return None
                 if following > n:
                     raise IndexError  # the entry goes on past this window
                 add(following)
                 pos = following
-                if buf[begin] > 0x7F:
+                if buf[begin] > 0x7F:  # FIRST_BIT_IN_BYTE_MASK: the run's last entry
                     current = None
                     break
     except (struct.error, IndexError):
@@ -419,13 +421,16 @@ def _window_block(
     return block, window
 
 
-def _column_batches(
+def _proven_batches(
     block: bytes | bytearray, scanned: _Scanned, key_group: int, layout: KeyedLayout, batch_rows: int
-) -> list[pa.RecordBatch] | None:
-    """Return a scanned block's rows, proven and cut ``batch_rows``; None if one needs decode_block."""
+) -> Iterator[tuple[int, pa.RecordBatch | None]]:
+    """Yield ``(lo, rows of entries [lo, lo + batch_rows))``, each window proven and cut column-wise.
+
+    Yields ``(lo, None)`` and stops at the first window the column-wise path does not take (it then needs
+    ``decode_block``). Memory follows the window, not the block.
+    """
     closed = np.flatnonzero(scanned.run_end)
     raw = np.frombuffer(block, dtype=np.uint8)
-    batches = []
     for lo in range(0, len(scanned.value_ends), batch_rows):
         found = _structure(
             block,
@@ -437,13 +442,12 @@ def _column_batches(
             lo + batch_rows,
             closed,
         )
-        if found is None or not _prefixes_match(raw, found, key_group, layout):
-            return None
-        batch = _columns(block, found, key_group, layout)
+        batch = None
+        if found is not None and _prefixes_match(raw, found, key_group, layout):
+            batch = _columns(block, found, key_group, layout)
+        yield lo, batch
         if batch is None:
-            return None
-        batches.append(batch)
-    return batches
+            return
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -460,40 +464,18 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 # produces every error message.
 
 
-def _scan_block(block: bytes, states: frozenset[int]) -> tuple[array[int], list[int], int] | None:
+def _scan_block(block: bytes, states: frozenset[int]) -> tuple[np.ndarray, list[int], int] | None:
     """Walk a block's entries; return each entry's value end, each run's first entry, and the END's end.
 
-    Only positions are collected (the hot loop of the column-wise decoder: one ``array`` append per entry,
-    no slicing); ``_structure`` derives and checks everything else from them. Returns None (so the caller
-    falls back to ``decode_block``) for a state outside ``states`` or bytes that end too early.
+    Only positions are collected (the hot loop of the column-wise decoder, ``_scan_window``'s, run over
+    the whole block); ``_structure`` derives and checks everything else from them. Returns None (so the
+    caller falls back to ``decode_block``) for a state outside ``states`` or bytes that end too early.
     """
-    unpack = _INT.unpack_from
-    value_ends = array("q")
-    add = value_ends.append
-    run_starts: list[int] = []
-    try:
-        state_id = _USHORT.unpack_from(block, 0)[0]
-        pos = 2
-        while True:
-            if state_id not in states:
-                return None
-            run_starts.append(len(value_ends))
-            while True:
-                start = pos + 4
-                end = start + unpack(block, pos)[0]
-                pos = end + 4 + unpack(block, end)[0]
-                if pos <= start:
-                    # Negative lengths: refuse before the walk can loop.
-                    return None
-                add(pos)
-                if block[start] > 0x7F:  # FIRST_BIT_IN_BYTE_MASK: the run's last entry
-                    break
-            state_id = _USHORT.unpack_from(block, pos)[0]
-            pos += 2
-            if state_id == END_OF_KEY_GROUP_MARK:
-                return value_ends, run_starts, pos
-    except (struct.error, IndexError):
+    scanned = _scan_window(block, states, None)
+    if scanned is None or not scanned[4]:
         return None
+    value_ends, run_starts, end, _open, _ended = scanned
+    return value_ends, run_starts, end
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,8 +598,7 @@ def _scan(block: bytes, layout: KeyedLayout, *, whole: bool) -> _Scanned | None:
     scanned = _scan_block(block, states) if states and len(block) < 2**31 else None
     if scanned is None or (whole and scanned[2] != len(block)):
         return None
-    ends, run_starts, end = scanned
-    value_ends = np.frombuffer(ends, dtype=np.int64)
+    value_ends, run_starts, end = scanned
     return _Scanned(states, value_ends, _run_ends(len(value_ends), run_starts), end)
 
 
@@ -743,23 +724,7 @@ def decode_block_batches(
     if scanned is None:
         yield _per_entry(block, key_group, layout, source, whole=whole)
         return
-    closed = np.flatnonzero(scanned.run_end)
-    raw = np.frombuffer(block, dtype=np.uint8)
-    for lo in range(0, len(scanned.value_ends), batch_rows):
-        # Each window is proven and cut on its own: memory follows the window, not the block.
-        found = _structure(
-            block,
-            scanned.states,
-            scanned.value_ends,
-            scanned.run_end,
-            scanned.end,
-            lo,
-            lo + batch_rows,
-            closed,
-        )
-        batch = None
-        if found is not None and _prefixes_match(raw, found, key_group, layout):
-            batch = _columns(block, found, key_group, layout)
+    for lo, batch in _proven_batches(block, scanned, key_group, layout, batch_rows):
         if batch is None:
             yield _per_entry(block, key_group, layout, source, whole=whole).slice(lo)
             return
