@@ -24,6 +24,7 @@ from keygroup_cli.flink.handles import KeyGroupsHandle
 from keygroup_cli.flink.keyed_decode import _windowed_block, decode_block_batches, decode_keyed_file
 from keygroup_cli.flink.keyed_layout import KeyedLayout
 from keygroup_cli.flink.keyed_tasks import keyed_header
+from keygroup_cli.flink.regroup import keyed_handles
 from keygroup_cli.flink.stream_source import StreamSource
 
 
@@ -103,10 +104,7 @@ def test_a_keyed_file_read_in_windows_is_the_file_read_whole(case: str) -> None:
     snapshot = read_flink_metadata(FLINK_FIXTURES / case)
     compared = 0
     for op in snapshot.metadata.operators:
-        for subtask in op.subtasks:
-            handle = subtask.managed_keyed_state
-            if not isinstance(handle, KeyGroupsHandle):
-                continue
+        for handle in keyed_handles(op):
             with StreamSource(handle.delegate, snapshot.directory) as src:
                 _raw, header = keyed_header(src, handle)
                 layout = KeyedLayout.from_header(header, op.max_parallelism, case)
