@@ -276,7 +276,6 @@ def decode_savepoint(
     done = 0
     keyed_rows = operator_rows = keyed_count = operator_count = size = 0
     operators: list[Operator] = []
-
     for op in meta.operators:
         where = f"{snapshot.metadata_path}: operator {op.label!r}"
         op_dir: str | None = None

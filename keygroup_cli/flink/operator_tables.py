@@ -105,9 +105,7 @@ def read_operator_tables(
         UnsupportedFormatError: A header kg cannot read.
     """
     sink = _MemorySink()
-    manifest, _ = decode_savepoint(
-        snapshot, sink, keyed=False, report=on_progress or _noop, origin=origin or snapshot
-    )
+    manifest, _ = decode_savepoint(snapshot, sink, keyed=False, report=on_progress or _noop, origin=origin)
     return OperatorTables(manifest, sink.tables, str((origin or snapshot).directory))
 
 
