@@ -76,7 +76,13 @@ FINDING_CODES: dict[str, str] = {
     "KEY_GROUP_COUNTS_MISMATCH": "A keyed file's rows per key group differ from its key_group_rows.",
     "KEY_GROUP_OUT_OF_RANGE": "A row's key group lies outside its keyed file's key-group range.",
     "KEY_GROUP_WRONG_FOR_KEY": "A row's key group is not murmurHash(key.hashCode()) % maxParallelism.",
+    "MAX_PARALLELISM_ADOPTION_UNVERIFIED": (
+        "A job that sets no maxParallelism adopts the state's only if its whole chain is in the savepoint."
+    ),
     "MAX_PARALLELISM_MISMATCH": "The new job's explicit maxParallelism differs from the state's.",
+    "MAX_PARALLELISM_NOT_ADOPTED": (
+        "The new job has operators the savepoint lacks, which would restore a chain at Flink's default."
+    ),
     "NULL_IN_REQUIRED_COLUMN": "A column the kg format declares non-null holds nulls.",
     "OPERATOR_ID_NOT_UID_HASH": "An operator's id is not Flink's id for its uid.",
     "OPERATOR_NOT_IN_JOB": "A stateful operator of the snapshot is not in the new job.",
@@ -139,25 +145,11 @@ def _named_by(plan: RestorePlan, op: OperatorSummary) -> str | None:
     return next((n for n in names if operator_id_for_uid(n) == op.operator_id), None)
 
 
-def judged_operators(
-    operators: Sequence[OperatorSummary], *, judge_stateless: bool = True
-) -> list[OperatorSummary]:
-    """Return the operators ``check_restore`` judges: every one Flink's restore looks at.
-
-    Flink checks the maxParallelism of every operator listed in ``_metadata``, stateless ones included
-    (``Checkpoints.loadAndValidateCheckpoint``), so all of a Flink savepoint's operators are judged. A kg
-    snapshot's operators without state are not written into the savepoint kg makes of it
-    (``flink.savepoint_writer.snapshot_to_savepoint``), so there ``judge_stateless`` is False.
-    """
-    return [op for op in operators if judge_stateless or op.has_state]
-
-
 def check_restore(
     operators: Sequence[OperatorSummary],
     plan: RestorePlan,
     *,
     snapshot: str,
-    judge_stateless: bool = True,
 ) -> list[Finding]:
     """Judge whether a snapshot's state restores into the planned job, as Flink's restore would.
 
@@ -168,15 +160,24 @@ def check_restore(
     held to the latter only if it may share a vertex with state: Flink records the vertex's parallelism
     and maxParallelism for every operator of a chain, so a stateless operator whose pair no operator with
     state has is in a vertex without state, which Flink does not check. Options name operators by uid
-    (by its hash where the metadata records no uids) or id. Two warnings add what Flink does not check:
-    uneven key-group shares and the default-maxParallelism trap.
+    (by its hash where the metadata records no uids) or id.
+
+    An operator with no explicit maxParallelism (``-m`` neither for all nor for it) models a job that
+    sets none: Flink then adopts the state's maxParallelism, but only if every operator chained with it
+    has a state in the savepoint. ``assignStates`` gives a missing one an empty state at Flink's default
+    for the new parallelism, and ``checkParallelismPreconditions`` moves the vertex to each state's
+    maxParallelism in turn, so the last one decides the key groups (only keyed state has key groups:
+    operator state is redistributed round-robin whatever the vertex's maxParallelism, and its bound is
+    ``PARALLELISM_EXCEEDS_MAX_PARALLELISM``). ``_metadata`` records no chains: where
+    the state's maxParallelism is not that default, the verdict needs the new job's operators
+    (``job_uids``), ``MAX_PARALLELISM_NOT_ADOPTED`` if it has any the savepoint lacks, else
+    ``MAX_PARALLELISM_ADOPTION_UNVERIFIED`` (a warning that names the input that settles it). Two more
+    warnings add what Flink does not check: uneven key-group shares and the default-maxParallelism trap.
 
     Args:
         operators: The snapshot's operators (``summary.OperatorSummary``; Flink or kg format).
         plan: The new job's parallelism, maxParallelism and uids.
         snapshot: The snapshot's path, quoted in Flink's messages.
-        judge_stateless: Judge operators without state too (Flink savepoints and checkpoints; see
-            ``judged_operators``).
     """
     from keygroup_cli.keygroups import names_operator
 
@@ -192,8 +193,9 @@ def check_restore(
                 )
             )
     job_ids = _job_operator_ids(plan.job_uids) if plan.job_uids is not None else None
+    lacking = _job_operators_lacking(plan.job_uids, operators) if plan.job_uids is not None else None
     with_state = {(op.parallelism, op.max_parallelism) for op in operators if op.has_state}
-    for op in judged_operators(operators, judge_stateless=judge_stateless):
+    for op in operators:
         label = op.label if op.uid else _named_by(plan, op) or op.label
         state_max = op.max_parallelism
         if job_ids is not None and not ({op.operator_id, op.uid} & job_ids):
@@ -253,8 +255,57 @@ def check_restore(
             )
             continue
         if op.has_keyed_state:
+            if explicit_max is None:
+                findings.extend(_adoption(op, label, new_p, lacking))
             findings.extend(_keyed_warnings(op, label, new_p, explicit_max))
     return findings
+
+
+def _adoption(op: OperatorSummary, label: str, new_p: int, lacking: list[str] | None) -> list[Finding]:
+    """Judge a job that sets no maxParallelism: does Flink adopt the state's for this operator's task?"""
+    from keygroup_cli.keygroups import default_max_parallelism
+
+    state_max = op.max_parallelism
+    default = default_max_parallelism(new_p)
+    if state_max == default or lacking == []:
+        return []
+    fix = (
+        f"set maxParallelism {state_max} in the job (setMaxParallelism or pipeline.max-parallelism) "
+        f"and check with -m {state_max}"
+    )
+    if lacking is None:
+        return [
+            Finding(
+                "MAX_PARALLELISM_ADOPTION_UNVERIFIED",
+                Severity.WARNING,
+                label,
+                f"a job that sets no maxParallelism restores this state (maxParallelism {state_max}) only if "
+                "every operator chained with it is in the savepoint: Flink gives any other one its default "
+                f"{default} at parallelism {new_p}, and the task then gets the wrong key groups or is "
+                "refused; "
+                "kg cannot see chains: pass --job-uids FILE with every operator of the new job to settle "
+                f"it, or {fix}",
+            )
+        ]
+    shown = ", ".join(lacking[:5]) + (f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
+    return [
+        Finding(
+            "MAX_PARALLELISM_NOT_ADOPTED",
+            Severity.ERROR,
+            label,
+            f"the new job has operators with no state in the savepoint ({shown}); a job that sets no "
+            f"maxParallelism gives them its default {default} at parallelism {new_p}, and one chained with "
+            f"this operator (state at maxParallelism {state_max}) makes Flink restore the task with the "
+            f"wrong key groups or refuse it; {fix}",
+        )
+    ]
+
+
+def _job_operators_lacking(uids: Collection[str], operators: Sequence[OperatorSummary]) -> list[str]:
+    """Return the new job's uids (or ids) that name no operator of the savepoint, in the given order."""
+    from keygroup_cli.keygroups import names_operator
+
+    return [u for u in uids if not any(names_operator(u, op.uid, op.operator_id) for op in operators)]
 
 
 def _keyed_warnings(op: OperatorSummary, label: str, new_p: int, explicit_max: int | None) -> list[Finding]:

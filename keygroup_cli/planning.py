@@ -330,6 +330,7 @@ def plan_rescale(
     *,
     expected_parallelism: int | None = None,
     operator_state_counts: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
+    with_state: set[str] | None = None,
 ) -> RescalePlan:
     """Plan the rescale of ``snapshot`` to ``new_parallelism`` without reading keyed data.
 
@@ -343,6 +344,8 @@ def plan_rescale(
             are rescaled (at least one with state must); with ``operators``, each must have it.
         operator_state_counts: Elements per old subtask per operator-state name, by operator id; read from
             the operator-state files (their ``state`` column only) when not given.
+        with_state: Ids of the operators that hold state; by default those with files. A savepoint's
+            operator state held in memory has no keyed files, so its caller names them from ``_metadata``.
 
     Raises:
         InvalidArgumentError: An unknown operator, a parallelism out of Flink's bounds, or a mismatch with
@@ -354,7 +357,8 @@ def plan_rescale(
         manifest.operators,
         operators,
         expected_parallelism,
-        {op.operator_id for op in manifest.operators if op.files},
+        {op.operator_id for op in manifest.operators if op.files} if with_state is None else with_state,
+        new_max_parallelism,
     )
     plans = []
     for op in manifest.operators:
@@ -499,18 +503,21 @@ def select_operators(
     labels: Sequence[str] | None,
     expected_parallelism: int | None = None,
     with_state: set[str] | None = None,
+    new_max_parallelism: int | None = None,
 ) -> set[str]:
     """Return the ids of the operators to rescale.
 
     Operators named by uid or id, if ``labels`` are given (a uid matches by its hash where the metadata
-    records no uids, ``keygroups.names_operator``). Otherwise, with ``--from P``
+    records no uids, ``keygroups.names_operator``), plus the operators without state that must follow
+    them (``chain_followers``, when ``with_state`` is given). Otherwise, with ``--from P``
     (``expected_parallelism``), the operators at parallelism P: ``kg rescale --from 3 --to 4`` on a job
     whose non-parallel source runs at 1 rescales the operators at 3 and keeps the source as it is. Without
     either, every operator.
 
     Raises:
         InvalidArgumentError: A label names no operator (``OPERATOR_NOT_FOUND``); no operator with state
-            (ids in ``with_state``) has parallelism P (``PARALLELISM_MISMATCH``).
+            (ids in ``with_state``) has parallelism P (``PARALLELISM_MISMATCH``); an operator without
+            state may share a task with a changed and a kept one (``CHAIN_AMBIGUOUS``).
     """
     if not labels:
         if expected_parallelism is None:
@@ -529,7 +536,63 @@ def select_operators(
                 f"no operator {label!r} in the snapshot (operators: {known})", code="OPERATOR_NOT_FOUND"
             )
         chosen.add(match.operator_id)
-    return chosen
+    if with_state is None:
+        return chosen
+    return chosen | chain_followers(all_operators, chosen, with_state, new_max_parallelism)
+
+
+def chain_followers(
+    all_operators: Sequence[LabelledOperator],
+    chosen: set[str],
+    with_state: set[str],
+    new_max_parallelism: int | None,
+) -> set[str]:
+    """Return the operators without state that follow the named ones into their new maxParallelism.
+
+    Flink records a job vertex's parallelism and maxParallelism for every operator chained in it
+    (``OperatorState`` of each ``OperatorIDPair``), and at restore it holds all of a vertex's operator
+    states to one maxParallelism: ``Checkpoints.loadAndValidateCheckpoint`` refuses any listed operator
+    whose maxParallelism differs from a configured one, and where the job configures none,
+    ``StateAssignmentOperation.checkParallelismPreconditions`` moves the vertex to each state's
+    maxParallelism in turn, so a chain member left behind decides the key groups of the rescaled one.
+    ``_metadata`` does not record chains, but a chain's members share (parallelism, maxParallelism): an
+    operator without state follows when every operator with state that shares its pair is named. When
+    some are named and some are not and the maxParallelism changes, kg cannot tell which task it is in
+    and refuses, unless an operator without state is named too: then the names are the whole answer and
+    the operators without state that are not named keep what they have.
+
+    Raises:
+        InvalidArgumentError: ``CHAIN_AMBIGUOUS``, as above.
+    """
+    named_stateless = any(
+        op.operator_id in chosen and op.operator_id not in with_state for op in all_operators
+    )
+    stateful = [op for op in all_operators if op.operator_id in with_state]
+    followers: set[str] = set()
+    for op in all_operators:
+        if op.operator_id in with_state or op.operator_id in chosen:
+            continue
+        mates = [
+            s for s in stateful if (s.parallelism, s.max_parallelism) == (op.parallelism, op.max_parallelism)
+        ]
+        changed = [s for s in mates if s.operator_id in chosen]
+        if not changed:
+            continue
+        if len(changed) == len(mates):
+            followers.add(op.operator_id)
+            continue
+        if named_stateless or new_max_parallelism in (None, op.max_parallelism):
+            continue
+        kept = next(s for s in mates if s.operator_id not in chosen)
+        raise InvalidArgumentError(
+            f"operator {op.label!r} holds no state and may share a task with {changed[0].label!r} "
+            f"(maxParallelism {op.max_parallelism} -> {new_max_parallelism}) or with {kept.label!r} (kept at "
+            f"{op.max_parallelism}), and Flink restores a task only at one maxParallelism; kg cannot see "
+            "chains: also name with --operator the operators without state chained with the ones you "
+            f"change (the others are then kept), or drop --operator to change every operator",
+            code="CHAIN_AMBIGUOUS",
+        )
+    return followers
 
 
 _Named = TypeVar("_Named", bound=LabelledOperator)

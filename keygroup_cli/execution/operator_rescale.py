@@ -30,12 +30,15 @@ def rescale_operator_tables(
     from_parallelism: int | None = None,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
+    with_state: set[str] | None = None,
 ) -> tuple[RescalePlan, OperatorTables]:
     """Plan the rescale of ``state`` and return the plan with the redistributed operator state.
 
-    The arguments are those of ``execution.rescale.rescale``. The new ``OperatorTables`` has kg's manifest
-    of the rescaled operators (new parallelism and maxParallelism, union states marked replicated) and the
-    rows of every new subtask; operators that are not rescaled keep theirs.
+    The arguments are those of ``execution.rescale.rescale``, plus ``with_state``: the ids of the
+    operators that hold state of any kind in the savepoint (keyed state is not in ``state``). The new
+    ``OperatorTables`` has kg's manifest of the rescaled operators (new parallelism and maxParallelism,
+    union states marked replicated) and the rows of every new subtask; operators that are not rescaled
+    keep theirs.
 
     Raises:
         InvalidArgumentError: Bad arguments (see ``planning.plan_rescale``).
@@ -48,6 +51,7 @@ def rescale_operator_tables(
         new_max_parallelism,
         expected_parallelism=from_parallelism,
         operator_state_counts=state.state_counts(),
+        with_state=with_state,
     )
     tables: dict[str, pa.Table] = {}
     written = []

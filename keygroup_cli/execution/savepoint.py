@@ -86,8 +86,10 @@ def preflight(
     """
     check_convertible(savepoint)
     all_operators = savepoint.metadata.operators
-    with_state = {op.operator_id for op in all_operators if any(s.has_state for s in op.subtasks)}
-    selected = select_operators(all_operators, operators, expected_parallelism, with_state)
+    with_state = operators_with_state(savepoint)
+    selected = select_operators(
+        all_operators, operators, expected_parallelism, with_state, new_max_parallelism
+    )
     types = key_types(savepoint)
     for op in all_operators:
         target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
@@ -99,6 +101,11 @@ def preflight(
                 new_max_parallelism,
                 expected_parallelism if op.operator_id in selected else None,
             )
+
+
+def operators_with_state(savepoint: FlinkSnapshot) -> set[str]:
+    """Return the ids of the operators whose subtasks hold state (what decides chain followers)."""
+    return {op.operator_id for op in savepoint.metadata.operators if any(s.has_state for s in op.subtasks)}
 
 
 def rescale_savepoint(
@@ -183,6 +190,7 @@ def rescale_savepoint(
             from_parallelism=from_parallelism,
             operators=operators,
             new_max_parallelism=new_max_parallelism,
+            with_state=operators_with_state(savepoint),
         )
         targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
         copied: dict[str, tuple[int, ...]] = {}

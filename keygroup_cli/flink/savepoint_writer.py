@@ -141,13 +141,14 @@ def snapshot_to_savepoint(
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
 
-    Operators that hold no state of any kind (no keyed, operator or coordinator state, no finished
-    subtasks; channel state is never converted) are left out of ``_metadata``. Flink restores an operator
-    missing from the savepoint exactly as an empty one (``StateAssignmentOperation.assignStates`` gives it
-    an empty ``OperatorState`` with its vertex's parallelism and maxParallelism), but it checks the
-    maxParallelism of *every* operator listed (``Checkpoints.loadAndValidateCheckpoint``): an empty operator
-    chained with a rescaled one would keep its old maxParallelism and fail the restore, and kg cannot see
-    chains in ``_metadata``.
+    Every operator is written, those without state included, each with the parallelism and
+    maxParallelism the plan gave it, as Flink writes every operator of a job. Leaving one out is not the
+    same as writing it empty: ``StateAssignmentOperation.assignStates`` gives a missing operator an empty
+    ``OperatorState`` with its vertex's *current* maxParallelism, which in a job that sets none is Flink's
+    default for the new parallelism, and ``checkParallelismPreconditions`` then moves the vertex to each of
+    its states' maxParallelism in turn: a chain whose keyed state has another maxParallelism restores with
+    the wrong key groups or not at all. ``planning.chain_followers`` decides which operators without state
+    move with a changed maxParallelism.
 
     Args:
         source: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
@@ -256,9 +257,6 @@ def snapshot_to_savepoint(
                 report("convert", done, total)
             coordinator = ext.get("coordinator_state")
             fully_finished = bool(ext.get("fully_finished")) and same_p
-            if not (coordinator or fully_finished or any(s.has_state or s.finished for s in subtasks)):
-                # No state of any kind: not written (see the docstring).
-                continue
             operators.append(
                 OperatorState(
                     operator_id=op.operator_id,

@@ -65,6 +65,12 @@ def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) 
 def test_per_operator_parallelism_overrides_the_default(kg: Callable[..., Any]) -> None:
     doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "--json").json()
     assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
+        # The other keyed operator (state at 10, Flink's default at p 2 is 128) in a job that sets none.
+        ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "9887c2fb29a6e66df7039a0be00a90dd"),
+        ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state"),
+    ]
+    doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "-m", "10", "--json").json()
+    assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state")
     ]
 
@@ -102,7 +108,10 @@ def test_uneven_key_groups_and_default_trap_are_warnings(kg: Callable[..., Any])
     result = kg("check", HEAP_P3, "-p", "100")
     assert "UNEVEN_KEY_GROUPS" in result.stdout
     assert "DEFAULT_MAX_PARALLELISM_TRAP" in result.stdout
-    assert "OK: 5 operators with state checked, 0 errors, 4 warnings" in result.stdout
+    # Two keyed operators: uneven spread, the default trap, and (a job that sets no maxParallelism,
+    # Flink's default at p 100 is 256) the adoption warning, each.
+    assert "OK: 5 operators with state checked, 0 errors, 6 warnings" in result.stdout
+    assert result.stdout.count("MAX_PARALLELISM_ADOPTION_UNVERIFIED") == 2
     assert _exit_code("check", HEAP_P3, "-p", "100") == 0
     assert _exit_code("check", HEAP_P3, "-p", "100", "--strict") == 1
 

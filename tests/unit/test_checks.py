@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from keygroup_cli.checks import (
     FINDING_CODES,
     Finding,
@@ -54,7 +56,11 @@ def test_only_operators_with_state_are_judged() -> None:
 
 def test_parallelism_bound_is_inclusive() -> None:
     ops = [_op("a", max_p=10)]
-    assert check_restore(ops, RestorePlan(parallelism=10), snapshot="sp") == []
+    assert check_restore(ops, RestorePlan(parallelism=10, max_parallelism=10), snapshot="sp") == []
+    # A job that sets no maxParallelism (no -m): Flink's default at p 10 is 128, not 10.
+    assert _codes(check_restore(ops, RestorePlan(parallelism=10), snapshot="sp")) == [
+        ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "warning", "a")
+    ]
     assert _codes(check_restore(ops, RestorePlan(parallelism=11), snapshot="sp")) == [
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "a")
     ]
@@ -69,7 +75,33 @@ def test_non_keyed_operators_are_bounded_too() -> None:
 
 
 def test_unchanged_parallelism_when_not_given() -> None:
-    assert check_restore([_op("a", max_p=10, p=3)], RestorePlan(), snapshot="sp") == []
+    assert check_restore([_op("a", max_p=10, p=3)], RestorePlan(max_parallelism=10), snapshot="sp") == []
+
+
+def test_a_job_that_sets_no_max_parallelism_adopts_the_state_only_with_its_whole_chain() -> None:
+    # State at maxP 256 restored at p 4 (Flink's default 128): Flink adopts 256 only if every operator of
+    # the task is in the savepoint. Without the new job's operators kg cannot tell, and says so.
+    ops = [_op("keyed", max_p=256, p=3), _op("sink", max_p=256, p=3, state=False)]
+    plan = RestorePlan(parallelism=4)
+    (warning,) = check_restore(ops, plan, snapshot="sp")
+    assert (warning.code, warning.severity, warning.subject) == (
+        "MAX_PARALLELISM_ADOPTION_UNVERIFIED",
+        Severity.WARNING,
+        "keyed",
+    )
+    assert "--job-uids" in warning.message and "set maxParallelism 256 in the job" in warning.message
+    # Told the new job's operators: all in the savepoint, nothing to say; one it lacks, an error.
+    assert check_restore(ops, replace(plan, job_uids=["keyed", "sink"]), snapshot="sp") == []
+    findings = check_restore(ops, replace(plan, job_uids=["keyed", "sink", "new-map"]), snapshot="sp")
+    assert _codes(findings) == [("MAX_PARALLELISM_NOT_ADOPTED", "error", "keyed")]
+    assert "new-map" in findings[0].message and "default 128 at parallelism 4" in findings[0].message
+    # Flink's default for the new parallelism is the state's: nothing can differ.
+    assert check_restore([_op("keyed", max_p=256, p=3)], RestorePlan(parallelism=100), snapshot="sp") == []
+    # An explicit maxParallelism (the job sets one) is judged by MAX_PARALLELISM_MISMATCH instead.
+    assert (
+        check_restore(ops, replace(plan, max_parallelism=256, job_uids=["keyed", "sink", "x"]), snapshot="sp")
+        == []
+    )
 
 
 def test_max_parallelism_mismatch_only_for_explicit_values() -> None:

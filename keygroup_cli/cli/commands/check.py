@@ -120,11 +120,7 @@ def command(
         p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
     )
     summary = summarize(resolve_input(out, path, job).path, read_states=False)
-    # A kg snapshot's operators without state never reach the savepoint kg writes of it.
-    judge_stateless = summary.format != "kg-snapshot"
-    findings = check_restore(
-        summary.operators, plan, snapshot=str(summary.path), judge_stateless=judge_stateless
-    )
+    findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
     if deep:
         from keygroup_cli.integrity import verify_input
 

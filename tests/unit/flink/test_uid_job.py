@@ -92,7 +92,8 @@ def test_per_operator_options_find_operators_by_uid_hash(version: str) -> None:
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-string"),
         # string-drop / string-sink share keyed-string's chain and stay at 3: not above 10.
     ]
-    assert _check(version, RestorePlan(max_parallelism_for={"keyed-long": 256})) == [
+    # UidJob sets maxParallelism 10 on keyed-string (a job that sets none: see the adoption tests).
+    assert _check(version, RestorePlan(max_parallelism_for={"keyed-long": 256, "keyed-string": 10})) == [
         ("MAX_PARALLELISM_MISMATCH", "error", "keyed-long")
     ]
 
@@ -100,12 +101,13 @@ def test_per_operator_options_find_operators_by_uid_hash(version: str) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_stateless_operators_are_judged_as_flink_judges_them(version: str) -> None:
     # Flink checks the maxParallelism of every operator in _metadata, stateless ones too.
-    assert _check(version, RestorePlan(max_parallelism_for={"long-drop": 256, "long-sink": 256})) == [
+    sets = {"keyed-string": 10}  # UidJob's own setting
+    assert _check(version, RestorePlan(max_parallelism_for={"long-drop": 256, "long-sink": 256, **sets})) == [
         ("MAX_PARALLELISM_MISMATCH", "error", "long-drop"),
         ("MAX_PARALLELISM_MISMATCH", "error", "long-sink"),
     ]
     # A stateless operator chained with state (same recorded p and maxP) is held to the state's maxP.
-    assert _check(version, RestorePlan(parallelism_for={"string-sink": 11})) == [
+    assert _check(version, RestorePlan(parallelism_for={"string-sink": 11}, max_parallelism_for=sets)) == [
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "string-sink")
     ]
 
@@ -118,7 +120,7 @@ def test_a_stateless_operator_in_a_vertex_without_state_is_not_held_to_a_max_par
     lonely = [op for op in ops if not op.has_state]
     assert len(lonely) == 1
     moved = [replace(op, parallelism=2) if not op.has_state else op for op in ops]
-    plan = RestorePlan(parallelism_for={"long-sink": 200})
+    plan = RestorePlan(parallelism_for={"long-sink": 200}, max_parallelism_for={"keyed-string": 10})
     assert [f.code for f in check_restore(moved, plan, snapshot="sp")] == []
     assert [f.code for f in check_restore(ops, plan, snapshot="sp")] == [
         "PARALLELISM_EXCEEDS_MAX_PARALLELISM"
@@ -133,42 +135,86 @@ def test_rescale_of_one_operator_to_a_new_max_parallelism_names_it_by_uid(
     result = rescale(
         FLINK / version / CANONICAL, out, 4, operators=["keyed-long"], new_max_parallelism=256, engine="local"
     )
-    assert [(p.operator_id, p.new_parallelism, p.new_max_parallelism) for p in result.plan.rescaled] == [
-        (operator_id_for_uid("keyed-long"), 4, 256)
-    ]
+    # keyed-long's chain mates (no state, the same recorded p 3 and maxP 128 and no other operator with
+    # state there) follow it: Flink holds a vertex's operator states to one maxParallelism.
+    assert sorted(
+        (p.operator_id, p.new_parallelism, p.new_max_parallelism) for p in result.plan.rescaled
+    ) == sorted((operator_id_for_uid(uid), 4, 256) for uid in ("keyed-long", "long-drop", "long-sink"))
     written = read_flink_metadata(out).metadata
     shapes = {op.operator_id: (op.parallelism, op.max_parallelism) for op in written.operators}
+    # Every operator is written, as Flink writes them: a job that sets no maxParallelism would give a
+    # missing one Flink's default, and the last state of a vertex decides its key groups.
     assert shapes == {
         operator_id_for_uid("uid-source"): (1, 128),
         operator_id_for_uid("keyed-string"): (3, 10),
+        operator_id_for_uid("string-drop"): (3, 10),
+        operator_id_for_uid("string-sink"): (3, 10),
         operator_id_for_uid("keyed-long"): (4, 256),
+        operator_id_for_uid("long-drop"): (4, 256),
+        operator_id_for_uid("long-sink"): (4, 256),
     }
-    # The stateless operators are not written: none can keep a maxParallelism its chain no longer has.
-    assert not {operator_id_for_uid(uid) for uid in STATELESS} & set(shapes)
-    assert all(op.has_state for op in written.operators)
-    # The gate agrees with Flink (which restores it, tests/flink): the new chain at 256 passes.
+    # The gate agrees with Flink (which restores it either way, tests/flink): the new chain at 256 passes,
+    # and told the new job's operators (all in the savepoint) so does a job that sets none.
     plan = RestorePlan(
         parallelism_for={"keyed-long": 4},
         max_parallelism_for={"keyed-long": 256, "long-drop": 256, "long-sink": 256, "keyed-string": 10},
     )
     assert _check(version, plan, out) == []
+    uids = ("uid-source", "keyed-string", "keyed-long", *STATELESS)
+    assert _check(version, RestorePlan(parallelism_for={"keyed-long": 4}, job_uids=uids), out) == []
 
 
 @pytest.mark.parametrize("version", ("1.17", "2.3"))
 def test_plan_of_a_converted_v4_or_v6_snapshot_names_operators_by_uid(version: str, tmp_path: Path) -> None:
     savepoint_to_snapshot(FLINK / version / CANONICAL, tmp_path / "kg")
     plan = plan_rescale(open_snapshot(tmp_path / "kg"), 4, ["keyed-long"], 256)
-    assert [p.operator_id for p in plan.rescaled] == [operator_id_for_uid("keyed-long")]
+    assert sorted(p.operator_id for p in plan.rescaled) == sorted(
+        operator_id_for_uid(uid) for uid in ("keyed-long", "long-drop", "long-sink")
+    )
     with pytest.raises(InvalidArgumentError, match="no operator 'keyed-lng'"):
         plan_rescale(open_snapshot(tmp_path / "kg"), 4, ["keyed-lng"], 256)
 
 
-def test_a_kg_snapshots_stateless_operators_are_not_judged(tmp_path: Path) -> None:
-    # kg writes no stateless operator into the savepoint it makes of a kg snapshot.
+def test_a_stateless_operator_that_may_share_a_task_with_a_changed_and_a_kept_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    # The source rescaled by kg from p 1 to 3 (a real savepoint): it then shares (p 3, maxP 128) with
+    # keyed-long, so long-drop and long-sink (no state, p 3, maxP 128) may be chained with either.
+    rescale(FLINK / "2.3" / CANONICAL, tmp_path / "sp", 3, operators=["uid-source"], engine="local")
+    with pytest.raises(InvalidArgumentError, match="may share a task with") as refused:
+        rescale(tmp_path / "sp", tmp_path / "out", 4, operators=["keyed-long"], new_max_parallelism=256)
+    assert refused.value.code == "CHAIN_AMBIGUOUS"
+    assert not (tmp_path / "out").exists()
+    # Naming the operators without state that are chained with keyed-long settles it; the others stay.
+    rescale(
+        tmp_path / "sp",
+        tmp_path / "out",
+        4,
+        operators=["keyed-long", "long-drop", "long-sink"],
+        new_max_parallelism=256,
+        engine="local",
+    )
+    shapes = {op.uid: op.max_parallelism for op in read_flink_metadata(tmp_path / "out").metadata.operators}
+    assert shapes == {
+        "uid-source": 128,
+        "keyed-string": 10,
+        "string-drop": 10,
+        "string-sink": 10,
+        "keyed-long": 256,
+        "long-drop": 256,
+        "long-sink": 256,
+    }
+    # Changing every operator needs no answer: the same maxParallelism for all.
+    rescale(tmp_path / "sp", tmp_path / "all", 4, new_max_parallelism=256, engine="local")
+    assert {op.max_parallelism for op in read_flink_metadata(tmp_path / "all").metadata.operators} == {256}
+
+
+def test_a_kg_snapshots_stateless_operators_are_judged_like_a_savepoints(tmp_path: Path) -> None:
+    # kg writes every operator of a kg snapshot into the savepoint it makes of it, so the gate judges
+    # them all, as for a savepoint.
     savepoint_to_snapshot(FLINK / "1.17" / CANONICAL, tmp_path / "kg")
     summary = summarize(tmp_path / "kg", read_states=False)
-    plan = RestorePlan(max_parallelism_for={"long-drop": 256})
-    assert check_restore(summary.operators, plan, snapshot="kg", judge_stateless=False) == []
+    plan = RestorePlan(max_parallelism_for={"long-drop": 256, "keyed-string": 10})
     assert [f.code for f in check_restore(summary.operators, plan, snapshot="kg")] == [
         "MAX_PARALLELISM_MISMATCH"
     ]
