@@ -1,6 +1,8 @@
 """Deep verification of any kg input (a kg snapshot or a Flink savepoint/checkpoint), and the gate on it.
 
 ``verify_input`` dispatches on what ``path`` is: ``kg verify`` and ``kg check --deep`` call it.
+``check_input`` is what ``kg check`` adds about the input's files: without ``--deep`` only what a stat
+sees (every state file a Flink ``_metadata`` names is there, readable, with the size its handles need).
 ``require_intact`` is what a rescale calls first, so kg never reads an input its own ``kg verify`` rejects,
 and what the savepoint writer calls on its staged output, so kg never commits a savepoint it cannot read.
 """
@@ -11,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keygroup_cli.checks import Severity
+from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.snapshot.verify import VerifyReport
 from keygroup_cli.storage.locations import Location
@@ -42,6 +44,31 @@ def verify_input(
     from keygroup_cli.snapshot.verify import verify_snapshot
 
     return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
+
+
+def check_input(path: str | Path | Location, *, deep: bool = False) -> list[Finding]:
+    """Return ``kg check``'s findings about the input's own files.
+
+    A Flink savepoint or checkpoint gets ``flink.verify.state_file_findings`` (a stat per state file, no
+    state read); with ``deep`` every finding of ``verify_input`` too, less those the stat already made
+    (they are worded alike). A kg snapshot gets nothing without ``deep``.
+
+    Raises:
+        InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
+        UnsupportedFormatError: A format version kg does not read.
+    """
+    from keygroup_cli.flink import is_flink_savepoint
+
+    findings: list[Finding] = []
+    if is_flink_savepoint(path):
+        from keygroup_cli.flink import read_flink_metadata
+        from keygroup_cli.flink.verify import state_file_findings
+
+        findings = state_file_findings(read_flink_metadata(path))
+    if deep:
+        seen = set(findings)
+        findings += [f for f in verify_input(path).findings if f not in seen]
+    return findings
 
 
 def _first_error(report: VerifyReport) -> str | None:
@@ -96,4 +123,4 @@ def require_readable_output(path: Path | FlinkSnapshot) -> None:
         )
 
 
-__all__ = ["require_intact", "require_readable_output", "verify_input"]
+__all__ = ["check_input", "require_intact", "require_readable_output", "verify_input"]

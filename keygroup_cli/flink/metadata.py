@@ -208,11 +208,7 @@ def _parse_body(reader: DataInput, version: int) -> CheckpointMetadata:
             raise _corrupt(reader, f"{reader.remaining} unexpected trailing bytes after the last operator")
         return CheckpointMetadata(version, checkpoint_id, masters, operators)
     # MetadataV4Serializer.deserializeProperties: the rest is one Java-serialized CheckpointProperties.
-    trailer = reader.read_bytes(reader.remaining)
-    if not trailer.startswith(JAVA_SERIALIZATION_MAGIC):
-        raise _corrupt(
-            reader, "Could not deserialize properties: missing or invalid CheckpointProperties trailer"
-        )
+    trailer = _read_properties(reader)
     return CheckpointMetadata(
         version, checkpoint_id, masters, operators, trailer, describe_properties(trailer)
     )
@@ -341,6 +337,250 @@ def _count(reader: DataInput, what: str) -> int:
     if n < 0:
         raise _corrupt(reader, f"negative {what} count {n}")
     return n
+
+
+# -- the V4+ properties trailer: one Java Object Serialization stream --------------------------------------
+
+#: ``java.io.ObjectStreamConstants`` type codes.
+_TC_NULL, _TC_REFERENCE, _TC_CLASSDESC, _TC_OBJECT, _TC_STRING, _TC_ARRAY, _TC_CLASS = range(0x70, 0x77)
+_TC_BLOCKDATA, _TC_ENDBLOCKDATA, _TC_RESET, _TC_BLOCKDATALONG, _TC_EXCEPTION = range(0x77, 0x7C)
+_TC_LONGSTRING, _TC_PROXYCLASSDESC, _TC_ENUM = range(0x7C, 0x7F)
+_BASE_WIRE_HANDLE = 0x7E0000
+_SC_WRITE_METHOD, _SC_SERIALIZABLE, _SC_EXTERNALIZABLE, _SC_BLOCK_DATA = 0x01, 0x02, 0x04, 0x08
+#: Bytes of each primitive field type code.
+_PRIMITIVE_BYTES = {"B": 1, "C": 2, "D": 8, "F": 4, "I": 4, "J": 8, "S": 2, "Z": 1}
+#: Nesting limit for objects inside objects; CheckpointProperties nests three levels.
+_MAX_JAVA_DEPTH = 64
+#: The class ``MetadataV4Serializer.deserializeProperties`` casts the object to.
+PROPERTIES_CLASS = "org.apache.flink.runtime.checkpoint.CheckpointProperties"
+
+
+@dataclass(frozen=True, slots=True)
+class _JavaClass:
+    """A class descriptor of the stream: what the walk needs to skip an instance's field values."""
+
+    name: str
+    flags: int
+    fields: tuple[str, ...]  # one type code per serializable field, in stream order
+    parent: _JavaClass | None
+
+
+def _read_properties(reader: DataInput) -> bytes:
+    """Return the trailer after walking it as ``new ObjectInputStream(dis).readObject()`` reads it.
+
+    Flink reads exactly one object and casts it to ``CheckpointProperties``: a trailer cut anywhere (the
+    stream header included, or absent altogether) fails its restore with an ``EOFException``, another
+    object with a ``ClassCastException``. Flink reads nothing after the object; kg refuses bytes there
+    (as after a V3 file's last operator): a ``_metadata`` that is not exactly one metadata is corrupt.
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_METADATA_TRUNCATED`` (the trailer ends early),
+            ``FLINK_METADATA_CORRUPT`` (not a CheckpointProperties stream, or bytes after it).
+    """
+    start = reader.base + reader.pos
+    trailer = reader.slice(reader.pos, reader.pos + reader.remaining)
+    if JAVA_SERIALIZATION_MAGIC.startswith(trailer[:4]) and len(trailer) < len(JAVA_SERIALIZATION_MAGIC):
+        raise _truncated_trailer(reader, start, len(trailer))
+    if not trailer.startswith(JAVA_SERIALIZATION_MAGIC):
+        raise _corrupt(
+            reader,
+            f"Could not deserialize properties: the CheckpointProperties trailer at byte {start} is not a "
+            "Java serialization stream",
+        )
+    inner = DataInput(trailer, reader.source, start)
+    inner.read_bytes(len(JAVA_SERIALIZATION_MAGIC))
+    try:
+        top = _JavaWalk(inner).read_object(0)
+    except InvalidSnapshotError as exc:
+        if exc.code != "FLINK_TRUNCATED":
+            raise
+        raise _truncated_trailer(reader, start, len(trailer)) from None
+    if not isinstance(top, _JavaObject) or top.cls != PROPERTIES_CLASS:
+        raise _corrupt(reader, f"the properties trailer at byte {start} holds no {PROPERTIES_CLASS}")
+    if not inner.at_end():
+        raise _corrupt(
+            reader,
+            f"{inner.remaining} unexpected trailing bytes after the CheckpointProperties trailer (it ends at "
+            f"byte {inner.base + inner.pos} of {inner.base + len(trailer)})",
+        )
+    reader.read_bytes(len(trailer))
+    return trailer
+
+
+def _truncated_trailer(reader: DataInput, start: int, length: int) -> InvalidSnapshotError:
+    where = (
+        f"the file ends at byte {start}, where its CheckpointProperties trailer starts"
+        if length == 0
+        else f"the CheckpointProperties trailer from byte {start} ends after {length} bytes, inside its "
+        "serialized object"
+    )
+    return InvalidSnapshotError(
+        f"{reader.source}: truncated: {where} (Flink's restore fails with an EOFException)",
+        code="FLINK_METADATA_TRUNCATED",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _JavaObject:
+    """An instance the walk passed over: only its class name is kept."""
+
+    cls: str
+
+
+class _JavaWalk:
+    """Skip Java serialization contents exactly as ``ObjectInputStream`` consumes them, building nothing.
+
+    Keeps the handle table (class descriptors are needed again when a reference names one). Running past
+    the end raises ``FLINK_TRUNCATED`` from ``DataInput``; anything Java would refuse raises
+    ``FLINK_METADATA_CORRUPT``.
+    """
+
+    def __init__(self, reader: DataInput) -> None:
+        self.r = reader
+        self.handles: list[object] = []
+
+    def _bad(self, message: str) -> InvalidSnapshotError:
+        return _corrupt(self.r, f"properties trailer, byte {self.r.base + self.r.pos}: {message}")
+
+    def _assign(self, value: object) -> int:
+        self.handles.append(value)
+        return len(self.handles) - 1
+
+    def _reference(self) -> object:
+        handle = self.r.read_int() - _BASE_WIRE_HANDLE
+        if not 0 <= handle < len(self.handles):
+            raise self._bad(f"invalid handle value {handle + _BASE_WIRE_HANDLE:#x}")
+        return self.handles[handle]
+
+    def read_object(self, depth: int) -> object:
+        """Walk one ``readObject()``; return a ``_JavaClass``, a ``_JavaObject``, a ``str`` or None."""
+        if depth > _MAX_JAVA_DEPTH:
+            raise self._bad("objects nested too deeply")
+        tc = self.r.read_unsigned_byte()
+        while tc == _TC_RESET:
+            self.handles.clear()
+            tc = self.r.read_unsigned_byte()
+        if tc == _TC_NULL:
+            return None
+        if tc == _TC_REFERENCE:
+            return self._reference()
+        if tc in (_TC_CLASSDESC, _TC_PROXYCLASSDESC):
+            return self._new_class(tc, depth)
+        if tc == _TC_STRING:
+            self._assign(None)
+            text = self.r.read_utf()
+            self.handles[-1] = text
+            return text
+        if tc == _TC_LONGSTRING:
+            handle = self._assign(None)
+            length = self.r.read_long()
+            if length < 0:
+                raise self._bad(f"negative string length {length}")
+            text = self.r.read_bytes(min(length, self.r.remaining + 1)).decode("utf-8", "replace")
+            self.handles[handle] = text
+            return text
+        if tc in (_TC_OBJECT, _TC_ENUM, _TC_CLASS, _TC_ARRAY):
+            cls = self._class(depth)
+            if cls is None:
+                raise self._bad(f"type code {tc:#x} without a class descriptor")
+            obj = _JavaObject(cls.name)
+            self._assign(obj)
+            if tc == _TC_OBJECT:
+                self._class_data(cls, depth)
+            elif tc == _TC_ENUM:
+                if not isinstance(self.read_object(depth + 1), str):
+                    raise self._bad(f"enum constant of {cls.name} without a name")
+            elif tc == _TC_ARRAY:
+                self._array(cls, depth)
+            return obj
+        raise self._bad(f"unexpected type code {tc:#04x}")
+
+    def _class(self, depth: int) -> _JavaClass | None:
+        """Walk a ``classDesc``: a new one, a reference to one, or null."""
+        found = self.read_object(depth + 1)
+        if found is not None and not isinstance(found, _JavaClass):
+            raise self._bad("a class descriptor expected")
+        return found
+
+    def _new_class(self, tc: int, depth: int) -> _JavaClass:
+        r = self.r
+        if tc == _TC_PROXYCLASSDESC:
+            handle = self._assign(None)
+            names = [r.read_utf() for _ in range(_count(r, "proxy interface"))]
+            self._annotation(depth)
+            cls = _JavaClass(f"proxy({', '.join(names)})", _SC_SERIALIZABLE, (), self._class(depth))
+            self.handles[handle] = cls
+            return cls
+        name = r.read_utf()
+        r.read_long()  # serialVersionUID
+        handle = self._assign(None)
+        flags = r.read_unsigned_byte()
+        count = r.read_short()
+        if count < 0:
+            raise self._bad(f"negative field count {count} in {name}")
+        fields = []
+        for _ in range(count):
+            code = chr(r.read_unsigned_byte())
+            r.read_utf()  # the field's name
+            if code in "L[":
+                if not isinstance(self.read_object(depth + 1), str):
+                    raise self._bad(f"field of {name} without a type name")
+            elif code not in _PRIMITIVE_BYTES:
+                raise self._bad(f"invalid field type code {code!r} in {name}")
+            fields.append(code)
+        self._annotation(depth)
+        cls = _JavaClass(name, flags, tuple(fields), self._class(depth))
+        self.handles[handle] = cls
+        return cls
+
+    def _class_data(self, cls: _JavaClass, depth: int) -> None:
+        lineage: list[_JavaClass] = []
+        walk: _JavaClass | None = cls
+        while walk is not None:
+            lineage.append(walk)
+            walk = walk.parent
+        for each in reversed(lineage):
+            if each.flags & _SC_EXTERNALIZABLE:
+                if not each.flags & _SC_BLOCK_DATA:
+                    raise self._bad(f"{each.name}: externalizable data without block data framing")
+                self._annotation(depth)
+                continue
+            if not each.flags & _SC_SERIALIZABLE:
+                continue
+            self.r.read_bytes(sum(_PRIMITIVE_BYTES.get(code, 0) for code in each.fields))
+            for code in each.fields:
+                if code in "L[":
+                    self.read_object(depth + 1)
+            if each.flags & _SC_WRITE_METHOD:
+                self._annotation(depth)
+
+    def _array(self, cls: _JavaClass, depth: int) -> None:
+        size = _count(self.r, "array element")
+        if len(cls.name) < 2 or cls.name[0] != "[":
+            raise self._bad(f"array of {cls.name} with {size} elements")
+        element = cls.name[1]
+        if element in _PRIMITIVE_BYTES:
+            self.r.read_bytes(size * _PRIMITIVE_BYTES[element])
+            return
+        for _ in range(size):
+            self.read_object(depth + 1)
+
+    def _annotation(self, depth: int) -> None:
+        """Walk block data and objects up to ``TC_ENDBLOCKDATA`` (class and writeObject annotations)."""
+        r = self.r
+        while True:
+            tc = r.slice(r.pos, r.pos + 1)
+            if tc == bytes((_TC_ENDBLOCKDATA,)):
+                r.read_unsigned_byte()
+                return
+            if tc == bytes((_TC_BLOCKDATA,)):
+                r.read_unsigned_byte()
+                r.read_bytes(r.read_unsigned_byte())
+            elif tc == bytes((_TC_BLOCKDATALONG,)):
+                r.read_unsigned_byte()
+                r.read_bytes(_count(r, "block data byte"))
+            else:
+                self.read_object(depth + 1)
 
 
 #: ``SnapshotType.getName()`` values, longest first so "Full Checkpoint" wins over "Checkpoint".
