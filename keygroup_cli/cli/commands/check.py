@@ -121,10 +121,10 @@ def command(
     )
     summary = summarize(resolve_input(out, path, job).path, read_states=False)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
-    if deep:
-        from keygroup_cli.integrity import verify_input
+    from keygroup_cli.integrity import check_input
 
-        findings = [*findings, *verify_input(summary.path).findings]
+    # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
+    findings = [*findings, *check_input(summary.path, deep=deep)]
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
