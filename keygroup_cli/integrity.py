@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
-from keygroup_cli.snapshot.verify import VerifyReport
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
     from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.snapshot.verify import VerifyReport
 
 OnProgress = Callable[[str, int, "int | None"], None]
 
@@ -49,9 +49,9 @@ def verify_input(
 def check_input(path: str | Path | Location, *, deep: bool = False) -> list[Finding]:
     """Return ``kg check``'s findings about the input's own files.
 
-    A Flink savepoint or checkpoint gets ``flink.verify.state_file_findings`` (a stat per state file, no
-    state read); with ``deep`` every finding of ``verify_input`` too, less those the stat already made
-    (they are worded alike). A kg snapshot gets nothing without ``deep``.
+    A Flink savepoint or checkpoint gets ``flink.state_files.state_file_findings`` (a stat per state file,
+    no state read, no pyarrow); with ``deep`` every finding of ``verify_input`` too, less those the stat
+    already made (they are worded alike). A kg snapshot gets nothing without ``deep``.
 
     Raises:
         InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
@@ -62,7 +62,7 @@ def check_input(path: str | Path | Location, *, deep: bool = False) -> list[Find
     findings: list[Finding] = []
     if is_flink_savepoint(path):
         from keygroup_cli.flink import read_flink_metadata
-        from keygroup_cli.flink.verify import state_file_findings
+        from keygroup_cli.flink.state_files import state_file_findings
 
         findings = state_file_findings(read_flink_metadata(path))
     if deep:

@@ -18,17 +18,12 @@ map, and returns one ``Finding`` per problem instead of raising:
 
 A ``_metadata`` that does not parse still raises (``InvalidSnapshotError``), as every command does.
 
-``state_file_findings`` is the cheap part alone, for ``kg check`` without ``--deep``: every file
-``_metadata`` references exists, is a readable regular file and has the size its handles need, and every
-offset lies inside its stream. One ``stat`` per local file, one listing per object-store prefix; no state
-byte is read. Its findings are the ones the deep walk reports for the same problems, word for word.
+The cheap part alone (files, sizes, offsets) is ``flink.state_files.state_file_findings``, ``kg check``'s
+gate; both word the same problem alike.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
@@ -38,15 +33,15 @@ import numpy as np
 
 from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, local_path, read_flink_metadata
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
+from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle
 from keygroup_cli.flink.keyed_decode import decode_block_batch, decode_block_columns
 from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
 from keygroup_cli.flink.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.metadata import OperatorState, SubtaskState
+from keygroup_cli.flink.metadata import OperatorState
 from keygroup_cli.flink.operator_state import decode_operator_file
 from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.flink.state_files import offsets_finding, size_finding
 from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
@@ -193,7 +188,7 @@ def _keyed_stream(
     With ``blocks=False`` only the size, range, header and offsets: no block is read.
     """
     where = src.source
-    wrong_size = _size_finding(handle.delegate, src.size, where, subject)
+    wrong_size = size_finding(handle.delegate, src.size, where, subject)
     if wrong_size is not None:
         yield wrong_size
     want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
@@ -205,7 +200,7 @@ def _keyed_stream(
             f"assigns [{want.start}, {want.end}] to subtask {index} of {op.parallelism} "
             f"(maxParallelism {op.max_parallelism})",
         )
-    outside = _offsets_finding(handle, src.size, where, subject)
+    outside = offsets_finding(handle, src.size, where, subject)
     if outside is not None:
         yield outside
         return
@@ -371,10 +366,10 @@ def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
 def _operator_stream(handle: OperatorStateHandle, src: StreamSource, subject: str) -> Iterator[Finding | int]:
     """Yield findings and element counts for one operator-state stream."""
     where = src.source
-    wrong_size = _size_finding(handle.delegate, src.size, where, subject)
+    wrong_size = size_finding(handle.delegate, src.size, where, subject)
     if wrong_size is not None:
         yield wrong_size
-    outside = _offsets_finding(handle, src.size, where, subject)
+    outside = offsets_finding(handle, src.size, where, subject)
     if outside is not None:
         yield outside
         return
@@ -405,188 +400,8 @@ def _operator_stream(handle: OperatorStateHandle, src: StreamSource, subject: st
     yield table.num_rows
 
 
-def _size_finding(delegate: h.StreamHandle | None, size: int, where: str, subject: str) -> Finding | None:
-    """``FLINK_STATE_FILE_SIZE`` if a stream's bytes differ from its handle's."""
-    recorded = stream_size(delegate)
-    if recorded == size:
-        return None
-    return _finding("FLINK_STATE_FILE_SIZE", subject, f"{where}: {size} bytes, its handle records {recorded}")
-
-
-def _offsets_finding(
-    handle: KeyGroupsHandle | OperatorStateHandle, size: int, where: str, subject: str
-) -> Finding | None:
-    """The first offset outside a stream of ``size`` bytes, as a finding.
-
-    A key group's block starts inside the stream (``FLINK_KEY_GROUP_OFFSETS``; offset 0 is "no data");
-    an operator-state element starts after the header, at most at the end (``FLINK_OPERATOR_STATE_CORRUPT``).
-    """
-    if isinstance(handle, KeyGroupsHandle):
-        for i, off in enumerate(handle.offsets):
-            if off != 0 and not 0 < off < size:
-                return _finding(
-                    "FLINK_KEY_GROUP_OFFSETS",
-                    subject,
-                    f"{where}: key group {handle.key_group_start + i} at offset {off} is outside the stream "
-                    f"({size} bytes)",
-                )
-        return None
-    bad = [o for e in handle.states for o in e.offsets if not 0 < o <= size]
-    if not bad:
-        return None
-    return _finding(
-        "FLINK_OPERATOR_STATE_CORRUPT",
-        subject,
-        f"{where}: element offset {bad[0]} outside the stream ({size} bytes)",
-    )
-
-
-def state_file_findings(savepoint: FlinkSnapshot) -> list[Finding]:
-    """Check every file ``_metadata`` references without reading it: ``kg check``'s gate.
-
-    Each file must exist, be a regular file kg can open, and have the size its handle records (a segment:
-    ``start + size`` within its file), and every key-group and operator-state offset must lie inside its
-    stream: what ``kg inspect``, ``kg verify`` and ``kg rescale`` refuse, Flink's restore fails on too.
-    Locally that is one ``stat`` (and one ``open``) per file; on an object store one listing per prefix
-    (readability cannot be known there before a read). Keyed, operator-state and unaligned-checkpoint
-    channel-state handles are checked, nested changelog and RocksDB (shared, private, metadata) files too.
-
-    Returns:
-        ``FLINK_STATE_FILE_MISSING``, ``FLINK_STATE_FILE_UNREADABLE``, ``FLINK_STATE_FILE_SIZE``,
-        ``FLINK_KEY_GROUP_OFFSETS`` and ``FLINK_OPERATOR_STATE_CORRUPT`` errors, worded as ``verify_flink``
-        words them; ``FLINK_NOT_VERIFIED`` warnings for files on a file system kg cannot reach.
-    """
-    sizes = _FileSizes()
-    findings: dict[Finding, None] = {}  # a file several handles share is reported once per subtask
-    for op in savepoint.metadata.operators:
-        for sub in op.subtasks:
-            subject = f"{op.label} subtask {sub.index}"
-            for owner, stream in _streams(sub):
-                findings.update(
-                    dict.fromkeys(_stream_findings(owner, stream, savepoint.directory, sizes, subject))
-                )
-    return list(findings)
-
-
-_Owner = KeyGroupsHandle | OperatorStateHandle | None
-
-
-def _streams(sub: SubtaskState) -> Iterator[tuple[_Owner, h.StreamHandle | None]]:
-    """Yield every stream handle of a subtask, each with the handle whose offsets point into it."""
-    for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
-        if op_handle is not None:
-            yield op_handle, op_handle.delegate
-    for keyed in (sub.managed_keyed_state, sub.raw_keyed_state):
-        yield from _keyed_streams(keyed)
-    for channel in (*sub.input_channel_state, *sub.result_subpartition_state):
-        yield None, channel.delegate
-
-
-def _keyed_streams(keyed: h.KeyedHandle | None) -> Iterator[tuple[_Owner, h.StreamHandle | None]]:
-    if isinstance(keyed, KeyGroupsHandle):
-        yield keyed, keyed.delegate
-    elif isinstance(keyed, h.IncrementalKeyedHandle):
-        yield None, keyed.metadata
-        for file in (*keyed.shared, *keyed.private):
-            yield None, file.handle
-    elif isinstance(keyed, h.ChangelogBackendHandle):
-        for nested in (*keyed.materialized, *keyed.non_materialized):
-            yield from _keyed_streams(nested)
-    elif isinstance(keyed, h.ChangelogStreamHandle):
-        for _offset, stream in keyed.handles:
-            yield None, stream
-
-
-def _stream_findings(
-    owner: _Owner,
-    stream: h.StreamHandle | None,
-    directory: Path | Location,
-    sizes: _FileSizes,
-    subject: str,
-) -> list[Finding]:
-    while isinstance(stream, KeyGroupsHandle):  # a legacy key-groups handle nested as a stream handle
-        owner, stream = stream, stream.delegate
-    if stream is None or isinstance(stream, h.EmptySegmentFileHandle):
-        size = 0
-        where = "<empty>"
-    elif isinstance(stream, h.ByteStreamHandle):
-        size = stream.size
-        where = f"inline state {stream.handle_name}"
-    else:
-        try:
-            path = local_path(stream, directory)
-        except UnsupportedFormatError as exc:
-            return [_finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)]
-        except InvalidSnapshotError as exc:  # a handle leading outside the savepoint
-            return [_finding("FLINK_STATE_FILE_UNREADABLE", subject, exc.message)]
-        assert path is not None  # only inline and empty handles have none
-        where = str(path)
-        total = sizes.size_of(path)
-        if isinstance(total, tuple):
-            return [_finding(total[0], subject, total[1])]
-        size = total
-        if isinstance(stream, h.SegmentFileHandle):
-            # As StreamSource reads a segment: the part of [start, start + size) the file holds.
-            size = max(0, min(stream.size, total - min(max(stream.start_pos, 0), total)))
-    found = [_size_finding(stream, size, where, subject)]
-    if owner is not None:
-        found.append(_offsets_finding(owner, size, where, subject))
-    return [f for f in found if f is not None]
-
-
-#: Why a state file has no size: a finding code and its message.
-_Problem = tuple[str, str]
-
-
-class _FileSizes:
-    """Each state file's size, or why it has none: one look per local file, one listing per prefix."""
-
-    def __init__(self) -> None:
-        self._local: dict[Path, int | _Problem] = {}
-        self._listings: dict[str, dict[str, int]] = {}
-
-    def size_of(self, path: Path | Location) -> int | _Problem:
-        if isinstance(path, Location):
-            if path.local_path is None:
-                return self._remote(path)
-            path = path.local_path
-        if path not in self._local:
-            self._local[path] = _local_size(path)
-        return self._local[path]
-
-    def _remote(self, path: Location) -> int | _Problem:
-        parent = path.parent
-        if parent.uri not in self._listings:
-            # Direct children are what this needs; a recursive listing of a prefix is one listing too.
-            self._listings[parent.uri] = dict(parent.walk_files())
-        size = self._listings[parent.uri].get(path.name)
-        if size is None:
-            return "FLINK_STATE_FILE_MISSING", f"{path}: state file is missing"
-        return size
-
-
-def _local_size(path: Path) -> int | _Problem:
-    """Return the size of a local state file kg can open, else why not (worded as ``StreamSource``'s)."""
-    unreadable = "FLINK_STATE_FILE_UNREADABLE"
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return "FLINK_STATE_FILE_MISSING", f"{path}: state file is missing"
-    except OSError as exc:
-        return unreadable, f"{path}: cannot read state file: {exc.strerror}"
-    if not stat.S_ISREG(info.st_mode):
-        why = os.strerror(errno.EISDIR) if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        return unreadable, f"{path}: cannot read state file: {why}"
-    try:
-        # Permissions, ACLs: only opening tells (root opens a chmod 000 file, as a Flink run as root would).
-        os.close(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
-    except OSError as exc:
-        return unreadable, f"{path}: cannot read state file: {exc.strerror}"
-    return info.st_size
-
-
 def _finding(code: str, subject: str, message: str, *, severity: Severity = Severity.ERROR) -> Finding:
     return Finding(code, severity, subject, message)
 
 
-__all__ = ["MAX_FINDINGS_PER_STREAM", "state_file_findings", "verify_flink"]
+__all__ = ["MAX_FINDINGS_PER_STREAM", "verify_flink"]

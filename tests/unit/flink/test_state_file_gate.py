@@ -18,7 +18,8 @@ import pytest
 from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.verify import state_file_findings, verify_flink
+from keygroup_cli.flink.state_files import state_file_findings
+from keygroup_cli.flink.verify import verify_flink
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 HEAP_P3 = FLINK_FIXTURES / "2.3" / "heap-files-p3-maxp128-long"
