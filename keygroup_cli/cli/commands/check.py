@@ -110,8 +110,10 @@ def command(
 
     Applies Flink's own restore checks (maxParallelism mismatch, parallelism above maxParallelism,
     operators missing from the new job) to every operator Flink judges, stateless ones included, and
-    warns about uneven key-group spreads and Flink's default-maxParallelism trap. Reads only _metadata
-    (with --deep, every state file too, as kg verify); no JVM.
+    warns about uneven key-group spreads and Flink's default-maxParallelism trap. Without -m it models
+    a job that sets no maxParallelism (pass --job-uids to settle whether Flink adopts the state's).
+    Reads _metadata to its last byte and stats every state file it names (with --deep, decodes every
+    state file too, as kg verify); no JVM.
     """
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
