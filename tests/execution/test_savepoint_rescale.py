@@ -20,7 +20,6 @@ from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import read_flink_metadata, savepoint_writer
 from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.keygroups import key_group_range_for_operator_index
-from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.execution.snapshots import tree_digest
 
@@ -43,17 +42,9 @@ def _same_state(original_kg: Path, savepoint: Path, tmp_path: Path) -> None:
     back = tmp_path / "back.kg"
     savepoint_to_snapshot(savepoint, back)
     diff = diff_snapshots(original_kg, back)
-    # kg's savepoints leave out operators that hold no state of any kind (Flink restores a missing
-    # operator as an empty one, but would check a listed one's maxParallelism): only those may differ.
-    manifest = open_snapshot(original_kg).manifest
+    # Every operator is in the rescaled savepoint, those without state too, with the same state.
     for op in diff.operators:
-        if op.presence == "only_in_a":
-            gone = manifest.operator(op.operator_id)
-            assert gone is not None and not gone.keyed_files and not gone.operator_files, (
-                f"operator {op.label!r} with state is missing from the rescaled savepoint"
-            )
-        else:
-            assert op.same, op
+        assert op.same, op
 
 
 def _stateless(savepoint: Path) -> set[str]:
@@ -110,12 +101,11 @@ def test_from_keeps_operators_at_other_parallelism(tmp_path):
     )
     written = {op.operator_id: op.parallelism for op in read_flink_metadata(result.output).metadata.operators}
     source = FIXTURES / "heap-files-p3-maxp128-long"
-    assert set(written) == {op.operator_id for op in read_flink_metadata(source).metadata.operators} - (
-        _stateless(source)
-    )
+    # Every operator is written, stateless ones too (a job that sets no maxParallelism needs them).
+    assert set(written) == {op.operator_id for op in read_flink_metadata(source).metadata.operators}
+    assert _stateless(source)
     for op in read_flink_metadata(source).metadata.operators:
-        if op.operator_id in written:
-            assert written[op.operator_id] == (4 if op.parallelism == 3 else op.parallelism)
+        assert written[op.operator_id] == (4 if op.parallelism == 3 else op.parallelism)
 
 
 def test_a_new_max_parallelism_reaches_operators_from_leaves_behind(originals, tmp_path):
