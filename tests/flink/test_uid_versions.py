@@ -187,6 +187,7 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
     # Every layout of the support matrix: kg's inspect and check, a rescale of every operator to p 4
     # (same maxParallelism) and one of keyed-long to p 4 / maxP 256, each restored by this version.
     kg: dict[str, str] = {}
+    checked: dict[str, Path] = {}
     for layout, case in LAYOUTS.items():
         source = uid_case(version, case)
         kg[f"{layout}/inspect"] = _cli_code(["inspect", str(source)])
@@ -209,6 +210,9 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
             own = _relocated(own, root / f"{layout}-relocated")
         backend = "rocksdb" if "rocksdb" in case else None
         requests[f"{layout}/own-p4"] = UidRestoreRequest(own, ALL_P4, OWN_M, backend=backend)
+        requests[f"{layout}/own-p4/none"] = UidRestoreRequest(own, ALL_P4, {}, backend=backend)
+        # kg check judges the checkpoint itself, not the copy relocated for Flink's reference restore.
+        checked[f"{layout}/own-p4"] = checked[f"{layout}/own-p4/none"] = source
     # kg's outputs as kg wrote them before (operators without state left out): a job that sets no
     # maxParallelism refuses them (keyed-string's state at 10, keyed-long's at 256, Flink's default 128).
     for cell in ("rescale", "maxp"):
@@ -225,7 +229,10 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
         assert dump["flinkVersion"] == version
     uids_file = root / "job-uids.txt"
     uids_file.write_text("\n".join(JOB_UIDS) + "\n", encoding="utf-8")
-    checks = {name: _gate(request, uids_file) for name, request in requests.items()}
+    checks = {
+        name: _gate(replace(request, savepoint=checked.get(name, request.savepoint)), uids_file)
+        for name, request in requests.items()
+    }
     return Run(version, savepoints, dict(zip(requests, dumps, strict=True)), kg, checks)
 
 
@@ -474,6 +481,19 @@ def test_every_layout_is_inspected_checked_and_rescaled_into_what_flink_restores
     run: Run, layout: str
 ) -> None:
     assert {cell: _cell(run, layout, cell) for cell in CELLS} == dict.fromkeys(CELLS, "yes")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_flinks_own_savepoint_restores_in_a_job_that_sets_none_and_kg_check_agrees(
+    run: Run, layout: str
+) -> None:
+    # Flink lists every operator of the job, so a job that sets no maxParallelism adopts the state's
+    # (keyed-string's 10, not its default 128 at p 4) for every chain: the same keys as a job that sets it.
+    assert_uid_job_restored(run.dumps[f"{layout}/own-p4/none"], ALL_P4, OWN_M)
+    assert run.dumps[f"{layout}/own-p4/none"]["keyed"] == run.dumps[f"{layout}/own-p4"]["keyed"]
+    # kg check, told the new job's operators, says so; told the chains' maxParallelism, too.
+    assert run.checks[f"{layout}/own-p4/none"] == (0, [])
+    assert run.checks[f"{layout}/own-p4"] == (0, [])
 
 
 def render_support_matrix(runs: Mapping[str, Run]) -> str:
