@@ -44,9 +44,11 @@ from keygroup_cli.cli import cli
 from keygroup_cli.errors import KgError
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import find_metadata, local_path, read_flink_metadata
+from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.flink.handles import FileHandle, IncrementalKeyedHandle, LocalHandle
 from keygroup_cli.flink.metadata import parse_metadata
 from keygroup_cli.flink.metadata_writer import write_metadata
+from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.keygroups import operator_id_for_uid
 from tests.flink.harness import (
     UID_JOB_VERSIONS,
@@ -213,6 +215,17 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
         requests[f"{layout}/own-p4/none"] = UidRestoreRequest(own, ALL_P4, {}, backend=backend)
         # kg check judges the checkpoint itself, not the copy relocated for Flink's reference restore.
         checked[f"{layout}/own-p4"] = checked[f"{layout}/own-p4/none"] = source
+    # The kg-snapshot route: the savepoint as a kg snapshot, keyed-long rescaled there, written back.
+    savepoint_to_snapshot(original, root / "snapshot.kg")
+    rescale(
+        root / "snapshot.kg", root / "snapshot-m256.kg", 4, operators=["keyed-long"], new_max_parallelism=256
+    )
+    snapshot_to_savepoint(root / "snapshot-m256.kg", root / "from-snapshot")
+    for config in CONFIGS:
+        savepoints[f"from-snapshot/{config}"] = root / "from-snapshot"
+        requests[f"from-snapshot/{config}"] = UidRestoreRequest(
+            root / "from-snapshot", NEW_P, NEW_M if config == "sets" else {}
+        )
     # kg's outputs as kg wrote them before (operators without state left out): a job that sets no
     # maxParallelism refuses them (keyed-string's state at 10, keyed-long's at 256, Flink's default 128).
     for cell in ("rescale", "maxp"):
@@ -481,6 +494,20 @@ def test_every_layout_is_inspected_checked_and_rescaled_into_what_flink_restores
     run: Run, layout: str
 ) -> None:
     assert {cell: _cell(run, layout, cell) for cell in CELLS} == dict.fromkeys(CELLS, "yes")
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_savepoint_written_from_a_rescaled_kg_snapshot_restores_whichever_way_the_job_sets_max_parallelism(
+    run: Run, config: str
+) -> None:
+    # savepoint -> kg snapshot -> keyed-long to p 4 / maxP 256 -> savepoint: every operator written back,
+    # keyed-long's stateless chain mates at 256 with it.
+    assert_uid_job_restored(run.dumps[f"from-snapshot/{config}"], NEW_P, NEW_M)
+    assert run.checks[f"from-snapshot/{config}"] == (0, [])
+    written = read_flink_metadata(run.savepoints[f"from-snapshot/{config}"]).metadata
+    assert {op.operator_id: op.max_parallelism for op in written.operators} == {
+        operator_id_for_uid(uid): 256 if "long" in uid else 10 if "string" in uid else 128 for uid in JOB_UIDS
+    }
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
