@@ -1,8 +1,8 @@
 """A real ZooKeeper server and a real Flink 2.3 JobManager with ZooKeeper HA, for tests/ha.
 
-- ``ZooKeeperServer``: Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``; ``.ci/run``
-  installs it) started on 127.0.0.1, a free port and a temp data dir, with ``tickTime=500`` so sessions
-  may be as short as 1 s.
+- ``ZooKeeperServer``: the ZooKeeper 3.7 server Flink ships shaded in ``flink-dist`` (the ``[test]`` extra's
+  ``apache-flink-libraries``, so the README's test command needs no install step of its own) started on
+  127.0.0.1, a free port and a temp data dir, with ``tickTime=500`` so sessions may be as short as 1 s.
 - ``HaJobProcess``: ``kg.fixtures.HaJob`` (fixtures/java) in its own JVM; ``halt()`` ends it with
   ``Runtime.halt``, a JobManager crash that closes no ZooKeeper session.
 - ``tree``: every znode under a path with its ``mzxid``, data digest and ephemeral owner, to prove kg
@@ -28,9 +28,25 @@ from click.testing import CliRunner
 
 from keygroup_cli.cli import run
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-SLF4J_NOP = Path("/usr/share/java/slf4j-nop.jar")
-INSTALL_HINT = "apt-get install -y zookeeper (Debian's package; .ci/run installs it when missing)"
+#: flink-dist's shaded ZooKeeper server (``org.apache.zookeeper`` relocated under Flink's shaded prefix).
+ZOOKEEPER_MAIN = "org.apache.flink.shaded.zookeeper3.org.apache.zookeeper.server.quorum.QuorumPeerMain"
+INSTALL_HINT = "install kg's [test] extra (apache-flink-libraries carries flink-dist and its ZooKeeper)"
+
+
+def flink_dist_classpath() -> str:
+    """Return ``<pyflink>/lib/*``, the installed Flink jars, whose flink-dist carries a ZooKeeper server.
+
+    Raises:
+        HaHarnessError: pyflink (``apache-flink-libraries``) or its flink-dist jar is missing.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyflink")
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    lib = next((Path(p) / "lib" for p in locations if any((Path(p) / "lib").glob("flink-dist-*.jar"))), None)
+    if lib is None:
+        raise HaHarnessError(f"no flink-dist jar (pyflink/lib); {INSTALL_HINT}")
+    return f"{lib}/*"
 
 
 class HaHarnessError(RuntimeError):
@@ -47,8 +63,7 @@ class ZooKeeperServer:
     """A standalone ZooKeeper on 127.0.0.1 (``QuorumPeerMain`` with a generated ``zoo.cfg``)."""
 
     def __init__(self, workdir: Path) -> None:
-        if not ZOOKEEPER_JAR.is_file():
-            raise HaHarnessError(f"no ZooKeeper server ({ZOOKEEPER_JAR}); {INSTALL_HINT}")
+        classpath = flink_dist_classpath()
         if shutil.which("java") is None:
             raise HaHarnessError("the HA tests need `java` (Java 17) on PATH")
         self.port = free_port()
@@ -64,16 +79,17 @@ class ZooKeeperServer:
             "maxSessionTimeout=60000\n"
             "admin.enableServer=false\n"
         )
-        classpath = f"{ZOOKEEPER_JAR}:{SLF4J_NOP}" if SLF4J_NOP.is_file() else str(ZOOKEEPER_JAR)
         self._log = open(workdir / "zookeeper.log", "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [
                 "java",
                 "-Xmx128m",
                 "-XX:+UseSerialGC",
+                # flink-dist's log4j finds no configuration: keep its own status chatter out of the log.
+                "-Dlog4j2.statusLoggerLevel=ERROR",
                 "-cp",
                 classpath,
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                ZOOKEEPER_MAIN,
                 str(cfg),
             ],
             stdout=self._log,
