@@ -22,7 +22,6 @@ from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.javahash import hash_code
 from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
 from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.snapshot.manifest import MANIFEST_NAME
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (
     CASES,
@@ -82,17 +81,18 @@ def _rescaled_snapshot(case: str, kg_dir: Path, out: Path, parallelism: int, max
     if max_p is None:
         rescale(kg_dir, out, parallelism, operators=[o.operator_id for o in ops], engine="local")
         return out
-    # maxParallelism is per operator state, and Flink checks it for every operator of the job. The
-    # engine re-hashes keyed operators; operators without keyed state only take the new value.
-    keyed = [o.operator_id for o in ops if o.keyed_files]
-    step = out.with_name(out.name + "-keyed")
-    rescale(kg_dir, step, parallelism, operators=keyed, new_max_parallelism=max_p, engine="local")
-    rest = [o.operator_id for o in ops if not o.keyed_files]
-    rescale(step, out, parallelism, operators=rest, engine="local")
-    document = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-    for op in document["operators"]:
-        op["max_parallelism"] = max_p
-    (out / MANIFEST_NAME).write_text(json.dumps(document), encoding="utf-8")
+    # maxParallelism is per operator state, and Flink checks it for every operator of the job: the
+    # operators at the job's parallelism move to the new one, every operator (the source at 1 too) to the
+    # new maxParallelism, keyed ones re-hashed.
+    rescale(
+        kg_dir,
+        out,
+        parallelism,
+        from_parallelism=job["parallelism"],
+        new_max_parallelism=max_p,
+        engine="local",
+    )
+    assert {op.max_parallelism for op in open_snapshot(out).manifest.operators} == {max_p}
     return out
 
 
