@@ -489,6 +489,11 @@ class UidRestoreRequest:
     #: The restoring job's state backend (``"rocksdb"`` for RocksDB NATIVE / incremental snapshots);
     #: None keeps the cluster's hashmap.
     backend: str | None = None
+    #: Uids left out of the restoring job: a keyed uid takes its chain (drop filter, sink) along, a
+    #: stateless one (``"string-sink"``) goes alone. Empty: the job as generated.
+    drop: Sequence[str] = ()
+    #: Keyed uid -> uid of a new stateless map chained right after it (between it and its drop filter).
+    add_stateless: Mapping[str, str] | None = None
 
     def to_json(self, out: Path) -> dict[str, Any]:
         doc = {
@@ -501,6 +506,10 @@ class UidRestoreRequest:
         }
         if self.backend is not None:
             doc["backend"] = self.backend
+        if self.drop:
+            doc["drop"] = list(self.drop)
+        if self.add_stateless:
+            doc["add_stateless"] = dict(self.add_stateless)
         return doc
 
 
