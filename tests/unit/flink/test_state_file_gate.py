@@ -9,8 +9,12 @@ gate reads no state byte, and words each problem as the deep walk (``verify_flin
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -79,16 +83,42 @@ def test_a_directory_in_place_of_a_file_is_unreadable(tmp_path: Path) -> None:
     assert finding in _deep(sp)
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root opens a chmod 000 file")
 def test_a_file_without_read_permission_is_unreadable(tmp_path: Path) -> None:
-    sp = _copy(tmp_path)
-    (sp / KEYED_FILE).chmod(0)
+    # Root reads a chmod 000 file, so as root the gate runs in a real unprivileged process (setpriv, user
+    # nobody) over a copy it may traverse; otherwise in this one.
+    root = tmp_path
+    if os.geteuid() == 0:
+        root = Path(tempfile.mkdtemp(prefix="kg-unreadable-"))
+        root.chmod(0o755)
     try:
-        (finding,) = _gate(sp)
+        sp = _copy(root)
+        (sp / KEYED_FILE).chmod(0)
+        if os.geteuid() == 0:
+            code = (
+                "import json, sys\n"
+                "from keygroup_cli.flink import read_flink_metadata\n"
+                "from keygroup_cli.flink.state_files import state_file_findings\n"
+                "findings = state_file_findings(read_flink_metadata(sys.argv[1]))\n"
+                "print(json.dumps([[f.code, f.message] for f in findings]))\n"
+            )
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+            done = subprocess.run(
+                [*command, "-c", code, str(sp)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).resolve().parents[3],
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+            )
+            found = [tuple(f) for f in json.loads(done.stdout)]
+        else:
+            found = [(f.code, f.message) for f in _gate(sp)]
     finally:
-        (sp / KEYED_FILE).chmod(0o644)
-    assert finding.code == "FLINK_STATE_FILE_UNREADABLE"
-    assert finding.message == f"{sp / KEYED_FILE}: cannot read state file: Permission denied"
+        if root is not tmp_path:
+            shutil.rmtree(root)
+    assert found == [
+        ("FLINK_STATE_FILE_UNREADABLE", f"{sp / KEYED_FILE}: cannot read state file: Permission denied")
+    ]
 
 
 def test_a_truncated_keyed_file(tmp_path: Path) -> None:
