@@ -48,6 +48,7 @@ from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.convert import check_convertible, check_destination, key_types
+from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.handles import OperatorStateHandle, RelativeFileHandle
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 from keygroup_cli.flink.metadata import CheckpointMetadata
@@ -193,6 +194,12 @@ def rescale_savepoint(
             with_state=operators_with_state(savepoint),
         )
         targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
+        # A partially finished operator keeps a finished subtask, one that gets no state: refused before
+        # any keyed file is written where none is left (flink.finished).
+        new_rows = {
+            o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
+        }
+        require_finished_kept(savepoint.metadata.operators, targets, new_rows)
         copied: dict[str, tuple[int, ...]] = {}
         keyed_rows: dict[str, tuple[int, ...]] = {}
         keyed_executor = executor

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.convert import EXTENSION, METADATA_FILE, ConvertResult, OnProgress, _noop, _unb64
+from keygroup_cli.flink.finished import finished_before, finished_markers
 from keygroup_cli.flink.handles import (
     ByteStreamHandle,
     KeyGroupsHandle,
@@ -189,8 +190,12 @@ def snapshot_to_savepoint(
     keyed_rows = operator_rows = keyed_count = operator_count = size = 0
     compressed_any: bool | None = None
     operators: list[OperatorState] = []
+    # Refuse before writing anything what the rows in hand already show (keyed files that ``regroup``
+    # writes are counted once written, below).
+    _finished_markers(state, None)
     with staged_directory(dest) as staging:
         regrouped = regroup(staging) if regroup is not None else {}
+        markers = _finished_markers(state, regrouped)
         for op in manifest.operators:
             where = f"{state.label}: operator {op.label!r}"
             ext = _extension(op.extensions, where)
@@ -211,8 +216,16 @@ def snapshot_to_savepoint(
             tables = {i: state.operator_table(f) for i, f in op_by_subtask.items()}
             tables = _collapse_union_state(op, tables, where)
             subtasks: list[SubtaskState] = []
-            for index in range(op.parallelism):
+            fully_finished = bool(ext.get("fully_finished"))
+            for index in range(0 if fully_finished else op.parallelism):
                 keyed_handle = op_handle = None
+                if index in markers.get(op.operator_id, ()):
+                    # FinishedOperatorSubtaskState: no state (this subtask gets none) and no file.
+                    subtasks.append(SubtaskState(index, finished=True))
+                    _discard(regrouped.get(op.operator_id), index, staging, keyed_root)
+                    done += 1
+                    report("convert", done, total)
+                    continue
                 if op.operator_id in regrouped and not keyed_ext:
                     spliced = regrouped[op.operator_id][index]
                     keyed_handle = spliced.handle
@@ -244,19 +257,17 @@ def snapshot_to_savepoint(
                     operator_rows += rows
                     operator_count += 1
                     size += nbytes
-                finished = same_p and index in ext.get("finished_subtasks", [])
                 subtasks.append(
-                    SubtaskState(
-                        index,
-                        finished=finished,
-                        managed_operator_state=op_handle,
-                        managed_keyed_state=keyed_handle,
-                    )
+                    SubtaskState(index, managed_operator_state=op_handle, managed_keyed_state=keyed_handle)
                 )
                 done += 1
                 report("convert", done, total)
-            coordinator = ext.get("coordinator_state")
-            fully_finished = bool(ext.get("fully_finished")) and same_p
+            # A fully finished operator stays FullyFinishedOperatorState at any parallelism: Flink deploys
+            # every subtask of its vertex FINISHED_ON_RESTORE (flink.finished), as its own rescale does.
+            coordinator = None if fully_finished else ext.get("coordinator_state")
+            if fully_finished:
+                done += op.parallelism
+                report("convert", done, total)
             operators.append(
                 OperatorState(
                     operator_id=op.operator_id,
@@ -298,6 +309,45 @@ def snapshot_to_savepoint(
         compressed_any,
         metadata,
     )
+
+
+def _finished_markers(
+    state: StateSource, regrouped: Mapping[str, Sequence[RegroupedFile]] | None
+) -> dict[str, tuple[int, ...]]:
+    """Return, by operator id, the subtasks to write as finished (``flink.finished.finished_markers``).
+
+    A subtask gets state if its keyed or operator-state rows are not empty: rows of the snapshot's files,
+    or key groups with data in ``regroup``'s files. With ``regrouped`` None those files are not written
+    yet and count as empty, so that call refuses only what the final one (with them) refuses too.
+
+    Raises:
+        InvalidArgumentError: ``FINISHED_SUBTASK_NOT_KEPT``.
+    """
+    markers: dict[str, tuple[int, ...]] = {}
+    for op in state.manifest.operators:
+        ext = op.extensions.get(EXTENSION)
+        if not isinstance(ext, dict) or not (finished := finished_before(ext)):
+            continue
+        keyed_rows = {f.subtask: f.rows for f in op.keyed_files}
+        if regrouped and op.operator_id in regrouped and not ext.get("keyed"):
+            keyed_rows = {f.subtask: f.key_groups_with_data for f in regrouped[op.operator_id]}
+        op_rows = {f.subtask: f.rows for f in op.operator_files}
+        receives = [keyed_rows.get(i, 0) > 0 or op_rows.get(i, 0) > 0 for i in range(op.parallelism)]
+        markers[op.operator_id] = finished_markers(
+            op.label, finished, receives, max_parallelism=op.max_parallelism
+        )
+    return markers
+
+
+def _discard(
+    files: Sequence[RegroupedFile] | None, index: int, staging: Path, keyed_root: str | None
+) -> None:
+    """Remove the (empty) keyed file ``regroup`` wrote for a subtask that is written as finished."""
+    if files is None or keyed_root is not None:
+        return
+    delegate = files[index].handle.delegate
+    if isinstance(delegate, RelativeFileHandle):
+        (staging / delegate.relative_path).unlink(missing_ok=True)
 
 
 def _verify_written(

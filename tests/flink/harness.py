@@ -575,3 +575,50 @@ def assert_uid_job_restored(
             assert entry["subtask"] == operator_index_for_key_group(
                 max_parallelism[op], parallelism[op], group
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# FinishedJob (fixtures/java/src/kg/fixtures/FinishedJob.java): savepoints with FINISHED operators
+
+FINISHED_JOB_MAIN = "kg.fixtures.FinishedJob"
+
+
+def run_finished_restores(requests: Sequence[Mapping[str, Any]], workdir: Path, classpath: str) -> list[Dump]:
+    """Restore FinishedJob savepoints in one JVM (``FinishedJob restore``); return the dumps in order.
+
+    A request is FinishedJob's batch entry without ``out``: ``savepoint``, ``job`` (``"fully"`` or
+    ``"partially"``), ``parallelism`` (uid -> p), optional ``added_operator``, ``tag_edge``,
+    ``allow_non_restored_state``, ``timeout_seconds``. A restore Flink refuses is a dump whose ``error``
+    is Flink's message chain (``restore_error``); anything else going wrong raises.
+
+    Raises:
+        FlinkHarnessError: The java process failed, timed out, or could not run a restore.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    outs = [workdir / f"finished-dump-{i:03d}.json" for i in range(len(requests))]
+    batch = workdir / "finished-batch.json"
+    entries = [
+        {**r, "savepoint": str(Path(r["savepoint"]).resolve()), "out": str(o)}
+        for r, o in zip(requests, outs, strict=True)
+    ]
+    batch.write_text(json.dumps(entries, indent=1))
+    cmd = ["java", *JVM_FLAGS, "-cp", classpath, FINISHED_JOB_MAIN, "restore", str(batch)]
+    limit = 60.0 + 30.0 * len(requests)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise FlinkHarnessError(f"FinishedJob timed out after {limit:.0f} s") from exc
+    (workdir / "finished-job.stderr").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise FlinkHarnessError(f"FinishedJob exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    dumps = []
+    for req, out in zip(requests, outs, strict=True):
+        if not out.is_file():
+            raise FlinkHarnessError(f"FinishedJob wrote no dump for {req}:\n{proc.stderr[-4000:]}")
+        dump = json.loads(out.read_text(encoding="utf-8"))
+        if dump.get("batchError"):
+            raise FlinkHarnessError(f"FinishedJob could not run {req}: {dump['error']}")
+        dumps.append(dump)
+    return dumps
