@@ -37,6 +37,10 @@ class Finding:
 
 #: Every finding code kg can emit, sorted, with a one-line meaning (rendered in docs/reference).
 FINDING_CODES: dict[str, str] = {
+    "CHANNEL_STATE_RESCALE": (
+        "An unaligned checkpoint's in-flight data meets a parallelism change; Flink refuses it on edges now "
+        "pointwise or chained."
+    ),
     "DEFAULT_MAX_PARALLELISM_TRAP": "State has the default maxParallelism 128 and the parallelism nears it.",
     "FILE_CHECKSUM_MISMATCH": "A kg snapshot file's xxh64 differs from the manifest's.",
     "FILE_EXTRA": "A kg snapshot operator directory holds a file the manifest does not name.",
@@ -258,7 +262,54 @@ def check_restore(
             if explicit_max is None:
                 findings.extend(_adoption(op, label, new_p, lacking))
             findings.extend(_keyed_warnings(op, label, new_p, explicit_max))
+    findings.extend(check_channel_state(operators, plan))
     return findings
+
+
+def check_channel_state(operators: Sequence[OperatorSummary], plan: RestorePlan) -> list[Finding]:
+    """Warn where an unaligned checkpoint's in-flight data meets a parallelism change.
+
+    Flink (2.3, ``StateAssignmentOperation.reDistributeInputChannelStates`` /
+    ``reDistributeResultSubpartitionStates``) restores channel state at any parallelism of an unchanged
+    job: it maps each exchange's buffers through the new job's ``SubtaskStateMapper`` (keyBy, rebalance,
+    shuffle, global and custom partitioners). It refuses only a changed job: an exchange that holds
+    in-flight data and is now forward or rescale (``UNSUPPORTED``, when either side's parallelism
+    changes) or now chained (at any parallelism). ``_metadata`` records neither partitioners nor chains,
+    so kg cannot tell: one WARNING per operator holding channel state when the plan changes any
+    operator's parallelism (a neighbour's change moves its buffers too); nothing at the old parallelism.
+    Pinned to real Flink by ``tests/flink/test_channel_state.py``.
+    """
+    if not any(o.has_channel_state for o in operators):
+        return []
+    changed = {
+        o.label: (o.parallelism, new_p)
+        for o in operators
+        if (new_p := _lookup(plan.parallelism_for, o) or plan.parallelism or o.parallelism) != o.parallelism
+    }
+    if not changed:
+        return []
+    moves = ", ".join(f"{label} {old} -> {new}" for label, (old, new) in list(changed.items())[:5])
+    moves += f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+    refusals = (
+        'refuses an exchange holding it that is now forward or rescale ("Cannot rescale the given '
+        'pointwise partitioner. Did you change the partitioner to forward or rescale?") or now chained '
+        '("Cannot recover from unaligned checkpoint when topology changes, such that data exchanges with '
+        "persisted data are now chained.\"); kg cannot see partitioners or chains: keep the job's exchanges "
+        "as they were, or restore at the old parallelism and take a savepoint first"
+    )
+    return [
+        Finding(
+            "CHANNEL_STATE_RESCALE",
+            Severity.WARNING,
+            op.label,
+            f"holds in-flight data of an unaligned checkpoint (input channels {op.input_channel_bytes} "
+            f"bytes, result subpartitions {op.result_subpartition_bytes} bytes) and the plan changes "
+            f"parallelism ({moves}): Flink redistributes it through the new job's partitioners, and "
+            + refusals,
+        )
+        for op in operators
+        if op.has_channel_state
+    ]
 
 
 def _adoption(op: OperatorSummary, label: str, new_p: int, lacking: list[str] | None) -> list[Finding]:

@@ -82,3 +82,53 @@ class LeaderLiveError(KgError):
 
     default_code = "HA_LEADER_LIVE"
     exit_code = ExitCode.LEADER_LIVE
+
+
+#: What the file system can refuse whatever kg does: a one-line error, not a bug. ``errno`` names.
+_ENVIRONMENT_ERRNOS = {
+    "EACCES": "permission denied",
+    "EPERM": "operation not permitted",
+    "EROFS": "read-only file system",
+    "ENOSPC": "no space left on device",
+    "EDQUOT": "disk quota exceeded",
+    "ENOTDIR": "a component of the path is not a directory",
+    "EEXIST": "a component of the path is a file",
+    "ENOENT": "no such file or directory",
+    "ENAMETOOLONG": "file name too long",
+    "EMFILE": "too many open files",
+}
+
+
+def environment_error(exc: OSError, dest: object = None) -> KgError | None:
+    """Return the ``KgError`` for an ``OSError`` the file system raised, or None if kg should not have.
+
+    No space (``ENOSPC``, ``EDQUOT``) is ``NO_SPACE_LEFT``; any other refusal in ``_ENVIRONMENT_ERRNOS``
+    is ``FILESYSTEM_ERROR``; both exit 5, and a write that fails so never commits (staging is removed).
+    ``dest`` is the output being written, when known.
+    """
+    import errno as errno_module
+
+    name = errno_module.errorcode.get(exc.errno or -1)
+    if name not in _ENVIRONMENT_ERRNOS:
+        return None
+    code = "NO_SPACE_LEFT" if name in ("ENOSPC", "EDQUOT") else "FILESYSTEM_ERROR"
+    reason = f"{_ENVIRONMENT_ERRNOS[name]} ({name}"
+    if dest is not None:
+        where = f"cannot write {dest}"
+        reason += f" at {exc.filename})" if exc.filename is not None else ")"
+    else:
+        where = str(exc.filename) if exc.filename is not None else "kg"
+        reason += ")"
+    return ExecutionError(f"{where}: {reason}; nothing was committed", code=code)
+
+
+def destination_error(dest: object, exc: OSError) -> InvalidArgumentError:
+    """Return the error for a destination kg cannot create (``DESTINATION_NOT_WRITABLE``, exit 2)."""
+    import errno as errno_module
+
+    name = errno_module.errorcode.get(exc.errno or -1, "")
+    reason = _ENVIRONMENT_ERRNOS.get(name, exc.strerror or str(exc))
+    return InvalidArgumentError(
+        f"cannot write {dest}: {reason} ({name or type(exc).__name__}); choose another --out",
+        code="DESTINATION_NOT_WRITABLE",
+    )

@@ -79,6 +79,16 @@ class OperatorSummary:
     #: The key group ``key_group_rows[0]`` counts.
     key_group_rows_start: int = 0
     fully_finished: bool = False
+    #: In-flight data of an unaligned checkpoint (Flink only): recorded bytes of the input-channel and of
+    #: the result-subpartition handles over all subtasks, and the number of those handles.
+    input_channel_bytes: int = 0
+    result_subpartition_bytes: int = 0
+    channel_state_handles: int = 0
+
+    @property
+    def has_channel_state(self) -> bool:
+        """Return whether any subtask holds channel state (Flink restores it; kg never rewrites it)."""
+        return self.channel_state_handles > 0
 
     @property
     def label(self) -> str:
@@ -183,8 +193,13 @@ def _summarize_flink_snapshot(
         states: dict[str, StateSummary] = {}
         key_serializer = None
         handle_kinds = set()
+        channel_bytes = [0, 0]
+        channel_handles = 0
         for sub in op.subtasks:
             keyed = sub.managed_keyed_state
+            channel_bytes[0] += sum(c.size for c in sub.input_channel_state)
+            channel_bytes[1] += sum(c.size for c in sub.result_subpartition_state)
+            channel_handles += len(sub.input_channel_state) + len(sub.result_subpartition_state)
             sub_files = _files_of(sub, snapshot.directory)
             files |= sub_files
             start = end = non_empty = None
@@ -233,6 +248,9 @@ def _summarize_flink_snapshot(
                 coordinator_state_bytes=0 if op.coordinator_state is None else op.coordinator_state.size,
                 handle_kind=", ".join(sorted(handle_kinds)) or None,
                 fully_finished=op.fully_finished,
+                input_channel_bytes=channel_bytes[0],
+                result_subpartition_bytes=channel_bytes[1],
+                channel_state_handles=channel_handles,
             )
         )
     props = metadata.properties
@@ -274,6 +292,7 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
         elif isinstance(keyed, h.IncrementalKeyedHandle):
             streams.append(keyed.metadata)
             streams.extend(f.handle for f in keyed.shared + keyed.private)
+    streams.extend(c.delegate for c in (*sub.input_channel_state, *sub.result_subpartition_state))
     names = set()
     for stream in streams:
         if isinstance(stream, h.RelativeFileHandle):
@@ -507,6 +526,8 @@ def summary_document(summary: SnapshotSummary) -> dict[str, Any]:
             "handle_kind": op.handle_kind,
             "coordinator_state_bytes": op.coordinator_state_bytes,
             "fully_finished": op.fully_finished,
+            "input_channel_bytes": op.input_channel_bytes,
+            "result_subpartition_bytes": op.result_subpartition_bytes,
             "states_known": op.states is not None,
             "states": [
                 {

@@ -21,7 +21,7 @@ from keygroup_cli.cli.options import (
     quiet_option,
 )
 from keygroup_cli.cli.render import Output
-from keygroup_cli.errors import ExitCode, KgError
+from keygroup_cli.errors import ExitCode, KgError, environment_error
 
 #: Command name → module under ``keygroup_cli.cli.commands`` exposing ``command``. Loaded on first use, so
 #: ``kg ranges`` never pays for pyarrow or Spark.
@@ -133,16 +133,32 @@ def run(argv: list[str] | None = None) -> int:
     except KgError as exc:
         _fallback_output(args).failure(exc.code, exc.message, command=_command_name(args))
         return int(exc.exit_code)
-    except Exception as exc:  # noqa: BLE001 - the documented boundary: anything else is a bug
+    except OSError as exc:
+        # What the file system refuses (permissions, no space, a read-only mount) is the environment's
+        # answer, not a bug: one line and exit 5. Any other OSError falls through to the bug handler.
+        refused = environment_error(exc)
+        if refused is None:
+            return _internal(args, exc)
         out = _fallback_output(args)
         if out.debug:
             traceback.print_exc()
-        message = f"internal error: {type(exc).__name__}: {exc}"
-        if not out.debug:
-            message += " (rerun with --debug for the traceback)"
-        out.failure("INTERNAL", message, command=_command_name(args))
-        return ExitCode.INTERNAL
+        out.failure(refused.code, refused.message, command=_command_name(args))
+        return int(refused.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the documented boundary: anything else is a bug
+        return _internal(args, exc)
     return int(returned) if isinstance(returned, int) else ExitCode.OK
+
+
+def _internal(args: list[str], exc: BaseException) -> int:
+    """Report a bug: one line (exit 70), with the traceback only under ``--debug``."""
+    out = _fallback_output(args)
+    if out.debug:
+        traceback.print_exc()
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    if not out.debug:
+        message += " (rerun with --debug for the traceback)"
+    out.failure("INTERNAL", message, command=_command_name(args))
+    return ExitCode.INTERNAL
 
 
 def _fallback_output(args: list[str]) -> Output:

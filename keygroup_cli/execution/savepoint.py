@@ -47,7 +47,7 @@ from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
 from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.convert import check_convertible, check_destination, key_types
+from keygroup_cli.flink.convert import check_convertible, check_destination, key_types, refuse_channel_state
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.handles import OperatorStateHandle, RelativeFileHandle
 from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
@@ -148,6 +148,7 @@ def rescale_savepoint(
         check_destination(dest)
     with _scratch(dest) as scratch:
         savepoint = origin = read_flink_metadata(source)
+        refuse_channel_state(savepoint)  # before a heap checkpoint's rewrite, naming the input
         if needs_canonical_view(savepoint):
             # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
             # canonical layout first, and the rest of the rescale reads that view.

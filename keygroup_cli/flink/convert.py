@@ -94,6 +94,7 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
         UnsupportedFormatError: NATIVE savepoint, incremental/changelog keyed handles, heap-checkpoint
             (``KeyGroupsStateHandle``) layout, raw keyed/operator state or unaligned channel state.
     """
+    refuse_channel_state(snapshot)
     where = str(snapshot.metadata_path)
     props = snapshot.metadata.properties
     native = props is not None and props.format_type == "NATIVE"
@@ -124,9 +125,26 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                     "which kg does not convert",
                     code="FLINK_RAW_STATE",
                 )
+
+
+def refuse_channel_state(snapshot: FlinkSnapshot) -> None:
+    """Refuse an unaligned checkpoint holding in-flight data (channel state), reading ``_metadata`` only.
+
+    Called before anything else is read or rewritten (``rescale`` and ``convert`` check it before a heap
+    checkpoint's canonical rewrite), so the message names the input. kg never redistributes in-flight
+    data: Flink restores it itself (``StateAssignmentOperation.reDistributeInputChannelStates`` /
+    ``reDistributeResultSubpartitionStates``), at the old parallelism or a new one.
+
+    Raises:
+        UnsupportedFormatError: ``FLINK_CHANNEL_STATE``: a subtask has input-channel or
+            result-subpartition handles.
+    """
+    for op in snapshot.metadata.operators:
+        for sub in op.subtasks:
             if sub.input_channel_state or sub.result_subpartition_state:
                 raise UnsupportedFormatError(
-                    f"{where}: operator {op.label!r} holds unaligned-checkpoint channel state; "
+                    f"{snapshot.metadata_path}: operator {op.label!r} holds in-flight data of an unaligned "
+                    "checkpoint (channel state), which kg does not redistribute; restore it with Flink and "
                     "take a savepoint",
                     code="FLINK_CHANNEL_STATE",
                 )
@@ -213,6 +231,7 @@ def savepoint_to_snapshot(
     """
     report = on_progress or _noop
     snapshot = read_flink_metadata(source)
+    refuse_channel_state(snapshot)
     if needs_canonical_view(snapshot):
         # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
         with scratch_directory(dest) as scratch:
@@ -469,5 +488,6 @@ __all__ = [
     "check_destination",
     "is_flink_savepoint",
     "key_types",
+    "refuse_channel_state",
     "savepoint_to_snapshot",
 ]

@@ -28,7 +28,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from keygroup_cli.errors import ExecutionError, InvalidArgumentError
+from keygroup_cli.errors import (
+    ExecutionError,
+    InvalidArgumentError,
+    destination_error,
+    environment_error,
+)
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.manifest import fsync_directory, write_manifest
 from keygroup_cli.snapshot.model import KeyedFile, Manifest, OperatorFile
@@ -113,7 +118,6 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
     if dest.parent.is_dir():
         remove_stale_staging(dest)
     refuse_existing(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     staging = _new_staging(dest, "")
     try:
         yield staging
@@ -122,8 +126,9 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
         refuse_existing(dest)
         os.rename(staging, dest)
         fsync_directory(dest.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        _refuse_environment(exc, dest)
         raise
 
 
@@ -135,19 +140,47 @@ def scratch_directory(dest: Path | str) -> Iterator[Path]:
     behind by a killed process is removed by the next write to ``dest`` (or ``kg clean``).
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(dest)
     remove_stale_staging(dest)
     scratch = _new_staging(dest, "-work")
     try:
         yield scratch
+    except OSError as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        _refuse_environment(exc, dest)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _refuse_environment(exc: BaseException, dest: Path) -> None:
+    """Raise the one-line error for a write to ``dest`` the file system refused (no space, read-only …)."""
+    refused = environment_error(exc, dest) if isinstance(exc, OSError) else None
+    if refused is not None:
+        raise refused from exc
+
+
+def _make_parent(dest: Path) -> None:
+    """Create DEST's parent directories, or say in one line why the file system refuses."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise destination_error(dest, exc) from None
+
+
 def _new_staging(dest: Path, suffix: str) -> Path:
+    """Create a marked staging directory beside ``dest`` (its parents too); refusals name ``dest``."""
+    _make_parent(dest)
     staging = dest.parent / f"{staging_prefix(dest)}{os.getpid()}-{secrets.token_hex(4)}{suffix}"
-    staging.mkdir()
-    (staging / WRITER_MARK).write_text(Writer.me().to_json(dest=str(dest)))
+    try:
+        staging.mkdir()
+    except OSError as exc:
+        raise destination_error(dest, exc) from None
+    try:
+        (staging / WRITER_MARK).write_text(Writer.me().to_json(dest=str(dest)))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return staging
 
 

@@ -176,7 +176,16 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
     key = f", key {op.key_serializer}" if op.key_serializer else ""
     title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
+    if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
+        kind = "channel state"
     console.print(f"\n{title} ({kind}{key})", markup=False, style="bold")
+    if op.has_channel_state:
+        console.print(
+            f"  in-flight data (unaligned checkpoint): input channels {_size(op.input_channel_bytes)}, "
+            f"result subpartitions {_size(op.result_subpartition_bytes)} "
+            f"({op.channel_state_handles} handle{'' if op.channel_state_handles == 1 else 's'})",
+            markup=False,
+        )
     if op.states is None:
         console.print("  states: not read")
     for s in op.states or ():
