@@ -89,6 +89,55 @@ def check_parallelism_bounds(max_parallelism: int, parallelism: int) -> None:
         )
 
 
+def explain_bounds(
+    max_parallelism: int,
+    parallelism: int,
+    *,
+    parallelism_option: str = "--parallelism",
+    max_option: str = "--max-parallelism",
+    max_given: bool = True,
+    can_change_max: bool = False,
+) -> InvalidArgumentError | None:
+    """Return ``check_parallelism_bounds``'s error with the option, the value, the bound and the fix.
+
+    Flink's sentence stays as it is (``check_parallelism_bounds`` is pinned to Flink's own messages); the
+    rest says which option broke which bound and what to pass instead. None when both are in bounds.
+
+    Args:
+        max_parallelism: The maxParallelism in force (given with ``max_option``, or the state's).
+        parallelism: The parallelism given with ``parallelism_option``.
+        parallelism_option: How the user spelled the parallelism (``--to``, ``--parallelism``).
+        max_option: How the user spells the maxParallelism.
+        max_given: False when ``max_parallelism`` is the state's, not an option's.
+        can_change_max: The command can change maxParallelism (``kg rescale``): suggest doing so.
+    """
+    try:
+        check_parallelism_bounds(max_parallelism, parallelism)
+    except InvalidArgumentError as exc:
+        bound = f"1 to {UPPER_BOUND_MAX_PARALLELISM}"
+        if not 0 < parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            where = f"{parallelism_option} {parallelism}"
+            fix = f"Flink allows a parallelism of {bound}"
+        elif not 0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            where = f"{max_option} {max_parallelism}" if max_given else f"maxParallelism {max_parallelism}"
+            fix = f"Flink allows a maxParallelism of {bound}"
+        else:
+            suggest = max(DEFAULT_LOWER_BOUND_MAX_PARALLELISM, _round_up_to_power_of_two(parallelism))
+            state = (
+                f"{max_option} {max_parallelism}"
+                if max_given
+                else f"the state's maxParallelism {max_parallelism}"
+            )
+            where = f"{parallelism_option} {parallelism} is above {state}"
+            lower = f"{parallelism_option} {max_parallelism} or less"
+            if can_change_max and not max_given:
+                fix = f"pass {max_option} {suggest} to change maxParallelism as well, or {lower}"
+            else:
+                fix = f"choose {max_option} {suggest} or more, or {lower}"
+        return InvalidArgumentError(f"{where}: {exc.message} ({fix})", code=exc.code)
+    return None
+
+
 def key_group_range_for_operator_index(max_parallelism: int, parallelism: int, index: int) -> KeyGroupRange:
     """Return the key groups subtask ``index`` of ``parallelism`` owns.
 

@@ -20,6 +20,7 @@ from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.keygroups import (
     KeyGroupRange,
     check_parallelism_bounds,
+    explain_bounds,
     names_operator,
     skew,
     subtask_ranges,
@@ -460,7 +461,16 @@ def validate_operator_request(
     if expected_parallelism is not None and op.parallelism != expected_parallelism:
         raise _parallelism_mismatch(op, expected_parallelism)
     new_max = op.max_parallelism if new_max_parallelism is None else new_max_parallelism
-    check_parallelism_bounds(new_max, new_parallelism)
+    refused = explain_bounds(
+        new_max,
+        new_parallelism,
+        parallelism_option="--to",
+        max_option="-m",
+        max_given=new_max_parallelism is not None,
+        can_change_max=True,
+    )
+    if refused is not None:
+        raise refused
     if new_max != op.max_parallelism and key_type == "binary":
         raise UnsupportedFormatError(
             f"operator {op.label!r} has binary keys, which kg cannot re-hash, so its maxParallelism "

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from keygroup_cli.cli.render import Output
+from keygroup_cli.keygroups import explain_bounds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -169,3 +170,18 @@ def key_type_option(
     return click.option(
         "--key-type", "-t", type=click.Choice(choices), default="string", show_default=True, help=help
     )
+
+
+def require_bounds(
+    max_parallelism: int,
+    parallelism: int,
+    *,
+    parallelism_option: str = "--parallelism",
+    max_option: str = "--max-parallelism",
+) -> None:
+    """Refuse values outside Flink's bounds with Flink's words, the option, the bound and the fix (exit 2)."""
+    refused = explain_bounds(
+        max_parallelism, parallelism, parallelism_option=parallelism_option, max_option=max_option
+    )
+    if refused is not None:
+        raise refused

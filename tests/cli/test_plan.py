@@ -35,4 +35,8 @@ def test_plan_text(kg):
 def test_plan_refuses_out_of_bounds(kg):
     result = kg("plan", "--from", "3", "--to", "200", "-m", "128")
     assert result.exit_code == 2
-    assert result.stderr == "kg: error: Maximum parallelism must not be smaller than parallelism.\n"
+    # Flink's words, with the option, the bound and the fix.
+    assert result.stderr == (
+        "kg: error: --to 200 is above --max-parallelism 128: Maximum parallelism must not be smaller than "
+        "parallelism. (choose --max-parallelism 256 or more, or --to 128 or less)\n"
+    )

@@ -38,7 +38,10 @@ def test_default_max_parallelism(kg):
 def test_parallelism_above_max_is_a_usage_error_with_flinks_words(kg):
     result = kg("ranges", "-m", "10", "-p", "11")
     assert result.exit_code == 2
-    assert result.stderr == "kg: error: Maximum parallelism must not be smaller than parallelism.\n"
+    assert result.stderr == (
+        "kg: error: --parallelism 11 is above --max-parallelism 10: Maximum parallelism must not be smaller "
+        "than parallelism. (choose --max-parallelism 128 or more, or --parallelism 10 or less)\n"
+    )
     assert result.stdout == ""
 
 
@@ -48,7 +51,8 @@ def test_error_under_json_is_one_document(kg):
     doc = result.json()
     assert doc["error"] == {
         "code": "PARALLELISM_OUT_OF_BOUNDS",
-        "message": "Operator parallelism not within bounds: 40000",
+        "message": "--max-parallelism 40000: Operator parallelism not within bounds: 40000 (Flink allows a "
+        "maxParallelism of 1 to 32768)",
     }
     assert result.stderr.count("\n") == 1
 

@@ -88,8 +88,18 @@ def test_rescale_spark_engine_is_quiet_and_equal_to_local(kg, spark, source, tmp
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--to", "11"], 2, "kg: error: Maximum parallelism must not be smaller than parallelism.\n"),
-        (["--to", "0"], 2, "kg: error: Operator parallelism not within bounds: 0\n"),
+        (
+            ["--to", "11"],
+            2,
+            "kg: error: --to 11 is above the state's maxParallelism 10: Maximum parallelism must not be "
+            "smaller than parallelism. (pass -m 128 to change maxParallelism as well, or --to 10 or less)\n",
+        ),
+        (
+            ["--to", "0"],
+            2,
+            "kg: error: --to 0: Operator parallelism not within bounds: 0 (Flink allows a parallelism of 1 "
+            "to 32768)\n",
+        ),
         (["--to", "4", "--from", "5"], 2, "--from 5 does not match operator 'counter'"),
         (
             ["--to", "4", "--from", "2", "--operator", "counter"],

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import planning
-from keygroup_cli.cli.options import max_parallelism_option, output_options
+from keygroup_cli.cli.options import max_parallelism_option, output_options, require_bounds
 from keygroup_cli.cli.render import output_for, print_table
 
 EPILOG = """\b
@@ -37,6 +37,9 @@ def command(
 ) -> None:
     """Advise a parallelism: even spreads of key groups, and the skew of the others."""
     out = output_for(ctx)
+    require_bounds(max_parallelism, minimum, parallelism_option="--min")
+    if maximum is not None:
+        require_bounds(max_parallelism, maximum, parallelism_option="--max")
     advice = planning.advise_parallelism(max_parallelism, minimum, maximum)
     even = [a.parallelism for a in advice if a.even]
     document = {

@@ -19,6 +19,7 @@ from keygroup_cli.cli.options import (
     max_parallelism_option,
     output_options,
     parallelism_option,
+    require_bounds,
 )
 from keygroup_cli.cli.render import SCHEMA_VERSION, output_for, print_table
 
@@ -58,6 +59,7 @@ def command(
 ) -> None:
     """Show where keys land: Java hashCode(), key group and subtask."""
     out = output_for(ctx)
+    require_bounds(max_parallelism, parallelism or 1)
     if keys_file is not None and key_args:
         raise click.UsageError("Give keys as arguments or with --keys-file, not both.")
     if keys_file is None and not key_args:

@@ -17,6 +17,7 @@ from keygroup_cli.cli.options import (
     max_parallelism_option,
     operator_option,
     output_options,
+    require_bounds,
     to_parallelism_option,
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
@@ -97,5 +98,7 @@ def command(
         return
     if from_parallelism is None or max_parallelism is None or operators:
         raise click.UsageError("Without SNAPSHOT, give --from and --max-parallelism (and no --operator).")
+    require_bounds(max_parallelism, from_parallelism, parallelism_option="--from")
+    require_bounds(max_parallelism, to_parallelism, parallelism_option="--to")
     plan = planning.plan_key_groups(max_parallelism, from_parallelism, to_parallelism)
     out.result("plan", plan_document(plan), lambda console: render_plan(console, plan))

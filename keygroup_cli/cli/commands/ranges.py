@@ -7,7 +7,12 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import keygroups
-from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
+from keygroup_cli.cli.options import (
+    max_parallelism_option,
+    output_options,
+    parallelism_option,
+    require_bounds,
+)
 from keygroup_cli.cli.render import output_for, print_table
 
 EPILOG = """\b
@@ -49,7 +54,10 @@ def command(
     if parallelism is None:
         raise click.UsageError("Missing option '--parallelism' (or use --default-max-parallelism).")
     defaulted = max_parallelism is None
+    if defaulted:
+        require_bounds(keygroups.UPPER_BOUND_MAX_PARALLELISM, parallelism)
     max_p = keygroups.default_max_parallelism(parallelism) if max_parallelism is None else max_parallelism
+    require_bounds(max_p, parallelism)
     ranges = keygroups.subtask_ranges(max_p, parallelism)
     rows = [
         {"subtask": i, "start": r.start, "end": r.end, "key_groups": r.size} for i, r in enumerate(ranges)
