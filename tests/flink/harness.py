@@ -108,6 +108,60 @@ def build_classpath() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def run_java_batch(
+    label: str,
+    command: Sequence[str],
+    entries: Sequence[Mapping[str, Any]],
+    workdir: Path,
+    *,
+    timeout: float | None = None,
+) -> list[Dump]:
+    """Run one JVM over a batch of restores and return each entry's dump, in order.
+
+    Each entry gets an ``out`` path in ``workdir``; the batch file's path is appended to ``command``
+    (``java ... MAIN [restore]``). A restore Flink refuses is a dump whose ``error`` is Flink's message
+    chain; anything else going wrong (the JVM, the batch, the time limit) raises.
+
+    Args:
+        label: The program's name in messages and file names (``RestoreDump``, ``UidJob (2.3.0)``).
+        command: ``java`` and its arguments up to the batch file.
+        entries: The batch entries, without ``out``.
+        workdir: Where the batch file, stderr and dumps go (created if missing).
+        timeout: Seconds for the whole batch; default 60 plus 30 per entry.
+
+    Raises:
+        FlinkHarnessError: The java process failed, timed out or wrote no dump.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    stem = label.split()[0].lower()
+    outs = [workdir / f"{stem}-dump-{i:03d}.json" for i in range(len(entries))]
+    for out in outs:
+        out.unlink(missing_ok=True)
+    batch = workdir / f"{stem}-batch.json"
+    batch.write_text(json.dumps([{**e, "out": str(o)} for e, o in zip(entries, outs, strict=True)], indent=1))
+    limit = timeout if timeout is not None else 60.0 + 30.0 * len(entries)
+    try:
+        proc = subprocess.run(
+            [*command, str(batch)],
+            capture_output=True,
+            text=True,
+            env=_tool_env(),
+            timeout=limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise FlinkHarnessError(f"{label} timed out after {limit:.0f} s ({len(entries)} restores)") from exc
+    (workdir / f"{stem}.stderr").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise FlinkHarnessError(f"{label} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    dumps: list[Dump] = []
+    for entry, out in zip(entries, outs, strict=True):
+        if not out.is_file():
+            raise FlinkHarnessError(f"{label} wrote no dump for {entry}:\n{proc.stderr[-4000:]}")
+        dumps.append(json.loads(out.read_text(encoding="utf-8")))
+    return dumps
+
+
 def run_restores(
     requests: Sequence[RestoreRequest], workdir: Path, classpath: str, *, timeout: float | None = None
 ) -> list[Dump]:
@@ -125,31 +179,9 @@ def run_restores(
     Raises:
         FlinkHarnessError: The java process failed, timed out or wrote no dump.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    outs = [workdir / f"dump-{i:03d}.json" for i in range(len(requests))]
-    for out in outs:
-        out.unlink(missing_ok=True)
-    batch = workdir / "batch.json"
-    batch.write_text(json.dumps([r.to_json(o) for r, o in zip(requests, outs, strict=True)], indent=1))
-    limit = timeout if timeout is not None else 60.0 + 30.0 * len(requests)
-    cmd = ["java", *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(batch)]
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise FlinkHarnessError(
-            f"RestoreDump timed out after {limit:.0f} s ({len(requests)} restores)"
-        ) from exc
-    (workdir / "restore-dump.stderr").write_text(proc.stderr)
-    if proc.returncode != 0:
-        raise FlinkHarnessError(f"RestoreDump exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    dumps: list[Dump] = []
-    for req, out in zip(requests, outs, strict=True):
-        if not out.is_file():
-            raise FlinkHarnessError(f"RestoreDump wrote no dump for {req}:\n{proc.stderr[-4000:]}")
-        dumps.append(json.loads(out.read_text(encoding="utf-8")))
-    return dumps
+    entries = [{k: v for k, v in r.to_json(Path("-")).items() if k != "out"} for r in requests]
+    command = ["java", *JVM_FLAGS, "-cp", classpath, MAIN_CLASS]
+    return run_java_batch("RestoreDump", command, entries, workdir, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,27 +553,9 @@ def run_uid_restores(
     Raises:
         FlinkHarnessError: The java process failed, timed out or wrote no dump.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    outs = [workdir / f"uid-dump-{i:03d}.json" for i in range(len(requests))]
-    batch = workdir / "uid-batch.json"
-    batch.write_text(json.dumps([r.to_json(o) for r, o in zip(requests, outs, strict=True)], indent=1))
-    cmd = ["java", *ADD_OPENS, *JVM_FLAGS, "-cp", classpath, UID_JOB_MAIN, "restore", str(batch)]
-    limit = 60.0 + 30.0 * len(requests)
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise FlinkHarnessError(f"UidJob ({version}) timed out after {limit:.0f} s") from exc
-    (workdir / "uid-job.stderr").write_text(proc.stderr)
-    if proc.returncode != 0:
-        raise FlinkHarnessError(f"UidJob ({version}) exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    dumps = []
-    for req, out in zip(requests, outs, strict=True):
-        if not out.is_file():
-            raise FlinkHarnessError(f"UidJob ({version}) wrote no dump for {req}:\n{proc.stderr[-4000:]}")
-        dumps.append(json.loads(out.read_text(encoding="utf-8")))
-    return dumps
+    entries = [{k: v for k, v in r.to_json(Path("-")).items() if k != "out"} for r in requests]
+    command = ["java", *ADD_OPENS, *JVM_FLAGS, "-cp", classpath, UID_JOB_MAIN, "restore"]
+    return run_java_batch(f"UidJob ({version})", command, entries, workdir)
 
 
 def uid_expected_value(operator: str, key: str) -> int:
@@ -594,31 +608,10 @@ def run_finished_restores(requests: Sequence[Mapping[str, Any]], workdir: Path, 
     Raises:
         FlinkHarnessError: The java process failed, timed out, or could not run a restore.
     """
-    workdir.mkdir(parents=True, exist_ok=True)
-    outs = [workdir / f"finished-dump-{i:03d}.json" for i in range(len(requests))]
-    batch = workdir / "finished-batch.json"
-    entries = [
-        {**r, "savepoint": str(Path(r["savepoint"]).resolve()), "out": str(o)}
-        for r, o in zip(requests, outs, strict=True)
-    ]
-    batch.write_text(json.dumps(entries, indent=1))
-    cmd = ["java", *JVM_FLAGS, "-cp", classpath, FINISHED_JOB_MAIN, "restore", str(batch)]
-    limit = 60.0 + 30.0 * len(requests)
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise FlinkHarnessError(f"FinishedJob timed out after {limit:.0f} s") from exc
-    (workdir / "finished-job.stderr").write_text(proc.stderr)
-    if proc.returncode != 0:
-        raise FlinkHarnessError(f"FinishedJob exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    dumps = []
-    for req, out in zip(requests, outs, strict=True):
-        if not out.is_file():
-            raise FlinkHarnessError(f"FinishedJob wrote no dump for {req}:\n{proc.stderr[-4000:]}")
-        dump = json.loads(out.read_text(encoding="utf-8"))
+    entries = [{**r, "savepoint": str(Path(r["savepoint"]).resolve())} for r in requests]
+    command = ["java", *JVM_FLAGS, "-cp", classpath, FINISHED_JOB_MAIN, "restore"]
+    dumps = run_java_batch("FinishedJob", command, entries, workdir)
+    for request, dump in zip(requests, dumps, strict=True):
         if dump.get("batchError"):
-            raise FlinkHarnessError(f"FinishedJob could not run {req}: {dump['error']}")
-        dumps.append(dump)
+            raise FlinkHarnessError(f"FinishedJob could not run {request}: {dump['error']}")
     return dumps

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
-from tests.flink.harness import CASES, JVM_FLAGS, Dump, FlinkHarnessError, _tool_env, restore_error
+from tests.flink.harness import CASES, JVM_FLAGS, Dump, restore_error, run_java_batch
 
 pytestmark = pytest.mark.flink
 
@@ -99,34 +98,12 @@ def run(flink_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
     shutil.copytree(CASE, root / "case")
     (checkpoint,) = (root / "case").glob("*/chk-*")
     before = _tree(root / "case")
-    batch = [
-        {
-            "savepoint": str(checkpoint),
-            "parallelism": r.parallelism,
-            "edge": r.edge,
-            "out": str(root / f"dump-{name}.json"),
-            "timeout_seconds": 120,
-        }
-        for name, r in RESTORES.items()
+    entries = [
+        {"savepoint": str(checkpoint), "parallelism": r.parallelism, "edge": r.edge, "timeout_seconds": 120}
+        for r in RESTORES.values()
     ]
-    (root / "batch.json").write_text(json.dumps(batch, indent=1), encoding="utf-8")
-    cmd = ["java", *JVM_FLAGS, "-cp", flink_classpath, MAIN_CLASS, "restore", str(root / "batch.json")]
-    limit = 60.0 + 30.0 * len(batch)
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=_tool_env(), timeout=limit, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise FlinkHarnessError(f"ChannelStateJob timed out after {limit:.0f} s") from exc
-    (root / "channel-state-job.stderr").write_text(proc.stderr, encoding="utf-8")
-    if proc.returncode != 0:
-        raise FlinkHarnessError(f"ChannelStateJob exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    dumps = {}
-    for name in RESTORES:
-        out = root / f"dump-{name}.json"
-        if not out.is_file():
-            raise FlinkHarnessError(f"ChannelStateJob wrote no dump for {name}:\n{proc.stderr[-4000:]}")
-        dumps[name] = json.loads(out.read_text(encoding="utf-8"))
+    command = ["java", *JVM_FLAGS, "-cp", flink_classpath, MAIN_CLASS, "restore"]
+    dumps = dict(zip(RESTORES, run_java_batch("ChannelStateJob", command, entries, root), strict=True))
     return Run(checkpoint, dumps, _tree(root / "case") == before)
 
 
