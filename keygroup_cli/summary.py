@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keygroup_cli.errors import KgError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
@@ -330,7 +330,12 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
     from keygroup_cli import flink
     from keygroup_cli.flink import handles as h
-    from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
+    from keygroup_cli.flink.keyed_header import (
+        check_handle_states,
+        operator_header_end,
+        read_keyed_header,
+        read_operator_header,
+    )
     from keygroup_cli.flink.metadata import SubtaskState
 
     assert isinstance(sub, SubtaskState)
@@ -338,8 +343,9 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
     keyed = sub.managed_keyed_state
     header = None
     if isinstance(keyed, h.KeyGroupsHandle) and keyed.delegate is not None:
-        first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
         source = _describe(keyed.delegate, directory)
+        _require_offsets_inside(keyed, source)
+        first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
         data = flink.read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES))
         header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
     elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
@@ -364,6 +370,7 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
             continue
         infos = {}
         if op_handle.delegate is not None and op_handle.size > 0:
+            _require_offsets_inside(op_handle, _describe(op_handle.delegate, directory))
             offsets = [o for e in op_handle.states for o in e.offsets]
             # Read through the first bytes of the last element: a broadcast state's map size sits there.
             wanted = max(offsets) + 4 if offsets else op_handle.size
@@ -371,6 +378,9 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
             data = flink.read_stream_prefix(op_handle.delegate, directory, limit)
             end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
             op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
+            if end is not None:
+                # Names and modes must be the header's: a rescale redistributes by the mode in _metadata.
+                check_handle_states(op_handle, op_header, _describe(op_handle.delegate, directory))
             infos = {i.name: i for i in (op_header.states or ()) + (op_header.broadcast_states or ())}
         for entry in op_handle.states:
             kind = ("operator-split", "operator-union", "operator-broadcast")[entry.mode]
@@ -389,6 +399,20 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
                 elements,
             )
     return key_serializer
+
+
+def _require_offsets_inside(handle: Any, source: str) -> None:
+    """Refuse a key-group or element offset outside the size its handle records (it sizes the reads here).
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_KEY_GROUP_OFFSETS`` or ``FLINK_OPERATOR_STATE_CORRUPT``, worded as
+            ``kg check`` and ``kg verify`` word them.
+    """
+    from keygroup_cli.flink.state_files import offsets_finding
+
+    outside = offsets_finding(handle, handle.size, source, source)
+    if outside is not None:
+        raise InvalidSnapshotError(outside.message, code=outside.code)
 
 
 def _describe(handle: object, directory: Path | Location) -> str:

@@ -276,7 +276,8 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, 
         InvalidSnapshotError: The state file is missing or unreadable.
         UnsupportedFormatError: The state lives on a file system kg does not know.
     """
-    if handle is None or isinstance(handle, EmptySegmentFileHandle):
+    if handle is None or isinstance(handle, EmptySegmentFileHandle) or limit <= 0:
+        # A limit computed from corrupt offsets may be negative: no read (a slice would count from the end).
         return b""
     if isinstance(handle, ByteStreamHandle):
         return handle.data[:limit]

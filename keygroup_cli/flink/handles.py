@@ -385,6 +385,9 @@ def read_stream_handle(reader: DataInput, depth: int = 0) -> StreamHandle | None
     if tag == SEGMENT_FILE_HANDLE:
         start_pos = reader.read_long()
         size = reader.read_long()
+        if start_pos < 0 or size < 0:
+            # The byte range [start_pos, start_pos + size) of a shared file: no negative end of it exists.
+            raise _corrupt(reader, f"file segment at offset {start_pos} of {size} bytes")
         scope = reader.read_int()
         if scope not in (0, 1):
             raise _corrupt(reader, f"invalid CheckpointedStateScope ordinal {scope}")

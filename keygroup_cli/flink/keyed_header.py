@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.binary import decode_modified_utf8
+from keygroup_cli.flink.handles import DISTRIBUTION_MODES, OperatorStateHandle
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108
@@ -34,6 +35,11 @@ SNAPSHOT_PROXY_VERSION = 2
 
 #: ``StateMetaInfoSnapshot.BackendStateType`` by ordinal.
 BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
+#: ``StateDescriptor.Type`` names: a ``KEYED_STATE_TYPE`` option Flink's ``Type.valueOf`` accepts.
+KEYED_STATE_TYPES = ("UNKNOWN", "VALUE", "LIST", "REDUCING", "FOLDING", "AGGREGATING", "MAP")
+#: ``OperatorStateHandle.Mode`` names a list state's ``OPERATOR_STATE_DISTRIBUTION_MODE`` may hold; a
+#: broadcast state's is ``BROADCAST``.
+LIST_DISTRIBUTION_MODES = ("SPLIT_DISTRIBUTE", "UNION")
 
 #: Snapshot classes whose body is empty (``SimpleTypeSerializerSnapshot`` and similar).
 SIMPLE_SNAPSHOTS = frozenset(
@@ -154,8 +160,8 @@ class StateMetaInfo:
         if kind == "BROADCAST":
             return "operator-broadcast"
         if kind == "OPERATOR":
-            mode = self.option("OPERATOR_STATE_DISTRIBUTION_MODE") or "SPLIT_DISTRIBUTE"
-            return "operator-union" if mode == "UNION" else "operator-split"
+            # read_operator_header admits only SPLIT_DISTRIBUTE and UNION here.
+            return "operator-union" if self.option(MODE_OPTION) == "UNION" else "operator-split"
         return (self.option("KEYED_STATE_TYPE") or "unknown").lower()
 
 
@@ -404,6 +410,7 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
             code="FLINK_STATE_HEADER_CORRUPT",
         )
     (key, states), pos = found
+    _check_keyed_states(states, source)
     return KeyedStateHeader(version, compressed, key, states, pos)
 
 
@@ -456,7 +463,79 @@ def read_operator_header(data: bytes, source: str, end: int | None = None) -> Op
             code="FLINK_STATE_HEADER_CORRUPT",
         )
     (states, broadcast), pos = found
+    _check_operator_states(states, broadcast, source)
     return OperatorStateHeader(version, compressed, states, broadcast, pos)
+
+
+#: The option naming a keyed state's ``StateDescriptor.Type``.
+TYPE_OPTION = "KEYED_STATE_TYPE"
+#: The option naming an operator state's ``OperatorStateHandle.Mode``.
+MODE_OPTION = "OPERATOR_STATE_DISTRIBUTION_MODE"
+
+
+def _invalid_enum(source: str, what: str) -> InvalidSnapshotError:
+    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_STATE_META_INFO_INVALID")
+
+
+def _check_unique(names: list[str], source: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise _invalid_enum(source, f"the header declares state {name!r} twice")
+        seen.add(name)
+
+
+def _check_keyed_states(states: tuple[StateMetaInfo, ...], source: str) -> None:
+    """Refuse what Flink's restore refuses in a keyed header's meta infos (the enums it ``valueOf``s).
+
+    A keyed backend restores ``KEY_VALUE`` (``KEY_VALUE_V2``) and ``PRIORITY_QUEUE`` states only, and
+    ``RegisteredKeyValueStateBackendMetaInfo`` reads ``StateDescriptor.Type.valueOf(KEYED_STATE_TYPE)``:
+    a name that is not one (a flipped byte: ``VALUF``, ``vALUE``) or none at all fails there.
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_STATE_META_INFO_INVALID``.
+    """
+    for info in states:
+        backend = info.backend_type_name
+        if backend not in ("KEY_VALUE", "KEY_VALUE_V2", "PRIORITY_QUEUE"):
+            raise _invalid_enum(source, f"keyed state {info.name!r} has backend state type {backend}")
+        if backend != "PRIORITY_QUEUE" and info.option(TYPE_OPTION) not in KEYED_STATE_TYPES:
+            raise _invalid_enum(
+                source, f"keyed state {info.name!r} has state type {info.option(TYPE_OPTION)!r}"
+            )
+    _check_unique([i.name for i in states], source)
+
+
+def _check_operator_states(
+    states: tuple[StateMetaInfo, ...], broadcast: tuple[StateMetaInfo, ...], source: str
+) -> None:
+    """Refuse what Flink's restore refuses in an operator-state header's meta infos.
+
+    ``RegisteredOperatorStateBackendMetaInfo`` reads ``OperatorStateHandle.Mode.valueOf`` of the
+    distribution-mode option: list states are ``OPERATOR`` states in ``SPLIT_DISTRIBUTE`` or ``UNION``
+    mode, broadcast states ``BROADCAST`` states in ``BROADCAST`` mode, every name once.
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_STATE_META_INFO_INVALID``.
+    """
+    for infos, backend, modes in (
+        (states, "OPERATOR", LIST_DISTRIBUTION_MODES),
+        (broadcast, "BROADCAST", ("BROADCAST",)),
+    ):
+        for info in infos:
+            if info.backend_type_name != backend:
+                raise _invalid_enum(
+                    source,
+                    f"operator state {info.name!r} has backend state type {info.backend_type_name} among "
+                    f"the {backend} states",
+                )
+            if info.option(MODE_OPTION) not in modes:
+                raise _invalid_enum(
+                    source,
+                    f"operator state {info.name!r} has distribution mode {info.option(MODE_OPTION)!r} "
+                    f"(expected {' or '.join(modes)})",
+                )
+    _check_unique([i.name for i in (*states, *broadcast)], source)
 
 
 #: The snappy framing-format stream identifier chunk a compressed operator-state stream starts with.
@@ -475,3 +554,57 @@ def operator_header_end(data: bytes, offsets: list[int], size: int) -> int | Non
     if marker >= 0 and data[marker:first] == SNAPPY_STREAM_IDENTIFIER:
         return marker
     return first
+
+
+def mode_ordinal(mode: str | None, source: str, name: str) -> int:
+    """Return the ``OperatorStateHandle.Mode`` ordinal of a mode name, as Flink's ``Mode.valueOf`` reads it.
+
+    Raises:
+        InvalidSnapshotError: Not one of the three names, exactly (``FLINK_STATE_META_INFO_INVALID``).
+    """
+    if mode not in DISTRIBUTION_MODES:
+        raise _invalid_enum(source, f"operator state {name!r} has distribution mode {mode!r}")
+    return DISTRIBUTION_MODES.index(mode)
+
+
+def check_handle_states(handle: OperatorStateHandle, header: OperatorStateHeader, source: str) -> None:
+    """Refuse a handle whose states are not exactly those its stream's header declares, in the same modes.
+
+    Flink writes one handle entry per state of the header (``DefaultOperatorStateBackendSnapshotStrategy``),
+    in the header's mode, and its restore fails on a handle state the header does not declare ("Found state
+    without corresponding meta info"). A difference is damage to ``_metadata`` (a name, or the mode ordinal
+    a rescale redistributes by) or to the stream's header: kg would drop, mislabel or redistribute the state
+    in the wrong mode. A header kg could not resolve (``states`` None) is not compared.
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_OPERATOR_STATE_INCONSISTENT``.
+    """
+    if header.states is None or header.broadcast_states is None:
+        return
+    declared = {i.name: mode_ordinal(i.option(MODE_OPTION), source, i.name) for i in header.states}
+    declared.update((i.name, DISTRIBUTION_MODES.index("BROADCAST")) for i in header.broadcast_states)
+    named: set[str] = set()
+    for entry in handle.states:
+        if entry.name in named:
+            raise _inconsistent(source, f"_metadata names operator state {entry.name!r} twice")
+        named.add(entry.name)
+        mode = declared.get(entry.name)
+        if mode is None:
+            raise _inconsistent(
+                source, f"operator state {entry.name!r} in _metadata is not declared by the stream's header"
+            )
+        if mode != entry.mode:
+            raise _inconsistent(
+                source,
+                f"operator state {entry.name!r} is {entry.mode_name} in _metadata and "
+                f"{DISTRIBUTION_MODES[mode]} in the stream's header",
+            )
+    missing = [name for name in declared if name not in named]
+    if missing:
+        raise _inconsistent(
+            source, f"the stream's header declares operator state {missing[0]!r}, _metadata does not"
+        )
+
+
+def _inconsistent(source: str, what: str) -> InvalidSnapshotError:
+    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_OPERATOR_STATE_INCONSISTENT")

@@ -23,13 +23,24 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.handles import OperatorStateEntry, OperatorStateHandle
-from keygroup_cli.flink.keyed_header import OperatorStateHeader, StateMetaInfo
+from keygroup_cli.flink.keyed_header import (
+    MODE_OPTION,
+    OperatorStateHeader,
+    StateMetaInfo,
+    check_handle_states,
+    mode_ordinal,
+)
 from keygroup_cli.flink.serializers import value_end
 from keygroup_cli.flink.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
 from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.snapshot.parquet import OPERATOR_SCHEMA
 
 _INT = struct.Struct(">i")
+#: ``BytePrimitiveArraySerializer``'s snapshot: an int length, then the bytes (source readers' split state).
+BYTE_ARRAY_SNAPSHOT = (
+    "org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer"
+    "$BytePrimitiveArraySerializerSnapshot"
+)
 #: ``OperatorStateHandle.Mode`` ordinals.
 MODE_ORDINALS = {"SPLIT_DISTRIBUTE": 0, "UNION": 1, "BROADCAST": 2}
 KIND_BY_MODE = {0: "operator-split", 1: "operator-union", 2: "operator-broadcast"}
@@ -46,9 +57,12 @@ def decode_operator_file(
     """Return every element of one operator-state stream as a table in the kg operator schema.
 
     Raises:
-        InvalidSnapshotError: Offsets outside the stream, or a broadcast blob that does not parse.
+        InvalidSnapshotError: Offsets outside the stream, a broadcast blob that does not parse, or states
+            other than the header's (``check_handle_states``).
     """
+    check_handle_states(handle, header, source.source)
     broadcast_infos = {i.name: i for i in header.broadcast_states or ()}
+    element_classes = {i.name: _serializer_class(i, "VALUE_SERIALIZER") for i in header.states or ()}
     # Each element ends where the next one (in file order) begins, or at the end of the stream.
     starts = sorted((off, n, j) for n, e in enumerate(handle.states) for j, off in enumerate(e.offsets))
     ends: dict[tuple[int, int], int] = {}
@@ -69,6 +83,9 @@ def decode_operator_file(
             raw = source.read(off, end)
             data = decode_frames(raw, f"{source.source} state {entry.name!r}") if header.compressed else raw
             if entry.mode_name != "BROADCAST":
+                _check_element(
+                    data, element_classes.get(entry.name), f"{source.source} state {entry.name!r}", j
+                )
                 state.append(entry.name)
                 position.append(j)
                 entry_key.append(None)
@@ -96,6 +113,35 @@ def decode_operator_file(
         ],
         schema=OPERATOR_SCHEMA,
     )
+
+
+def _check_element(data: bytes, serializer_class: str | None, source: str, index: int) -> None:
+    """Refuse a list element whose bytes are not exactly one value of its serializer (where kg knows it).
+
+    ``PartitionableListState.write`` records one offset per element and serializes it there, so the next
+    offset (or the end of the stream) is where the value ends. A shifted or swapped offset in
+    ``_metadata`` cuts values apart: for serializers whose length kg can read (fixed-size ones, ``String``,
+    ``byte[]``), that is found here, as ``kg verify`` finds it. Others are kept as opaque bytes.
+
+    Raises:
+        InvalidSnapshotError: ``FLINK_STATE_CORRUPT``.
+    """
+    if serializer_class == BYTE_ARRAY_SNAPSHOT:
+        if len(data) < 4:
+            raise InvalidSnapshotError(
+                f"{source}: element {index} has {len(data)} bytes, no byte[] length",
+                code="FLINK_STATE_CORRUPT",
+            )
+        length = _INT.unpack_from(data, 0)[0]
+        end: int | None = 4 + length if length >= 0 else -1
+    else:
+        end = value_end(serializer_class, data, 0, source) if data else -1
+    if end is not None and end != len(data):
+        raise InvalidSnapshotError(
+            f"{source}: element {index} has {len(data)} bytes, its value serializer's value "
+            f"{'has a negative length' if end < 0 else f'ends at byte {end}'}",
+            code="FLINK_STATE_CORRUPT",
+        )
 
 
 def _split_broadcast(data: bytes, info: StateMetaInfo, source: str) -> list[tuple[bytes, bytes]] | None:
@@ -131,13 +177,25 @@ class EncodedOperatorFile:
     size: int
 
 
-def header_state_order(header: OperatorStateHeader) -> list[tuple[str, int]]:
-    """Return ``(name, mode ordinal)`` of every state in the header, lists first, as Flink writes data."""
+def header_state_order(
+    header: OperatorStateHeader, source: str = "operator-state header"
+) -> list[tuple[str, int]]:
+    """Return ``(name, mode ordinal)`` of every state in the header, lists first, as Flink writes data.
+
+    Raises:
+        InvalidSnapshotError: A list state's mode is not ``SPLIT_DISTRIBUTE`` or ``UNION``
+            (``FLINK_STATE_META_INFO_INVALID``; ``read_operator_header`` refuses such a header already).
+    """
     out = []
     for info in header.states or ():
-        mode = info.option("OPERATOR_STATE_DISTRIBUTION_MODE") or "SPLIT_DISTRIBUTE"
-        out.append((info.name, MODE_ORDINALS[mode]))
-    out.extend((info.name, 2) for info in header.broadcast_states or ())
+        mode = mode_ordinal(info.option(MODE_OPTION), source, info.name)
+        if mode == MODE_ORDINALS["BROADCAST"]:
+            raise InvalidSnapshotError(
+                f"{source}: list state {info.name!r} has distribution mode BROADCAST",
+                code="FLINK_STATE_META_INFO_INVALID",
+            )
+        out.append((info.name, mode))
+    out.extend((info.name, MODE_ORDINALS["BROADCAST"]) for info in header.broadcast_states or ())
     return out
 
 

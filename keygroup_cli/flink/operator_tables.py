@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink import FlinkSnapshot
 from keygroup_cli.flink.convert import OnProgress, _noop, decode_savepoint
 from keygroup_cli.keygroups import KeyGroupRange
@@ -98,15 +99,42 @@ def read_operator_tables(
     """Decode every operator-state stream of the canonical savepoint ``snapshot`` into memory.
 
     ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite (heap layouts).
-    The caller checked ``convert.check_convertible``.
+    The caller checked ``convert.check_convertible``. The streams are verified first as ``kg verify``
+    verifies them (``flink.verify.verify_streams``: sizes, offsets, headers, snappy CRCs, every element,
+    the header's states against ``_metadata``'s), so no rescale, through the CLI or ``rescale()``, commits
+    operator state from a stream ``kg verify`` rejects.
 
     Raises:
-        InvalidSnapshotError: A stream is missing or does not decode.
+        InvalidSnapshotError: A stream fails that check (``INPUT_FAILS_VERIFY``), is missing or does not
+            decode.
         UnsupportedFormatError: A header kg cannot read.
     """
+    require_operator_streams_intact(snapshot, origin or snapshot)
     sink = _MemorySink()
     manifest, _ = decode_savepoint(snapshot, sink, keyed=False, report=on_progress or _noop, origin=origin)
     return OperatorTables(manifest, sink.tables, str((origin or snapshot).directory))
 
 
-__all__ = ["OperatorTables", "read_operator_tables", "table_entry"]
+def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapshot | None = None) -> None:
+    """Refuse ``snapshot`` if any of its operator-state streams fails ``kg verify``'s check of it.
+
+    Operator state is small: the check decodes each stream once more, on the driver.
+
+    Raises:
+        InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
+    """
+    from keygroup_cli.checks import Severity
+    from keygroup_cli.flink.verify import verify_streams
+
+    report = verify_streams(snapshot, keyed=False)
+    errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    if errors:
+        more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
+        raise InvalidSnapshotError(
+            f"{(origin or snapshot).directory}: input fails kg verify: {errors[0].code}: "
+            f"{errors[0].message}{more}",
+            code="INPUT_FAILS_VERIFY",
+        )
+
+
+__all__ = ["OperatorTables", "read_operator_tables", "require_operator_streams_intact", "table_entry"]

@@ -90,11 +90,21 @@ class StreamSource:
         self.size = max(0, min(handle.size, total - self._base))
 
     def read(self, start: int, end: int) -> bytes:
-        """Return the bytes ``[start, end)`` of the stream (clipped to its end)."""
+        """Return the bytes ``[start, end)`` of the stream (clipped to its end; empty if ``end <= start``).
+
+        Raises:
+            InvalidSnapshotError: ``start`` is negative (``FLINK_STATE_OFFSET_INVALID``): every offset kg
+                reads at comes from ``_metadata`` or a state file, and a negative one is damage (a
+                ``pread`` would fail with EINVAL, a slice of inline bytes would count from their end).
+        """
+        if start < 0:
+            raise InvalidSnapshotError(
+                f"{self.source}: negative offset {start} into the stream", code="FLINK_STATE_OFFSET_INVALID"
+            )
         end = min(end, self.size)
+        if end <= start:
+            return b""
         if self._remote is not None or self._file is not None:
-            if end <= start:
-                return b""
             if self._file is not None:
                 return os.pread(self._file.fileno(), end - start, self._base + start)
             with storage_errors(self._uri):

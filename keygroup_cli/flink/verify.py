@@ -86,10 +86,14 @@ def verify_flink(
     from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
 
     findings: list[Finding] = []
+    rewritten = needs_canonical_view(savepoint)
+    if rewritten:
+        # Heap and RocksDB layouts are verified through the canonical files kg rewrites them into, which
+        # cannot show the original files' recorded sizes nor (without blocks) a handle's key-group range.
+        findings.extend(_layout_findings(savepoint, ranges=not blocks))
     if not blocks:
-        keyed = not needs_canonical_view(savepoint)
-        files, rows = _verify_streams(savepoint, findings, report, keyed=keyed, blocks=False)
-    elif needs_canonical_view(savepoint):
+        files, rows = _verify_streams(savepoint, findings, report, keyed=not rewritten, blocks=False)
+    elif rewritten:
         # Heap checkpoints and RocksDB files: verified in the canonical layout kg rewrites them into (the
         # rewrite itself decodes every entry and refuses corrupt blocks).
         with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
@@ -106,7 +110,40 @@ def verify_flink(
             files, rows = _verify_streams(view, findings, report)
     else:
         files, rows = _verify_streams(savepoint, findings, report)
-    return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(findings))
+    return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(dict.fromkeys(findings)))
+
+
+def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]:
+    """What verifying a heap or RocksDB layout through its canonical rewrite leaves out.
+
+    Every state file's existence, size and offsets as ``_metadata`` records them (``kg check``'s gate,
+    ``flink.state_files``), and with ``ranges`` every keyed handle's key-group range against Flink's
+    assignment (the rewrite keeps a handle's range; only its blocks, not read without ``blocks``, show it).
+    """
+    from keygroup_cli.flink.handles import IncrementalKeyedHandle
+    from keygroup_cli.flink.state_files import state_file_findings
+
+    found = state_file_findings(savepoint)
+    if not ranges:
+        return found
+    for op in savepoint.metadata.operators:
+        for sub in op.subtasks:
+            handle = sub.managed_keyed_state
+            if not isinstance(handle, KeyGroupsHandle | IncrementalKeyedHandle):
+                continue
+            want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
+            if (handle.key_group_start, handle.key_group_end) != (want.start, want.end):
+                found.append(
+                    _finding(
+                        "FLINK_KEY_GROUP_RANGE",
+                        f"{op.label} subtask {sub.index}",
+                        f"{savepoint.metadata_path}: the keyed handle covers key groups "
+                        f"[{handle.key_group_start}, {handle.key_group_end}], Flink assigns "
+                        f"[{want.start}, {want.end}] to subtask {sub.index} of {op.parallelism} "
+                        f"(maxParallelism {op.max_parallelism})",
+                    )
+                )
+    return found
 
 
 def verify_streams(

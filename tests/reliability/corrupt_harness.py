@@ -530,3 +530,311 @@ def baseline_is_fail(baseline: str) -> bool:
 def full_run() -> bool:
     """Return whether ``KG_RELIABILITY_FULL`` asks for the full-size corpus."""
     return os.environ.get("KG_RELIABILITY_FULL", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+# -- targeted mutants: enums, offsets and lengths of every Flink layout -----------------------------------
+#
+# Random damage seldom lands in the few bytes that name an enum or feed an offset, yet those are what a
+# reader turns into a dict key, a seek or an allocation. These mutants hit them on purpose, in one savepoint
+# or checkpoint of every layout kg reads, and every one must be refused: exit 3 (or 4), one line.
+
+FLINK_23 = FIXTURES / "flink/2.3"
+_CHK = "0000000000006b670000000000007569"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One Flink input of a layout: the directory copied whole, and the savepoint or checkpoint in it."""
+
+    name: str
+    root: Path
+    input: str = "."
+    to: int = 2
+    new_max_parallelism: int = 256
+
+
+LAYOUTS = (
+    Layout("heap canonical, files", FLINK_23 / "heap-files-p3-maxp10-long"),
+    Layout("heap canonical, inline", FLINK_23 / "heap-inline-p4-maxp10-string"),
+    Layout("heap canonical, snappy", FLINK_23 / "heap-snappy-files-p3-maxp128-long"),
+    Layout("heap canonical, uid job", FLINK_23 / "uid-heap-canonical-p3"),
+    Layout("rocksdb canonical", FLINK_23 / "uid-rocksdb-canonical-p3"),
+    Layout("heap NATIVE", FLINK_23 / "uid-heap-native-p3"),
+    Layout("rocksdb NATIVE", FLINK_23 / "uid-rocksdb-native-p3"),
+    Layout("heap checkpoint", FLINK_23 / "uid-heap-checkpoint-p3", f"{_CHK}/chk-2"),
+    Layout("rocksdb incremental checkpoint", FLINK_23 / "uid-rocksdb-incremental-p3", f"{_CHK}/chk-3"),
+)
+
+#: ``OperatorStateHandle.Mode`` names, as ``writeUTF`` writes them into operator-state headers.
+MODE_NAMES = ("SPLIT_DISTRIBUTE", "UNION", "BROADCAST")
+#: How a flip changes a big-endian integer field: (byte index, xor mask) for int64 and int32 fields.
+FIELD_FLIPS = {
+    8: {"sign": (0, 0x80), "huge": (3, 0x01), "shift": (7, 0x01)},
+    4: {"sign": (0, 0x80), "huge": (1, 0x01), "shift": (3, 0x01)},
+    1: {"ordinal": (0, 0x01), "ordinal+2": (0, 0x02)},
+}
+
+
+@dataclass(frozen=True)
+class Targeted:
+    """One flipped byte at a known field of a layout's file (``relpath`` is relative to its root)."""
+
+    layout: Layout
+    relpath: str
+    position: int
+    xor: int
+    field: str
+    variant: str
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.layout.name}:{self.relpath}@{self.position}^{self.xor:#04x}:{self.field}:{self.variant}"
+        )
+
+
+def _utf(text: str) -> bytes:
+    raw = text.encode()
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def _find_all(data: bytes, needle: bytes) -> list[int]:
+    found, start = [], 0
+    while (i := data.find(needle, start)) >= 0:
+        found.append(i)
+        start = i + 1
+    return found
+
+
+def _state_files(root: Path) -> list[Path]:
+    return [
+        p for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith((".json", ".md", ".sh"))
+    ]
+
+
+def _mode_string_fields(layout: Layout) -> list[tuple[str, str, int, int]]:
+    """Return ``(file, mode name, position, length)`` of every distribution-mode string of the layout."""
+    out = []
+    for path in _state_files(layout.root):
+        data = path.read_bytes()
+        for name in MODE_NAMES:
+            for at in _find_all(data, _utf(name)):
+                out.append((str(path.relative_to(layout.root)), name, at + 2, len(name)))
+    return out
+
+
+def _delimitable(header: object, entry_name: str) -> bool:
+    """Return whether kg can tell where each element of the operator state ``entry_name`` ends."""
+    from keygroup_cli.flink.operator_state import BYTE_ARRAY_SNAPSHOT
+    from keygroup_cli.flink.serializers import FIXED_SIZES, STRING_SNAPSHOT
+
+    known = {*FIXED_SIZES, STRING_SNAPSHOT, BYTE_ARRAY_SNAPSHOT}
+    for info in getattr(header, "states", None) or ():
+        if info.name == entry_name:
+            value = info.serializer("VALUE_SERIALIZER")
+            return value is not None and value.class_name in known
+    for info in getattr(header, "broadcast_states", None) or ():
+        if info.name == entry_name:
+            parts = [info.serializer("KEY_SERIALIZER"), info.serializer("VALUE_SERIALIZER")]
+            return all(p is not None and p.class_name in known - {BYTE_ARRAY_SNAPSHOT} for p in parts)
+    return False
+
+
+def _operator_header(savepoint: object, handle: OperatorStateHandle) -> object:
+    from keygroup_cli.flink.keyed_header import operator_header_end, read_operator_header
+    from keygroup_cli.flink.stream_source import StreamSource
+
+    with StreamSource(handle.delegate, savepoint.directory) as src:  # type: ignore[attr-defined]
+        offsets = [o for e in handle.states for o in e.offsets]
+        first = min([o for o in offsets if o > 0] or [src.size])
+        prefix = src.read(0, first)
+        end = operator_header_end(prefix, offsets, src.size)
+        return read_operator_header(prefix[: end or first], src.source, end)
+
+
+def _stream_size_fields(handle: object, data: bytes) -> list[tuple[str, int, int]]:
+    """Return ``(field, position, width)`` of a stream handle's recorded size (files) or length (inline)."""
+    from keygroup_cli.flink.handles import ByteStreamHandle
+
+    if isinstance(handle, RelativeFileHandle):
+        needle = _utf(handle.relative_path) + handle.size.to_bytes(8, "big", signed=True)
+        return [("state file size", at + len(needle) - 8, 8) for at in _find_all(data, needle)]
+    if isinstance(handle, FileHandle):
+        needle = b"\x02" + handle.size.to_bytes(8, "big", signed=True) + _utf(handle.path)
+        return [("state file size", at + 1, 8) for at in _find_all(data, needle)]
+    if isinstance(handle, ByteStreamHandle):
+        needle = _utf(handle.handle_name) + len(handle.data).to_bytes(4, "big")
+        return [("inline state length", at + len(needle) - 4, 4) for at in _find_all(data, needle)]
+    return []
+
+
+def _metadata_fields(layout: Layout) -> list[tuple[str, int, int, bool]]:
+    """Return ``(field, position, width, shiftable)`` of the offset, length and enum fields in ``_metadata``.
+
+    ``shiftable``: an off-by-one of the field is detectable (an operator-state element offset is, only where
+    kg can delimit the element; every other field always is).
+    """
+    import struct as _struct
+
+    from keygroup_cli.flink.handles import IncrementalKeyedHandle
+
+    savepoint = read_flink_metadata(layout.root / layout.input)
+    data = (layout.root / layout.input / "_metadata").read_bytes()
+    fields: dict[tuple[str, int], tuple[int, bool]] = {}
+
+    def add(name: str, at: int, width: int, shiftable: bool = True) -> None:
+        fields.setdefault((name, at), (width, shiftable))
+
+    for op in savepoint.metadata.operators:
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, KeyGroupsHandle):
+                n = len(keyed.offsets)
+                needle = _struct.pack(f">ii{n}q", keyed.key_group_start, n, *keyed.offsets)
+                for at in _find_all(data, needle):
+                    for i, off in enumerate(keyed.offsets):
+                        if off:
+                            add("key-group offset", at + 8 + 8 * i, 8)
+                for name, at, width in _stream_size_fields(keyed.delegate, data):
+                    add(name, at, width)
+            elif isinstance(keyed, IncrementalKeyedHandle):
+                needle = _utf(keyed.backend_identifier) + _struct.pack(
+                    ">ii", keyed.key_group_start, keyed.num_key_groups
+                )
+                for at in _find_all(data, needle):
+                    add("key-group range start", at + len(needle) - 8, 4)
+                for local in (*keyed.shared, *keyed.private):
+                    for name, at, width in _stream_size_fields(local.handle, data):
+                        add(name, at, width)
+            handle = sub.managed_operator_state
+            if isinstance(handle, OperatorStateHandle):
+                header = _operator_header(savepoint, handle)
+                for entry in handle.states:
+                    n = len(entry.offsets)
+                    needle = _utf(entry.name) + _struct.pack(f">bi{n}q", entry.mode, n, *entry.offsets)
+                    for at in _find_all(data, needle):
+                        add("distribution mode ordinal", at + len(_utf(entry.name)), 1)
+                        for i in range(n):
+                            add(
+                                "operator element offset",
+                                at + len(_utf(entry.name)) + 5 + 8 * i,
+                                8,
+                                _delimitable(header, entry.name),
+                            )
+                for name, at, width in _stream_size_fields(handle.delegate, data):
+                    add(name, at, width)
+    return [(name, at, width, shiftable) for (name, at), (width, shiftable) in sorted(fields.items())]
+
+
+def targeted_mutants(layouts: tuple[Layout, ...], seed: int, full: bool) -> list[Targeted]:
+    """Return the targeted mutants: in CI one per mode name and field kind per layout, in full every one.
+
+    Mode strings: one byte inside ``SPLIT_DISTRIBUTE`` / ``UNION`` / ``BROADCAST`` wherever a header holds
+    it (operator-state files, or ``_metadata`` for inline state), its letter's case flipped (the issue's
+    ``SpLIT_DISTRIBUTE``) or bit 0 flipped; full size flips every byte of every occurrence both ways.
+    Fields of ``_metadata``: key-group and operator-state element offsets, state file sizes, inline state
+    lengths, a RocksDB handle's key-group range and the handle's distribution-mode ordinal, each with its
+    sign bit, a high bit and its lowest bit flipped (an ordinal: +-1 and +-2).
+    """
+    rng = random.Random(seed)
+    out: list[Targeted] = []
+    for layout in layouts:
+        strings = _mode_string_fields(layout)
+        for name in MODE_NAMES:
+            found = [s for s in strings if s[1] == name]
+            chosen = found if full else ([rng.choice(found)] if found else [])
+            for relpath, _name, at, length in chosen:
+                chars = range(length) if full else [rng.randrange(length)]
+                for i in chars:
+                    masks = (0x20, 0x01) if full else (rng.choice((0x20, 0x01)),)
+                    for mask in masks:
+                        out.append(
+                            Targeted(layout, relpath, at + i, mask, f"mode string {name}", f"char {i}")
+                        )
+        metadata = str(Path(layout.input) / "_metadata")
+        fields = _metadata_fields(layout)
+        for kind in sorted({f[0] for f in fields}):
+            found = [f for f in fields if f[0] == kind]
+            for name, at, width, shiftable in found if full else [rng.choice(found)]:
+                variants = [v for v in FIELD_FLIPS[width] if shiftable or v != "shift"]
+                for variant in variants if full else [rng.choice(variants)]:
+                    index, mask = FIELD_FLIPS[width][variant]
+                    out.append(Targeted(layout, metadata, at + index, mask, name, variant))
+    return out
+
+
+def judge_targeted(tally: Tally, mutants: list[Targeted], work: Path) -> None:
+    """Run every command on every targeted mutant; only a refusal (or an untouched answer) is right.
+
+    ``verify``, ``rescale`` and ``rescale -m``: exit 3 or 4 with one line on stderr (``kg verify``'s
+    findings on stdout), the input unchanged, no DEST, nothing left beside it; exit 0 is a wrong output.
+    ``inspect`` and ``check`` read ``_metadata`` and a few headers (``check`` stats the files), so they
+    may also end 0 (``check``: 1 with findings): with the intact input's output ("same output"), or with
+    another one ("undetectable": what ``_metadata`` records about a file they never open, or a header
+    that still parses when its end moves by a byte). Every run is checked for a traceback, the input
+    modified, a partial DEST and leftovers.
+    """
+    src_root = work / "input"
+    baselines: dict[tuple[str, str], Result] = {}
+    for mutant in mutants:
+        layout = mutant.layout
+        corpus = Corpus(
+            layout.name, layout.root / layout.input, "flink", layout.new_max_parallelism, layout.to
+        )
+        for command in COMMANDS:
+            if command.name == "check --deep":
+                continue  # kg verify's findings plus kg check's: judged as verify
+            src = src_root / layout.input
+            dest_parent = work / "out"
+            key = (layout.name, command.name)
+            if key not in baselines:
+                shutil.rmtree(src_root, ignore_errors=True)
+                shutil.copytree(layout.root, src_root)
+                shutil.rmtree(dest_parent, ignore_errors=True)
+                dest_parent.mkdir()
+                baselines[key] = run_kg(command.argv(corpus, src, dest_parent / "dest"))
+                assert baselines[key].code == 0, (key, baselines[key].stderr)
+            shutil.rmtree(src_root, ignore_errors=True)
+            shutil.copytree(layout.root, src_root)
+            target = src_root / mutant.relpath
+            data = bytearray(target.read_bytes())
+            data[mutant.position] ^= mutant.xor
+            target.write_bytes(bytes(data))
+            before = tree_digest(src_root)
+            shutil.rmtree(dest_parent, ignore_errors=True)
+            dest_parent.mkdir()
+            dest = dest_parent / "dest"
+            result = run_kg(command.argv(corpus, src, dest))
+            modified = tree_digest(src_root) != before
+            leftover = bool({p.name for p in dest_parent.iterdir()} - {"dest"})
+            one_line = len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+            refused = result.code in (3, 4) and (
+                one_line or (command.name == "verify" and result.code == 3 and "INVALID" in result.stdout)
+            )
+            if result.code is None:
+                outcome = "hangs"
+            elif refused or (
+                command.name == "check" and result.code == 1 and "Traceback" not in result.stderr
+            ):
+                outcome = "clean errors"
+            elif result.code == 0 and command.name in ("inspect", "check"):
+                # They show what _metadata records and the headers they read: a size of a file they do
+                # not open, or a header end that still parses, reaches their output unchecked.
+                same = result.stdout == baselines[key].stdout
+                outcome = "same output" if same else "undetectable"
+            elif result.code == 0:
+                outcome = "wrong outputs"
+            else:
+                outcome = "crashes"
+            if outcome not in ("clean errors", "same output"):
+                tally.bad.append(
+                    f"  {command.name} {mutant.label}: exit {result.code}: {result.stderr.strip()[:300]}"
+                )
+            tally.add(
+                command.name,
+                outcome,
+                mutant.label,
+                modified=modified,
+                partial=result.code != 0 and dest.exists(),
+                leftover=leftover,
+            )

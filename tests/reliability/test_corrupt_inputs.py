@@ -26,10 +26,14 @@ from tests.reliability.corrupt_harness import (
     DOCUMENTED,
     FIXTURES,
     FULL_CORPUS,
+    LAYOUTS,
     Tally,
     full_run,
     judge,
+    judge_targeted,
+    run_kg,
     state_files,
+    targeted_mutants,
 )
 
 SEED = int(os.environ.get("KG_RELIABILITY_SEED", "20261123"))
@@ -63,6 +67,62 @@ def test_every_file_type_and_mutation_is_in_the_corpus() -> None:
         "parquet-keyed",
         "parquet-operator",
     }
+
+
+# -- targeted: enums, offsets and lengths, in every layout --------------------------------------------------
+
+
+def test_enum_offset_and_length_damage_is_refused_in_every_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = full_run()
+    tally = Tally()
+    judge_targeted(tally, targeted_mutants(LAYOUTS, SEED, full), tmp_path)
+    with capsys.disabled():
+        print(f"\ntargeted mutants ({'full' if full else 'CI sample'}, seed {SEED}):\n{tally.table()}")
+    for refusing in ("verify", "rescale (same maxP)", "rescale (new maxP)"):
+        counts = tally.counts[refusing]
+        assert counts["runs"] > 0 and counts["clean errors"] == counts["runs"], "\n".join(tally.bad[:40])
+    total = tally.total()
+    for bad in ("crashes", "hangs", "wrong outputs", "inputs modified", "partial outputs", "leftovers"):
+        assert total[bad] == 0, "\n".join(tally.bad[:40])
+
+
+def test_every_layout_has_mode_string_and_offset_mutants() -> None:
+    mutants = targeted_mutants(LAYOUTS, SEED, full=False)
+    for layout in LAYOUTS:
+        fields = {m.field for m in mutants if m.layout == layout}
+        assert "mode string SPLIT_DISTRIBUTE" in fields, layout.name
+        assert {"distribution mode ordinal", "operator element offset"} <= fields, (layout.name, fields)
+        assert fields & {"key-group offset", "key-group range start"}, (layout.name, fields)
+        assert fields & {"state file size", "inline state length"}, (layout.name, fields)
+    every = {m.field for m in mutants}
+    assert {"mode string UNION", "mode string BROADCAST", "inline state length"} <= every
+    # Mode strings in operator-state files, and inside _metadata where operator state is inline.
+    assert {m.relpath == "_metadata" for m in mutants if m.field.startswith("mode string")} == {True, False}
+
+
+def test_a_flipped_mode_name_is_exit_3_on_spark_too(tmp_path: Path) -> None:
+    """The checks run on the driver before any task: the Spark engine refuses as the local one does."""
+    mode = next(
+        m
+        for m in targeted_mutants(LAYOUTS, SEED, full=False)
+        if m.field == "mode string SPLIT_DISTRIBUTE" and m.relpath != "_metadata"
+    )
+    work = tmp_path / "in"
+    shutil.copytree(mode.layout.root, work)
+    target = work / mode.relpath
+    data = bytearray(target.read_bytes())
+    data[mode.position] ^= mode.xor
+    target.write_bytes(bytes(data))
+    dest = tmp_path / "out"
+    result = run_kg(
+        ["-q", "rescale", str(work / mode.layout.input), "--to", "2", "-m", "256"]
+        + ["--out", str(dest), "--engine", "spark"]
+    )
+    assert result.code == 3, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "distribution mode" in result.stderr
+    assert not dest.exists()
 
 
 # -- no allocation from untrusted sizes ---------------------------------------------------------------
