@@ -12,7 +12,7 @@ import yaml
 
 from keygroup_cli.errors import ExitCode
 from keygroup_cli.ha import javaser
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 K8S = FIXTURES / "ha" / "2.3" / "kubernetes"
 CASE = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string"
@@ -28,8 +28,13 @@ def _repoint(value: str, old: str, new: str) -> str:
 
 
 @pytest.fixture
-def export(tmp_path):
-    """Write the fixture ConfigMaps with their handles pointing into this checkout (``name`` -> path)."""
+def export(tmp_path, monkeypatch):
+    """Write the fixture ConfigMaps, their handles pointing at copies of the storage files (name -> path).
+
+    The CompletedCheckpoints' pointers are relative to the checkout's root, as in the committed fixture: kg
+    runs from there, as a user trying the fixture would.
+    """
+    monkeypatch.chdir(ROOT)
     ha = tmp_path / "ha"
     shutil.copytree(K8S / "ha", ha)
 
@@ -46,6 +51,22 @@ def export(tmp_path):
         return out
 
     return write
+
+
+def test_committed_export_works_from_the_checkout_root_as_it_is(kg, monkeypatch, tmp_path):
+    """Every path kg follows in the fixture is relative to the checkout's root: no machine's path."""
+    monkeypatch.chdir(ROOT)
+    export = K8S.relative_to(ROOT) / "configmap.yaml"
+    result = kg("inspect", export, "--json")
+    assert result.exit_code == 0, result.stderr
+    ha = result.json()["ha"]
+    assert ha["handle"] == "fixtures/ha/2.3/kubernetes/ha/completedCheckpoint-2"
+    assert ha["pointer"] == f"fixtures/flink/2.3/heap-checkpoint-p2-maxp128-string/{JOB}/chk-2"
+    # The HashMap checkpoint it resumes from rescales (heap layout rewritten to a canonical savepoint).
+    out = tmp_path / "p3"
+    rescaled = kg("rescale", export, "--from", "2", "--to", "3", "--out", out, "--engine", "local")
+    assert rescaled.exit_code == 0, rescaled.stderr
+    assert kg("check", out, "-p", "3").exit_code == 0
 
 
 def _cluster_map(renewed: datetime) -> dict:

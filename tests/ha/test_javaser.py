@@ -67,7 +67,8 @@ def test_configmap_values_are_delete_markers_around_the_same_handle():
     kept = javaser.parse_store_handle(values["checkpointID-0000000000000000002"], "2")
     deleting = javaser.parse_store_handle(values["checkpointID-0000000000000000003"], "3")
     assert kept.marked_for_deletion is False and deleting.marked_for_deletion is True
-    assert kept.uri == deleting.uri and kept.uri.endswith("/completedCheckpoint-2")
+    # Relative to the checkout's root (fixtures/ha/README.md).
+    assert kept.uri == deleting.uri == "fixtures/ha/2.3/kubernetes/ha/completedCheckpoint-2"
     assert kept.uri == javaser.parse_store_handle((K8S / "znode-2.bin").read_bytes(), "z").uri
 
 

@@ -56,8 +56,8 @@ class FakeZooKeeper:
 @pytest.fixture
 def handle_file(tmp_path) -> tuple[bytes, Path]:
     """A znode's data pointing at a real CompletedCheckpoint (copied so its path exists here)."""
-    # The Kubernetes fixture's handle points to fixtures/ha/2.3/kubernetes/ha/completedCheckpoint-2 in the
-    # checkout that generated it; rebuild the same handle for this checkout's path instead.
+    # The Kubernetes fixture's handle points to fixtures/ha/2.3/kubernetes/ha/completedCheckpoint-2, relative
+    # to the checkout's root; rebuild the same handle with this copy's absolute path instead.
     target = tmp_path / "ha" / "completedCheckpoint-2"
     target.parent.mkdir()
     shutil.copyfile(K8S / "ha" / "completedCheckpoint-2", target)
@@ -104,7 +104,8 @@ def test_highest_checkpoint_and_live_leader_in_each_layout(handle_file, layout):
     assert r.job_id == JOB and r.layout == layout
     assert r.checkpoint_id == 10 and r.checkpoint_ids == (1, 2, 10)
     assert r.entry == f"{ROOT}/jobs/{JOB}/checkpoints/0000000000000000010"
-    assert r.pointer.endswith("/heap-checkpoint-p2-maxp128-string/0000000000006b670000000000000005/chk-2/")
+    # The fixture's pointer is relative to the checkout's root (fixtures/ha/README.md).
+    assert r.pointer == f"fixtures/flink/2.3/heap-checkpoint-p2-maxp128-string/{JOB}/chk-2"
     assert r.kind == "checkpoint"
     assert r.live_leader
     assert len(r.live_reasons) == 3
