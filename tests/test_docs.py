@@ -17,7 +17,9 @@ HEADER = """# CLI reference
 
 Generated from `kg --help` and `kg COMMAND --help`; `tests/test_docs.py` fails when it is stale.
 Regenerate with `python -m pytest tests/test_docs.py --update-golden`.
-TAB completion for bash, zsh and fish: [shell completion](../how-to/shell-completion.md).
+TAB completion for bash, zsh and fish: [shell completion](../how-to/shell-completion.md) (`kg completion`).
+What kg runs with and what works here: [`kg doctor`](doctor.md). Tables for `cut`, `awk` and `sort`:
+[`--table plain|tsv`](../how-to/pipe-tables.md).
 """
 
 #: Environment variables kg reads that are not the default of an option.
@@ -166,3 +168,4 @@ def test_shell_completion_how_to_names_every_shell():
     text = (ROOT / "docs" / "how-to" / "shell-completion.md").read_text()
     for shell in ("bash", "zsh", "fish"):
         assert f"_KG_COMPLETE={shell}_source kg" in text
+        assert f"kg completion {shell} >" in text

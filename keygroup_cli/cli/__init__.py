@@ -19,6 +19,7 @@ from keygroup_cli.cli.options import (
     debug_option,
     json_option,
     quiet_option,
+    table_option,
 )
 from keygroup_cli.cli.render import Output
 from keygroup_cli.errors import ExitCode, KgError, environment_error
@@ -29,8 +30,10 @@ COMMANDS: dict[str, str] = {
     "advise": "advise",
     "check": "check",
     "clean": "clean",
+    "completion": "completion",
     "convert": "convert",
     "diff": "diff",
+    "doctor": "doctor",
     "generate": "generate",
     "inspect": "inspect",
     "key": "key",
@@ -95,13 +98,16 @@ def _module_exists(module_name: str) -> bool:
 @click.group(cls=LazyGroup, epilog=ROOT_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @json_option()
 @quiet_option()
+@table_option(default="rich", show_default=True)
 @debug_option
 @click.option("--no-color", is_flag=True, help="Plain output without colours (NO_COLOR is honoured too).")
 @click.version_option(__version__, prog_name="kg")
 @click.pass_context
-def cli(ctx: click.Context, json_output: bool, quiet: bool, debug: bool, no_color: bool) -> None:
+def cli(
+    ctx: click.Context, json_output: bool, quiet: bool, table_style: str, debug: bool, no_color: bool
+) -> None:
     """Inspect, check and rescale the keyed state of Apache Flink jobs."""
-    ctx.obj = Output(json=json_output, quiet=quiet, debug=debug, no_color=no_color)
+    ctx.obj = Output(json=json_output, quiet=quiet, debug=debug, no_color=no_color, table=table_style)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from keygroup_cli.cli.render import Output
+from keygroup_cli.cli.render import Output, print_grid
 from keygroup_cli.errors import LeaderLiveError
 
 if TYPE_CHECKING:  # keygroup_cli.ha itself is imported only when PATH names an HA store
@@ -124,7 +124,7 @@ def render_ha(console: Console, source: Input) -> None:
     ]
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/bold]", Text(value))
-    console.print(grid)
+    print_grid(console, grid)
 
 
 def with_ha(source: Input, render: Callable[[Console], None]) -> Callable[[Console], None]:

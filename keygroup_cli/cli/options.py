@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from keygroup_cli.cli.render import Output
+from keygroup_cli.cli.render import TABLE_STYLES, Output
 from keygroup_cli.keygroups import explain_bounds
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,6 +42,7 @@ SHORT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
 JSON_ENVVAR = "KG_JSON"
 QUIET_ENVVAR = "KG_QUIET"
 DEBUG_ENVVAR = "KG_DEBUG"
+TABLE_ENVVAR = "KG_TABLE"
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -57,6 +58,17 @@ def _set_quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
         out = ctx.find_object(Output)
         if out is not None:
             out.quiet = True
+    return value
+
+
+def _set_table(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Only a --table typed after the command name overrides the root's: KG_TABLE already set that one,
+    # and must not undo a root --table given on the command line.
+    source = ctx.get_parameter_source(param.name or "")
+    if value is not None and source is click.core.ParameterSource.COMMANDLINE:
+        out = ctx.find_object(Output)
+        if out is not None:
+            out.table = value
     return value
 
 
@@ -86,6 +98,20 @@ def quiet_option(**kwargs: Any) -> Callable[[F], F]:
     )
 
 
+def table_option(**kwargs: Any) -> Callable[[F], F]:
+    """``--table rich|plain|tsv`` (env ``KG_TABLE``): how tables are printed."""
+    return click.option(
+        "--table",
+        "table_style",
+        type=click.Choice(TABLE_STYLES),
+        envvar=TABLE_ENVVAR,
+        show_envvar=True,
+        help="How tables are printed: rich (boxes; the default), plain (aligned columns, spaces only) or "
+        "tsv (a header line, then tab-separated rows; no title). JSON output is unaffected.",
+        **kwargs,
+    )
+
+
 def debug_option(func: F) -> F:
     """``--debug`` (env ``KG_DEBUG``): show the traceback of internal errors."""
     return click.option(
@@ -98,9 +124,10 @@ def debug_option(func: F) -> F:
 
 
 def output_options(func: F) -> F:
-    """Accept ``--json`` and ``--quiet`` after the command name too (``kg ranges ... --json``)."""
+    """Accept ``--json``, ``--quiet`` and ``--table`` after the command name too (``kg ranges --json``)."""
     func = json_option(expose_value=False, callback=_set_json, is_eager=True)(func)
     func = quiet_option(expose_value=False, callback=_set_quiet, is_eager=True)(func)
+    func = table_option(expose_value=False, callback=_set_table, is_eager=True)(func)
     return func
 
 

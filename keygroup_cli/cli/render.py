@@ -3,6 +3,9 @@
 Results go to stdout; progress, warnings and errors go to stderr. Under ``--json`` stdout carries exactly
 one JSON document: ``{"schema_version": 1, "command": ..., ...result}`` or, on failure,
 ``{"schema_version": 1, "command": ..., "error": {"code": ..., "message": ...}}``.
+
+Every table a command prints goes through :func:`print_table`, which honours ``--table``: ``rich`` (boxes,
+the default), ``plain`` (aligned columns, spaces only) or ``tsv`` (a header line and tab-separated rows).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.errors import MarkupError
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+
+C = TypeVar("C", bound=Console)
 
 #: Version of the JSON documents kg prints; bumped only with a **Breaking:** changelog entry.
 SCHEMA_VERSION = 1
@@ -31,39 +37,63 @@ PIPE_WIDTH = 100_000
 #: Narrowest a table's last column may fold to (ids, paths) before the table switches to key/value records.
 FOLD_FLOOR = 16
 
+#: How tables are printed (``--table``): rich boxes, aligned columns with spaces, or tab-separated values.
+TABLE_STYLES = ("rich", "plain", "tsv")
+
+#: Characters a plain or tab-separated cell writes escaped, so that a row is always one line (as ``kg key``).
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+#: Between two columns of a plain table.
+_PLAIN_GAP = "  "
+
+
+class ResultConsole(Console):
+    """The stdout console: a rich ``Console`` that also knows how tables are to be printed (``--table``)."""
+
+    table_style = "rich"
+
 
 class Output:
     """Where and how a command's result, warnings and errors are written."""
 
     def __init__(
-        self, *, json: bool = False, quiet: bool = False, debug: bool = False, no_color: bool = False
+        self,
+        *,
+        json: bool = False,
+        quiet: bool = False,
+        debug: bool = False,
+        no_color: bool = False,
+        table: str = "rich",
     ):
         self.json = json
         self.quiet = quiet
         self.debug = debug
         self.no_color = no_color or "NO_COLOR" in os.environ
-        self._stdout: Console | None = None
+        self.table = table
+        self._stdout: ResultConsole | None = None
         self._stderr: Console | None = None
 
     @property
     def stdout(self) -> Console:
-        """Return the rich console on stdout (results)."""
+        """Return the rich console on stdout (results); its tables are printed as ``--table`` says."""
         if self._stdout is None:
-            self._stdout = self._console(sys.stdout)
+            self._stdout = self._console(sys.stdout, ResultConsole)
+        # A command-level --table may be parsed after the console exists.
+        self._stdout.table_style = self.table
         return self._stdout
 
     @property
     def stderr(self) -> Console:
         """Return the rich console on stderr (progress, warnings, errors)."""
         if self._stderr is None:
-            self._stderr = self._console(sys.stderr)
+            self._stderr = self._console(sys.stderr, Console)
         return self._stderr
 
-    def _console(self, stream: Any) -> Console:
+    def _console(self, stream: Any, kind: type[C]) -> C:
         width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else None
         if width is None and not _isatty(stream):
             width = PIPE_WIDTH
-        return Console(
+        return kind(
             file=stream,
             no_color=self.no_color,
             highlight=False,
@@ -118,15 +148,31 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
-def print_table(console: Console, table: Table, indent: int = 0) -> None:
-    """Print ``table`` without ever cutting a cell; when it cannot fit, print its rows as key/value records.
+def table_style(console: Console) -> str:
+    """Return how ``console`` prints tables: ``rich``, ``plain`` or ``tsv`` (``--table``; rich elsewhere)."""
+    return console.table_style if isinstance(console, ResultConsole) else "rich"
 
-    Columns with ``no_wrap`` (numbers) are never narrowed; other columns wrap between words, and only the
-    last one may fold a word (an id, a path) over lines, never narrower than :data:`FOLD_FLOOR`. When the
-    table cannot fit so, its rows are printed one ``header  value`` line per cell instead, the value
-    folding. No cell ever ends in "…". A title wider than the table is printed above it, so it wraps at
-    the console's width. ``indent`` shifts the layout right.
+
+def print_table(console: Console, table: Table, indent: int = 0) -> None:
+    """Print ``table`` as ``--table`` says, never cutting a cell.
+
+    Under ``plain`` and ``tsv`` the table is :func:`table_lines` of its cells. Under ``rich`` columns with
+    ``no_wrap`` (numbers) are never narrowed; other columns wrap between words, and only the last one may
+    fold a word (an id, a path) over lines, never narrower than :data:`FOLD_FLOOR`. When the table cannot
+    fit so, its rows are printed one ``header  value`` line per cell instead, the value folding. No cell
+    ever ends in "…". A title wider than the table is printed above it, so it wraps at the console's width.
+    ``indent`` shifts the layout right (not under ``tsv``).
     """
+    style = table_style(console)
+    if style != "rich":
+        columns = table.columns
+        headers = [_plain_text(console, c.header) for c in columns] if table.show_header else None
+        cells = [[_plain_text(console, cell) for cell in column.cells] for column in columns]
+        rows = [list(row) for row in zip(*cells, strict=True)]
+        title = None if table.title is None else _plain_text(console, table.title)
+        lines = table_lines(style, headers, rows, [c.justify for c in columns], title=title, indent=indent)
+        write_lines(console, lines)
+        return
     available = console.width - indent
     fits = _narrow_to(console, table, available)
     shown = table if fits else vertical(table)
@@ -137,6 +183,70 @@ def print_table(console: Console, table: Table, indent: int = 0) -> None:
             console.print(Text(table.title, style="italic"))
             table.title = None
     console.print(Padding(shown, (0, 0, 0, indent), expand=False) if indent else shown)
+
+
+def print_grid(console: Console, grid: Table) -> None:
+    """Print a key/value ``Table.grid``: as rich lays it out, or as header-less rows under plain and tsv."""
+    if table_style(console) == "rich":
+        console.print(grid)
+    else:
+        print_table(console, grid)
+
+
+def table_lines(
+    style: str,
+    headers: list[str] | None,
+    rows: list[list[str]],
+    justify: list[str],
+    *,
+    title: str | None = None,
+    indent: int = 0,
+) -> list[str]:
+    r"""Return the lines of a ``plain`` or ``tsv`` table (``headers`` None: no header line, as a grid).
+
+    ``tsv``: the header line and one line per row, cells joined by tabs; no title, padding or indent.
+    ``plain``: the title (if any), then every column padded to its widest cell with spaces, right-aligned
+    where ``justify`` says so, two spaces between columns, no trailing spaces. In both a cell's backslash,
+    tab and line breaks are written ``\\``, ``\t``, ``\n``, ``\r``, so every row is one line.
+    """
+    table = [[cell.translate(_ESCAPES) for cell in row] for row in ([headers] if headers else []) + rows]
+    if style == "tsv":
+        return ["\t".join(row) for row in table]
+    widths = [max((cell_len(row[i]) for row in table), default=0) for i in range(len(justify))]
+    margin = " " * indent
+    lines = [margin + title] if title else []
+    for row in table:
+        padded = [_pad(cell, width, how) for cell, width, how in zip(row, widths, justify, strict=True)]
+        lines.append((margin + _PLAIN_GAP.join(padded)).rstrip())
+    return lines
+
+
+def _pad(cell: str, width: int, justify: str) -> str:
+    gap = width - cell_len(cell)
+    if justify == "right":
+        return " " * gap + cell
+    if justify == "center":
+        return " " * (gap // 2) + cell + " " * (gap - gap // 2)
+    return cell + " " * gap
+
+
+def write_lines(console: Console, lines: list[str]) -> None:
+    """Write ``lines`` to ``console``'s stream as they are: rich would expand tabs and wrap long lines."""
+    if lines:
+        console.file.write("\n".join(lines) + "\n")
+        console.file.flush()
+
+
+def _plain_text(console: Console, cell: object) -> str:
+    """Return the text a table cell shows, without markup or styles (a ``str`` cell is markup, as in rich)."""
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        try:
+            return console.render_str(cell).plain
+        except MarkupError:
+            return cell
+    return "" if cell is None else str(cell)
 
 
 def vertical(table: Table) -> RenderableType:

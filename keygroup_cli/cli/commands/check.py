@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from keygroup_cli.checks import Finding, RestorePlan, Severity, check_restore, exit_code_for
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.summary import summarize
 
@@ -144,10 +146,21 @@ def command(
 
 
 def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> None:
-    styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
-    for f in findings:
-        console.print(f"[{styles[f.severity]}]{f.severity.value.upper():7}[/] {f.code} [bold]{f.subject}[/]")
-        console.print(f"        {f.message}", markup=False, highlight=False)
+    if table_style(console) == "rich":
+        styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+        for f in findings:
+            console.print(
+                f"[{styles[f.severity]}]{f.severity.value.upper():7}[/] {f.code} [bold]{f.subject}[/]"
+            )
+            console.print(f"        {f.message}", markup=False, highlight=False)
+    else:
+        # --table plain|tsv: one line per finding (for cut, awk, sort).
+        table = Table()
+        for name in ("severity", "code", "operator", "message"):
+            table.add_column(name)
+        for f in findings:
+            table.add_row(*(Text(v) for v in (f.severity.value, f.code, f.subject, f.message)))
+        print_table(console, table)
     errors = sum(f.severity is Severity.ERROR for f in findings)
     warnings = sum(f.severity is Severity.WARNING for f in findings)
     verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"

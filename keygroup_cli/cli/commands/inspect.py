@@ -13,7 +13,7 @@ from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with
 from keygroup_cli.cli.key_groups_render import human_size as _size
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
 from keygroup_cli.cli.options import operator_option, output_options
-from keygroup_cli.cli.render import Output, output_for, print_table
+from keygroup_cli.cli.render import Output, output_for, print_grid, print_table, table_style
 from keygroup_cli.errors import UnsupportedFormatError
 from keygroup_cli.summary import (
     OperatorSummary,
@@ -144,7 +144,7 @@ def _text(
     rows.append(("Operators", f"{len(summary.operators)} ({len(stateful)} with state)"))
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/bold]", value)
-    console.print(grid)
+    print_grid(console, grid)
     table = Table(title="Operators")
     # One "operator" column (uid, and the name beneath when it differs), and the id last, where it may fold,
     # keep the table within 80 columns.
@@ -152,10 +152,12 @@ def _text(
     for name in ("p", "maxP", "keyed", "op state", "files"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("operator id")
+    # Plain and tab-separated rows are one line each: "uid / name" there.
+    beneath = "\n  " if table_style(console) == "rich" else " / "
     for op in summary.operators:
         label = op.uid or f"- / {op.name or '-'}"
         if op.uid and op.name and op.name != op.uid:
-            label += f"\n  {op.name}"
+            label += f"{beneath}{op.name}"
         table.add_row(
             label,
             str(op.parallelism),

@@ -21,7 +21,7 @@ from keygroup_cli.cli.options import (
     parallelism_option,
     require_bounds,
 )
-from keygroup_cli.cli.render import SCHEMA_VERSION, output_for, print_table
+from keygroup_cli.cli.render import SCHEMA_VERSION, output_for, print_table, table_lines, write_lines
 
 EPILOG = """\b
 Examples:
@@ -32,7 +32,7 @@ Examples:
   cut -f1 users.csv | kg key --keys-file - -m 128 -p 3 --json
 
 Keys files are UTF-8, one key per line (\\n or \\r\\n); '-' reads stdin.
-More than 50 keys print as tab-separated lines instead of a table.
+More than 50 keys print as tab-separated lines instead of a table (--table plain: aligned columns).
 """
 
 #: Above this many keys the text output is tab-separated lines, not a rich table.
@@ -76,7 +76,9 @@ def command(
     located = keys_core.locate_keys(parsed, key_type, max_parallelism, parallelism)
     if out.json:
         _write(_json_document(located))
-    elif len(located.keys) <= TABLE_LIMIT:
+    elif out.table == "plain":
+        _print_plain(out.stdout, located)
+    elif out.table == "rich" and len(located.keys) <= TABLE_LIMIT:
         _print_table(out.stdout, located)
     else:
         _write(_tsv(located))
@@ -103,6 +105,17 @@ def _print_table(console: Console, located: keys_core.KeyLocations) -> None:
         shown = json.dumps(key) if isinstance(key, bool) else str(key)
         table.add_row(shown, *(str(col[i].as_py()) for col in columns.values()))
     print_table(console, table)
+
+
+def _print_plain(console: Console, located: keys_core.KeyLocations) -> None:
+    # Aligned columns of any number of keys, without a rich Table (table_lines escapes as the TSV does).
+    columns = _columns(located)
+    cells = [_escaped_keys(located, []), *(c.cast(pa.string()) for c in columns.values())]
+    rows = [list(row) for row in zip(*(c.to_pylist() for c in cells), strict=True)]
+    headers = ["key", *(name.replace("_", " ") for name in columns)]
+    title = f"{located.key_type} keys, maxParallelism {located.max_parallelism}"
+    justify = ["left", *(["right"] * len(columns))]
+    write_lines(console, table_lines("plain", headers, rows, justify, title=title))
 
 
 def _escaped_keys(located: keys_core.KeyLocations, escapes: list[tuple[str, str]]) -> pa.Array:
