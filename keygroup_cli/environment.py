@@ -33,14 +33,19 @@ from keygroup_cli.errors import KgError
 #: Spark (pyspark 4) and kg's Spark engine need at least this Java.
 MIN_JAVA = 17
 
-#: What installs each optional part of kg (the extras of pyproject.toml).
+#: What installs each optional part of kg (the extras of pyproject.toml). kg is on no package index: an
+#: extra comes from kg's checkout or its wheel (docs/how-to/install.md#extras).
+_EXTRA = (
+    "pip install -e '.[{0}]' in kg's checkout, or the kg wheel with [{0}] (docs/how-to/install.md#extras)"
+)
 INSTALL = {
-    "core": "reinstall kg: pip install --force-reinstall keygroup-cli",
-    "spark": "pip install 'keygroup-cli[spark]'",
-    "ha": "pip install 'keygroup-cli[ha]'",
-    "rocksdb": "pip install 'keygroup-cli[rocksdb]'",
-    "rocksdb-merge": "pip install 'keygroup-cli[rocksdb-merge]' (aimrocks has wheels for CPython <= 3.12)",
-    "test": "pip install 'keygroup-cli[test]' (apache-flink-libraries==2.3.0)",
+    "core": "reinstall kg: pip install --force-reinstall -e . in kg's checkout, or its wheel "
+    "(docs/how-to/install.md)",
+    "spark": _EXTRA.format("spark"),
+    "ha": _EXTRA.format("ha"),
+    "rocksdb": _EXTRA.format("rocksdb"),
+    "rocksdb-merge": _EXTRA.format("rocksdb-merge") + "; aimrocks has wheels for CPython <= 3.12",
+    "test": _EXTRA.format("test") + "; apache-flink-libraries==2.3.0",
 }
 INSTALL_JAVA = (
     "install Java 17 or newer (e.g. apt-get install openjdk-17-jre-headless) or point JAVA_HOME at one"

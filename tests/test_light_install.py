@@ -1,6 +1,6 @@
 """The light install: a wheel built with ``python -m build``, installed without pyspark, does the CI gate.
 
-pyspark (about 490 MB) is the optional extra ``keygroup-cli[spark]``. Without it ``check``, ``inspect``,
+pyspark (about 490 MB) is kg's optional extra ``[spark]``. Without it ``check``, ``inspect``,
 ``ranges``, ``key``, ``plan``, ``advise`` and ``rescale --engine local`` work; the default engine is local
 with one line on stderr saying so; ``--engine spark`` exits 6 naming the pip command that fixes it. This
 builds the real wheel, installs it into a new venv (its dependencies from the package index, as a user's
@@ -105,7 +105,8 @@ def test_default_engine_is_local_with_one_line_saying_so(
     doc = json.loads(done.stdout)
     assert doc["engine"] == "local" and "pyspark is not installed" in doc["engine_reason"]
     notes = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(notes) == 1 and "pyspark is not installed" in notes[0] and "keygroup-cli[spark]" in notes[0]
+    assert len(notes) == 1 and "pyspark is not installed" in notes[0]
+    assert "pip install -e '.[spark]'" in notes[0]
     gate = _kg(light, "check", out, "--parallelism", "4", "--max-parallelism", "1024")
     assert gate.returncode == 0, gate.stdout + gate.stderr
 
@@ -128,7 +129,8 @@ def test_engine_spark_without_pyspark_exits_6_with_the_pip_command(
     done = _kg(light, "rescale", SNAPSHOT, "--to", "4", "--out", tmp_path / "r", "--engine", "spark")
     assert done.returncode == 6
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "pip install 'keygroup-cli[spark]'" in done.stderr and "Traceback" not in done.stderr
+    assert "pip install -e '.[spark]'" in done.stderr and "Traceback" not in done.stderr
+    assert "the kg wheel with [spark] (docs/how-to/install.md#extras)" in done.stderr
     assert not (tmp_path / "r").exists()
     # The environment variable default behaves the same.
     kg, env = light

@@ -2,7 +2,7 @@
 
 ``get_executor("local" | "spark", **options)`` imports the engine's module only when asked, so metadata
 commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
-installed (the ``keygroup-cli[spark]`` extra), else the local engine, with a notice on kg's logger. Both
+installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Both
 engines consume the same plan and write byte-identical files through ``keygroup_cli.execution.tasks``; the
 caller (``keygroup_cli.execution.rescale``) owns the staging directory, verification and the commit.
 """
@@ -31,7 +31,10 @@ OnProgress = Callable[[str, int, "int | None"], None]
 ENGINES = ("spark", "local")
 
 #: What installs the Spark engine (pyspark is an optional extra: about 490 MB).
-INSTALL_SPARK = "pip install 'keygroup-cli[spark]' (or pip install 'pyspark>=3.5') in kg's environment"
+INSTALL_SPARK = (
+    "pip install -e '.[spark]' in kg's checkout, or the kg wheel with [spark] "
+    "(docs/how-to/install.md#extras), or pip install 'pyspark>=3.5' in kg's environment"
+)
 
 log = logging.getLogger("keygroup_cli")
 

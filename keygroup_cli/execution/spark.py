@@ -284,7 +284,7 @@ def _worker_fix(master: str | None) -> str:
             f"or unset it to use kg's own ({sys.executable})"
         )
     return (
-        "install kg on the executors (pip install 'keygroup-cli[spark]') and point "
+        "install kg on the executors (the kg wheel with [spark], docs/how-to/install.md#extras) and point "
         "--conf spark.pyspark.python=... (or PYSPARK_PYTHON) at that Python"
     )
 

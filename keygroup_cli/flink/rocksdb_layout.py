@@ -47,9 +47,15 @@ from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 
 #: What to install for reading RocksDB files.
-INSTALL_HINT = "pip install 'keygroup-cli[rocksdb]' (or: pip install rocksdict)"
+INSTALL_HINT = (
+    "pip install -e '.[rocksdb]' in kg's checkout, or the kg wheel with [rocksdb] "
+    "(docs/how-to/install.md#extras); or: pip install rocksdict"
+)
 #: What to install for list state RocksDB still holds as merge operands.
-MERGE_HINT = "pip install 'keygroup-cli[rocksdb-merge]' (aimrocks, which runs Flink's merge operator)"
+MERGE_HINT = (
+    "pip install -e '.[rocksdb-merge]' in kg's checkout, or the kg wheel with [rocksdb-merge] "
+    "(docs/how-to/install.md#extras): aimrocks, which runs Flink's merge operator"
+)
 
 
 def load_binding() -> Any:

@@ -4,7 +4,8 @@
 savepoint) directory the job would restore, the store entry it came from, and whether a JobManager is
 still live. ``is_ha_source`` says whether a command-line argument names an HA store at all.
 
-kazoo, javaobj-py3 and PyYAML are optional (``pip install 'keygroup-cli[ha]'``) and imported only here.
+kazoo, javaobj-py3 and PyYAML are optional (the ``[ha]`` extra: ``pip install -e '.[ha]'`` in kg's checkout)
+and imported only here.
 """
 
 from __future__ import annotations

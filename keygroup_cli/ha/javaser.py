@@ -21,7 +21,9 @@ from typing import Any
 
 from keygroup_cli.errors import InvalidSnapshotError, MissingDependencyError
 
-HA_EXTRA_HINT = "pip install 'keygroup-cli[ha]'"
+HA_EXTRA_HINT = (
+    "pip install -e '.[ha]' in kg's checkout, or the kg wheel with [ha] (docs/how-to/install.md#extras)"
+)
 _STREAM_MAGIC = b"\xac\xed\x00\x05"
 _TC_STRING = 0x74
 _TC_LONGSTRING = 0x7C

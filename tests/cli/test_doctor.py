@@ -149,12 +149,15 @@ def test_missing_extras_are_reported_and_fail_only_when_required(
     rocksdb = _capabilities(doc)["rocksdb"]
     assert rocksdb["status"] == "missing"
     assert rocksdb["detail"] == "kg-no-such-binding is not installed"
-    assert rocksdb["fix"] == "pip install 'keygroup-cli[rocksdb]'"
+    assert rocksdb["fix"] == environment.INSTALL["rocksdb"]
+    assert rocksdb["fix"].startswith(
+        "pip install -e '.[rocksdb]' in kg's checkout, or the kg wheel with [rocksdb]"
+    )
     assert _capabilities(doc)["rocksdb-merge"]["status"] == "missing"
     required = kg("doctor", "--require", "ha", "--require", "rocksdb")
     assert required.exit_code == 6
     assert required.stderr == (
-        "kg: error: rocksdb: kg-no-such-binding is not installed (pip install 'keygroup-cli[rocksdb]')\n"
+        f"kg: error: rocksdb: kg-no-such-binding is not installed ({environment.INSTALL['rocksdb']})\n"
     )
     assert "FAILED: rocksdb (exit 6)" in required.stdout
     assert kg("doctor", "--require", "rocksdb", "--json").json()["error"]["code"] == "ROCKSDB_BINDING_MISSING"

@@ -109,4 +109,4 @@ def test_missing_javaobj_is_a_missing_dependency_naming_the_extra(monkeypatch):
         javaser.parse_store_handle((ZK / "checkpoint-znode.bin").read_bytes(), "znode")
     assert err.value.exit_code == ExitCode.MISSING_DEPENDENCY == 6
     assert err.value.code == "HA_EXTRA_MISSING"
-    assert "pip install 'keygroup-cli[ha]'" in err.value.message
+    assert "pip install -e '.[ha]'" in err.value.message and "docs/how-to/install.md" in err.value.message

@@ -30,11 +30,13 @@ canonical, NATIVE (HashMap; RocksDB with the [rocksdb] extra), a HashMap checkpo
 incremental checkpoint. With --from P and no --operator, the operators at parallelism P
 are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
-SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://): the input is
-downloaded to a scratch directory, and an object-store DEST must hold no object; it is written state files
-first and _metadata (or _manifest.json) last, so it is a savepoint only once complete.
+SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://). A savepoint
+or checkpoint in the canonical format is read in place, by ranged reads; one in the HashMap backend's own
+layout or in RocksDB's files (which kg rewrites in the canonical layout first) and a kg snapshot are
+downloaded to a scratch directory ($KG_SCRATCH_DIR) first. An object-store DEST must hold no object; it is
+written state files first and _metadata (or _manifest.json) last, so it is a savepoint only once complete.
 
-The default engine is spark when pyspark is installed (pip install 'keygroup-cli[spark]'), else local.
+The default engine is spark when pyspark is installed (kg's [spark] extra), else local.
 Spark's Python workers run kg's own interpreter in local mode; PYSPARK_PYTHON or --conf
 spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 """

@@ -293,7 +293,7 @@ def test_rocksdb_list_state_in_merge_operands_without_aimrocks_is_refused_saying
         rescale(FLINK / "2.3" / "rocksdb-native-p2-maxp128-string", tmp_path / "out", 4, engine="local")
     assert info.value.code == "ROCKSDB_MERGE_OPERANDS"
     assert "state 'ids'" in info.value.message and "merge_operator" in info.value.message
-    assert "pip install 'keygroup-cli[rocksdb-merge]'" in info.value.message
+    assert "pip install -e '.[rocksdb-merge]'" in info.value.message
     assert list(tmp_path.iterdir()) == []
 
 
@@ -304,7 +304,7 @@ def test_a_missing_rocksdb_binding_is_exit_6_naming_the_install(
     with pytest.raises(MissingDependencyError) as info:
         rescale(FLINK / "2.3" / "uid-rocksdb-native-p3", tmp_path / "out", 4, engine="local")
     assert info.value.exit_code == 6
-    assert "pip install 'keygroup-cli[rocksdb]'" in info.value.message
+    assert "pip install -e '.[rocksdb]'" in info.value.message and "install.md#extras" in info.value.message
     assert list(tmp_path.iterdir()) == []
 
 
