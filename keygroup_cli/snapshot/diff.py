@@ -1,6 +1,13 @@
-"""Compare the logical state of two kg snapshots, whatever their parallelism and maxParallelism.
+"""Compare the logical state of two inputs, whatever their parallelism and maxParallelism.
 
-Operators are matched by operator id. What "the same state" means, per kind:
+Either input is a kg snapshot or a Flink savepoint / retained checkpoint, local or on an object store. A
+savepoint is converted into a kg snapshot in a scratch directory first (``flink.convert``, which decodes
+and checks every entry), removed afterwards, so both are compared through the same Arrow rows.
+
+Operators are matched by operator id. An operator that holds no state (no keyed row and no operator-state
+element) on either side never makes two inputs differ, also when only one side lists it: a savepoint lists
+every operator of the job, a kg snapshot may leave the stateless ones out. What "the same state" means for
+the others, per kind:
 
 - **keyed** (value, list, map, timer): the multiset of rows ``(state, key, namespace, user_key, value,
   timestamp)``; key groups, files and row order are layout, not state.
@@ -12,6 +19,9 @@ Operators are matched by operator id. What "the same state" means, per kind:
   subtask ``i`` the map of old subtask ``i % p``, which keeps that set whenever the parallelism grows.
   Counts for broadcast state are maps, not rows.
 
+The key group a row is stored under is layout too: it follows from the key and the maxParallelism, so two
+inputs at different maxParallelism hold the same logical state when their rows are equal.
+
 Rows are compared with Arrow hash aggregation (no Python loop over rows). When both snapshots have the
 same maxParallelism the keyed rows are compared one key-group range at a time (a key's rows all share
 one key group), which bounds memory by the biggest subtask; a row stored in another key group than its
@@ -21,6 +31,10 @@ Otherwise each operator is compared whole, in memory.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,7 +72,11 @@ class StateDiff:
 
 @dataclass(frozen=True, slots=True)
 class OperatorDiff:
-    """One operator's comparison; ``presence`` is ``both``, ``only_in_a`` or ``only_in_b``."""
+    """One operator's comparison; ``presence`` is ``both``, ``only_in_a`` or ``only_in_b``.
+
+    ``holds_state`` is False when neither side has a keyed row or an operator-state element for it: such
+    an operator is the same whatever its presence, kinds or layout.
+    """
 
     label: str
     operator_id: str
@@ -66,10 +84,13 @@ class OperatorDiff:
     states: tuple[StateDiff, ...]
     notes: tuple[str, ...] = ()
     comparable: bool = True
+    holds_state: bool = True
 
     @property
     def same(self) -> bool:
         """Return whether the operator's state is logically equal in A and B."""
+        if not self.holds_state:
+            return True
         return self.presence == "both" and self.comparable and all(s.same for s in self.states)
 
 
@@ -88,17 +109,46 @@ class SnapshotDiff:
 
 
 def diff_snapshots(a: Path | str, b: Path | str, *, on_progress: OnProgress | None = None) -> SnapshotDiff:
-    """Compare the logical state of the kg snapshots at ``a`` and ``b``.
+    """Compare the logical state of ``a`` and ``b``: kg snapshots, Flink savepoints or checkpoints.
+
+    A savepoint or checkpoint (local or remote) is converted into a kg snapshot in a scratch directory
+    under ``$KG_SCRATCH_DIR`` (else the temp directory), removed when the comparison ends.
 
     Raises:
-        InvalidSnapshotError: Either snapshot cannot be opened or read.
-        UnsupportedFormatError: Either manifest has an unknown ``format_version``.
+        InvalidSnapshotError: Either input cannot be opened or read (a savepoint's entries included).
+        UnsupportedFormatError: An unknown ``format_version``, or a savepoint layout kg does not read.
+        MissingDependencyError: A RocksDB layout without the binding that reads it.
     """
-    from keygroup_cli.storage.remote import readable
-
-    with readable(a, on_progress=on_progress) as local_a, readable(b, on_progress=on_progress) as local_b:
+    with _as_snapshot(a, on_progress) as local_a, _as_snapshot(b, on_progress) as local_b:
         result = _diff(open_snapshot(local_a), open_snapshot(local_b), on_progress)
     return replace(result, a=result.a if local_a == a else str(a), b=result.b if local_b == b else str(b))
+
+
+@contextlib.contextmanager
+def _as_snapshot(target: Path | str, on_progress: OnProgress | None) -> Iterator[str | os.PathLike[str]]:
+    """Yield a local kg snapshot of ``target``: itself, its download, or a savepoint's conversion."""
+    from keygroup_cli.flink import is_flink_savepoint
+    from keygroup_cli.storage.remote import readable, scratch_root
+
+    if not is_flink_savepoint(target):
+        with readable(target, on_progress=on_progress) as local:
+            yield local
+        return
+    # Deferred: the Flink reader is needed only for a savepoint.
+    from keygroup_cli.flink.convert import savepoint_to_snapshot
+
+    scratch = Path(tempfile.mkdtemp(prefix="kg-diff-", dir=scratch_root()))
+    try:
+        with readable(target, on_progress=on_progress) as local:
+            savepoint_to_snapshot(Path(local), scratch / "snapshot", on_progress=on_progress)
+        yield scratch / "snapshot"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _holds_state(op: Operator | None) -> bool:
+    """Return whether an operator has any keyed row or operator-state element (None: not listed)."""
+    return op is not None and (op.keyed_rows > 0 or any(f.rows for f in op.operator_files))
 
 
 def _diff(snap_a: Snapshot, snap_b: Snapshot, on_progress: OnProgress | None) -> SnapshotDiff:
@@ -109,12 +159,15 @@ def _diff(snap_a: Snapshot, snap_b: Snapshot, on_progress: OnProgress | None) ->
     for done, operator_id in enumerate(ids, start=1):
         op_a = next((o for o in snap_a.manifest.operators if o.operator_id == operator_id), None)
         op_b = next((o for o in snap_b.manifest.operators if o.operator_id == operator_id), None)
+        holds_state = _holds_state(op_a) or _holds_state(op_b)
         if op_a is None or op_b is None:
             present = op_a or op_b
             assert present is not None
-            results.append(
-                OperatorDiff(present.label, operator_id, "only_in_a" if op_b is None else "only_in_b", ())
-            )
+            presence = "only_in_a" if op_b is None else "only_in_b"
+            results.append(OperatorDiff(present.label, operator_id, presence, (), holds_state=holds_state))
+        elif not holds_state:
+            # Nothing to compare: kinds, key types and layout of an operator without state are no state.
+            results.append(OperatorDiff(op_a.label, operator_id, "both", (), holds_state=False))
         else:
             results.append(_diff_operator(snap_a, op_a, snap_b, op_b))
         if on_progress is not None:

@@ -1,4 +1,4 @@
-"""``kg diff``: do two kg snapshots hold the same logical state, whatever their parallelism?"""
+"""``kg diff``: do two kg snapshots or Flink savepoints hold the same logical state, whatever the layout?"""
 
 from __future__ import annotations
 
@@ -14,15 +14,21 @@ from keygroup_cli.errors import ExitCode
 EPILOG = """\b
 Examples:
   kg diff snap/ rescaled/
+  kg diff savepoint-1a2b/ savepoint-p8/            # Flink savepoints: before and after kg rescale
+  kg diff savepoint-1a2b/ state.kg/                # a savepoint and a kg snapshot
   kg diff before/ after/ --json | jq '.operators[] | select(.same | not)'
-  kg rescale snap/ --to 8 --out r8/ && kg diff -q snap/ r8/ && echo "nothing lost"
+  kg rescale sp/ --from 3 --to 8 --out r8/ && kg diff -q sp/ r8/ && echo "nothing lost"
 
 \b
-Keyed state is compared as a multiset of (state, key, namespace, user_key, value,
-timestamp) rows; split operator state as a multiset of elements, union state as a set
-of elements, broadcast state as the set of distinct per-subtask maps. Parallelism,
-maxParallelism, files and row order are layout, not state.
-Exit codes: 0 same, 1 different, 3 invalid snapshot, 4 unsupported format version.
+A and B are kg snapshots, Flink savepoints or retained checkpoints, local or on an object store; a
+savepoint is decoded into a kg snapshot in a scratch directory ($KG_SCRATCH_DIR, else the temp
+directory) that is removed afterwards. Keyed state is compared as a multiset of (state, key,
+namespace, user_key, value, timestamp) rows, timers included; split operator state as a multiset of
+elements, union state as a set of elements, broadcast state as the set of distinct per-subtask maps.
+Parallelism, maxParallelism, key groups, files, compression and row order are layout, not state, and an
+operator with no keyed row and no operator-state element on either side never differs (a savepoint
+lists every operator of the job). With -q nothing is printed: the exit code is the answer.
+Exit codes: 0 same, 1 different, 3 invalid input, 4 unsupported format or layout.
 """
 
 
@@ -32,7 +38,7 @@ Exit codes: 0 same, 1 different, 3 invalid snapshot, 4 unsupported format versio
 @output_options
 @click.pass_context
 def command(ctx: click.Context, a: str, b: str) -> None:
-    """Compare the logical state of snapshots A and B."""
+    """Compare the logical state of A and B (kg snapshots or Flink savepoints)."""
     from keygroup_cli.snapshot.diff import diff_snapshots
 
     out = output_for(ctx)
@@ -47,6 +53,7 @@ def command(ctx: click.Context, a: str, b: str) -> None:
                 "operator": op.label,
                 "operator_id": op.operator_id,
                 "presence": op.presence,
+                "holds_state": op.holds_state,
                 "same": op.same,
                 "notes": list(op.notes),
                 "states": [
@@ -71,6 +78,8 @@ def command(ctx: click.Context, a: str, b: str) -> None:
             numbers = name.startswith(("rows", "only"))
             table.add_column(name, justify="right" if numbers else "left", no_wrap=numbers)
         for op in result.operators:
+            if not op.holds_state:
+                continue  # a savepoint lists every operator of the job; no state is no difference
             if op.presence != "both":
                 table.add_row(op.label, "-", f"operator {op.presence.replace('_', ' ')}", "", "", "", "")
             for s in op.states:
@@ -78,7 +87,7 @@ def command(ctx: click.Context, a: str, b: str) -> None:
                     values = (s.rows_a, s.rows_b, s.only_in_a, s.only_in_b)
                     table.add_row(op.label, s.state, s.kind, *(str(v) for v in values))
         for op in result.operators:
-            for note in op.notes:
+            for note in op.notes if op.holds_state else ():
                 console.print(f"{op.label}: {note}", markup=False, highlight=False, soft_wrap=True)
         if result.same:
             console.print("same logical state", markup=False)
@@ -86,6 +95,8 @@ def command(ctx: click.Context, a: str, b: str) -> None:
             print_table(console, table)
             console.print("different", markup=False)
 
-    out.result("diff", document, text)
+    if out.json or not out.quiet:
+        # -q: the exit code alone answers (`kg diff -q A B && ...`), as `cmp -s` does.
+        out.result("diff", document, text)
     if not result.same:
         ctx.exit(ExitCode.CHECK_FAILED)
