@@ -256,7 +256,9 @@ class OperatorPlan:
 
     ``key_groups`` is the key-group plan weighted by the manifest's per-key-group row counts (bytes are
     estimated in proportion to rows within each file); it is None when keys are re-hashed (their new key
-    groups are only known once the keys are read) or when there is no keyed state.
+    groups are only known once the keys are read) or when there is no keyed state. A Flink savepoint's
+    plan (``execution.savepoint_plan``) knows bytes per key group from ``_metadata``'s offsets but no
+    rows: its ``keyed_rows`` is None, and so are the row counts derived from it.
     """
 
     uid: str | None
@@ -270,9 +272,13 @@ class OperatorPlan:
     keyed_mode: str
     key_groups: KeyGroupPlan | None
     operator_state: OperatorStatePlan | None
-    keyed_rows: int
-    keyed_bytes: int
+    keyed_rows: int | None
+    keyed_bytes: int | None
     operator_rows: int
+    #: Whether the operator holds state as the operator selection counts it (``select_operators``'s
+    #: ``with_state``): a kg snapshot operator with files, a savepoint operator with a subtask state
+    #: handle. A savepoint lists every operator of the job, most of them without state.
+    holds_state: bool = True
 
     @property
     def label(self) -> str:
@@ -285,18 +291,22 @@ class OperatorPlan:
         return subtask_ranges(self.new_max_parallelism, self.new_parallelism)
 
     @property
-    def moved_rows(self) -> int:
-        """Return the keyed rows that change subtask (all of them when keys are re-hashed)."""
+    def moved_rows(self) -> int | None:
+        """Return the keyed rows that change subtask (all of them when keys are re-hashed); None: unknown."""
         if self.keyed_mode == "rehash":
             return self.keyed_rows
-        return self.key_groups.moved_rows or 0 if self.key_groups is not None else 0
+        if self.key_groups is None:
+            return 0
+        return None if self.keyed_rows is None else self.key_groups.moved_rows or 0
 
     @property
-    def moved_bytes(self) -> int:
-        """Return the (estimated) keyed bytes that change subtask."""
+    def moved_bytes(self) -> int | None:
+        """Return the (estimated) keyed bytes that change subtask; None when no size is known."""
         if self.keyed_mode == "rehash":
             return self.keyed_bytes
-        return self.key_groups.moved_bytes or 0 if self.key_groups is not None else 0
+        if self.key_groups is None:
+            return 0
+        return self.key_groups.moved_bytes
 
     @property
     def new_row_loads(self) -> tuple[int, ...] | None:
@@ -354,18 +364,16 @@ def plan_rescale(
         UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
     """
     manifest = snapshot if isinstance(snapshot, Manifest) else snapshot.manifest
+    if with_state is None:
+        with_state = {op.operator_id for op in manifest.operators if op.files}
     selected = select_operators(
-        manifest.operators,
-        operators,
-        expected_parallelism,
-        {op.operator_id for op in manifest.operators if op.files} if with_state is None else with_state,
-        new_max_parallelism,
+        manifest.operators, operators, expected_parallelism, with_state, new_max_parallelism
     )
     plans = []
     for op in manifest.operators:
         target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
         if target is None:
-            plans.append(_keep(op))
+            plans.append(replace(_keep(op), holds_state=op.operator_id in with_state))
             continue
         new_max = validate_operator_request(
             op,
@@ -415,6 +423,7 @@ def plan_rescale(
                 keyed_rows=op.keyed_rows,
                 keyed_bytes=sum(f.bytes for f in op.keyed_files),
                 operator_rows=sum(f.rows for f in op.operator_files),
+                holds_state=op.operator_id in with_state,
             )
         )
     return RescalePlan(manifest.snapshot_id, new_parallelism, new_max_parallelism, tuple(plans))

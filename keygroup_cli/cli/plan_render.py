@@ -55,17 +55,20 @@ def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
 def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") -> None:
     """Print the transfer table and the summary lines of a key-group plan."""
     weighted = any(t.rows is not None for t in plan.transfers)
+    # A Flink savepoint's plan knows bytes per key group (from _metadata's offsets) but no rows.
+    sized = weighted or any(t.bytes is not None for t in plan.transfers)
     table = Table(
         title=title
         or f"maxParallelism {plan.max_parallelism}: "
         f"parallelism {plan.old_parallelism} → {plan.new_parallelism}"
     )
-    for name in ("from", "to", "key groups", *(("rows", "bytes") if weighted else ()), "runs"):
+    weights_columns = ("rows",) if weighted else ()
+    for name in ("from", "to", "key groups", *weights_columns, *(("bytes",) if sized else ()), "runs"):
         table.add_column(name, justify="left" if name == "runs" else "right", no_wrap=name != "runs")
     for t in plan.transfers:
         runs = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in t.runs)
         marker = "" if t.from_subtask != t.to_subtask else " (stays)"
-        weights = (str(t.rows or 0), str(t.bytes or 0)) if weighted else ()
+        weights = ((str(t.rows or 0),) if weighted else ()) + ((str(t.bytes or 0),) if sized else ())
         table.add_row(str(t.from_subtask), f"{t.to_subtask}{marker}", str(t.key_groups), *weights, runs)
     print_table(console, table)
     console.print(

@@ -123,7 +123,8 @@ class Output:
     def warn(self, message: str) -> None:
         """Write a one-line warning to stderr unless quiet."""
         if not self.quiet:
-            self.stderr.print(f"kg: warning: {message}", markup=False, highlight=False)
+            # One line whatever the terminal width, like errors: a pipe or a log keeps it whole.
+            self.stderr.print(f"kg: warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
     def failure(self, code: str, message: str, *, command: str | None) -> None:
         """Report a failure: one line on stderr, and the JSON error document under ``--json``."""

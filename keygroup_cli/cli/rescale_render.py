@@ -6,6 +6,7 @@ Shared by ``kg plan SNAPSHOT`` and ``kg rescale`` so that ``kg rescale --dry-run
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -25,13 +26,27 @@ _MODES = {
 }
 
 
+def new_byte_loads(op: OperatorPlan) -> tuple[int, ...] | None:
+    """Return the (estimated) keyed bytes per new subtask, or None where they are unknown (re-hash)."""
+    if op.keyed_mode == "none":
+        return (0,) * op.new_parallelism
+    if op.key_groups is None or any(r.bytes is None for r in op.key_groups.runs):
+        return None
+    loads = [0] * op.new_parallelism
+    for run in op.key_groups.runs:
+        loads[run.to_subtask] += run.bytes or 0
+    return tuple(loads)
+
+
 def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
     """Return the JSON form of one operator's plan; key-group fields as ``kg plan --from/--to`` has them."""
     loads = op.new_row_loads
+    byte_loads = new_byte_loads(op)
     document: dict[str, Any] = {
         "uid": op.uid,
         "operator_id": op.operator_id,
         "rescaled": op.rescaled,
+        "holds_state": op.holds_state,
         "mode": op.keyed_mode,
         "key_type": op.key_type,
         "from_parallelism": op.old_parallelism,
@@ -44,6 +59,8 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
         "moved_bytes": op.moved_bytes,
         "to_row_loads": None if loads is None else list(loads),
         "to_row_skew": None if loads is None else skew(loads),
+        "to_byte_loads": None if byte_loads is None else list(byte_loads),
+        "to_byte_skew": None if byte_loads is None else skew(byte_loads),
         "runs": [],
     }
     if op.key_groups is not None:
@@ -64,10 +81,13 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
     return document
 
 
-def plan_snapshot_document(snapshot: str, plan: RescalePlan) -> dict[str, Any]:
+def plan_snapshot_document(
+    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot"
+) -> dict[str, Any]:
     """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``)."""
     return {
         "snapshot": snapshot,
+        "input_format": input_format,
         "snapshot_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
@@ -76,8 +96,15 @@ def plan_snapshot_document(snapshot: str, plan: RescalePlan) -> dict[str, Any]:
 
 
 def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
-    """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state."""
+    """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state.
+
+    Operators without state (a savepoint lists every operator of the job) are counted, not shown.
+    """
+    stateless = 0
     for op in plan.operators:
+        if not op.holds_state:
+            stateless += 1
+            continue
         if not op.rescaled:
             console.print(
                 f"{op.label}: kept as it is (parallelism {op.old_parallelism}, "
@@ -94,20 +121,8 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
             render_plan(console, op.key_groups, title=title)
         else:
             console.print(title)
-        loads = op.new_row_loads
         if op.keyed_mode != "none":
-            share = op.moved_rows / op.keyed_rows if op.keyed_rows else 0.0
-            console.print(
-                f"  keyed rows moved: {op.moved_rows:,} of {op.keyed_rows:,} ({share:.1%}), "
-                f"~{op.moved_bytes:,} of {op.keyed_bytes:,} bytes"
-            )
-        if loads is not None and op.keyed_mode != "none":
-            console.print(
-                f"  keyed rows per new subtask: {', '.join(f'{n:,}' for n in loads)} (skew {skew(loads):.2f})"
-            )
-        elif op.keyed_mode == "rehash":
-            ranges = ", ".join(f"{r.start}-{r.end}" for r in op.new_ranges)
-            console.print(f"  new key-group ranges: {ranges}; rows per subtask are known once keys are read")
+            _render_keyed(console, op)
         state = op.operator_state
         if state is not None:
             what = (
@@ -115,6 +130,78 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
             )
             counts = ", ".join(str(n) for n in state.new_counts)
             console.print(f"  operator state {what}: rows per new subtask {counts}")
+    if stateless:
+        console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
+
+
+def _render_keyed(console: Console, op: OperatorPlan) -> None:
+    """Print what moves of an operator's keyed state: rows (kg snapshots) or bytes (savepoints)."""
+    loads = op.new_row_loads
+    byte_loads = new_byte_loads(op)
+    if op.keyed_rows is not None and op.moved_rows is not None:
+        share = op.moved_rows / op.keyed_rows if op.keyed_rows else 0.0
+        console.print(
+            f"  keyed rows moved: {op.moved_rows:,} of {op.keyed_rows:,} ({share:.1%}), "
+            f"~{op.moved_bytes or 0:,} of {op.keyed_bytes or 0:,} bytes"
+        )
+    elif op.moved_bytes is not None and op.keyed_bytes is not None:
+        share = op.moved_bytes / op.keyed_bytes if op.keyed_bytes else 0.0
+        console.print(
+            f"  keyed bytes moved: {op.moved_bytes:,} of {op.keyed_bytes:,} ({share:.1%}), from _metadata's "
+            "key-group offsets (keyed state is not read: rows unknown)"
+        )
+    else:
+        console.print(
+            f"  keyed state: {op.keyed_bytes or 0:,} bytes of RocksDB files, which record no key-group "
+            "offsets: bytes per key group unknown"
+        )
+    if loads is not None:
+        console.print(
+            f"  keyed rows per new subtask: {', '.join(f'{n:,}' for n in loads)} (skew {skew(loads):.2f})"
+        )
+    elif byte_loads is not None:
+        console.print(
+            f"  keyed bytes per new subtask: {', '.join(f'{n:,}' for n in byte_loads)} "
+            f"(skew {skew(byte_loads):.2f})"
+        )
+    elif op.keyed_mode == "rehash":
+        ranges = ", ".join(f"{r.start}-{r.end}" for r in op.new_ranges)
+        console.print(f"  new key-group ranges: {ranges}; rows per subtask are known once keys are read")
+
+
+def mixed_parallelism_warning(
+    plan: RescalePlan, from_parallelism: int | None, operators: Sequence[str]
+) -> list[str]:
+    """Return the warning of a rescale without --from or --operator that moves operators not at P.
+
+    P is the parallelism most operators with state run at (the higher one on a tie: a job's default
+    parallelism, against a non-parallel source at 1). "With state" is what the operator selection counts
+    (``OperatorPlan.holds_state``). No warning when --from or --operator chose the operators, when every
+    operator with state runs at P, or when the others already run at the new parallelism.
+    """
+    if from_parallelism is not None or operators:
+        return []
+    at: dict[int, list[str]] = {}
+    for op in plan.operators:
+        if op.holds_state:
+            at.setdefault(op.old_parallelism, []).append(op.label)
+    if len(at) < 2:
+        return []
+    common = max(at, key=lambda p: (len(at[p]), p))
+    moved = sorted((p, labels) for p, labels in at.items() if p not in (common, plan.new_parallelism))
+    if not moved:
+        return []
+    named = "; ".join(f"{_some(labels)} at {p}" for p, labels in moved)
+    return [
+        f"without --from or --operator every operator is rescaled to parallelism {plan.new_parallelism}, "
+        f"also those not at {common}: {named}; --from {common} rescales only the operators at {common} "
+        "and keeps the others' parallelism"
+    ]
+
+
+def _some(labels: Sequence[str], shown: int = 3) -> str:
+    names = ", ".join(repr(label) for label in labels[:shown])
+    return names if len(labels) <= shown else f"{names} and {len(labels) - shown} more"
 
 
 def rescale_document(result: RescaleResult) -> dict[str, Any]:

@@ -64,7 +64,8 @@ class LocalExecutor:
             return ()
         if plan.keyed_mode == "copy":
             tasks.copy_files(source, target, op.keyed_files)
-            report(f"{plan.label}: keyed rows", plan.keyed_rows, plan.keyed_rows)
+            rows = plan.keyed_rows or 0  # a kg snapshot's plan always counts its rows
+            report(f"{plan.label}: keyed rows", rows, rows)
             return op.keyed_files
         stage = f"{plan.label}: keyed rows"
         done = 0

@@ -78,8 +78,13 @@ def preflight(
     new_max_parallelism: int | None = None,
     *,
     expected_parallelism: int | None = None,
+    types: Mapping[str, str] | None = None,
 ) -> None:
     """Refuse a savepoint rescale that cannot succeed, reading only ``_metadata`` and keyed headers.
+
+    ``types`` are the operators' key types by id when the caller read them already (the dry-run reads
+    them from a heap or RocksDB layout's own headers, ``execution.savepoint_plan``); by default they are
+    read from ``savepoint``'s canonical keyed headers.
 
     Raises:
         UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
@@ -91,7 +96,8 @@ def preflight(
     selected = select_operators(
         all_operators, operators, expected_parallelism, with_state, new_max_parallelism
     )
-    types = key_types(savepoint)
+    if types is None:
+        types = key_types(savepoint)
     for op in all_operators:
         target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
         if target is not None:

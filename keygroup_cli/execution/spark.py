@@ -471,7 +471,8 @@ class SparkExecutor:
                 written.append(WrittenOperator(op.operator_id, op.keyed_files, op.operator_files))
                 continue
             stage = f"{op_plan.label}: keyed rows"
-            report(stage, 0, op_plan.keyed_rows)
+            rows = op_plan.keyed_rows or 0  # a kg snapshot's plan always counts its rows
+            report(stage, 0, rows)
             keyed: tuple[KeyedFile, ...]
             if op_plan.keyed_mode == "none":
                 keyed = ()
@@ -479,13 +480,13 @@ class SparkExecutor:
                 tasks.copy_files(source, target, op.keyed_files)
                 keyed = op.keyed_files
             else:
-                with _TaskProgress(sc, stage, op_plan.keyed_rows, report), _spark_failures(sc):
+                with _TaskProgress(sc, stage, rows, report), _spark_failures(sc):
                     if op_plan.keyed_mode == "move":
                         files = self._move(sc, source, op, op_plan, target)
                     else:
                         files = self._rehash(sc, source, op, op_plan, target)
                 keyed = tuple(f for f in files if f is not None)
-            report(stage, op_plan.keyed_rows, op_plan.keyed_rows)
+            report(stage, rows, rows)
             operator_files = tasks.write_operator_state(source, op, op_plan, target)
             written.append(WrittenOperator(op.operator_id, keyed, operator_files))
         return ExecutionResult(self.name, tuple(written))

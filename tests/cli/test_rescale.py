@@ -45,8 +45,11 @@ def _leftovers(tmp_path):
 def test_rescale_local_json(kg, source, tmp_path):
     result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
     assert result.exit_code == 0, result.stderr
-    assert result.stderr == ""
     doc = result.json()
+    # Without --from every operator goes to 4: blob (at 2, beside counter at 3) is named, once committed.
+    (warning,) = doc["warnings"]
+    assert "'blob' at 2" in warning and "--from 3 rescales only the operators at 3" in warning
+    assert result.stderr == f"kg: warning: {warning}\n"
     assert doc["command"] == "rescale" and doc["engine"] == "local"
     assert doc["output"] == str(tmp_path / "out")
     counter = next(op for op in doc["operators"] if op["uid"] == "counter")

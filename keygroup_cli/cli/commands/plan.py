@@ -1,7 +1,9 @@
 """``kg plan``: where every key group goes when parallelism changes, before anything is executed.
 
-With a SNAPSHOT the plan is ``planning.plan_rescale``'s, weighted by the manifest's row counts; it is what
-``kg rescale --dry-run`` prints too.
+With a kg SNAPSHOT the plan is ``planning.plan_rescale``'s, weighted by the manifest's row counts; with a
+Flink savepoint or checkpoint it is ``execution.savepoint_plan.plan_savepoint``'s, weighted by the bytes
+``_metadata``'s key-group offsets give (no keyed state is read). Either is what ``kg rescale --dry-run``
+prints too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from keygroup_cli.cli.options import (
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import Output, output_for
-from keygroup_cli.errors import UnsupportedFormatError
 
 EPILOG = """\b
 Examples:
@@ -30,6 +31,11 @@ Examples:
   kg plan --from 3 --to 4 -m 128 --json | jq '.runs[] | select(.from_subtask != .to_subtask)'
   kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
+  kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
+
+With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
+same messages) from _metadata, the keyed headers and the operator state; keyed state is never read, so
+keyed rows are unknown (-, null in JSON) and bytes come from the key-group offsets.
 """
 
 
@@ -41,32 +47,53 @@ def show_snapshot_plan(
     operators: Sequence[str] = (),
     max_parallelism: int | None = None,
 ) -> None:
-    """Plan the rescale of a snapshot and print it (shared with ``kg rescale --dry-run``)."""
+    """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``)."""
     # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
-    from keygroup_cli.cli.rescale_render import plan_snapshot_document, render_snapshot_plan
+    from keygroup_cli.cli.progress import progress
+    from keygroup_cli.cli.rescale_render import (
+        mixed_parallelism_warning,
+        plan_snapshot_document,
+        render_snapshot_plan,
+    )
     from keygroup_cli.flink import is_flink_savepoint
     from keygroup_cli.snapshot import open_snapshot
 
     if is_flink_savepoint(snapshot):
-        raise UnsupportedFormatError(
-            f"{snapshot} is a Flink savepoint; kg plan reads kg snapshots. For a savepoint, "
-            "`kg inspect SAVEPOINT --key-groups` shows bytes per key group and balanced parallelisms, "
-            "and `kg plan --from P --to Q -m M` the key-group moves",
-            code="PLAN_NEEDS_KG_SNAPSHOT",
-        )
-    from keygroup_cli.storage.remote import readable
+        from keygroup_cli.execution.savepoint_plan import plan_savepoint
+        from keygroup_cli.integrity import require_intact
+        from keygroup_cli.storage import is_remote
 
-    # A plan needs the manifest and the (small) operator-state files: on an object store only those
-    # are fetched, never keyed state.
-    with readable(snapshot, everything=False, operator_state=True) as local:
-        plan = planning.plan_rescale(
-            open_snapshot(local),
-            to_parallelism,
-            operators,
-            max_parallelism,
-            expected_parallelism=from_parallelism,
-        )
-    document = plan_snapshot_document(str(snapshot), plan)
+        with progress(out) as on_progress:
+            # What kg rescale checks first (no key-group block is decoded), then its own validation.
+            require_intact(snapshot, on_progress=on_progress, blocks=False)
+            plan = plan_savepoint(
+                # As kg rescale names it (rescale() reads a local input by its absolute path).
+                snapshot if is_remote(snapshot) else Path(snapshot).absolute(),
+                to_parallelism,
+                operators,
+                max_parallelism,
+                expected_parallelism=from_parallelism,
+                on_progress=on_progress,
+            )
+        input_format = "flink-savepoint"
+    else:
+        from keygroup_cli.storage.remote import readable
+
+        # A plan needs the manifest and the (small) operator-state files: on an object store only those
+        # are fetched, never keyed state.
+        with readable(snapshot, everything=False, operator_state=True) as local:
+            plan = planning.plan_rescale(
+                open_snapshot(local),
+                to_parallelism,
+                operators,
+                max_parallelism,
+                expected_parallelism=from_parallelism,
+            )
+        input_format = "kg-snapshot"
+    warnings = mixed_parallelism_warning(plan, from_parallelism, operators)
+    for warning in warnings:
+        out.warn(warning)
+    document = {**plan_snapshot_document(str(snapshot), plan, input_format), "warnings": warnings}
     out.result("plan", document, lambda console: render_snapshot_plan(console, plan))
 
 
@@ -90,7 +117,10 @@ def command(
     max_parallelism: int | None,
     operators: tuple[str, ...],
 ) -> None:
-    """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given)."""
+    """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
+
+    SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (planned from its _metadata).
+    """
     out = output_for(ctx)
     if snapshot is not None:
         snapshot = resolve_input(out, snapshot, job).path

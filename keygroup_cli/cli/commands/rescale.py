@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import click
 
@@ -28,7 +29,13 @@ Examples:
 SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (then DEST is a canonical savepoint):
 canonical, NATIVE (HashMap; RocksDB with the [rocksdb] extra), a HashMap checkpoint or a RocksDB
 incremental checkpoint. With --from P and no --operator, the operators at parallelism P
-are rescaled and the others keep theirs (a new maxParallelism still applies to all of them).
+are rescaled and the others keep theirs (a new maxParallelism still applies to all of them). Without
+--from or --operator every operator goes to Q; when operators with state run at different parallelisms
+(a non-parallel source at 1), a warning on stderr (and "warnings" in JSON) names the ones not at the
+most common parallelism P and suggests --from P: kg plan and --dry-run before anything is written, the
+rescale once it has committed. --dry-run validates as the rescale does (same refusals, DEST included)
+and prints `kg plan`'s output; for a savepoint it reads _metadata, the keyed headers and operator
+state, never keyed state.
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://). A savepoint
 or checkpoint in the canonical format is read in place, by ranged reads; one in the HashMap backend's own
@@ -91,7 +98,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the plan (exactly as `kg plan` does) and write nothing (kg snapshots).",
+    help="Validate, print the plan (exactly as `kg plan` does) and write nothing.",
 )
 @output_options
 @click.pass_context
@@ -116,9 +123,14 @@ def command(
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
+        refuse_destination(snapshot, dest)
         show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
         return
-    from keygroup_cli.cli.rescale_render import render_rescale, rescale_document
+    from keygroup_cli.cli.rescale_render import (
+        mixed_parallelism_warning,
+        render_rescale,
+        rescale_document,
+    )
     from keygroup_cli.execution.rescale import rescale
     from keygroup_cli.integrity import require_intact
 
@@ -142,7 +154,12 @@ def command(
         )
     # The wall time a user waited: the input check above included.
     result = replace(result, wall_seconds=time.monotonic() - started)
-    document = rescale_document(result)
+    # Named once the rescale validated and committed (a failure stays one line on stderr); --dry-run and
+    # kg plan name them before anything is written.
+    warnings = mixed_parallelism_warning(result.plan, from_parallelism, operators)
+    for warning in warnings:
+        out.warn(warning)
+    document = {**rescale_document(result), "warnings": warnings}
     out.result("rescale", document, lambda console: render_rescale(console, document))
 
 
@@ -154,3 +171,26 @@ def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="'--conf'")
         conf[key.strip()] = setting
     return conf
+
+
+def refuse_destination(source: str, dest: str) -> None:
+    """Refuse a DEST the rescale would refuse, writing nothing: inside the input, existing, occupied.
+
+    Raises:
+        InvalidArgumentError: ``DESTINATION_INSIDE_INPUT``, ``DESTINATION_EXISTS``, or an object-store
+            DEST that holds objects.
+    """
+    from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input
+    from keygroup_cli.storage import is_remote
+
+    local = dest if is_remote(dest) else Path(dest).absolute()
+    refuse_inside_input(source if is_remote(source) else Path(source).absolute(), local)
+    if isinstance(local, Path):
+        refuse_existing(local)
+        return
+    from keygroup_cli.storage import transfer
+    from keygroup_cli.storage.locations import location
+
+    # No commit file: the rescale would first delete a dead writer's uncommitted upload; a dry run
+    # deletes nothing, so it refuses any object there.
+    transfer.require_empty(location(local))
