@@ -369,8 +369,10 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
         if op_handle is None:
             continue
         infos = {}
-        if op_handle.delegate is not None and op_handle.size > 0:
+        if op_handle.delegate is not None:
+            # Before the size decides whether a header is read: a negative recorded size skipped it.
             _require_offsets_inside(op_handle, _describe(op_handle.delegate, directory))
+        if op_handle.delegate is not None and op_handle.size > 0:
             offsets = [o for e in op_handle.states for o in e.offsets]
             # Read through the first bytes of the last element: a broadcast state's map size sits there.
             wanted = max(offsets) + 4 if offsets else op_handle.size

@@ -371,14 +371,14 @@ def read_stream_handle(reader: DataInput, depth: int = 0) -> StreamHandle | None
     if tag == NULL_HANDLE:
         return None
     if tag == FILE_STREAM_STATE_HANDLE:
-        size = reader.read_long()
+        size = _file_size(reader)
         return FileHandle(path=reader.read_utf(), size=size)
     if tag == BYTE_STREAM_STATE_HANDLE:
         name = reader.read_utf()
         return ByteStreamHandle(handle_name=name, data=reader.read_bytes(_count(reader, "inline byte")))
     if tag == RELATIVE_STREAM_STATE_HANDLE:
         relative = reader.read_utf()
-        return RelativeFileHandle(relative_path=relative, size=reader.read_long())
+        return RelativeFileHandle(relative_path=relative, size=_file_size(reader))
     if tag == KEY_GROUPS_HANDLE:
         start, offsets = _read_key_group_offsets(reader)
         return KeyGroupsHandle(KEY_GROUPS_HANDLE, start, offsets, read_stream_handle(reader, depth + 1))
@@ -396,6 +396,14 @@ def read_stream_handle(reader: DataInput, depth: int = 0) -> StreamHandle | None
     if tag == EMPTY_SEGMENT_FILE_HANDLE:
         return EmptySegmentFileHandle()
     raise _corrupt(reader, f"Unknown implementation of StreamStateHandle, code: {tag}")
+
+
+def _file_size(reader: DataInput) -> int:
+    """Read a file handle's state size: ``FileStateHandle`` refuses one below -1 (-1: unknown)."""
+    size = reader.read_long()
+    if size < -1:
+        raise _corrupt(reader, f"state file size {size} at byte {reader.base + reader.pos - 8}")
+    return size
 
 
 def _read_key_group_offsets(reader: DataInput) -> tuple[int, tuple[int, ...]]:

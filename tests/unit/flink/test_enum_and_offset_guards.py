@@ -20,6 +20,8 @@ from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.flink.binary import DataInput, DataOutput
 from keygroup_cli.flink.handles import (
+    FILE_STREAM_STATE_HANDLE,
+    RELATIVE_STREAM_STATE_HANDLE,
     SEGMENT_FILE_HANDLE,
     ByteStreamHandle,
     IncrementalKeyedHandle,
@@ -245,6 +247,26 @@ def test_a_file_segment_with_a_negative_start_or_size_is_corrupt_metadata() -> N
         out.write_utf("logical")
         with pytest.raises(InvalidSnapshotError) as caught:
             read_stream_handle(DataInput(out.getvalue(), "_metadata"))
+        assert caught.value.code == "FLINK_METADATA_CORRUPT"
+
+
+@pytest.mark.parametrize("tag", [FILE_STREAM_STATE_HANDLE, RELATIVE_STREAM_STATE_HANDLE])
+def test_a_file_size_below_minus_one_is_corrupt_metadata(tag: int) -> None:
+    # FileStateHandle: checkArgument(stateSize >= -1), -1 meaning unknown.
+    for size, ok in ((-1, True), (-2, False), (-(2**63), False)):
+        out = DataOutput()
+        out.write_byte(tag)
+        if tag == RELATIVE_STREAM_STATE_HANDLE:
+            out.write_utf("state")
+        out.write_long(size)
+        if tag == FILE_STREAM_STATE_HANDLE:
+            out.write_utf("file:/checkpoints/state")
+        reader = DataInput(out.getvalue(), "_metadata")
+        if ok:
+            assert read_stream_handle(reader).size == size  # type: ignore[union-attr]
+            continue
+        with pytest.raises(InvalidSnapshotError) as caught:
+            read_stream_handle(reader)
         assert caught.value.code == "FLINK_METADATA_CORRUPT"
 
 
