@@ -17,7 +17,7 @@ it six times and counts every record per key (ValueState ``count``, N/K = 500 ea
 ``kg check`` with each restore's plan never says clean (under ``--strict``) where Flink refuses, and never
 fails (without ``--strict``) where Flink restores: ``_metadata`` records neither partitioners nor chains,
 so at a new parallelism it warns (``CHANNEL_STATE_RESCALE``) and quotes both refusals. ``kg rescale`` /
-``kg convert`` refusing the same checkpoint, and ``kg inspect``, are ``tests/cli/test_channel_state.py``.
+``kg convert`` refusing the same checkpoint, and ``kg inspect``, are ``tests/cli/test_cli_channel_state.py``.
 """
 
 from __future__ import annotations
