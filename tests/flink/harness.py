@@ -392,6 +392,24 @@ def comparable_dump(dump: Dump) -> dict[str, Any]:
 
 #: The Flink versions whose UidJob savepoints are in fixtures/flink/<major.minor>/ and that restore them.
 UID_JOB_VERSIONS = ("1.15.4", "1.16.3", "1.17.2", "1.20.3", "2.0.1", "2.3.0")
+#: The UidJob savepoint the restore tests start from, and its job shapes per keyed uid: as written (p 3,
+#: maxP 10 / 128) and after ``kg rescale --operator keyed-long --to 4 -m 256``.
+UID_CASE = "uid-heap-canonical-p3"
+UID_OWN_P = {"keyed-string": 3, "keyed-long": 3}
+UID_OWN_M = {"keyed-string": 10, "keyed-long": 128}
+UID_NEW_P = {"keyed-string": 3, "keyed-long": 4}
+UID_NEW_M = {"keyed-string": 10, "keyed-long": 256}
+#: The stateless operators chained behind each keyed one, and every operator of the job.
+UID_CHAINS = {"keyed-string": ("string-drop", "string-sink"), "keyed-long": ("long-drop", "long-sink")}
+UID_JOB_UIDS = (
+    "uid-source",
+    "keyed-string",
+    "string-drop",
+    "string-sink",
+    "keyed-long",
+    "long-drop",
+    "long-sink",
+)
 UID_JOB_CASES = (
     "uid-heap-canonical-p3",
     "uid-heap-native-p3",

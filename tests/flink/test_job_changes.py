@@ -42,6 +42,9 @@ from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import read_flink_metadata
 from keygroup_cli.javahash import hash_code
 from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid, operator_index_for_key_group
+from tests.flink.harness import UID_CASE as CASE
+from tests.flink.harness import UID_CHAINS as CHAINS
+from tests.flink.harness import UID_JOB_UIDS as JOB_UIDS
 from tests.flink.harness import (
     UID_JOB_VERSIONS,
     UID_NUM_KEYS,
@@ -54,25 +57,13 @@ from tests.flink.harness import (
     uid_case,
     uid_expected_value,
 )
+from tests.flink.harness import UID_NEW_M as NEW_M
+from tests.flink.harness import UID_NEW_P as NEW_P
+from tests.flink.harness import UID_OWN_M as OWN_M
+from tests.flink.harness import UID_OWN_P as OWN_P
 
 pytestmark = pytest.mark.flink
 
-CASE = "uid-heap-canonical-p3"
-OWN_P = {"keyed-string": 3, "keyed-long": 3}
-OWN_M = {"keyed-string": 10, "keyed-long": 128}
-NEW_P = {"keyed-string": 3, "keyed-long": 4}
-NEW_M = {"keyed-string": 10, "keyed-long": 256}
-#: The stateless operators chained behind each keyed one in UidJob.
-CHAINS = {"keyed-string": ("string-drop", "string-sink"), "keyed-long": ("long-drop", "long-sink")}
-JOB_UIDS = (
-    "uid-source",
-    "keyed-string",
-    "string-drop",
-    "string-sink",
-    "keyed-long",
-    "long-drop",
-    "long-sink",
-)
 #: New stateless operators' uids. After keyed-long's 256 state Flink checks keyed-long's own state last
 #: whatever the uid; after keyed-string, ``string-added`` comes before string-sink (state at 10) in the
 #: vertex's HashMap and ``string-new`` comes last (its empty state at Flink's default 128).

@@ -50,7 +50,9 @@ from keygroup_cli.flink.metadata import parse_metadata
 from keygroup_cli.flink.metadata_writer import write_metadata
 from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.keygroups import operator_id_for_uid
+from tests.flink.harness import UID_CASE as CASE
 from tests.flink.harness import (
+    UID_CHAINS,
     UID_JOB_VERSIONS,
     Dump,
     UidRestoreRequest,
@@ -60,14 +62,14 @@ from tests.flink.harness import (
     run_uid_restores,
     uid_case,
 )
+from tests.flink.harness import UID_JOB_UIDS as JOB_UIDS
+from tests.flink.harness import UID_NEW_M as NEW_M
+from tests.flink.harness import UID_NEW_P as NEW_P
+from tests.flink.harness import UID_OWN_M as OWN_M
+from tests.flink.harness import UID_OWN_P as OWN_P
 
 pytestmark = pytest.mark.flink
 
-CASE = "uid-heap-canonical-p3"
-OWN_P = {"keyed-string": 3, "keyed-long": 3}
-OWN_M = {"keyed-string": 10, "keyed-long": 128}
-NEW_P = {"keyed-string": 3, "keyed-long": 4}
-NEW_M = {"keyed-string": 10, "keyed-long": 256}
 NATIVE = "uid-heap-native-p3"
 #: The support matrix's layouts: UidJob written by each version with each backend and snapshot kind.
 LAYOUTS = {
@@ -80,16 +82,6 @@ LAYOUTS = {
 }
 CELLS = ("inspect", "check", "rescale", "maxp", "whole")
 WHOLE_M = {"keyed-string": 256, "keyed-long": 256}
-#: Every operator of UidJob: what --job-uids lists for the new job.
-JOB_UIDS = (
-    "uid-source",
-    "keyed-string",
-    "string-drop",
-    "string-sink",
-    "keyed-long",
-    "long-drop",
-    "long-sink",
-)
 #: Each rescale route: kg's arguments, the new job's parallelism and (state's) maxParallelism per keyed uid.
 ROUTES: dict[str, tuple[dict[str, Any], Mapping[str, int], Mapping[str, int]]] = {
     "rescale": ({}, {"keyed-string": 4, "keyed-long": 4}, OWN_M),
@@ -268,9 +260,8 @@ def _gate(request: UidRestoreRequest, uids_file: Path) -> tuple[int, list[str]]:
     """
     savepoint = request.savepoint
     args = [f"--parallelism={uid}={p}" for uid, p in request.parallelism.items()]
-    chains = {"keyed-string": ("string-drop", "string-sink"), "keyed-long": ("long-drop", "long-sink")}
     for uid, m in request.max_parallelism.items():
-        args += [f"--max-parallelism={member}={m}" for member in (uid, *chains[uid])]
+        args += [f"--max-parallelism={member}={m}" for member in (uid, *UID_CHAINS[uid])]
     if not request.max_parallelism:
         args += ["--job-uids", str(uids_file)]
     result = CliRunner().invoke(cli, ["--json", "check", str(savepoint), *args])
