@@ -140,7 +140,6 @@ def scratch_directory(dest: Path | str) -> Iterator[Path]:
     behind by a killed process is removed by the next write to ``dest`` (or ``kg clean``).
     """
     dest = Path(dest)
-    _make_parent(dest)
     remove_stale_staging(dest)
     scratch = _new_staging(dest, "-work")
     try:
