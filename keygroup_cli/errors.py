@@ -7,6 +7,7 @@ The table is documented in ``docs/reference/exit-codes.md``; changing it is a br
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -106,9 +107,7 @@ def environment_error(exc: OSError, dest: object = None) -> KgError | None:
     is ``FILESYSTEM_ERROR``; both exit 5, and a write that fails so never commits (staging is removed).
     ``dest`` is the output being written, when known.
     """
-    import errno as errno_module
-
-    name = errno_module.errorcode.get(exc.errno or -1)
+    name = errno.errorcode.get(exc.errno or -1)
     if name not in _ENVIRONMENT_ERRNOS:
         return None
     code = "NO_SPACE_LEFT" if name in ("ENOSPC", "EDQUOT") else "FILESYSTEM_ERROR"
@@ -124,9 +123,7 @@ def environment_error(exc: OSError, dest: object = None) -> KgError | None:
 
 def destination_error(dest: object, exc: OSError) -> InvalidArgumentError:
     """Return the error for a destination kg cannot create (``DESTINATION_NOT_WRITABLE``, exit 2)."""
-    import errno as errno_module
-
-    name = errno_module.errorcode.get(exc.errno or -1, "")
+    name = errno.errorcode.get(exc.errno or -1, "")
     reason = _ENVIRONMENT_ERRNOS.get(name, exc.strerror or str(exc))
     return InvalidArgumentError(
         f"cannot write {dest}: {reason} ({name or type(exc).__name__}); choose another --out",
