@@ -4,7 +4,7 @@ Prints MB/s (of uncompressed bytes) measured in this one run (no assertions; mac
   - CRC32C: the pure-Python table-driven reference vs ``google-crc32c`` and ``crc32c``;
   - raw snappy blocks of 64 KiB: pyarrow's codec vs ``cramjam.snappy.compress_raw`` / ``decompress_raw``;
   - framed streams as Flink writes them (``snappy.encode_frames`` / ``decode_frames``): the old
-    combination (pure-Python CRC, pyarrow both ways) vs what ``keygroup_cli.flink.snappy`` uses now
+    combination (pure-Python CRC, pyarrow both ways) vs what ``keygroup_cli.flink.io.snappy`` uses now
     (google-crc32c, pyarrow to compress, cramjam to decompress), with a check that both write the same
     bytes.
 
@@ -29,7 +29,7 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.flink import snappy
+from keygroup_cli.flink.io import snappy
 
 # Only compared here, not dependencies: `pip install crc32c cramjam` to see their rows.
 try:

@@ -43,7 +43,7 @@ def child_main(args: list[str]) -> None:
     """``--child MODE SOURCE DEST``: one local rescale, with windows (``windows``) or whole blocks."""
     mode, source, dest = args
     from keygroup_cli.execution.rescale import rescale
-    from keygroup_cli.flink import keyed_decode
+    from keygroup_cli.flink.state import keyed_decode
 
     if mode == "whole":
         defaults = keyed_decode.decode_keyed_file.__kwdefaults__
@@ -57,8 +57,8 @@ def child_main(args: list[str]) -> None:
 
 def largest_block(savepoint: Path) -> int:
     """Return the largest key-group block of a savepoint in bytes (from ``_metadata``)."""
-    from keygroup_cli.flink import read_flink_metadata
-    from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
+    from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
     largest = 0
     for op in read_flink_metadata(savepoint).metadata.operators:
@@ -73,7 +73,7 @@ def largest_block(savepoint: Path) -> int:
 def copy_at(source: Path, work: Path, max_parallelism: int) -> Path:
     """Return ``source`` rescaled by kg to ``max_parallelism`` (parallelism 3), cached in ``work``."""
     from keygroup_cli.execution.rescale import rescale
-    from keygroup_cli.flink import read_flink_metadata
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
     current = {op.max_parallelism for op in read_flink_metadata(source).metadata.operators}
     if current == {max_parallelism}:

@@ -153,8 +153,8 @@ def child_kg(mode: str, engine: str, source: Path, dest: Path, max_p: int | None
         # What `kg rescale SAVEPOINT --to 4 [--max-parallelism M] --out DEST --engine E` runs.
         rescale(source, dest, NEW_P, new_max_parallelism=max_p, engine=engine, on_progress=phases)
     else:
-        from keygroup_cli.flink.convert import savepoint_to_snapshot
-        from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
+        from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+        from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 
         scratch = Path(tempfile.mkdtemp(prefix=".kg-bench-", dir=dest.parent))
         try:

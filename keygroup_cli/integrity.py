@@ -18,7 +18,7 @@ from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.snapshot.verify import VerifyReport
 
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -35,7 +35,7 @@ def verify_input(
         InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
 
     if is_flink_savepoint(path):
         from keygroup_cli.flink.verify import verify_flink
@@ -57,11 +57,11 @@ def check_input(path: str | Path | Location, *, deep: bool = False) -> list[Find
         InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
 
     findings: list[Finding] = []
     if is_flink_savepoint(path):
-        from keygroup_cli.flink import read_flink_metadata
+        from keygroup_cli.flink.metadata.locate import read_flink_metadata
         from keygroup_cli.flink.state_files import state_file_findings
 
         findings = state_file_findings(read_flink_metadata(path))
@@ -110,7 +110,7 @@ def require_readable_output(path: Path | FlinkSnapshot) -> None:
     Raises:
         ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
     """
-    from keygroup_cli.flink import read_flink_metadata
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
     from keygroup_cli.flink.verify import verify_streams
 
     snapshot = read_flink_metadata(path) if isinstance(path, Path) else path

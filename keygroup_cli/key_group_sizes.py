@@ -218,10 +218,10 @@ def key_group_sizes(
 def _from_flink(
     path: str | os.PathLike[str], minimum: int | None, maximum: int | None
 ) -> KeyGroupSizesReport:
-    from keygroup_cli import flink
-    from keygroup_cli.flink.key_group_bytes import operator_key_group_bytes
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
+    from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
 
-    snapshot = flink.read_flink_metadata(path)
+    snapshot = read_flink_metadata(path)
     operators = []
     warnings: list[str] = []
     for op in snapshot.metadata.operators:

@@ -22,7 +22,7 @@ from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormat
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 
 #: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -169,16 +169,17 @@ def _location(path: str | os.PathLike[str]) -> Location:
 def _summarize_flink(
     path: str | os.PathLike[str], read_states: bool, on_progress: ProgressCallback | None
 ) -> SnapshotSummary:
-    from keygroup_cli import flink
+    from keygroup_cli.flink.io.paths import cached_prefixes
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
-    with flink.cached_prefixes():
-        return _summarize_flink_snapshot(flink.read_flink_metadata(path), read_states, on_progress)
+    with cached_prefixes():
+        return _summarize_flink_snapshot(read_flink_metadata(path), read_states, on_progress)
 
 
 def _summarize_flink_snapshot(
     snapshot: FlinkSnapshot, read_states: bool, on_progress: ProgressCallback | None
 ) -> SnapshotSummary:
-    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.metadata import handles as h
 
     metadata = snapshot.metadata
     warnings: list[str] = []
@@ -267,7 +268,7 @@ def _summarize_flink_snapshot(
 
 
 def _handle_kind(handle: object) -> str:
-    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.metadata import handles as h
 
     if isinstance(handle, h.KeyGroupsHandle):
         return "canonical" if handle.tag == h.SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
@@ -278,8 +279,8 @@ def _handle_kind(handle: object) -> str:
 
 def _files_of(sub: object, directory: Path | Location) -> set[str]:
     """Return the distinct files a subtask's handles point at (inline state counts as none)."""
-    from keygroup_cli.flink import handles as h
-    from keygroup_cli.flink.metadata import SubtaskState
+    from keygroup_cli.flink.metadata import handles as h
+    from keygroup_cli.flink.metadata.reader import SubtaskState
 
     assert isinstance(sub, SubtaskState)
     streams: list[h.StreamHandle | None] = []
@@ -309,11 +310,11 @@ def _prefetch_headers(metadata: object, directory: Path | Location) -> None:
     (``flink.cached_prefixes``), so its result is the sequential one. Failures are left for that
     sequential pass to report. Local: nothing to do.
     """
-    from keygroup_cli import flink
-    from keygroup_cli.flink.metadata import CheckpointMetadata
+    from keygroup_cli.flink.io.paths import prefix_cache
+    from keygroup_cli.flink.metadata.reader import CheckpointMetadata
     from keygroup_cli.storage.transfer import in_flight
 
-    if not isinstance(directory, Location) or directory.is_local or flink.prefix_cache() is None:
+    if not isinstance(directory, Location) or directory.is_local or prefix_cache() is None:
         return
     assert isinstance(metadata, CheckpointMetadata)
     subtasks = [sub for op in metadata.operators for sub in op.subtasks if sub.has_state]
@@ -328,15 +329,15 @@ def _prefetch_headers(metadata: object, directory: Path | Location) -> None:
 
 def _collect_states(sub: object, directory: Path | Location, states: dict[str, StateSummary]) -> str | None:
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
-    from keygroup_cli import flink
-    from keygroup_cli.flink import handles as h
-    from keygroup_cli.flink.keyed_header import (
+    from keygroup_cli.flink.io.paths import read_stream_prefix
+    from keygroup_cli.flink.metadata import handles as h
+    from keygroup_cli.flink.metadata.reader import SubtaskState
+    from keygroup_cli.flink.state.keyed_header import (
         check_handle_states,
         operator_header_end,
         read_keyed_header,
         read_operator_header,
     )
-    from keygroup_cli.flink.metadata import SubtaskState
 
     assert isinstance(sub, SubtaskState)
     key_serializer = None
@@ -346,12 +347,12 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
         source = _describe(keyed.delegate, directory)
         _require_offsets_inside(keyed, source)
         first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
-        data = flink.read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES))
+        data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES))
         header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
     elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
         # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
         size = min(h.stream_size(keyed.metadata), MAX_HEADER_BYTES)
-        data = flink.read_stream_prefix(keyed.metadata, directory, size)
+        data = read_stream_prefix(keyed.metadata, directory, size)
         header = read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
     if header is not None:
         if header.key_serializer is not None:
@@ -377,7 +378,7 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
             # Read through the first bytes of the last element: a broadcast state's map size sits there.
             wanted = max(offsets) + 4 if offsets else op_handle.size
             limit = min(op_handle.size, wanted, MAX_HEADER_BYTES)
-            data = flink.read_stream_prefix(op_handle.delegate, directory, limit)
+            data = read_stream_prefix(op_handle.delegate, directory, limit)
             end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
             op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
             if end is not None:
@@ -418,13 +419,13 @@ def _require_offsets_inside(handle: Any, source: str) -> None:
 
 
 def _describe(handle: object, directory: Path | Location) -> str:
-    from keygroup_cli import flink
-    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.io.paths import local_path
+    from keygroup_cli.flink.metadata import handles as h
 
     if isinstance(handle, h.ByteStreamHandle):
         return f"{directory / '_metadata'} (inline state {handle.handle_name or ''})".replace(" )", ")")
     try:
-        path = flink.local_path(handle, directory)  # type: ignore[arg-type]
+        path = local_path(handle, directory)  # type: ignore[arg-type]
     except KgError:
         path = None
     return str(path) if path is not None else str(handle)

@@ -25,9 +25,7 @@ import pyarrow as pa
 
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.execution.tasks import bucket_count, bucket_of, sort_bucket, split_by_bucket
-from keygroup_cli.flink import FlinkSnapshot
-from keygroup_cli.flink.keyed_header import KeyedStateHeader
-from keygroup_cli.flink.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
+from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import (
     KeyedReadTask,
     KeyedWriteTask,
@@ -39,8 +37,10 @@ from keygroup_cli.flink.keyed_tasks import (
     require_stored_key_groups,
     write_keyed_task,
 )
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.regroup import keyed_handles
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
+from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.javahash import hash_codes
 from keygroup_cli.keygroups import (
     key_group_range_for_operator_index,

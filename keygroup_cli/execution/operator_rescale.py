@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from keygroup_cli.convert.operator_tables import OperatorTables, table_entry
 from keygroup_cli.execution import ExecutionResult, WrittenOperator
 from keygroup_cli.execution.snapshot_rescale import build_manifest, check_row_counts
 from keygroup_cli.execution.tasks import redistribute_operator_tables
-from keygroup_cli.flink.operator_tables import OperatorTables, table_entry
 from keygroup_cli.planning import RescalePlan, plan_rescale
 from keygroup_cli.snapshot.model import OperatorFile
 from keygroup_cli.snapshot.parquet import conform_operator

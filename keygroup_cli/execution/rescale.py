@@ -26,7 +26,7 @@ from keygroup_cli.execution.snapshot_rescale import (
     verify_input,
     verify_output,
 )
-from keygroup_cli.flink import is_flink_savepoint
+from keygroup_cli.flink.metadata.locate import is_flink_savepoint
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input
 from keygroup_cli.storage import is_remote
@@ -117,8 +117,8 @@ def _readable_in_place(source: Path | str) -> bool:
     """
     if not is_remote(source):
         return True
-    from keygroup_cli.flink import read_flink_metadata
-    from keygroup_cli.flink.heap_layout import needs_canonical_view
+    from keygroup_cli.flink.layouts.heap import needs_canonical_view
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
     return not needs_canonical_view(read_flink_metadata(source))
 

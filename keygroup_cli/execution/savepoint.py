@@ -35,6 +35,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from keygroup_cli.convert.from_savepoint import (
+    check_convertible,
+    check_destination,
+    key_types,
+    refuse_channel_state,
+)
+from keygroup_cli.convert.operator_tables import read_operator_tables
+from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.execution import (
     EngineChoice,
     Executor,
@@ -46,20 +54,17 @@ from keygroup_cli.execution import (
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
-from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.convert import check_convertible, check_destination, key_types, refuse_channel_state
 from keygroup_cli.flink.finished import require_finished_kept
-from keygroup_cli.flink.handles import OperatorStateHandle, RelativeFileHandle
-from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata import CheckpointMetadata
-from keygroup_cli.flink.operator_tables import read_operator_tables
+from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.regroup import (
     RegroupedFile,
     keyed_handles,
     regroup_keyed_state,
     shared_keyed_header,
 )
-from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.integrity import require_intact, require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.model import Manifest

@@ -25,21 +25,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from keygroup_cli.convert.from_savepoint import key_types, refuse_channel_state
+from keygroup_cli.convert.operator_tables import read_operator_tables
 from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.savepoint import operators_with_state, preflight
-from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.convert import key_types, refuse_channel_state
 from keygroup_cli.flink.finished import require_finished_kept
-from keygroup_cli.flink.handles import IncrementalKeyedHandle, KeyGroupsHandle
-from keygroup_cli.flink.heap_layout import needs_canonical_view
-from keygroup_cli.flink.key_group_bytes import operator_key_group_bytes
-from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_layout import KeyedLayout
+from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
-from keygroup_cli.flink.metadata import OperatorState
-from keygroup_cli.flink.operator_tables import read_operator_tables
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.layouts.heap import needs_canonical_view
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, KeyGroupsHandle
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_key_groups
 from keygroup_cli.storage.locations import Location
 

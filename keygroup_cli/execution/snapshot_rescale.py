@@ -48,7 +48,7 @@ from keygroup_cli.snapshot.model import (
 from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input, staged_directory
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink.convert import ConvertResult
+    from keygroup_cli.convert.from_savepoint import ConvertResult
 
 
 @dataclass(frozen=True, slots=True)

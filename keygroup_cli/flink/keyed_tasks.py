@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
-from keygroup_cli.flink.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.keyed_encode import write_keyed_file
-from keygroup_cli.flink.keyed_header import KeyedStateHeader, read_keyed_header
-from keygroup_cli.flink.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
+from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.state.keyed_encode import write_keyed_file
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
 from keygroup_cli.snapshot.parquet import STATE_TYPE

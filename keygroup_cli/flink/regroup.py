@@ -10,8 +10,8 @@ as one file per new subtask, so the result restores without Flink having to resc
 
 It needs one header for all old subtasks (``shared_keyed_header``): state ids in the blocks are positions
 in the header's state list. When the headers differ, or maxParallelism changes (every key moves to another
-key group), kg decodes and re-encodes instead (``keygroup_cli.flink.convert``, then
-``keygroup_cli.flink.savepoint_writer``).
+key group), kg decodes and re-encodes instead (``keygroup_cli.convert.from_savepoint``, then
+``keygroup_cli.convert.to_savepoint``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink import FlinkSnapshot
-from keygroup_cli.flink.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
-from keygroup_cli.flink.metadata import OperatorState
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, local_path
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
-from keygroup_cli.flink.metadata import SubtaskState
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import SubtaskState
 from keygroup_cli.storage.locations import Location
 
 

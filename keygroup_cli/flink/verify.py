@@ -33,16 +33,16 @@ import numpy as np
 
 from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.handles import KeyGroupsHandle, OperatorStateHandle
-from keygroup_cli.flink.keyed_decode import decode_block_batch, decode_block_columns
-from keygroup_cli.flink.keyed_header import operator_header_end, read_keyed_header, read_operator_header
-from keygroup_cli.flink.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.metadata import OperatorState
-from keygroup_cli.flink.operator_state import decode_operator_file
-from keygroup_cli.flink.snappy import decode_frames
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.state.keyed_decode import decode_block_batch, decode_block_columns
+from keygroup_cli.flink.state.keyed_header import operator_header_end, read_keyed_header, read_operator_header
+from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
+from keygroup_cli.flink.state.operator_state import decode_operator_file
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
-from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.snapshot.verify import VerifyReport
@@ -83,7 +83,7 @@ def verify_flink(
     """
     savepoint = read_flink_metadata(path)
     report = on_progress or (lambda _s, _d, _t: None)
-    from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
+    from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
     findings: list[Finding] = []
     rewritten = needs_canonical_view(savepoint)
@@ -120,7 +120,7 @@ def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]
     ``flink.state_files``), and with ``ranges`` every keyed handle's key-group range against Flink's
     assignment (the rewrite keeps a handle's range; only its blocks, not read without ``blocks``, show it).
     """
-    from keygroup_cli.flink.handles import IncrementalKeyedHandle
+    from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
     from keygroup_cli.flink.state_files import state_file_findings
 
     found = state_file_findings(savepoint)

@@ -127,7 +127,7 @@ def diff_snapshots(a: Path | str, b: Path | str, *, on_progress: OnProgress | No
 @contextlib.contextmanager
 def _as_snapshot(target: Path | str, on_progress: OnProgress | None) -> Iterator[str | os.PathLike[str]]:
     """Yield a local kg snapshot of ``target``: itself, its download, or a savepoint's conversion."""
-    from keygroup_cli.flink import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
     from keygroup_cli.storage.remote import readable, scratch_root
 
     if not is_flink_savepoint(target):
@@ -135,7 +135,7 @@ def _as_snapshot(target: Path | str, on_progress: OnProgress | None) -> Iterator
             yield local
         return
     # Deferred: the Flink reader is needed only for a savepoint.
-    from keygroup_cli.flink.convert import savepoint_to_snapshot
+    from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 
     scratch = Path(tempfile.mkdtemp(prefix="kg-diff-", dir=scratch_root()))
     try:

@@ -93,7 +93,7 @@ def _copy_kg(
 
 
 def _copy_flink(remote: Location, local: Path, everything: bool, on_progress: OnProgress | None) -> None:
-    from keygroup_cli.flink import find_metadata, read_flink_metadata
+    from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 
     metadata = find_metadata(remote)
     directory = metadata.parent
@@ -116,7 +116,7 @@ def _absolute_files(snapshot: object, directory: Location) -> set[str]:
     """Return the object-store URIs of state files a checkpoint names outside its own directory."""
     import dataclasses
 
-    from keygroup_cli.flink import handles as h
+    from keygroup_cli.flink.metadata import handles as h
 
     found: set[str] = set()
     prefix = directory.uri.rstrip("/") + "/"

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
-from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
 FLINK = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
 HEAP_P3 = FLINK / "heap-files-p3-maxp128-long"

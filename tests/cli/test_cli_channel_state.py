@@ -25,7 +25,7 @@ import pytest
 from kg_fixture_state import FLINK_FIXTURES
 
 from keygroup_cli.checks import FINDING_CODES, RestorePlan, Severity, check_channel_state
-from keygroup_cli.flink import read_flink_metadata
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.summary import summarize
 from tests.conftest import KgResult
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from keygroup_cli.flink import local_path, read_flink_metadata
-from keygroup_cli.flink.handles import KeyGroupsHandle
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import subtask_ranges
 
 FLINK = FIXTURES / "flink" / "2.3"
@@ -194,8 +195,8 @@ def test_the_same_refusals_as_the_rescale(kg, tmp_path, case, args, code, needle
 def test_a_partially_finished_operator_is_refused_as_the_rescale_refuses_it(kg, tmp_path):
     from dataclasses import replace
 
-    from keygroup_cli.flink.metadata import SubtaskState, parse_metadata
-    from keygroup_cli.flink.metadata_writer import write_metadata
+    from keygroup_cli.flink.metadata.reader import SubtaskState, parse_metadata
+    from keygroup_cli.flink.metadata.writer import write_metadata
 
     # keyed-sum's subtask 1 finished too: at parallelism 1 its one subtask would get state.
     source = tmp_path / "keyed-finished"

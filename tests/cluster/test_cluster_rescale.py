@@ -34,7 +34,8 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink import handles, read_flink_metadata
+from keygroup_cli.flink.metadata import handles
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.manifest import manifest_to_dict
 from tests.cluster.conftest import KgRunner, kg_env

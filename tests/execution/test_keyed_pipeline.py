@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.execution import get_executor
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.convert import savepoint_to_snapshot
-from keygroup_cli.flink.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.keyed_tasks import read_tasks
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles
-from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.snapshot.staging import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from keygroup_cli.convert import to_savepoint as savepoint_writer
+from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.errors import (
     ExecutionError,
     InvalidArgumentError,
     InvalidSnapshotError,
 )
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import read_flink_metadata, savepoint_writer
-from keygroup_cli.flink.convert import savepoint_to_snapshot
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.execution.snapshots import tree_digest

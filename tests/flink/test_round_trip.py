@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink.convert import savepoint_to_snapshot
-from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
 from keygroup_cli.javahash import hash_code
 from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
 from keygroup_cli.snapshot import open_snapshot

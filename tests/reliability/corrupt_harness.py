@@ -37,8 +37,13 @@ import pyarrow.parquet as pq
 import xxhash
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.handles import FileHandle, KeyGroupsHandle, OperatorStateHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import (
+    FileHandle,
+    KeyGroupsHandle,
+    OperatorStateHandle,
+    RelativeFileHandle,
+)
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -329,7 +334,7 @@ def output_content(path: Path, kind: str) -> str:
     """
     if kind == "kg":
         return kg_content(path)
-    from keygroup_cli.flink.convert import savepoint_to_snapshot
+    from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
     from keygroup_cli.flink.verify import verify_flink
 
     report = verify_flink(path)
@@ -625,8 +630,8 @@ def _mode_string_fields(layout: Layout) -> list[tuple[str, str, int, int]]:
 
 def _delimitable(header: object, entry_name: str) -> bool:
     """Return whether kg can tell where each element of the operator state ``entry_name`` ends."""
-    from keygroup_cli.flink.operator_state import BYTE_ARRAY_SNAPSHOT
-    from keygroup_cli.flink.serializers import FIXED_SIZES, STRING_SNAPSHOT
+    from keygroup_cli.flink.state.operator_state import BYTE_ARRAY_SNAPSHOT
+    from keygroup_cli.flink.state.serializers import FIXED_SIZES, STRING_SNAPSHOT
 
     known = {*FIXED_SIZES, STRING_SNAPSHOT, BYTE_ARRAY_SNAPSHOT}
     for info in getattr(header, "states", None) or ():
@@ -641,8 +646,8 @@ def _delimitable(header: object, entry_name: str) -> bool:
 
 
 def _operator_header(savepoint: object, handle: OperatorStateHandle) -> object:
-    from keygroup_cli.flink.keyed_header import operator_header_end, read_operator_header
-    from keygroup_cli.flink.stream_source import StreamSource
+    from keygroup_cli.flink.io.stream_source import StreamSource
+    from keygroup_cli.flink.state.keyed_header import operator_header_end, read_operator_header
 
     with StreamSource(handle.delegate, savepoint.directory) as src:  # type: ignore[attr-defined]
         offsets = [o for e in handle.states for o in e.offsets]
@@ -654,7 +659,7 @@ def _operator_header(savepoint: object, handle: OperatorStateHandle) -> object:
 
 def _stream_size_fields(handle: object, data: bytes) -> list[tuple[str, int, int]]:
     """Return ``(field, position, width)`` of a stream handle's recorded size (files) or length (inline)."""
-    from keygroup_cli.flink.handles import ByteStreamHandle
+    from keygroup_cli.flink.metadata.handles import ByteStreamHandle
 
     if isinstance(handle, RelativeFileHandle):
         needle = _utf(handle.relative_path) + handle.size.to_bytes(8, "big", signed=True)
@@ -676,7 +681,7 @@ def _metadata_fields(layout: Layout) -> list[tuple[str, int, int, bool]]:
     """
     import struct as _struct
 
-    from keygroup_cli.flink.handles import IncrementalKeyedHandle
+    from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 
     savepoint = read_flink_metadata(layout.root / layout.input)
     data = (layout.root / layout.input / "_metadata").read_bytes()

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.metadata_writer import write_metadata
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.metadata.writer import write_metadata
 from tests.conftest import FIXTURES
 from tests.execution.snapshots import tree_digest
 

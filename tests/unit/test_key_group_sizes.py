@@ -122,7 +122,7 @@ def test_native_savepoint_operators_are_unavailable() -> None:
 
 
 def test_kg_snapshot_sizes_are_a_manifest_estimate(tmp_path: Path) -> None:
-    from keygroup_cli.flink.convert import savepoint_to_snapshot
+    from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
     from keygroup_cli.snapshot import open_snapshot
 
     case = "heap-files-p3-maxp128-long"

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from keygroup_cli.errors import ExitCode, InvalidSnapshotError
-from keygroup_cli.flink.heap_layout import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
-from keygroup_cli.flink.keyed_header import SerializerSnapshot
-from keygroup_cli.flink.metadata import parse_metadata
-from keygroup_cli.flink.snappy import BLOCK_SIZE, decode_frames, encode_frames
+from keygroup_cli.flink.io.snappy import BLOCK_SIZE, decode_frames, encode_frames
+from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
+from keygroup_cli.flink.metadata.reader import parse_metadata
+from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
 from keygroup_cli.snapshot.manifest import parse_manifest
 from keygroup_cli.snapshot.parquet import iter_operator_batches, read_operator_file
 from tests.conftest import FIXTURES
@@ -138,7 +138,7 @@ def test_a_snappy_chunk_claiming_3_5_gb_fails_cleanly_under_3_gb() -> None:
     printed = _limited_code(
         f"""
         from keygroup_cli.errors import InvalidSnapshotError
-        from keygroup_cli.flink.snappy import decode_frames
+        from keygroup_cli.flink.io.snappy import decode_frames
         try:
             decode_frames({_compressed_chunk_claiming(3_500_000_000)!r}, "state", verify=True)
         except InvalidSnapshotError as exc:
@@ -174,8 +174,8 @@ def test_a_list_of_2_31_empty_steps_fails_fast() -> None:
     printed = _limited_code(
         f"""
         from keygroup_cli.errors import InvalidSnapshotError
-        from keygroup_cli.flink.heap_layout import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
-        from keygroup_cli.flink.keyed_header import SerializerSnapshot
+        from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
+        from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
         snap = SerializerSnapshot(LIST_SNAPSHOT, 1, b"", (SerializerSnapshot(BYTES_SNAPSHOT, 1, b""),))
         try:
             skip_serialized(snap, {data!r}, 0, "block")
@@ -302,8 +302,8 @@ def test_a_configmap_export_the_parsers_cannot_hold_is_invalid(
 def test_a_segment_claiming_more_than_its_file_reads_only_the_file(tmp_path):
     # A file-merging segment handle's offset and size come from _metadata: a claim of 2^62 bytes must not
     # become a 2^62-byte pread.
-    from keygroup_cli.flink.handles import SegmentFileHandle
-    from keygroup_cli.flink.stream_source import StreamSource
+    from keygroup_cli.flink.io.stream_source import StreamSource
+    from keygroup_cli.flink.metadata.handles import SegmentFileHandle
 
     shared = tmp_path / "shared-file"
     shared.write_bytes(bytes(range(100)))

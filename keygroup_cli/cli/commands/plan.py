@@ -55,7 +55,7 @@ def show_snapshot_plan(
         plan_snapshot_document,
         render_snapshot_plan,
     )
-    from keygroup_cli.flink import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
     from keygroup_cli.snapshot import open_snapshot
 
     if is_flink_savepoint(snapshot):

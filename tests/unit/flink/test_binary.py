@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.binary import DataInput, DataOutput, decode_modified_utf8, encode_modified_utf8
+from keygroup_cli.flink.io.binary import DataInput, DataOutput, decode_modified_utf8, encode_modified_utf8
 
 
 def test_modified_utf8_matches_java_write_utf() -> None:

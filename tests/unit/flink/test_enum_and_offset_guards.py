@@ -17,9 +17,9 @@ import pytest
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.binary import DataInput, DataOutput
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.binary import DataInput, DataOutput
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import (
     FILE_STREAM_STATE_HANDLE,
     RELATIVE_STREAM_STATE_HANDLE,
     SEGMENT_FILE_HANDLE,
@@ -30,14 +30,14 @@ from keygroup_cli.flink.handles import (
     RelativeFileHandle,
     read_stream_handle,
 )
-from keygroup_cli.flink.keyed_header import (
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.state.keyed_header import (
     OperatorStateHeader,
     StateMetaInfo,
     read_keyed_header,
     read_operator_header,
 )
-from keygroup_cli.flink.operator_state import header_state_order
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.state.operator_state import header_state_order
 from keygroup_cli.flink.verify import verify_flink
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"

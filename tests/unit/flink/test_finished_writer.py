@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.convert import savepoint_to_snapshot
 from keygroup_cli.flink.finished import FINISHED_SUBTASK_NOT_KEPT, finished_markers, keyed_receivers
-from keygroup_cli.flink.metadata import OperatorState, SubtaskState, parse_metadata
-from keygroup_cli.flink.metadata_writer import write_metadata
-from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.metadata.reader import OperatorState, SubtaskState, parse_metadata
+from keygroup_cli.flink.metadata.writer import write_metadata
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"
 FULLY = FIXTURES / "finished-fully-source-p3"

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import local_path, read_flink_metadata
-from keygroup_cli.flink.handles import KeyGroupsHandle
-from keygroup_cli.flink.heap_layout import (
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.layouts.heap import (
     LIST_SNAPSHOT,
     MAP_SNAPSHOT,
     canonical_view,
@@ -19,8 +18,10 @@ from keygroup_cli.flink.heap_layout import (
     is_heap_layout,
     skip_serialized,
 )
-from keygroup_cli.flink.keyed_header import SerializerSnapshot
-from keygroup_cli.flink.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
+from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CHECKPOINT = FLINK / "2.3" / "heap-checkpoint-p2-maxp128-string"

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import KgError, UnsupportedFormatError
-from keygroup_cli.flink.binary import DataOutput
-from keygroup_cli.flink.keyed_header import (
+from keygroup_cli.flink.io.binary import DataOutput
+from keygroup_cli.flink.state.keyed_header import (
     COMPOSITE_MAGIC,
     NESTED_MAGIC,
     read_keyed_header,

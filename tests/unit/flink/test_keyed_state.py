@@ -15,14 +15,14 @@ from kg_fixture_state import (
 )
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.handles import KeyGroupsHandle
-from keygroup_cli.flink.keyed_decode import decode_block, decode_keyed_file
-from keygroup_cli.flink.keyed_encode import encode_block, write_keyed_file
-from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_layout import KeyedLayout, StateLayout
-from keygroup_cli.flink.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.state.keyed_decode import decode_block, decode_keyed_file
+from keygroup_cli.flink.state.keyed_encode import encode_block, write_keyed_file
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout, StateLayout
+from keygroup_cli.flink.state.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
 from keygroup_cli.keygroups import KeyGroupRange
 
 
@@ -163,7 +163,7 @@ def test_prefix_width_follows_max_parallelism() -> None:
 
 
 def _cols() -> Any:
-    from keygroup_cli.flink.keyed_decode import _Columns
+    from keygroup_cli.flink.state.keyed_decode import _Columns
 
     return _Columns()
 

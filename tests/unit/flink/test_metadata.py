@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
-from keygroup_cli.flink import find_metadata, read_flink_metadata
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.metadata import parse_metadata
-from keygroup_cli.flink.metadata_writer import write_metadata
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import parse_metadata
+from keygroup_cli.flink.metadata.writer import write_metadata
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CASES = sorted(p.parent for p in FLINK_FIXTURES.glob("*/*/flink-report.json"))

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import InvalidSnapshotError, KgError
-from keygroup_cli.flink.metadata import JAVA_SERIALIZATION_MAGIC, PROPERTIES_CLASS, parse_metadata
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
+from keygroup_cli.flink.metadata.reader import JAVA_SERIALIZATION_MAGIC, PROPERTIES_CLASS, parse_metadata
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 #: Every _metadata of every Flink version (1.15–2.3), savepoints and chk-N checkpoints alike.

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.metadata import (
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
     MasterState,
     OperatorState,
     SubtaskState,
     parse_metadata,
 )
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 
 STREAMS: list[h.StreamHandle | None] = [
     None,

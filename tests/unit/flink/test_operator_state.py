@@ -15,11 +15,15 @@ from kg_fixture_state import (
 )
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.handles import OperatorStateHandle
-from keygroup_cli.flink.keyed_header import OperatorStateHeader, operator_header_end, read_operator_header
-from keygroup_cli.flink.operator_state import decode_operator_file, write_operator_file
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.state.keyed_header import (
+    OperatorStateHeader,
+    operator_header_end,
+    read_operator_header,
+)
+from keygroup_cli.flink.state.operator_state import decode_operator_file, write_operator_file
 
 
 def _operator_files(

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
-from keygroup_cli.flink import local_path, read_flink_metadata
-from keygroup_cli.flink.convert import savepoint_to_snapshot
-from keygroup_cli.flink.operator_tables import read_operator_tables
-from keygroup_cli.flink.savepoint_writer import snapshot_to_savepoint
+from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.convert.operator_tables import read_operator_tables
+from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.parquet import read_operator_file
 

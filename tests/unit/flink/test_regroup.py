@@ -13,13 +13,13 @@ import pytest
 
 from keygroup_cli.execution import savepoint as savepoint_rescale
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.handles import key_group_extents
-from keygroup_cli.flink.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.keyed_layout import KeyedLayout
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import key_group_extents
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles, regroup_keyed_state, shared_keyed_header
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "flink" / "2.3"

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.serializers import (
+from keygroup_cli.flink.state.serializers import (
     LONG_SNAPSHOT,
     STRING_SNAPSHOT,
     flip_sign_bit,

@@ -9,9 +9,7 @@ import pytest
 from kg_fixture_state import FLINK_FIXTURES
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink import read_flink_metadata
-from keygroup_cli.flink.handles import key_group_extents
-from keygroup_cli.flink.snappy import (
+from keygroup_cli.flink.io.snappy import (
     BLOCK_SIZE,
     STREAM_IDENTIFIER,
     crc32c,
@@ -21,7 +19,9 @@ from keygroup_cli.flink.snappy import (
     masked_crc32c,
     reference_crc32c,
 )
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import key_group_extents
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
 
 @pytest.mark.parametrize("crc", [crc32c, reference_crc32c], ids=["library", "reference"])

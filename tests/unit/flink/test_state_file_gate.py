@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.checks import Finding, Severity
-from keygroup_cli.flink import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink import handles as h
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.state_files import state_file_findings
 from keygroup_cli.flink.verify import verify_flink
 
@@ -96,7 +96,7 @@ def test_a_file_without_read_permission_is_unreadable(tmp_path: Path) -> None:
         if os.geteuid() == 0:
             code = (
                 "import json, sys\n"
-                "from keygroup_cli.flink import read_flink_metadata\n"
+                "from keygroup_cli.flink.metadata.locate import read_flink_metadata\n"
                 "from keygroup_cli.flink.state_files import state_file_findings\n"
                 "findings = state_file_findings(read_flink_metadata(sys.argv[1]))\n"
                 "print(json.dumps([[f.code, f.message] for f in findings]))\n"

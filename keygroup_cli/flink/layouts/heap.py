@@ -35,8 +35,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, local_path, read_flink_metadata, trust_view
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.paths import local_path, trust_view
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import (
     FileHandle,
     IncrementalKeyedHandle,
     KeyGroupsHandle,
@@ -44,14 +46,13 @@ from keygroup_cli.flink.handles import (
     RelativeFileHandle,
     StreamHandle,
 )
-from keygroup_cli.flink.keyed_encode import encode_block
-from keygroup_cli.flink.keyed_header import KeyedStateHeader, SerializerSnapshot, read_keyed_header
-from keygroup_cli.flink.keyed_layout import kg_kind
-from keygroup_cli.flink.metadata import CheckpointMetadata, OperatorState, SubtaskState
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
-from keygroup_cli.flink.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
-from keygroup_cli.flink.snappy import decode_frames
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
+from keygroup_cli.flink.state.keyed_encode import encode_block
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, SerializerSnapshot, read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import kg_kind
+from keygroup_cli.flink.state.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
 from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 
@@ -313,7 +314,7 @@ def _group_entries(data: bytes, walkers: list[_StateWalker], where: str) -> list
 def needs_canonical_view(snapshot: FlinkSnapshot) -> bool:
     """Return whether ``snapshot``'s keyed state must be rewritten (``canonical_view``) before kg reads it.
 
-    True for the heap layout and for RocksDB database files (``keygroup_cli.flink.rocksdb_layout``).
+    True for the heap layout and for RocksDB database files (``keygroup_cli.flink.layouts.rocksdb``).
     """
     if any(
         isinstance(sub.managed_keyed_state, IncrementalKeyedHandle)
@@ -364,7 +365,7 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
                 keyed = _transcode(snapshot, op, keyed, target)
             elif isinstance(keyed, IncrementalKeyedHandle):
                 # Imported here: the RocksDB path is the only one that needs the optional binding.
-                from keygroup_cli.flink.rocksdb_layout import transcode_incremental
+                from keygroup_cli.flink.layouts.rocksdb import transcode_incremental
 
                 keyed = transcode_incremental(snapshot, op, keyed, target)
             elif isinstance(keyed, KeyGroupsHandle):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.binary import DataInput
+from keygroup_cli.flink.io.binary import DataInput
 
 # Tag constants of MetadataV2V3SerializerBase; stream and keyed handles share one numbering space.
 NULL_HANDLE = 0

@@ -1,8 +1,8 @@
 """Write a kg snapshot that carries the ``flink`` extension back as a canonical Flink savepoint.
 
 ``snapshot_to_savepoint`` writes a canonical savepoint from a kg snapshot made by
-``keygroup_cli.flink.convert.savepoint_to_snapshot`` (maybe rescaled since), for the snapshot's parallelism
-and maxParallelism: one keyed file per subtask with key-group offsets and prefixes for the target
+``keygroup_cli.convert.from_savepoint.savepoint_to_snapshot`` (maybe rescaled since), for the snapshot's
+parallelism and maxParallelism: one keyed file per subtask with key-group offsets and prefixes for the target
 maxParallelism, one operator-state file per subtask, and a ``_metadata`` in the source's version that
 references every file relatively (``RelativeFileStateHandle``), so the directory can be moved. It writes
 into a staging directory, checks the result (``_verify_written``) and commits by atomic rename.
@@ -18,28 +18,35 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keygroup_cli.convert.from_savepoint import (
+    EXTENSION,
+    METADATA_FILE,
+    ConvertResult,
+    OnProgress,
+    _noop,
+    _unb64,
+)
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.convert import EXTENSION, METADATA_FILE, ConvertResult, OnProgress, _noop, _unb64
 from keygroup_cli.flink.finished import finished_before, finished_markers
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.metadata.handles import (
     ByteStreamHandle,
     KeyGroupsHandle,
     OperatorStateHandle,
     RelativeFileHandle,
 )
-from keygroup_cli.flink.keyed_encode import write_keyed_file
-from keygroup_cli.flink.keyed_header import OperatorStateHeader, read_keyed_header, read_operator_header
-from keygroup_cli.flink.keyed_layout import KeyedLayout
-from keygroup_cli.flink.metadata import (
+from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
     MasterState,
     OperatorState,
     SubtaskState,
     parse_metadata,
 )
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
-from keygroup_cli.flink.operator_state import write_operator_file
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 from keygroup_cli.flink.regroup import RegroupedFile
+from keygroup_cli.flink.state.keyed_encode import write_keyed_file
+from keygroup_cli.flink.state.keyed_header import OperatorStateHeader, read_keyed_header, read_operator_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.state.operator_state import write_operator_file
 from keygroup_cli.integrity import require_readable_output
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot

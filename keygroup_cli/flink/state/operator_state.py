@@ -22,17 +22,17 @@ from typing import BinaryIO
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.handles import OperatorStateEntry, OperatorStateHandle
-from keygroup_cli.flink.keyed_header import (
+from keygroup_cli.flink.io.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import OperatorStateEntry, OperatorStateHandle
+from keygroup_cli.flink.state.keyed_header import (
     MODE_OPTION,
     OperatorStateHeader,
     StateMetaInfo,
     check_handle_states,
     mode_ordinal,
 )
-from keygroup_cli.flink.serializers import value_end
-from keygroup_cli.flink.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.state.serializers import value_end
 from keygroup_cli.snapshot.parquet import OPERATOR_SCHEMA
 
 _INT = struct.Struct(">i")

@@ -32,17 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.errors import InvalidSnapshotError, MissingDependencyError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, local_path
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import (
     ByteStreamHandle,
     IncrementalKeyedHandle,
     KeyGroupsHandle,
     RelativeFileHandle,
 )
-from keygroup_cli.flink.keyed_encode import encode_block
-from keygroup_cli.flink.keyed_header import read_keyed_header
-from keygroup_cli.flink.metadata import OperatorState
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.state.keyed_encode import encode_block
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 

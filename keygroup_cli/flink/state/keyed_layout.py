@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.flink.keyed_header import KeyedStateHeader, StateMetaInfo
-from keygroup_cli.flink.serializers import (
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, StateMetaInfo
+from keygroup_cli.flink.state.serializers import (
     KeyCodec,
     key_codec,
     namespace_size,

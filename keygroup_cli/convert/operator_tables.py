@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from keygroup_cli.convert.from_savepoint import OnProgress, _noop, decode_savepoint
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink import FlinkSnapshot
-from keygroup_cli.flink.convert import OnProgress, _noop, decode_savepoint
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot import Manifest
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile

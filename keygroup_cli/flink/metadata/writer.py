@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.flink import handles as h
-from keygroup_cli.flink.binary import DataOutput
-from keygroup_cli.flink.metadata import (
+from keygroup_cli.flink.io.binary import DataOutput
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.reader import (
     HEADER_MAGIC_NUMBER,
     MASTER_STATE_MAGIC_NUMBER,
     SUPPORTED_VERSIONS,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import local_path
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.metadata.handles import (
     ByteStreamHandle,
     SegmentFileHandle,
     StreamHandle,

@@ -18,11 +18,13 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import (
     KeyGroupsHandle,
     key_group_extents,
 )
-from keygroup_cli.flink.keyed_layout import (
+from keygroup_cli.flink.state.keyed_layout import (
     _INT,
     _LONG,
     _MAX_SHORT_STRING,
@@ -34,13 +36,11 @@ from keygroup_cli.flink.keyed_layout import (
     StateLayout,
     _vector_states,
 )
-from keygroup_cli.flink.serializers import (
+from keygroup_cli.flink.state.serializers import (
     KeyCodec,
     flip_sign_bit,
     variable_int_bytes,
 )
-from keygroup_cli.flink.snappy import decode_frames
-from keygroup_cli.flink.stream_source import StreamSource
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import STATE_TYPE, keyed_schema
 

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
-from keygroup_cli.flink.keyed_decode import check_block, decode_block_batch
-from keygroup_cli.flink.keyed_layout import (
+from keygroup_cli.flink.io.snappy import encode_frames
+from keygroup_cli.flink.state.keyed_decode import check_block, decode_block_batch
+from keygroup_cli.flink.state.keyed_layout import (
     _INT,
     _LONG,
     _MAX_SHORT_STRING,
@@ -28,11 +29,10 @@ from keygroup_cli.flink.keyed_layout import (
     KeyedLayout,
     _vector_states,
 )
-from keygroup_cli.flink.serializers import (
+from keygroup_cli.flink.state.serializers import (
     flip_sign_bit,
     variable_int_bytes,
 )
-from keygroup_cli.flink.snappy import encode_frames
 from keygroup_cli.keygroups import KeyGroupRange
 
 

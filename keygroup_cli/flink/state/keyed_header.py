@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.binary import decode_modified_utf8
-from keygroup_cli.flink.handles import DISTRIBUTION_MODES, OperatorStateHandle
+from keygroup_cli.flink.io.binary import decode_modified_utf8
+from keygroup_cli.flink.metadata.handles import DISTRIBUTION_MODES, OperatorStateHandle
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import local_path
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.metadata.handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
     FileHandle,
@@ -28,7 +28,7 @@ from keygroup_cli.flink.handles import (
     StreamHandle,
     key_group_extents,
 )
-from keygroup_cli.flink.metadata import OperatorState
+from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.storage.locations import Location
 
 #: Why an operator's key-group sizes are unknown, by stable code (the JSON ``unavailable_code``).

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.binary import DataInput
-from keygroup_cli.flink.handles import (
+from keygroup_cli.flink.io.binary import DataInput
+from keygroup_cli.flink.metadata.handles import (
     AnyChannelHandle,
     ByteStreamHandle,
     ChangelogBackendHandle,

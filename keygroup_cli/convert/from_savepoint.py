@@ -6,11 +6,11 @@
 properties trailer and master states on the manifest; per operator the coordinator state, the keyed-state
 header (key serializer snapshot and state meta infos) and the operator-state headers, base64-encoded. It
 writes into a staging directory and commits by atomic rename. The way back, a kg snapshot with that
-extension to a savepoint, is ``keygroup_cli.flink.savepoint_writer``.
+extension to a savepoint, is ``keygroup_cli.convert.to_savepoint``.
 
 HashMap checkpoints and NATIVE HashMap savepoints (the heap layout) are first rewritten as canonical key
-groups (``keygroup_cli.flink.heap_layout``). RocksDB NATIVE savepoints and incremental / changelog checkpoints
-are refused: their keyed state is not in a key-group stream format, and kg does not guess.
+groups (``keygroup_cli.flink.layouts.heap``). RocksDB NATIVE savepoints and incremental / changelog
+checkpoints are refused: their keyed state is not in a key-group stream format, and kg does not guess.
 """
 
 from __future__ import annotations
@@ -26,17 +26,21 @@ import pyarrow as pa
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
-from keygroup_cli.flink.handles import IncrementalKeyedHandle, KeyGroupsHandle, OperatorStateHandle
-from keygroup_cli.flink.heap_layout import canonical_view, needs_canonical_view
-from keygroup_cli.flink.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.keyed_header import OperatorStateHeader, operator_header_end, read_operator_header
-from keygroup_cli.flink.keyed_layout import KeyedLayout
+from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
-from keygroup_cli.flink.metadata import CheckpointMetadata
-from keygroup_cli.flink.metadata_writer import CANONICAL_SAVEPOINT_PROPERTIES
-from keygroup_cli.flink.operator_state import KIND_BY_MODE, decode_operator_file
-from keygroup_cli.flink.stream_source import StreamSource
+from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, KeyGroupsHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.state.keyed_header import (
+    OperatorStateHeader,
+    operator_header_end,
+    read_operator_header,
+)
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.state.operator_state import KIND_BY_MODE, decode_operator_file
 from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile

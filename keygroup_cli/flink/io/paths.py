@@ -1,0 +1,197 @@
+"""Resolve a state handle to the file that holds its bytes, and read its first bytes.
+
+The file may be beside ``_metadata``, at an absolute path, or on an object store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
+
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.metadata.handles import (
+    ByteStreamHandle,
+    EmptySegmentFileHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    SegmentFileHandle,
+    StreamHandle,
+)
+from keygroup_cli.storage.locations import Location, is_remote, location
+
+
+def local_path(handle: StreamHandle, directory: Path | Location) -> Path | Location | None:
+    """Return the file holding a handle's data, or None for inline / empty handles.
+
+    Absolute ``file:`` paths that no longer exist (a checkpoint copied elsewhere) fall back to the file of
+    the same name beside ``_metadata``, or under the job's ``shared/`` directory. The same fallback applies
+    first to an object-store path (``s3p://…``) when a copy is there; otherwise that path is read where it is
+    (a ``Location``).
+    """
+    if isinstance(handle, RelativeFileHandle):
+        relative = PurePosixPath(handle.relative_path)
+        if not relative.parts or relative.is_absolute() or ".." in relative.parts:
+            raise _outside(f"{directory}: state file {handle.relative_path!r} leads outside the savepoint")
+        path = directory / handle.relative_path
+        if isinstance(path, Path) and path.exists() and not _inside(path, Path(directory)):
+            raise _outside(f"{path}: a link that leads outside the savepoint ({path.resolve()})")
+        return path
+    if isinstance(handle, (FileHandle, SegmentFileHandle)):
+        return _resolve_absolute(handle.path, directory)
+    if isinstance(handle, KeyGroupsHandle) and handle.delegate is not None:
+        return local_path(handle.delegate, directory)
+    return None
+
+
+def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        if not is_remote(uri):
+            raise UnsupportedFormatError(
+                f"{uri}: state on a file system kg does not know ({parsed.scheme}://)",
+                code="REMOTE_STATE_FILE",
+            )
+        name = PurePosixPath(parsed.path)
+        for copy in (directory / name.name, directory.parent / name.parent.name / name.name):
+            if copy.exists():
+                return copy
+        return location(uri)
+    if isinstance(directory, Location) and not directory.is_local:
+        raise UnsupportedFormatError(
+            f"{uri}: a local path in the _metadata of {directory}, which is on an object store",
+            code="REMOTE_STATE_FILE",
+        )
+    path = Path(unquote(parsed.path))
+    roots = _state_roots(Path(directory))
+    if path.exists() and any(_inside(path, root) for root in roots):
+        return path
+    for candidate in (directory / path.name, directory.parent / path.parent.name / path.name):
+        if isinstance(candidate, Path) and candidate.exists() and any(_inside(candidate, r) for r in roots):
+            return candidate
+    if path.exists():
+        raise _outside(
+            f"{uri}: state outside the checkpoint's own directories ({directory.parent}); to read it "
+            f"there, name its root in {STATE_ROOTS_ENV} (paths separated by {os.pathsep!r})"
+        )
+    return path
+
+
+#: Extra directories (``os.pathsep``-separated) whose files a checkpoint's absolute handles may name.
+STATE_ROOTS_ENV = "KG_STATE_ROOTS"
+
+
+def _state_roots(directory: Path) -> list[Path]:
+    """Return where a checkpoint's absolute state paths may lead.
+
+    Its own directory, the job's checkpoint root (``shared/``, ``taskowned/``), and the roots the user
+    names in ``KG_STATE_ROOTS``.
+    """
+    extra = [Path(p) for p in os.environ.get(STATE_ROOTS_ENV, "").split(os.pathsep) if p]
+    inherited = _view_roots.get(directory.resolve(), ()) if isinstance(directory, Path) else ()
+    return [directory, directory.parent, *inherited, *extra]
+
+
+#: Views kg writes of a checkpoint (a canonical rewrite in a scratch directory) and the roots of the
+#: checkpoint they were made from: their absolute handles name files there.
+_view_roots: dict[Path, tuple[Path, ...]] = {}
+
+
+def trust_view(view: Path, origin: Path | Location) -> None:
+    """Let the view of a checkpoint that kg wrote at ``view`` read where ``origin`` may read."""
+    if isinstance(origin, Path):
+        _view_roots[view.resolve()] = tuple(r.resolve() for r in _state_roots(origin))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Return whether ``path``, links resolved, lies under ``root`` (links resolved)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def _outside(message: str) -> InvalidSnapshotError:
+    return InvalidSnapshotError(message, code="STATE_FILE_OUTSIDE")
+
+
+#: Prefixes of object-store state files already read, while ``cached_prefixes`` is active.
+_prefix_cache: dict[tuple[str, int, int], bytes] | None = None
+
+
+@contextlib.contextmanager
+def cached_prefixes() -> Iterator[None]:
+    """Keep the object-store prefixes ``read_stream_prefix`` reads during the block, in every thread.
+
+    A summary fetches every header concurrently first, then reads them in order from here.
+    """
+    global _prefix_cache
+    outer = _prefix_cache
+    _prefix_cache = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _prefix_cache = outer
+
+
+def prefix_cache() -> dict[tuple[str, int, int], bytes] | None:
+    """Return the active prefix cache, or None outside ``cached_prefixes``."""
+    return _prefix_cache
+
+
+def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, limit: int) -> bytes:
+    """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
+
+    On an object store that is one ranged request.
+
+    Raises:
+        InvalidSnapshotError: The state file is missing or unreadable.
+        UnsupportedFormatError: The state lives on a file system kg does not know.
+    """
+    if handle is None or isinstance(handle, EmptySegmentFileHandle) or limit <= 0:
+        # A limit computed from corrupt offsets may be negative: no read (a slice would count from the end).
+        return b""
+    if isinstance(handle, ByteStreamHandle):
+        return handle.data[:limit]
+    path = local_path(handle, directory)
+    if path is None:
+        return b""
+    start = handle.start_pos if isinstance(handle, SegmentFileHandle) else 0
+    if isinstance(handle, SegmentFileHandle):
+        limit = min(limit, handle.size)
+    if isinstance(path, Location):
+        cache = prefix_cache()
+        key = (path.uri, start, limit)
+        if cache is not None and key in cache:
+            return cache[key]
+        try:
+            data = path.read_range(start, limit)
+        except InvalidSnapshotError as exc:
+            if exc.code != "OBJECT_NOT_FOUND":
+                raise
+            raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+        if cache is not None:
+            cache[key] = data
+        return data
+    try:
+        with open(path, "rb") as fh:
+            actual = os.fstat(fh.fileno()).st_size
+            if isinstance(handle, FileHandle | RelativeFileHandle) and actual != handle.size:
+                # Flink records every state file's size in its handle: another size is another file.
+                raise InvalidSnapshotError(
+                    f"{path}: state file has {actual} bytes, its handle records {handle.size}",
+                    code="STATE_FILE_SIZE_MISMATCH",
+                )
+            if start:
+                fh.seek(start)
+            return fh.read(limit)
+    except FileNotFoundError:
+        raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+    except OSError as exc:
+        raise InvalidSnapshotError(
+            f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
+        ) from None

@@ -1,0 +1,129 @@
+"""Find a savepoint's or checkpoint's ``_metadata`` and parse it.
+
+What a user points at may be a directory, the file, ``chk-N`` or a job's checkpoint root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
+from keygroup_cli.storage.locations import Location, is_remote, location
+
+METADATA_FILE = "_metadata"
+_CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkSnapshot:
+    """A parsed Flink savepoint or checkpoint: where its ``_metadata`` is, and what it says."""
+
+    metadata_path: Path | Location
+    metadata: CheckpointMetadata
+
+    @property
+    def directory(self) -> Path | Location:
+        """Return the directory holding ``_metadata`` (relative handles resolve against it)."""
+        return self.metadata_path.parent
+
+    @property
+    def is_savepoint(self) -> bool:
+        """Return whether this is a savepoint; V3 (no properties) falls back to the directory name."""
+        flag = self.metadata.is_savepoint
+        if flag is not None:
+            return flag
+        return _CHECKPOINT_DIR.fullmatch(self.directory.name) is None
+
+
+def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
+    """Return the ``_metadata`` file for a savepoint / checkpoint path.
+
+    Accepts a ``_metadata`` file, a directory containing one (savepoint or ``chk-N``), or a job's checkpoint
+    root: the latest *completed* ``chk-N`` (one with ``_metadata``) is chosen. A directory that holds a
+    single job-id directory with ``chk-N`` inside is accepted too.
+
+    Raises:
+        InvalidSnapshotError: Nothing there, or no completed checkpoint.
+    """
+    p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise InvalidSnapshotError(f"{p}: no such file or directory", code="SNAPSHOT_NOT_FOUND")
+    if (p / METADATA_FILE).is_file():
+        return p / METADATA_FILE
+    latest = _latest_completed(p)
+    if latest is not None:
+        return latest
+    roots = [
+        child for child in _subdirs(p) if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(child))
+    ]
+    if len(roots) == 1:
+        latest = _latest_completed(roots[0])
+        if latest is not None:
+            return latest
+    if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(p)) or roots:
+        raise InvalidSnapshotError(
+            f"{p}: no completed checkpoint (no chk-N directory with a _metadata file)",
+            code="NO_COMPLETED_CHECKPOINT",
+        )
+    raise InvalidSnapshotError(
+        f"{p}: not a Flink savepoint or checkpoint (no _metadata file and no chk-N directories)",
+        code="SNAPSHOT_NOT_FOUND",
+    )
+
+
+def _subdirs(p: Path | Location) -> list[Any]:
+    try:
+        return [c for c in p.iterdir() if c.is_dir()]
+    except OSError:
+        return []
+
+
+def _latest_completed(root: Path | Location) -> Path | Location | None:
+    completed = []
+    for child in _subdirs(root):
+        match = _CHECKPOINT_DIR.fullmatch(child.name)
+        if match and (child / METADATA_FILE).is_file():
+            completed.append((int(match.group(1)), child / METADATA_FILE))
+    return max(completed)[1] if completed else None
+
+
+def read_flink_metadata(path: str | os.PathLike[str] | Location) -> FlinkSnapshot:
+    """Find and parse the ``_metadata`` of a savepoint or checkpoint (see ``find_metadata``).
+
+    Raises:
+        InvalidSnapshotError: Missing, truncated or corrupt metadata.
+        UnsupportedFormatError: A metadata version kg does not read.
+    """
+    metadata_path = find_metadata(path)
+    try:
+        data = metadata_path.read_bytes()
+    except OSError as exc:
+        raise InvalidSnapshotError(
+            f"{metadata_path}: cannot read: {exc.strerror}", code="SNAPSHOT_UNREADABLE"
+        ) from None
+    return FlinkSnapshot(metadata_path, parse_metadata(data, str(metadata_path)))
+
+
+def is_flink_savepoint(path: str | Path | Location) -> bool:
+    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
+
+    A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
+    savepoint, a ``chk-N`` directory or a job's checkpoint root).
+    """
+    p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
+    if p.is_file():
+        return p.name == METADATA_FILE
+    if not p.is_dir() or (p / "_manifest.json").exists():
+        return False
+    try:
+        find_metadata(p)
+    except InvalidSnapshotError:
+        return False
+    return True
