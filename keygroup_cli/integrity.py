@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
+    from keygroup_cli.findings import VerifyReport
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-    from keygroup_cli.snapshot.verify import VerifyReport
 
 OnProgress = Callable[[str, int, "int | None"], None]
 

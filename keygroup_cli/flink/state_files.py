@@ -16,8 +16,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle, stream_size

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.findings import Finding, Severity, VerifyReport
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle
@@ -45,7 +45,6 @@ from keygroup_cli.flink.state.operator_state import decode_operator_file
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
-from keygroup_cli.snapshot.verify import VerifyReport
 from keygroup_cli.storage.locations import Location
 
 OnProgress = Callable[[str, int, "int | None"], None]

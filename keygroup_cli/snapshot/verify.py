@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.checks import Finding, Severity
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.findings import Finding, Severity, VerifyReport
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_groups_for_hashes, operator_id_for_uid
 from keygroup_cli.snapshot import open_snapshot
@@ -33,21 +33,6 @@ from keygroup_cli.snapshot.parquet import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 OnProgress = Callable[[str, int, "int | None"], None]
 
 BATCH_ROWS = 1 << 17
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """What ``kg verify`` found: counts of what was checked and every finding."""
-
-    snapshot: str
-    files: int
-    rows: int
-    findings: tuple[Finding, ...]
-
-    @property
-    def ok(self) -> bool:
-        """Return whether no error-severity finding was made."""
-        return not any(f.severity is Severity.ERROR for f in self.findings)
 
 
 def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) -> VerifyReport:
@@ -411,4 +396,4 @@ def _extra_files(snapshot: Snapshot) -> Iterable[Finding]:
                 yield _error("FILE_EXTRA", relative, "not named in the manifest")
 
 
-__all__ = ["VerifyReport", "verify_snapshot"]
+__all__ = ["verify_snapshot"]

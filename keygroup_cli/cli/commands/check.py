@@ -9,11 +9,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from keygroup_cli.checks import Finding, RestorePlan, Severity, check_restore, exit_code_for
+from keygroup_cli.checks import RestorePlan, check_restore
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
 from keygroup_cli.cli.render import output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.findings import Finding, Severity, exit_code_for
 from keygroup_cli.summary import summarize
 
 EPILOG = """\b

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.checks import Finding, Severity
+from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.state_files import state_file_findings

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.checks import RestorePlan, Severity, check_restore
+from keygroup_cli.checks import RestorePlan, check_restore
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError, UnsupportedFormatError
 from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.findings import Severity
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import operator_id_for_uid
 from keygroup_cli.planning import plan_rescale

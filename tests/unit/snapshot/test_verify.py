@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.checks import FINDING_CODES, Severity
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.findings import FINDING_CODES, Severity
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.verify import verify_snapshot
