@@ -1,7 +1,7 @@
 """Read and write tasks over canonical keyed state files: the savepoint's format adapter for the rescale.
 
 A **read task** is a key-group range of one old subtask's keyed file. It yields that range's rows as Arrow
-record batches in the kg keyed schema (``snapshot.parquet.keyed_schema``), with the ``state`` column over the
+record batches in the kg keyed schema (``rows.keyed_schema``), with the ``state`` column over the
 operator's state names, after checking that every key hashes to the key group it is stored under.
 
 A **write task** is one new subtask's keyed file: a header (``KeyedBackendSerializationProxy``) and the
@@ -33,7 +33,7 @@ from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_h
 from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
-from keygroup_cli.snapshot.parquet import STATE_TYPE
+from keygroup_cli.rows import STATE_TYPE
 from keygroup_cli.storage.locations import Location, is_remote, location
 
 

@@ -44,9 +44,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import KEYED_KINDS, Operator, Snapshot
-from keygroup_cli.snapshot.parquet import iter_keyed_batches, keyed_schema, read_operator_file
+from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 
 OnProgress = Callable[[str, int, "int | None"], None]
 

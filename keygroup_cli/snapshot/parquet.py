@@ -1,4 +1,4 @@
-"""Arrow schemas of kg state files, and reading/writing one Parquet file per (operator, subtask).
+"""Reading and writing kg state files: one Parquet file per (operator, subtask), in ``rows``' Arrow schemas.
 
 Keyed files are written sorted by ``key_group`` with row groups cut at key-group boundaries (at most
 ``DEFAULT_ROW_GROUP_ROWS`` rows each; only a single key group larger than that is split), so a reader can
@@ -24,53 +24,13 @@ import pyarrow.parquet as pq
 
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError
 from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.rows import KEYED_COLUMNS, OPERATOR_SCHEMA, STATE_TYPE, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
 
 COMPRESSION = "snappy"
 DEFAULT_ROW_GROUP_ROWS = 1 << 20
 DEFAULT_BATCH_ROWS = 1 << 16
-
-#: Arrow type of the ``key`` column per kg key type.
-KEY_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "long": pa.int64(),
-    "int": pa.int32(),
-    "boolean": pa.bool_(),
-    "binary": pa.binary(),
-}
-STATE_TYPE = pa.dictionary(pa.int32(), pa.string())
-KEYED_COLUMNS = ("key_group", "state", "key", "namespace", "user_key", "value", "timestamp")
-OPERATOR_COLUMNS = ("state", "position", "entry_key", "value")
-
-OPERATOR_SCHEMA = pa.schema(
-    [
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("position", pa.int32(), nullable=False),
-        pa.field("entry_key", pa.binary()),
-        pa.field("value", pa.binary(), nullable=False),
-    ]
-)
-
-
-def keyed_schema(key_type: str) -> pa.Schema:
-    """Return the Arrow schema of a keyed state file whose keys are of ``key_type``."""
-    if key_type not in KEY_ARROW_TYPES:
-        raise InvalidArgumentError(
-            f"Unknown key type {key_type!r}; expected one of {', '.join(KEY_ARROW_TYPES)}",
-            code="UNKNOWN_KEY_TYPE",
-        )
-    return pa.schema(
-        [
-            pa.field("key_group", pa.int32(), nullable=False),
-            pa.field("state", STATE_TYPE, nullable=False),
-            pa.field("key", KEY_ARROW_TYPES[key_type], nullable=False),
-            pa.field("namespace", pa.binary(), nullable=False),
-            pa.field("user_key", pa.binary()),
-            pa.field("value", pa.binary()),
-            pa.field("timestamp", pa.int64()),
-        ]
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,17 +414,11 @@ def iter_operator_batches(
 __all__ = [
     "COMPRESSION",
     "DEFAULT_ROW_GROUP_ROWS",
-    "KEYED_COLUMNS",
-    "KEY_ARROW_TYPES",
-    "OPERATOR_COLUMNS",
-    "OPERATOR_SCHEMA",
-    "STATE_TYPE",
     "WrittenFile",
     "conform_keyed",
     "conform_operator",
     "iter_keyed_batches",
     "iter_operator_batches",
-    "keyed_schema",
     "read_keyed_file",
     "read_operator_file",
     "write_keyed_file",

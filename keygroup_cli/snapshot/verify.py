@@ -25,10 +25,10 @@ from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.findings import Finding, Severity, VerifyReport
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_groups_for_hashes, operator_id_for_uid
+from keygroup_cli.rows import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import verify_file
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
-from keygroup_cli.snapshot.parquet import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 
 OnProgress = Callable[[str, int, "int | None"], None]
 

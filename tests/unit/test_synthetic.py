@@ -11,8 +11,9 @@ import pytest
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.keygroups import KeyGroupRange, operator_id_for_uid
+from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.snapshot.parquet import keyed_schema, write_keyed_file
+from keygroup_cli.snapshot.parquet import write_keyed_file
 from keygroup_cli.synthetic import (
     KEYED_STATES,
     SyntheticOperator,

@@ -1,7 +1,7 @@
 """Decode canonical keyed state: the key-group blocks of a ``KeyGroupsSavepointStateHandle`` file into rows.
 
 Mirrors ``FullSnapshotRestoreOperation`` / ``readKvStatesFromKeyGroup`` (Flink 2.3); the block layout is
-described in ``keyed_layout``. Rows come out in the kg keyed schema (``snapshot.parquet.keyed_schema``): key
+described in ``keyed_layout``. Rows come out in the kg keyed schema (``rows.keyed_schema``): key
 decoded by key type, namespace and map user key as raw bytes, values raw (a map value without its null
 flag; a null map value as SQL null), timers with their timestamp decoded and no value. Rows keep the file's
 order, so ``keyed_encode`` reproduces the file byte for byte from them.
@@ -42,7 +42,7 @@ from keygroup_cli.flink.state.serializers import (
     variable_int_bytes,
 )
 from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.snapshot.parquet import STATE_TYPE, keyed_schema
+from keygroup_cli.rows import STATE_TYPE, keyed_schema
 
 #: Uncompressed key-group blocks larger than this are read and decoded window by window.
 WINDOW_BYTES = 8 << 20

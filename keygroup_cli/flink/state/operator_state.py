@@ -33,7 +33,7 @@ from keygroup_cli.flink.state.keyed_header import (
     mode_ordinal,
 )
 from keygroup_cli.flink.state.serializers import value_end
-from keygroup_cli.snapshot.parquet import OPERATOR_SCHEMA
+from keygroup_cli.rows import OPERATOR_SCHEMA
 
 _INT = struct.Struct(">i")
 #: ``BytePrimitiveArraySerializer``'s snapshot: an int length, then the bytes (source readers' split state).

@@ -43,7 +43,7 @@ from keygroup_cli.flink.state.serializers import (
     key_codec,
 )
 from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.snapshot.parquet import keyed_schema
+from keygroup_cli.rows import keyed_schema
 
 
 def _reference(block: bytes, group: int, layout: KeyedLayout) -> pa.RecordBatch:

@@ -9,12 +9,11 @@ import pytest
 
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError
 from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.rows import OPERATOR_SCHEMA, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.model import Manifest, Snapshot
 from keygroup_cli.snapshot.parquet import (
-    OPERATOR_SCHEMA,
     iter_keyed_batches,
-    keyed_schema,
     read_keyed_file,
     read_operator_file,
     write_keyed_file,
