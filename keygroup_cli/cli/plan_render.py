@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import planning
-from keygroup_cli.cli.render import print_table
+from keygroup_cli.cli.render import print_table, table_style
 
 
 def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
@@ -53,7 +53,13 @@ def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
 
 
 def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") -> None:
-    """Print the transfer table and the summary lines of a key-group plan."""
+    """Print the transfer table and the summary lines of a key-group plan.
+
+    A ``title`` (an operator's heading in ``kg plan SNAPSHOT``) is printed on a line of its own under
+    ``--table tsv``, whose tables carry no title, so each operator's rows stay under its name.
+    """
+    if title and table_style(console) == "tsv":
+        console.print(title, markup=False, highlight=False, soft_wrap=True)
     weighted = any(t.rows is not None for t in plan.transfers)
     # A Flink savepoint's plan knows bytes per key group (from _metadata's offsets) but no rows.
     sized = weighted or any(t.bytes is not None for t in plan.transfers)

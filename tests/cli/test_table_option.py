@@ -296,3 +296,18 @@ def test_a_console_that_is_not_kgs_prints_rich_tables() -> None:
     console = Console(file=io.StringIO(), width=40, no_color=True)
     print_table(console, _table())
     assert "┃ name" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_plan_snapshot_tsv_names_the_operator_above_its_move_table(kg: Kg) -> None:
+    # A tab-separated table has no title: each operator's heading is a line of its own above its rows,
+    # as plain prints it (there as the table's title).
+    tsv = kg("plan", UIDS, "--to", "4", "--table", "tsv")
+    assert tsv.exit_code == 0, tsv.stderr
+    lines = tsv.stdout.splitlines()
+    headings = [lines[i - 1] for i, line in enumerate(lines) if line.startswith("from\tto\tkey groups")]
+    assert headings == [
+        "keyed-string: parallelism 3 → 4, maxParallelism 10 (key groups move between subtasks)",
+        "keyed-long: parallelism 3 → 4, maxParallelism 128 (key groups move between subtasks)",
+    ]
+    plain = kg("plan", UIDS, "--to", "4", "--table", "plain").stdout.splitlines()
+    assert [plain[plain.index(h) + 1].split()[:3] for h in headings] == [["from", "to", "key"]] * 2
