@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -283,3 +284,17 @@ def test_spark_starts(kg: Kg, monkeypatch: pytest.MonkeyPatch) -> None:
     assert doc["spark"]["ok"] is True and doc["spark"]["version"]
     assert doc["java"]["version_line"].startswith(("openjdk version", "java version"))
     assert _capabilities(doc)["spark"]["status"] == "ok"
+
+
+def test_exit_codes_md_lists_every_code_of_doctor_and_completion() -> None:
+    # The codes kg doctor can put in "error", read from the module that decides them, and completion's.
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "keygroup_cli" / "environment.py").read_text()
+    codes = set(re.findall(r'"([A-Z][A-Z0-9_]+_(?:MISSING|BROKEN|OLD))"', source)) | {
+        "SPARK_GATEWAY_FAILED",
+        "SPARK_WORKER_FAILED",
+        "UNKNOWN_SHELL",
+    }
+    assert len(codes) >= 13
+    page = (root / "docs" / "reference" / "exit-codes.md").read_text()
+    assert sorted(c for c in codes if f"`{c}`" not in page) == []
