@@ -40,7 +40,7 @@ import pyarrow as pa  # noqa: E402
 
 from keygroup_cli import __version__, javahash, keygroups  # noqa: E402
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor  # noqa: E402
-from keygroup_cli.snapshot.staging import snapshot_writer  # noqa: E402
+from keygroup_cli.snapshot.writer import snapshot_writer  # noqa: E402
 
 MAX_P, OLD_P, NEW_P, VALUE_BYTES = 128, 3, 4, 24
 

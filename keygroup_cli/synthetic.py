@@ -40,7 +40,7 @@ from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.parquet import DEFAULT_ROW_GROUP_ROWS
-from keygroup_cli.snapshot.staging import snapshot_writer
+from keygroup_cli.snapshot.writer import snapshot_writer
 
 OnProgress = Callable[[str, int, "int | None"], None]
 

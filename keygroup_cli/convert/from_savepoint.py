@@ -44,7 +44,8 @@ from keygroup_cli.flink.state.operator_state import KIND_BY_MODE, decode_operato
 from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
-from keygroup_cli.snapshot.staging import SnapshotWriter, scratch_directory, staged_directory
+from keygroup_cli.snapshot.writer import SnapshotWriter
+from keygroup_cli.storage.staging import scratch_directory, staged_directory
 
 #: Name of the manifest / operator extension this module writes (``savepoint_writer`` reads it back).
 EXTENSION = "flink"

@@ -123,7 +123,7 @@ def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapsh
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
-    from keygroup_cli.checks import Severity
+    from keygroup_cli.findings import Severity
     from keygroup_cli.flink.verify import verify_streams
 
     report = verify_streams(snapshot, keyed=False)

@@ -52,8 +52,8 @@ from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
-from keygroup_cli.snapshot.staging import staged_directory
 from keygroup_cli.storage.locations import location
+from keygroup_cli.storage.staging import staged_directory
 
 
 def _extension(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from keygroup_cli.execution.snapshot_rescale import (
 )
 from keygroup_cli.flink.metadata.locate import is_flink_savepoint
 from keygroup_cli.snapshot.model import Snapshot
-from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input
 from keygroup_cli.storage import is_remote
+from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
 
 
 def rescale(

@@ -68,10 +68,10 @@ from keygroup_cli.flink.regroup import (
 from keygroup_cli.integrity import require_intact, require_readable_output
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.model import Manifest
-from keygroup_cli.snapshot.staging import scratch_directory
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
+from keygroup_cli.storage.staging import scratch_directory
 
 METADATA = "_metadata"
 

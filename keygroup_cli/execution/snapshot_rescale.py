@@ -45,7 +45,7 @@ from keygroup_cli.snapshot.model import (
     Snapshot,
     StateDescriptor,
 )
-from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input, staged_directory
+from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input, staged_directory
 
 if TYPE_CHECKING:
     from keygroup_cli.convert.from_savepoint import ConvertResult

@@ -33,6 +33,7 @@ from keygroup_cli.snapshot.model import (
     OperatorFile,
     StateDescriptor,
 )
+from keygroup_cli.storage.staging import fsync_directory
 
 _OPERATOR_ID = re.compile(r"^[0-9a-f]{32}$")
 _XXH64 = re.compile(r"^[0-9a-f]{16}$")
@@ -541,20 +542,6 @@ def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
         raise
     fsync_directory(directory)
     return target
-
-
-def fsync_directory(directory: Path) -> None:
-    """Flush a directory entry to disk so a rename inside it survives a crash (no-op where unsupported)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.staging import stale_staging
 from keygroup_cli.storage.writer import Writer
 
 COMMIT_FILES = ("_metadata", "_manifest.json")
@@ -38,8 +39,6 @@ def clean(dest: str | os.PathLike[str], *, force: bool = False, dry_run: bool = 
     """
     if is_remote(dest):
         return _clean_upload(location(str(dest)), force, dry_run)
-    from keygroup_cli.snapshot.staging import stale_staging
-
     found = []
     for stale in stale_staging(Path(dest)):
         remove = (stale.removable or force) and not dry_run

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keygroup_cli.snapshot.staging import staging_prefix
+from keygroup_cli.storage.staging import staging_prefix
 
 
 def _leftover(dest: Path, host: str | None = None) -> Path:

@@ -23,7 +23,7 @@ from keygroup_cli.flink.keyed_tasks import read_tasks
 from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles
-from keygroup_cli.snapshot.staging import SnapshotWriter
+from keygroup_cli.snapshot.writer import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 CASES = ("heap-files-p3-maxp128-long", "rocksdb-canonical-snappy-p2-maxp256-string")

@@ -180,8 +180,8 @@ def refuse_destination(source: str, dest: str) -> None:
         InvalidArgumentError: ``DESTINATION_INSIDE_INPUT``, ``DESTINATION_EXISTS``, or an object-store
             DEST that holds objects.
     """
-    from keygroup_cli.snapshot.staging import refuse_existing, refuse_inside_input
     from keygroup_cli.storage import is_remote
+    from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
 
     local = dest if is_remote(dest) else Path(dest).absolute()
     refuse_inside_input(source if is_remote(source) else Path(source).absolute(), local)

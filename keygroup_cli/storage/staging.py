@@ -11,8 +11,7 @@ whose writer is provably gone (same host, and no process with that pid and start
 to DEST removes them first, before it checks whether DEST exists; ``kg clean DEST`` does the same on
 demand. A staging directory of another host, or of a process still running, is never touched.
 
-``SnapshotWriter`` writes the state files and finally the manifest of a kg snapshot into such a directory;
-``snapshot_writer(dest)`` combines the two for ``kg generate`` and the rescale engines.
+The commit knows no format: a kg snapshot (``snapshot.writer``) and a Flink savepoint are both staged here.
 """
 
 from __future__ import annotations
@@ -21,28 +20,13 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
-from keygroup_cli.errors import (
-    ExecutionError,
-    InvalidArgumentError,
-    destination_error,
-    environment_error,
-)
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.snapshot.manifest import fsync_directory, write_manifest
-from keygroup_cli.snapshot.model import KeyedFile, Manifest, OperatorFile
-from keygroup_cli.snapshot.parquet import (
-    DEFAULT_ROW_GROUP_ROWS,
-    KeyedData,
-    write_keyed_file,
-    write_operator_file,
-)
+from keygroup_cli.errors import InvalidArgumentError, destination_error, environment_error
+from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.writer import Writer, pid_exists
 
 _STAGING_MARK = ".kg-staging-"
@@ -198,8 +182,6 @@ def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[
     Raises:
         InvalidArgumentError: ``DESTINATION_INSIDE_INPUT``.
     """
-    from keygroup_cli.storage import is_remote
-
     if is_remote(source) != is_remote(dest):
         return
     if is_remote(source):
@@ -244,112 +226,28 @@ def _fsync_tree(root: Path) -> None:
         fsync_directory(Path(directory))
 
 
-def operator_dir_name(uid: str | None, operator_id: str) -> str:
-    """Return a filesystem-safe directory name for an operator: its uid, or its id when there is none.
-
-    Characters outside ``[A-Za-z0-9._-]`` become ``_``; a name that had to change, or that starts with
-    ``.`` or ``_`` (hidden / reserved for kg), gets ``-<first 8 hex of the operator id>`` so distinct
-    uids never share a directory.
-    """
-    if not uid:
-        return operator_id
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", uid)[:80]
-    if safe != uid or safe.startswith((".", "_")):
-        safe = f"op{safe}" if safe.startswith((".", "_")) else safe
-        safe = f"{safe}-{operator_id[:8]}"
-    return safe
-
-
-class SnapshotWriter:
-    """Write the files of a kg snapshot, then its manifest, into one directory (usually a staging one).
-
-    Paths follow the contract: ``<operator-dir>/keyed-<NNNNN>.parquet`` and
-    ``<operator-dir>/operator-<NNNNN>.parquet``, relative to the directory.
-    """
-
-    def __init__(self, directory: Path | str, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> None:
-        self.directory = Path(directory)
-        self.row_group_rows = row_group_rows
-        self.committed = False
-        self._dirs: dict[str, str] = {}
-        self._used: set[str] = set()
-
-    def operator_dir(self, uid: str | None, operator_id: str) -> str:
-        """Return (and create) the directory name of an operator, unique within this snapshot."""
-        if operator_id in self._dirs:
-            return self._dirs[operator_id]
-        name = operator_dir_name(uid, operator_id)
-        # Case-insensitive filesystems would merge "Counter" and "counter".
-        if name.lower() in self._used:
-            name = f"{name}-{operator_id[:8]}"
-        if name.lower() in self._used:
-            name = operator_id
-        self._used.add(name.lower())
-        self._dirs[operator_id] = name
-        (self.directory / name).mkdir(parents=True, exist_ok=True)
-        return name
-
-    def write_keyed(
-        self,
-        operator_dir: str,
-        subtask: int,
-        data: KeyedData,
-        *,
-        key_type: str,
-        key_groups: KeyGroupRange,
-        state_names: Sequence[str] | None = None,
-    ) -> KeyedFile:
-        """Write subtask ``subtask``'s keyed file and return its manifest entry (see ``write_keyed_file``)."""
-        relative = f"{operator_dir}/keyed-{subtask:05d}.parquet"
-        written = write_keyed_file(
-            self.directory / relative,
-            data,
-            key_type=key_type,
-            key_groups=key_groups,
-            state_names=state_names,
-            row_group_rows=self.row_group_rows,
-        )
-        return written.keyed_file(subtask, relative, key_groups)
-
-    def write_operator(
-        self, operator_dir: str, subtask: int, data: pa.Table | pa.RecordBatch
-    ) -> OperatorFile:
-        """Write subtask ``subtask``'s operator state file and return its manifest entry."""
-        relative = f"{operator_dir}/operator-{subtask:05d}.parquet"
-        return write_operator_file(self.directory / relative, data).operator_file(subtask, relative)
-
-    def commit(self, manifest: Manifest) -> Path:
-        """Write ``_manifest.json`` (validated, atomic): the last step of a snapshot."""
-        path = write_manifest(self.directory, manifest)
-        self.committed = True
-        return path
-
-
-@contextmanager
-def snapshot_writer(
-    dest: Path | str, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
-) -> Iterator[SnapshotWriter]:
-    """Yield a ``SnapshotWriter`` on a staging directory that becomes ``dest`` once the manifest is committed.
-
-    Raises:
-        ExecutionError: The block ended without ``commit`` (nothing is published).
-    """
-    with staged_directory(dest) as staging:
-        writer = SnapshotWriter(staging, row_group_rows=row_group_rows)
-        yield writer
-        if not writer.committed:
-            raise ExecutionError(f"{dest}: no manifest was written; nothing committed", code="NOT_COMMITTED")
+def fsync_directory(directory: Path) -> None:
+    """Flush a directory entry to disk so a rename inside it survives a crash (no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 __all__ = [
-    "SnapshotWriter",
-    "operator_dir_name",
-    "scratch_directory",
-    "snapshot_writer",
+    "WRITER_MARK",
     "StaleStaging",
+    "fsync_directory",
     "refuse_existing",
     "refuse_inside_input",
     "remove_stale_staging",
+    "scratch_directory",
     "stale_staging",
     "staged_directory",
     "staging_prefix",

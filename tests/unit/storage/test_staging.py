@@ -1,3 +1,5 @@
+"""The atomic commit: staging beside DEST, one rename, and leftovers of killed writers."""
+
 from __future__ import annotations
 
 import os
@@ -5,23 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from keygroup_cli.errors import ExecutionError, InvalidArgumentError
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
-from keygroup_cli.snapshot.staging import (
-    SnapshotWriter,
-    operator_dir_name,
-    snapshot_writer,
-    staged_directory,
-    staging_prefix,
-    stale_staging,
-)
-
-OP_ID = "35a9f8ef506cec52320f30f0582ce304"
+from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.storage.staging import staged_directory, staging_prefix, stale_staging
 
 
 def _siblings(dest: Path) -> list[str]:
@@ -84,74 +73,6 @@ def test_live_staging_of_another_process_is_left_alone(tmp_path: Path) -> None:
     with staged_directory(dest):
         pass
     assert live.exists()
-
-
-def test_operator_dir_names() -> None:
-    assert operator_dir_name("counter", OP_ID) == "counter"
-    assert operator_dir_name(None, OP_ID) == OP_ID
-    assert operator_dir_name("a/b c", OP_ID) == "a_b_c-35a9f8ef"
-    assert operator_dir_name("..", OP_ID) == "op..-35a9f8ef"
-    assert operator_dir_name("_manifest.json", OP_ID) == "op_manifest.json-35a9f8ef"
-
-
-def test_snapshot_writer_round_trip(tmp_path: Path) -> None:
-    dest = tmp_path / "snap"
-    with snapshot_writer(dest) as w:
-        d = w.operator_dir("my-keyed-op", OP_ID)
-        assert w.operator_dir("my-keyed-op", OP_ID) == d == "my-keyed-op"
-        keyed = w.write_keyed(
-            d,
-            0,
-            pa.table(
-                {
-                    "key_group": pa.array([1, 0], pa.int32()),
-                    "state": ["c", "c"],
-                    "key": ["x", "y"],
-                    "namespace": [b"\0", b"\0"],
-                }
-            ),
-            key_type="string",
-            key_groups=KeyGroupRange(0, 1),
-            state_names=["c"],
-        )
-        op = w.write_operator(d, 0, pa.table({"state": ["b"], "position": [0], "value": [b"v"]}))
-        w.commit(
-            Manifest(
-                1,
-                "t",
-                "t",
-                {"kind": "generated"},
-                (
-                    Operator(
-                        "my-keyed-op",
-                        OP_ID,
-                        None,
-                        1,
-                        2,
-                        "string",
-                        (StateDescriptor("c", "value"), StateDescriptor("b", "operator-split")),
-                        (keyed,),
-                        (op,),
-                    ),
-                ),
-            )
-        )
-    snap = open_snapshot(dest)
-    assert snap.manifest.operators[0].keyed_files[0].path == "my-keyed-op/keyed-00000.parquet"
-    assert snap.manifest.operators[0].keyed_files[0].key_group_rows == (1, 1)
-
-
-def test_snapshot_writer_without_commit_publishes_nothing(tmp_path: Path) -> None:
-    dest = tmp_path / "snap"
-    with pytest.raises(ExecutionError), snapshot_writer(dest) as w:
-        w.operator_dir("x", OP_ID)
-    assert _siblings(dest) == []
-
-
-def test_case_insensitive_collisions_get_distinct_dirs(tmp_path: Path) -> None:
-    w = SnapshotWriter(tmp_path)
-    assert w.operator_dir("Counter", "0" * 32) == "Counter"
-    assert w.operator_dir("counter", "1" * 32) == "counter-11111111"
 
 
 def _marked(dest: Path, pid: int, host: str | None = None, started: str | None = "auto") -> Path:
