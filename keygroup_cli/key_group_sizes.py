@@ -208,9 +208,9 @@ def key_group_sizes(
     from keygroup_cli.summary import is_kg_snapshot
 
     if is_kg_snapshot(path):
-        from keygroup_cli.storage.remote import readable
+        from keygroup_cli.snapshot.download import readable_snapshot
 
-        with readable(path, everything=False) as local:
+        with readable_snapshot(path, everything=False) as local:
             return _from_kg(Path(local), minimum, maximum)
     return _from_flink(path, minimum, maximum)
 

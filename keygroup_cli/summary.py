@@ -125,10 +125,10 @@ def is_kg_snapshot(path: str | os.PathLike[str]) -> bool:
     from keygroup_cli.storage import is_remote
 
     if is_remote(path):
+        from keygroup_cli.snapshot.download import is_snapshot_at
         from keygroup_cli.storage import location
-        from keygroup_cli.storage.remote import is_kg_snapshot_at
 
-        return is_kg_snapshot_at(location(path))
+        return is_snapshot_at(location(path))
     p = Path(path)
     return (p / "_manifest.json").is_file() or (p.is_file() and p.name == "_manifest.json")
 
@@ -148,10 +148,10 @@ def summarize(
         UnsupportedFormatError: A format version kg does not read.
     """
     if is_kg_snapshot(path):
-        from keygroup_cli.storage.remote import readable
+        from keygroup_cli.snapshot.download import readable_snapshot
 
         # On an object store only the manifest is fetched: it holds everything a summary shows.
-        with readable(path, everything=False) as local:
+        with readable_snapshot(path, everything=False) as local:
             summary = _summarize_kg(Path(local))
         return summary if local == path else replace(summary, path=_location(path))
     return _summarize_flink(path, read_states, on_progress)

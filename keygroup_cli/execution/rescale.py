@@ -139,7 +139,8 @@ def _rescale_remote(
     file (``_metadata`` or ``_manifest.json``) last, so the target is a savepoint or snapshot only once
     complete. Scratch copies are removed whatever happens.
     """
-    from keygroup_cli.storage.remote import readable, remote_output
+    from keygroup_cli.convert.inputs import readable
+    from keygroup_cli.storage.remote import remote_output
 
     started = time.monotonic()
     report = options.get("on_progress") or _ignore

@@ -1,8 +1,8 @@
-"""Compare the logical state of two inputs, whatever their parallelism and maxParallelism.
+"""Compare the logical state of two kg snapshots, whatever their parallelism and maxParallelism.
 
-Either input is a kg snapshot or a Flink savepoint / retained checkpoint, local or on an object store. A
-savepoint is converted into a kg snapshot in a scratch directory first (``flink.convert``, which decodes
-and checks every entry), removed afterwards, so both are compared through the same Arrow rows.
+Either snapshot is local or on an object store. ``kg diff`` takes Flink savepoints and retained
+checkpoints too: ``convert.inputs.diff_inputs`` decodes them into kg snapshots first (``from_savepoint``,
+which decodes and checks every entry), so both sides are compared through the same Arrow rows here.
 
 Operators are matched by operator id. An operator that holds no state (no keyed row and no operator-state
 element) on either side never makes two inputs differ, also when only one side lists it: a savepoint lists
@@ -31,13 +31,9 @@ Otherwise each operator is compared whole, in memory.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +42,7 @@ import pyarrow.compute as pc
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.snapshot.download import readable_snapshot
 from keygroup_cli.snapshot.model import KEYED_KINDS, Operator, Snapshot
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 
@@ -109,42 +106,21 @@ class SnapshotDiff:
         return all(op.same for op in self.operators)
 
 
-def diff_snapshots(a: Path | str, b: Path | str, *, on_progress: OnProgress | None = None) -> SnapshotDiff:
-    """Compare the logical state of ``a`` and ``b``: kg snapshots, Flink savepoints or checkpoints.
-
-    A savepoint or checkpoint (local or remote) is converted into a kg snapshot in a scratch directory
-    under ``$KG_SCRATCH_DIR`` (else the temp directory), removed when the comparison ends.
+def diff_snapshots(
+    a: str | os.PathLike[str], b: str | os.PathLike[str], *, on_progress: OnProgress | None = None
+) -> SnapshotDiff:
+    """Compare the logical state of the kg snapshots ``a`` and ``b`` (local, or on an object store).
 
     Raises:
-        InvalidSnapshotError: Either input cannot be opened or read (a savepoint's entries included).
-        UnsupportedFormatError: An unknown ``format_version``, or a savepoint layout kg does not read.
-        MissingDependencyError: A RocksDB layout without the binding that reads it.
+        InvalidSnapshotError: Either snapshot cannot be opened or read.
+        UnsupportedFormatError: An unknown ``format_version``.
     """
-    with _as_snapshot(a, on_progress) as local_a, _as_snapshot(b, on_progress) as local_b:
+    with (
+        readable_snapshot(a, on_progress=on_progress) as local_a,
+        readable_snapshot(b, on_progress=on_progress) as local_b,
+    ):
         result = _diff(open_snapshot(local_a), open_snapshot(local_b), on_progress)
     return replace(result, a=result.a if local_a == a else str(a), b=result.b if local_b == b else str(b))
-
-
-@contextlib.contextmanager
-def _as_snapshot(target: Path | str, on_progress: OnProgress | None) -> Iterator[str | os.PathLike[str]]:
-    """Yield a local kg snapshot of ``target``: itself, its download, or a savepoint's conversion."""
-    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
-    from keygroup_cli.storage.remote import readable, scratch_root
-
-    if not is_flink_savepoint(target):
-        with readable(target, on_progress=on_progress) as local:
-            yield local
-        return
-    # Deferred: the Flink reader is needed only for a savepoint.
-    from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
-
-    scratch = Path(tempfile.mkdtemp(prefix="kg-diff-", dir=scratch_root()))
-    try:
-        with readable(target, on_progress=on_progress) as local:
-            savepoint_to_snapshot(Path(local), scratch / "snapshot", on_progress=on_progress)
-        yield scratch / "snapshot"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _holds_state(op: Operator | None) -> bool:

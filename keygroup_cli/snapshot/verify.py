@@ -42,9 +42,9 @@ def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) 
         InvalidSnapshotError: The snapshot cannot be opened (no or structurally invalid manifest).
         UnsupportedFormatError: Its ``format_version`` is unknown.
     """
-    from keygroup_cli.storage.remote import readable
+    from keygroup_cli.snapshot.download import readable_snapshot
 
-    with readable(path, on_progress=on_progress) as local:
+    with readable_snapshot(path, on_progress=on_progress) as local:
         report = _verify(open_snapshot(local), on_progress)
     return report if local == path else replace(report, snapshot=str(path))
 

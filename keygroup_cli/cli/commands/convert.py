@@ -13,10 +13,11 @@ from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.convert.from_savepoint import check_destination, is_flink_savepoint, savepoint_to_snapshot
+from keygroup_cli.convert.inputs import readable
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.storage import is_remote
-from keygroup_cli.storage.remote import readable, remote_output
+from keygroup_cli.storage.remote import remote_output
 from keygroup_cli.storage.staging import refuse_inside_input
 from keygroup_cli.summary import is_kg_snapshot
 

@@ -39,11 +39,11 @@ Exit codes: 0 same, 1 different, 3 invalid input, 4 unsupported format or layout
 @click.pass_context
 def command(ctx: click.Context, a: str, b: str) -> None:
     """Compare the logical state of A and B (kg snapshots or Flink savepoints)."""
-    from keygroup_cli.snapshot.diff import diff_snapshots
+    from keygroup_cli.convert.inputs import diff_inputs
 
     out = output_for(ctx)
     with progress(out) as on_progress:
-        result = diff_snapshots(a, b, on_progress=on_progress)
+        result = diff_inputs(a, b, on_progress=on_progress)
     document = {
         "a": result.a,
         "b": result.b,

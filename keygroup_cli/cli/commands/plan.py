@@ -77,7 +77,7 @@ def show_snapshot_plan(
             )
         input_format = "flink-savepoint"
     else:
-        from keygroup_cli.storage.remote import readable
+        from keygroup_cli.convert.inputs import readable
 
         # A plan needs the manifest and the (small) operator-state files: on an object store only those
         # are fetched, never keyed state.

@@ -1,0 +1,108 @@
+"""A local copy of a Flink savepoint or checkpoint on an object store: ``_metadata`` and its state files.
+
+Flink's metadata commands do not need one: they read ``_metadata`` and headers where they are
+(``flink.metadata.locate``, ``flink.io``). A command that reads every byte anyway can work on a copy:
+``copy_savepoint`` downloads ``_metadata`` and every state file it references, relative or absolute
+(absolute object-store paths of a checkpoint's ``shared/`` files are placed beside ``_metadata``, where
+kg's handle resolution finds copies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_flink_metadata
+from keygroup_cli.storage import remote, transfer
+from keygroup_cli.storage.locations import Location, is_remote, location
+
+METADATA = "_metadata"
+
+OnProgress = Callable[[str, int, "int | None"], None]
+
+
+def copy_savepoint(
+    target: Location, local: Path, *, everything: bool = True, on_progress: OnProgress | None = None
+) -> None:
+    """Download the savepoint, ``chk-N`` or checkpoint root at ``target`` into the new directory ``local``.
+
+    Args:
+        target: Anything ``find_metadata`` accepts, on a store.
+        local: A local directory to create.
+        everything: Every state file too; else ``_metadata`` alone.
+        on_progress: ``(stage, done, total)`` as files arrive.
+
+    Raises:
+        InvalidSnapshotError: Nothing there, or a referenced file is missing.
+    """
+    metadata = find_metadata(target)
+    directory = metadata.parent
+    assert isinstance(directory, Location)
+    local.mkdir(parents=True)
+    if everything:
+        snapshot = read_flink_metadata(metadata)
+        inside = [name for name, _size in directory.walk_files() if name != METADATA]
+        transfer.download(directory, inside, local, on_progress)
+        outside = sorted(_absolute_files(snapshot, directory))
+        # Beside _metadata, where handle resolution looks for copies of absolute paths.
+        for _size in transfer.in_flight(
+            lambda uri: location(uri).download_to(local / Path(uri).name), outside, ordered=False
+        ):
+            pass
+    (local / METADATA).write_bytes(metadata.read_bytes())
+
+
+def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> set[str]:
+    """Return the object-store URIs of state files a checkpoint names outside its own directory."""
+    found: set[str] = set()
+    prefix = directory.uri.rstrip("/") + "/"
+    seen: set[int] = set()
+
+    def visit(value: object) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, (h.FileHandle, h.SegmentFileHandle)):
+            if "://" in value.path and not _same_place(value.path, prefix):
+                found.add(value.path)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for field in dataclasses.fields(value):
+                visit(getattr(value, field.name))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+
+    visit(snapshot.metadata)
+    return found
+
+
+def _same_place(uri: str, prefix: str) -> bool:
+    # s3p://bucket/x and s3://bucket/x name the same object.
+    def strip(text: str) -> str:
+        return text.split("://", 1)[-1]
+
+    return strip(uri).startswith(strip(prefix))
+
+
+@contextlib.contextmanager
+def readable_savepoint(
+    target: str | os.PathLike[str], *, everything: bool = True, on_progress: OnProgress | None = None
+) -> Iterator[str | os.PathLike[str]]:
+    """Yield the savepoint ``target`` itself when it is local, else a local copy (``copy_savepoint``)."""
+    if not is_remote(target):
+        yield target
+        return
+    copy = functools.partial(copy_savepoint, everything=everything, on_progress=on_progress)
+    with remote.local_copy(str(target), copy) as local:
+        yield local
+
+
+__all__ = ["copy_savepoint", "readable_savepoint"]
