@@ -13,8 +13,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli import javahash, keygroups
 from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.javahash import hash_codes, parse_key
+from keygroup_cli.keygroups import (
+    check_parallelism_bounds,
+    key_groups_for_hashes,
+    operator_indexes_for_key_groups,
+)
 
 _ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "boolean": pa.bool_()}
 
@@ -78,7 +83,7 @@ def parse_keys(texts: Sequence[str | bytes], key_type: str, *, source: str = "ar
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         for position, text in enumerate(strings.to_pylist()):
             try:
-                javahash.parse_key(text, key_type)
+                parse_key(text, key_type)
             except InvalidArgumentError as exc:
                 raise InvalidArgumentError(
                     f"{_where(source, position)}: {exc.message}", code="KEY_PARSE_ERROR"
@@ -104,12 +109,10 @@ def locate_keys(
     keys: pa.Array, key_type: str, max_parallelism: int, parallelism: int | None = None
 ) -> KeyLocations:
     """Compute the Java hash code, key group and (optionally) subtask of every key."""
-    keygroups.check_parallelism_bounds(max_parallelism, parallelism or 1)
-    codes = javahash.hash_codes(keys, key_type)
-    groups = keygroups.key_groups_for_hashes(codes, max_parallelism)
+    check_parallelism_bounds(max_parallelism, parallelism or 1)
+    codes = hash_codes(keys, key_type)
+    groups = key_groups_for_hashes(codes, max_parallelism)
     subtasks = (
-        None
-        if parallelism is None
-        else keygroups.operator_indexes_for_key_groups(groups, max_parallelism, parallelism)
+        None if parallelism is None else operator_indexes_for_key_groups(groups, max_parallelism, parallelism)
     )
     return KeyLocations(keys, key_type, max_parallelism, parallelism, codes, groups, subtasks)

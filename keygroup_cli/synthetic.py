@@ -35,8 +35,16 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli import __version__, javahash, keygroups
+from keygroup_cli import __version__
 from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.javahash import KEY_TYPES, hash_codes
+from keygroup_cli.keygroups import (
+    check_parallelism_bounds,
+    default_max_parallelism,
+    key_groups_for_hashes,
+    operator_id_for_uid,
+    subtask_ranges,
+)
 from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.parquet import DEFAULT_ROW_GROUP_ROWS
@@ -85,13 +93,13 @@ class SyntheticOperator:
         """Raise ``InvalidArgumentError`` unless the operator can be generated."""
         if not self.uid:
             raise InvalidArgumentError("operator uid must not be empty", code="INVALID_OPERATOR_SPEC")
-        if self.key_type not in javahash.KEY_TYPES:
+        if self.key_type not in KEY_TYPES:
             raise InvalidArgumentError(
                 f"operator {self.uid!r}: unknown key type {self.key_type!r} (expected one of "
-                f"{', '.join(javahash.KEY_TYPES)})",
+                f"{', '.join(KEY_TYPES)})",
                 code="UNKNOWN_KEY_TYPE",
             )
-        keygroups.check_parallelism_bounds(self.max_parallelism, self.parallelism)
+        check_parallelism_bounds(self.max_parallelism, self.parallelism)
         limit = {"boolean": 2, "int": 1 << 32}.get(self.key_type, 1 << 62)
         if not 0 <= self.keys <= limit:
             raise InvalidArgumentError(
@@ -142,7 +150,7 @@ def parse_operator_spec(
         key_type=type_text or key_type,
         keys=number(keys_text, keys, "keys") or 0,
         parallelism=p,
-        max_parallelism=max_p if max_p is not None else keygroups.default_max_parallelism(max(p, 1)),
+        max_parallelism=max_p if max_p is not None else default_max_parallelism(max(p, 1)),
     )
     spec.validate()
     return spec
@@ -183,12 +191,12 @@ def generate_snapshot(
     with snapshot_writer(dest, row_group_rows=row_group_rows) as writer:
         entries = []
         for spec in operators:
-            operator_id = keygroups.operator_id_for_uid(spec.uid)
+            operator_id = operator_id_for_uid(spec.uid)
             directory = writer.operator_dir(spec.uid, operator_id)
             rows = synthetic_keyed_rows(spec, seed=seed, value_bytes=value_bytes)
             keyed_files = []
             operator_files = []
-            ranges = keygroups.subtask_ranges(spec.max_parallelism, spec.parallelism)
+            ranges = subtask_ranges(spec.max_parallelism, spec.parallelism)
             kg = rows.column("key_group").to_numpy()
             bounds = np.searchsorted(kg, [r.start for r in ranges] + [spec.max_parallelism], side="left")
             operator_rows = synthetic_operator_rows(spec, seed=seed, value_bytes=value_bytes)
@@ -284,13 +292,13 @@ def synthetic_keys(spec: SyntheticOperator, seed: int) -> tuple[pa.Array, npt.ND
         keys = _binary(np.full(n, 16, dtype=np.int64), data)
         # Opaque keys have no Java hashCode; any deterministic spread will do.
         codes = (mixed & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
-        return keys, keygroups.key_groups_for_hashes(codes, spec.max_parallelism)
+        return keys, key_groups_for_hashes(codes, spec.max_parallelism)
     return keys, key_groups_for_keys(keys, spec.key_type, spec.max_parallelism)
 
 
 def key_groups_for_keys(keys: pa.Array, key_type: str, max_parallelism: int) -> npt.NDArray[np.int32]:
     """Return Flink's key group of every key: ``murmurHash(key.hashCode()) % maxParallelism``, vectorised."""
-    return keygroups.key_groups_for_hashes(javahash.hash_codes(keys, key_type), max_parallelism)
+    return key_groups_for_hashes(hash_codes(keys, key_type), max_parallelism)
 
 
 def _binary(

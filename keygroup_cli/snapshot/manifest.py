@@ -17,9 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli import keygroups
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.javahash import KEY_TYPES
+from keygroup_cli.keygroups import (
+    UPPER_BOUND_MAX_PARALLELISM,
+    check_parallelism_bounds,
+    key_group_range_for_operator_index,
+)
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -314,11 +318,11 @@ def validate_manifest(manifest: Manifest, *, source: str = MANIFEST_NAME) -> Non
 
 def _validate_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
     try:
-        keygroups.check_parallelism_bounds(op.max_parallelism, op.parallelism)
+        check_parallelism_bounds(op.max_parallelism, op.parallelism)
     except InvalidArgumentError:
         raise InvalidSnapshotError(
             f"{where}: parallelism {op.parallelism} and max_parallelism {op.max_parallelism} violate "
-            f"1 <= parallelism <= max_parallelism <= {keygroups.UPPER_BOUND_MAX_PARALLELISM}",
+            f"1 <= parallelism <= max_parallelism <= {UPPER_BOUND_MAX_PARALLELISM}",
             code="PARALLELISM_INVALID",
         ) from None
     names: set[str] = set()
@@ -400,9 +404,7 @@ def _validate_keyed_files(op: Operator, where: str) -> None:
     for f in op.keyed_files:
         file_where = f"{where} keyed file {f.path!r}"
         if 0 <= f.subtask < op.parallelism:
-            expected = keygroups.key_group_range_for_operator_index(
-                op.max_parallelism, op.parallelism, f.subtask
-            )
+            expected = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, f.subtask)
             if (f.key_group_start, f.key_group_end) != (expected.start, expected.end):
                 raise InvalidSnapshotError(
                     f"{file_where}: covers key groups [{f.key_group_start}, {f.key_group_end}] but subtask "
