@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.keygroups import default_max_parallelism, names_operator, operator_id_for_uid
 
 if TYPE_CHECKING:
     from keygroup_cli.summary import OperatorSummary
@@ -43,8 +44,6 @@ class RestorePlan:
 
 
 def _lookup(values: Mapping[str, int], op: OperatorSummary) -> int | None:
-    from keygroup_cli.keygroups import names_operator
-
     for key, value in values.items():
         if names_operator(key, op.uid, op.operator_id):
             return value
@@ -53,8 +52,6 @@ def _lookup(values: Mapping[str, int], op: OperatorSummary) -> int | None:
 
 def _named_by(plan: RestorePlan, op: OperatorSummary) -> str | None:
     """Return the uid an option or ``job_uids`` gives an operator whose metadata records none."""
-    from keygroup_cli.keygroups import operator_id_for_uid
-
     names = [*plan.parallelism_for, *plan.max_parallelism_for, *(plan.job_uids or ())]
     return next((n for n in names if operator_id_for_uid(n) == op.operator_id), None)
 
@@ -93,8 +90,6 @@ def check_restore(
         plan: The new job's parallelism, maxParallelism and uids.
         snapshot: The snapshot's path, quoted in Flink's messages.
     """
-    from keygroup_cli.keygroups import names_operator
-
     findings: list[Finding] = []
     for key in sorted(set(plan.parallelism_for) | set(plan.max_parallelism_for)):
         if not any(names_operator(key, op.uid, op.operator_id) for op in operators):
@@ -224,8 +219,6 @@ def check_channel_state(operators: Sequence[OperatorSummary], plan: RestorePlan)
 
 def _adoption(op: OperatorSummary, label: str, new_p: int, lacking: list[str] | None) -> list[Finding]:
     """Judge a job that sets no maxParallelism: does Flink adopt the state's for this operator's task?"""
-    from keygroup_cli.keygroups import default_max_parallelism
-
     state_max = op.max_parallelism
     default = default_max_parallelism(new_p)
     if state_max == default or lacking == []:
@@ -264,8 +257,6 @@ def _adoption(op: OperatorSummary, label: str, new_p: int, lacking: list[str] | 
 
 def _job_operators_lacking(uids: Collection[str], operators: Sequence[OperatorSummary]) -> list[str]:
     """Return the new job's uids (or ids) that name no operator of the savepoint, in the given order."""
-    from keygroup_cli.keygroups import names_operator
-
     return [u for u in uids if not any(names_operator(u, op.uid, op.operator_id) for op in operators)]
 
 
@@ -304,8 +295,6 @@ def _keyed_warnings(op: OperatorSummary, label: str, new_p: int, explicit_max: i
 
 def _job_operator_ids(uids: Collection[str]) -> set[str | None]:
     """Return the new job's uids plus the OperatorIDs they hash to (and 32-hex ids given as-is)."""
-    from keygroup_cli.keygroups import operator_id_for_uid
-
     ids: set[str | None] = set()
     for uid in uids:
         ids.add(uid)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from keygroup_cli.javahash import string_hash_code
 from keygroup_cli.snapshot.model import StateDescriptor
 
 SPLIT = "operator-split"
@@ -97,9 +98,6 @@ def java_hashmap_order(names: Sequence[str]) -> list[str]:
     doubles whenever the size exceeds 0.75 of it, and bucket chains kept in insertion order (resizes split
     chains without reordering). Buckets holding 8 or more colliding names (tree bins) are not modelled.
     """
-    # Deferred: javahash pulls in numpy and pyarrow, which `kg plan --from/--to` does not need.
-    from keygroup_cli.javahash import string_hash_code
-
     unique = list(dict.fromkeys(names))
     capacity = 16
     while len(unique) > capacity * 3 // 4:

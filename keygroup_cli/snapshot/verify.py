@@ -28,6 +28,7 @@ from keygroup_cli.keygroups import key_groups_for_hashes, operator_id_for_uid
 from keygroup_cli.rows import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import verify_file
+from keygroup_cli.snapshot.download import readable_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
 
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -42,8 +43,6 @@ def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) 
         InvalidSnapshotError: The snapshot cannot be opened (no or structurally invalid manifest).
         UnsupportedFormatError: Its ``format_version`` is unknown.
     """
-    from keygroup_cli.snapshot.download import readable_snapshot
-
     with readable_snapshot(path, on_progress=on_progress) as local:
         report = _verify(open_snapshot(local), on_progress)
     return report if local == path else replace(report, snapshot=str(path))
