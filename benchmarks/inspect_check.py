@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle  # noqa: E402
 from keygroup_cli.flink.metadata import handles as h  # noqa: E402
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState, parse_metadata  # noqa: E402
 from keygroup_cli.flink.metadata.writer import write_metadata  # noqa: E402
@@ -39,7 +40,7 @@ def _real_header() -> bytes:
     md = parse_metadata((case / "_metadata").read_bytes())
     op = next(o for o in md.operators if o.uid == "keyed-state")
     keyed = op.subtasks[0].managed_keyed_state
-    assert isinstance(keyed, h.KeyGroupsHandle) and isinstance(keyed.delegate, h.RelativeFileHandle)
+    assert isinstance(keyed, KeyGroupsHandle) and isinstance(keyed.delegate, RelativeFileHandle)
     first = min(o for o in keyed.offsets if o)
     return (case / keyed.delegate.relative_path).read_bytes()[:first]
 
@@ -58,8 +59,8 @@ def synthesise(directory: Path) -> None:
             with open(directory / name, "wb") as fh:
                 fh.write(header)
                 fh.write(b"\x00" * (size - len(header)))
-            keyed = h.KeyGroupsHandle(
-                h.SAVEPOINT_KEY_GROUPS_HANDLE, kg_range.start, offsets, h.RelativeFileHandle(name, size)
+            keyed = KeyGroupsHandle(
+                h.SAVEPOINT_KEY_GROUPS_HANDLE, kg_range.start, offsets, RelativeFileHandle(name, size)
             )
             subtasks.append(SubtaskState(i, managed_keyed_state=keyed))
         operators.append(

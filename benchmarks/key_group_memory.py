@@ -57,7 +57,7 @@ def child_main(args: list[str]) -> None:
 
 def largest_block(savepoint: Path) -> int:
     """Return the largest key-group block of a savepoint in bytes (from ``_metadata``)."""
-    from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
+    from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
     from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
     largest = 0

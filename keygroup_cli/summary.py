@@ -19,6 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import (
+    ByteStreamHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    SegmentFileHandle,
+    StreamHandle,
+    stream_size,
+)
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
@@ -179,8 +188,6 @@ def _summarize_flink(
 def _summarize_flink_snapshot(
     snapshot: FlinkSnapshot, read_states: bool, on_progress: ProgressCallback | None
 ) -> SnapshotSummary:
-    from keygroup_cli.flink.metadata import handles as h
-
     metadata = snapshot.metadata
     warnings: list[str] = []
     total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
@@ -207,7 +214,7 @@ def _summarize_flink_snapshot(
             if keyed is not None:
                 start, end = keyed.key_group_start, keyed.key_group_end
                 handle_kinds.add(_handle_kind(keyed))
-                if isinstance(keyed, h.KeyGroupsHandle):
+                if isinstance(keyed, KeyGroupsHandle):
                     non_empty = sum(1 for o in keyed.offsets if o)
             subtasks.append(
                 SubtaskSummary(
@@ -270,7 +277,7 @@ def _summarize_flink_snapshot(
 def _handle_kind(handle: object) -> str:
     from keygroup_cli.flink.metadata import handles as h
 
-    if isinstance(handle, h.KeyGroupsHandle):
+    if isinstance(handle, KeyGroupsHandle):
         return "canonical" if handle.tag == h.SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
     if isinstance(handle, h.IncrementalKeyedHandle):
         return "rocksdb-native"
@@ -283,12 +290,12 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
     from keygroup_cli.flink.metadata.reader import SubtaskState
 
     assert isinstance(sub, SubtaskState)
-    streams: list[h.StreamHandle | None] = []
+    streams: list[StreamHandle | None] = []
     for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
         if op_handle is not None:
             streams.append(op_handle.delegate)
     for keyed in (sub.managed_keyed_state, sub.raw_keyed_state):
-        if isinstance(keyed, h.KeyGroupsHandle):
+        if isinstance(keyed, KeyGroupsHandle):
             streams.append(keyed.delegate)
         elif isinstance(keyed, h.IncrementalKeyedHandle):
             streams.append(keyed.metadata)
@@ -296,9 +303,9 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
     streams.extend(c.delegate for c in (*sub.input_channel_state, *sub.result_subpartition_state))
     names = set()
     for stream in streams:
-        if isinstance(stream, h.RelativeFileHandle):
+        if isinstance(stream, RelativeFileHandle):
             names.add(str(directory / stream.relative_path))
-        elif isinstance(stream, (h.FileHandle, h.SegmentFileHandle)):
+        elif isinstance(stream, (FileHandle, SegmentFileHandle)):
             names.add(stream.path)
     return names
 
@@ -343,7 +350,7 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
     key_serializer = None
     keyed = sub.managed_keyed_state
     header = None
-    if isinstance(keyed, h.KeyGroupsHandle) and keyed.delegate is not None:
+    if isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
         source = _describe(keyed.delegate, directory)
         _require_offsets_inside(keyed, source)
         first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
@@ -351,7 +358,7 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
         header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
     elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
         # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
-        size = min(h.stream_size(keyed.metadata), MAX_HEADER_BYTES)
+        size = min(stream_size(keyed.metadata), MAX_HEADER_BYTES)
         data = read_stream_prefix(keyed.metadata, directory, size)
         header = read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
     if header is not None:
@@ -420,9 +427,8 @@ def _require_offsets_inside(handle: Any, source: str) -> None:
 
 def _describe(handle: object, directory: Path | Location) -> str:
     from keygroup_cli.flink.io.paths import local_path
-    from keygroup_cli.flink.metadata import handles as h
 
-    if isinstance(handle, h.ByteStreamHandle):
+    if isinstance(handle, ByteStreamHandle):
         return f"{directory / '_metadata'} (inline state {handle.handle_name or ''})".replace(" )", ")")
     try:
         path = local_path(handle, directory)  # type: ignore[arg-type]

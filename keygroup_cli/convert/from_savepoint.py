@@ -26,10 +26,11 @@ import pyarrow as pa
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, KeyGroupsHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES

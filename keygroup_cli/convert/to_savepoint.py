@@ -28,12 +28,8 @@ from keygroup_cli.convert.from_savepoint import (
 )
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.finished import finished_before, finished_markers
-from keygroup_cli.flink.metadata.handles import (
-    ByteStreamHandle,
-    KeyGroupsHandle,
-    OperatorStateHandle,
-    RelativeFileHandle,
-)
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
     MasterState,

@@ -55,8 +55,9 @@ from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
 from keygroup_cli.flink.finished import require_finished_kept
+from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.regroup import (

@@ -31,10 +31,11 @@ from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.savepoint import operators_with_state, preflight
 from keygroup_cli.flink.finished import require_finished_kept
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
 from keygroup_cli.flink.layouts.heap import needs_canonical_view
-from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, KeyGroupsHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes

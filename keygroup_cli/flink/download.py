@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.io.stream_handles import FileHandle, SegmentFileHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_flink_metadata
 from keygroup_cli.storage import remote, transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -67,7 +67,7 @@ def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> set[str]:
         if id(value) in seen:
             return
         seen.add(id(value))
-        if isinstance(value, (h.FileHandle, h.SegmentFileHandle)):
+        if isinstance(value, (FileHandle, SegmentFileHandle)):
             if "://" in value.path and not _same_place(value.path, prefix):
                 found.add(value.path)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import write_keyed_file
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header

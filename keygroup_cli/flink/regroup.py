@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.keygroups import key_group_range_for_operator_index

@@ -19,14 +19,22 @@ from pathlib import Path
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.io.stream_handles import (
+    ByteStreamHandle,
+    EmptySegmentFileHandle,
+    KeyGroupsHandle,
+    SegmentFileHandle,
+    StreamHandle,
+    stream_size,
+)
 from keygroup_cli.flink.metadata import handles as h
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle, stream_size
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import SubtaskState
 from keygroup_cli.storage.locations import Location
 
 
-def size_finding(delegate: h.StreamHandle | None, size: int, where: str, subject: str) -> Finding | None:
+def size_finding(delegate: StreamHandle | None, size: int, where: str, subject: str) -> Finding | None:
     """``FLINK_STATE_FILE_SIZE`` if a stream's bytes differ from its handle's."""
     recorded = stream_size(delegate)
     if recorded == size:
@@ -92,7 +100,7 @@ def state_file_findings(savepoint: FlinkSnapshot) -> list[Finding]:
 _Owner = KeyGroupsHandle | OperatorStateHandle | None
 
 
-def _streams(sub: SubtaskState) -> Iterator[tuple[_Owner, h.StreamHandle | None]]:
+def _streams(sub: SubtaskState) -> Iterator[tuple[_Owner, StreamHandle | None]]:
     """Yield every stream handle of a subtask, each with the handle whose offsets point into it."""
     for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
         if op_handle is not None:
@@ -103,7 +111,7 @@ def _streams(sub: SubtaskState) -> Iterator[tuple[_Owner, h.StreamHandle | None]
         yield None, channel.delegate
 
 
-def _keyed_streams(keyed: h.KeyedHandle | None) -> Iterator[tuple[_Owner, h.StreamHandle | None]]:
+def _keyed_streams(keyed: h.KeyedHandle | None) -> Iterator[tuple[_Owner, StreamHandle | None]]:
     if isinstance(keyed, KeyGroupsHandle):
         yield keyed, keyed.delegate
     elif isinstance(keyed, h.IncrementalKeyedHandle):
@@ -120,17 +128,17 @@ def _keyed_streams(keyed: h.KeyedHandle | None) -> Iterator[tuple[_Owner, h.Stre
 
 def _stream_findings(
     owner: _Owner,
-    stream: h.StreamHandle | None,
+    stream: StreamHandle | None,
     directory: Path | Location,
     sizes: _FileSizes,
     subject: str,
 ) -> list[Finding]:
     while isinstance(stream, KeyGroupsHandle):  # a legacy key-groups handle nested as a stream handle
         owner, stream = stream, stream.delegate
-    if stream is None or isinstance(stream, h.EmptySegmentFileHandle):
+    if stream is None or isinstance(stream, EmptySegmentFileHandle):
         size = 0
         where = "<empty>"
-    elif isinstance(stream, h.ByteStreamHandle):
+    elif isinstance(stream, ByteStreamHandle):
         size = stream.size
         where = f"inline state {stream.handle_name}"
     else:
@@ -146,7 +154,7 @@ def _stream_findings(
         if isinstance(total, tuple):
             return [_finding(total[0], subject, total[1])]
         size = total
-        if isinstance(stream, h.SegmentFileHandle):
+        if isinstance(stream, SegmentFileHandle):
             # As StreamSource reads a segment: the part of [start, start + size) the file holds.
             size = max(0, min(stream.size, total - min(max(stream.start_pos, 0), total)))
     found = [size_finding(stream, size, where, subject)]

@@ -34,8 +34,9 @@ import numpy as np
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.findings import Finding, Severity, VerifyReport
 from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.state.keyed_decode import decode_block_batch, decode_block_columns

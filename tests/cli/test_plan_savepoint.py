@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES
 
 from keygroup_cli.flink.io.paths import local_path
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import subtask_ranges
 

@@ -34,7 +34,7 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink.metadata import handles
+from keygroup_cli.flink.io.stream_handles import FileHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.manifest import manifest_to_dict
@@ -204,9 +204,9 @@ def savepoint_view(root: Path) -> Any:
 
 
 def _view(root: Path, value: Any) -> Any:
-    if isinstance(value, handles.RelativeFileHandle):
+    if isinstance(value, RelativeFileHandle):
         return {"sha256": _digest(root / value.relative_path), "size": value.size}
-    if isinstance(value, handles.FileHandle):
+    if isinstance(value, FileHandle):
         return {"sha256": _digest(Path(urlparse(value.path).path)), "size": value.size}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = (f.name for f in dataclasses.fields(value) if f.name not in RANDOM_FIELDS)

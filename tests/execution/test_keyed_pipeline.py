@@ -19,8 +19,8 @@ from keygroup_cli.execution import get_executor
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.keyed_tasks import read_tasks
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles
 from keygroup_cli.snapshot.writer import SnapshotWriter

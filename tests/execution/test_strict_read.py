@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.verify import verify_flink
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.execution.savepoint import rescale_savepoint
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (

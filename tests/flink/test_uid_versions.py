@@ -46,7 +46,8 @@ from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.errors import KgError
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink.io.paths import local_path
-from keygroup_cli.flink.metadata.handles import FileHandle, IncrementalKeyedHandle, LocalHandle
+from keygroup_cli.flink.io.stream_handles import FileHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata

@@ -37,12 +37,8 @@ import pyarrow.parquet as pq
 import xxhash
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink.metadata.handles import (
-    FileHandle,
-    KeyGroupsHandle,
-    OperatorStateHandle,
-    RelativeFileHandle,
-)
+from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -659,7 +655,7 @@ def _operator_header(savepoint: object, handle: OperatorStateHandle) -> object:
 
 def _stream_size_fields(handle: object, data: bytes) -> list[tuple[str, int, int]]:
     """Return ``(field, position, width)`` of a stream handle's recorded size (files) or length (inline)."""
-    from keygroup_cli.flink.metadata.handles import ByteStreamHandle
+    from keygroup_cli.flink.io.stream_handles import ByteStreamHandle
 
     if isinstance(handle, RelativeFileHandle):
         needle = _utf(handle.relative_path) + handle.size.to_bytes(8, "big", signed=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
 from tests.conftest import FIXTURES
@@ -41,7 +41,7 @@ def _with_keyed_path(tmp_path: Path, rewrite) -> Path:
         subtasks = []
         for sub in op.subtasks:
             keyed = sub.managed_keyed_state
-            if not done and isinstance(keyed, h.KeyGroupsHandle) and keyed.delegate is not None:
+            if not done and isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
                 keyed = dataclasses.replace(keyed, delegate=rewrite(keyed.delegate, copy))
                 sub = dataclasses.replace(sub, managed_keyed_state=keyed)
                 done = True
@@ -60,7 +60,7 @@ def test_relative_handles_that_climb_out_are_refused(kg, tmp_path, escape):
     outside.mkdir()
     (outside / "f").write_bytes(SECRET)
 
-    def rewrite(handle: h.RelativeFileHandle, _copy: Path) -> h.RelativeFileHandle:
+    def rewrite(handle: RelativeFileHandle, _copy: Path) -> RelativeFileHandle:
         return dataclasses.replace(handle, relative_path=escape)
 
     savepoint = _with_keyed_path(tmp_path, rewrite)
@@ -81,7 +81,7 @@ def test_a_state_file_that_links_outside_is_refused(kg, tmp_path):
         s.managed_keyed_state
         for op in metadata.operators
         for s in op.subtasks
-        if isinstance(s.managed_keyed_state, h.KeyGroupsHandle)
+        if isinstance(s.managed_keyed_state, KeyGroupsHandle)
     )
     target = copy / keyed.delegate.relative_path
     secret = tmp_path / "secret"
@@ -98,10 +98,10 @@ def test_a_state_file_that_links_outside_is_refused(kg, tmp_path):
 def test_absolute_state_paths_outside_need_a_named_root(kg, tmp_path, tmp_path_factory, monkeypatch):
     elsewhere = tmp_path_factory.mktemp("elsewhere")  # not under the savepoint's parent
 
-    def rewrite(handle: h.RelativeFileHandle, copy: Path) -> h.FileHandle:
+    def rewrite(handle: RelativeFileHandle, copy: Path) -> FileHandle:
         moved = elsewhere / handle.relative_path
         shutil.move(copy / handle.relative_path, moved)
-        return h.FileHandle(path=f"file://{moved}", size=handle.size)
+        return FileHandle(path=f"file://{moved}", size=handle.size)
 
     savepoint = _with_keyed_path(tmp_path, rewrite)
     refused = kg("inspect", savepoint, "--json")

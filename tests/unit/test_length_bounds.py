@@ -302,8 +302,8 @@ def test_a_configmap_export_the_parsers_cannot_hold_is_invalid(
 def test_a_segment_claiming_more_than_its_file_reads_only_the_file(tmp_path):
     # A file-merging segment handle's offset and size come from _metadata: a claim of 2^62 bytes must not
     # become a 2^62-byte pread.
+    from keygroup_cli.flink.io.stream_handles import SegmentFileHandle
     from keygroup_cli.flink.io.stream_source import StreamSource
-    from keygroup_cli.flink.metadata.handles import SegmentFileHandle
 
     shared = tmp_path / "shared-file"
     shared.write_bytes(bytes(range(100)))

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.metadata.handles import (
+from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
     FileHandle,

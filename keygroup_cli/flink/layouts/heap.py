@@ -37,15 +37,9 @@ from pathlib import Path
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path, trust_view
 from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle, StreamHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import (
-    FileHandle,
-    IncrementalKeyedHandle,
-    KeyGroupsHandle,
-    OperatorStateHandle,
-    RelativeFileHandle,
-    StreamHandle,
-)
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata

@@ -33,13 +33,9 @@ from typing import Any
 
 from keygroup_cli.errors import InvalidSnapshotError, MissingDependencyError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import (
-    ByteStreamHandle,
-    IncrementalKeyedHandle,
-    KeyGroupsHandle,
-    RelativeFileHandle,
-)
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.state.keyed_encode import encode_block

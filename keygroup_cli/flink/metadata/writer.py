@@ -12,6 +12,15 @@ import base64
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.io.binary import DataOutput
+from keygroup_cli.flink.io.stream_handles import (
+    ByteStreamHandle,
+    EmptySegmentFileHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    SegmentFileHandle,
+    StreamHandle,
+)
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.reader import (
     HEADER_MAGIC_NUMBER,
@@ -109,28 +118,28 @@ def _write_subtask(out: DataOutput, subtask: SubtaskState, version: int) -> None
             _write_channel_handle(out, channel, typed=version >= 6)
 
 
-def write_stream_handle(out: DataOutput, handle: h.StreamHandle | None) -> None:
+def write_stream_handle(out: DataOutput, handle: StreamHandle | None) -> None:
     """Write a stream handle (``serializeStreamStateHandle``)."""
     if handle is None:
         out.write_byte(h.NULL_HANDLE)
-    elif isinstance(handle, h.RelativeFileHandle):
+    elif isinstance(handle, RelativeFileHandle):
         out.write_byte(h.RELATIVE_STREAM_STATE_HANDLE)
         out.write_utf(handle.relative_path)
         out.write_long(handle.size)
-    elif isinstance(handle, h.SegmentFileHandle):
+    elif isinstance(handle, SegmentFileHandle):
         out.write_byte(h.SEGMENT_FILE_HANDLE)
         out.write_long(handle.start_pos)
         out.write_long(handle.size)
         out.write_int(handle.scope)
         out.write_utf(handle.path)
         out.write_utf(handle.logical_file_id)
-    elif isinstance(handle, h.EmptySegmentFileHandle):
+    elif isinstance(handle, EmptySegmentFileHandle):
         out.write_byte(h.EMPTY_SEGMENT_FILE_HANDLE)
-    elif isinstance(handle, h.FileHandle):
+    elif isinstance(handle, FileHandle):
         out.write_byte(h.FILE_STREAM_STATE_HANDLE)
         out.write_long(handle.size)
         out.write_utf(handle.path)
-    elif isinstance(handle, h.ByteStreamHandle):
+    elif isinstance(handle, ByteStreamHandle):
         out.write_byte(h.BYTE_STREAM_STATE_HANDLE)
         out.write_utf(handle.handle_name)
         out.write_int(len(handle.data))
@@ -159,7 +168,7 @@ def write_keyed_handle(out: DataOutput, handle: h.KeyedHandle | None) -> None:
     """Write a keyed-state handle with the tag it was read with (``serializeKeyedStateHandle``)."""
     if handle is None:
         out.write_byte(h.NULL_HANDLE)
-    elif isinstance(handle, h.KeyGroupsHandle):
+    elif isinstance(handle, KeyGroupsHandle):
         out.write_byte(handle.tag)
         _write_offsets(out, handle.key_group_start, handle.offsets)
         write_stream_handle(out, handle.delegate)

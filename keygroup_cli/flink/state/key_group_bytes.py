@@ -18,16 +18,16 @@ from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
-from keygroup_cli.flink.metadata.handles import (
+from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
     FileHandle,
-    IncrementalKeyedHandle,
     KeyGroupsHandle,
     SegmentFileHandle,
     StreamHandle,
     key_group_extents,
 )
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.storage.locations import Location
 

@@ -19,11 +19,8 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import (
-    KeyGroupsHandle,
-    key_group_extents,
-)
 from keygroup_cli.flink.state.keyed_layout import (
     _INT,
     _LONG,

@@ -18,16 +18,14 @@ import pytest
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink.io.binary import DataInput, DataOutput
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import (
     FILE_STREAM_STATE_HANDLE,
     RELATIVE_STREAM_STATE_HANDLE,
     SEGMENT_FILE_HANDLE,
-    ByteStreamHandle,
     IncrementalKeyedHandle,
-    KeyGroupsHandle,
     OperatorStateHandle,
-    RelativeFileHandle,
     read_stream_handle,
 )
 from keygroup_cli.flink.metadata.locate import read_flink_metadata

@@ -10,6 +10,7 @@ import pytest
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.layouts.heap import (
     LIST_SNAPSHOT,
     MAP_SNAPSHOT,
@@ -18,7 +19,6 @@ from keygroup_cli.flink.layouts.heap import (
     is_heap_layout,
     skip_serialized,
 )
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
 from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string

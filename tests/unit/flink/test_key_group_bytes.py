@@ -12,8 +12,8 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES, expected
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.state.key_group_bytes import OperatorKeyGroupBytes, operator_key_group_bytes
 from keygroup_cli.flink.state.keyed_decode import _Columns, decode_block

@@ -15,8 +15,8 @@ from kg_fixture_state import (
 )
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.state.keyed_decode import decode_block, decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import encode_block, write_keyed_file

@@ -14,8 +14,8 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.state.keyed_decode import (
     _Columns,

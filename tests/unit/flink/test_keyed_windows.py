@@ -19,9 +19,9 @@ from test_block_check import _damage, _encoded
 from test_keyed_state_columns import _blocks, _mixed_rows, _reference
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
-from keygroup_cli.flink.metadata.handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles
 from keygroup_cli.flink.state.keyed_decode import _windowed_block, decode_block_batches, decode_keyed_file

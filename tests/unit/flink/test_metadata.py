@@ -12,6 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import (
+    ByteStreamHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    StreamHandle,
+)
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import parse_metadata
@@ -30,21 +37,21 @@ def test_fixture_cases_exist() -> None:
     assert len(CASES) >= 5
 
 
-def _stream_matches(kg: h.StreamHandle | None, flink: dict[str, Any] | None) -> None:
+def _stream_matches(kg: StreamHandle | None, flink: dict[str, Any] | None) -> None:
     if flink is None:
         assert kg is None
         return
     assert kg is not None
     assert kg.size == flink["stateSize"]
     if flink["class"] == "ByteStreamStateHandle":
-        assert isinstance(kg, h.ByteStreamHandle)
+        assert isinstance(kg, ByteStreamHandle)
         assert kg.handle_name == flink["handleName"]
         assert len(kg.data) == flink["inlineSize"]
     elif flink["class"] == "RelativeFileStateHandle":
-        assert isinstance(kg, h.RelativeFileHandle)
+        assert isinstance(kg, RelativeFileHandle)
         assert kg.relative_path == flink["relativePath"]
     elif flink["class"] == "FileStateHandle":
-        assert isinstance(kg, h.FileHandle)
+        assert isinstance(kg, FileHandle)
         assert kg.path == flink["absolutePath"]
     else:
         raise AssertionError(f"unexpected handle class {flink['class']}")
@@ -62,7 +69,7 @@ def _keyed_matches(kg: h.KeyedHandle | None, flink: list[dict[str, Any]]) -> Non
         expected_range
     )
     if f["class"] in ("KeyGroupsSavepointStateHandle", "KeyGroupsStateHandle"):
-        assert isinstance(kg, h.KeyGroupsHandle)
+        assert isinstance(kg, KeyGroupsHandle)
         assert kg.tag == (
             h.SAVEPOINT_KEY_GROUPS_HANDLE if f["class"].startswith("KeyGroupsSavepoint") else 12
         )

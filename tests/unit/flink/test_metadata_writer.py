@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from keygroup_cli.flink.io.stream_handles import (
+    ByteStreamHandle,
+    EmptySegmentFileHandle,
+    FileHandle,
+    KeyGroupsHandle,
+    RelativeFileHandle,
+    SegmentFileHandle,
+    StreamHandle,
+)
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
@@ -14,22 +23,22 @@ from keygroup_cli.flink.metadata.reader import (
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 
-STREAMS: list[h.StreamHandle | None] = [
+STREAMS: list[StreamHandle | None] = [
     None,
-    h.ByteStreamHandle("inline-\u00fc", b"\x00\x01\x02"),
-    h.FileHandle("file:/tmp/x/state", 123),
-    h.RelativeFileHandle("uuid-file", 77),
-    h.SegmentFileHandle(10, 20, 1, "file:/tmp/merged", "logical-1"),
-    h.EmptySegmentFileHandle(),
-    h.KeyGroupsHandle(3, 4, (10, 0, 30), h.RelativeFileHandle("nested", 40)),
+    ByteStreamHandle("inline-\u00fc", b"\x00\x01\x02"),
+    FileHandle("file:/tmp/x/state", 123),
+    RelativeFileHandle("uuid-file", 77),
+    SegmentFileHandle(10, 20, 1, "file:/tmp/merged", "logical-1"),
+    EmptySegmentFileHandle(),
+    KeyGroupsHandle(3, 4, (10, 0, 30), RelativeFileHandle("nested", 40)),
 ]
 
 
 def _model(version: int) -> CheckpointMetadata:
     keyed: list[h.KeyedHandle] = [
-        h.KeyGroupsHandle(7, 0, (100, 0, 200), h.RelativeFileHandle("a", 300)),
-        h.KeyGroupsHandle(12, 3, (50,), h.FileHandle("file:/x", 60), "handle-id"),
-        h.KeyGroupsHandle(3, 8, (), None),
+        KeyGroupsHandle(7, 0, (100, 0, 200), RelativeFileHandle("a", 300)),
+        KeyGroupsHandle(12, 3, (50,), FileHandle("file:/x", 60), "handle-id"),
+        KeyGroupsHandle(3, 8, (), None),
         h.IncrementalKeyedHandle(
             11,
             9,
@@ -73,7 +82,7 @@ def _model(version: int) -> CheckpointMetadata:
             128,
             "op" if named else None,
             "uid" if named else None,
-            h.ByteStreamHandle("coord", b"\x05"),
+            ByteStreamHandle("coord", b"\x05"),
             tuple(subtasks),
         ),
         OperatorState("f" * 32, 2, 4, None, None, None, (), True),
@@ -93,7 +102,7 @@ def test_every_handle_round_trips(version: int) -> None:
 
 
 @pytest.mark.parametrize("stream", STREAMS, ids=lambda s: type(s).__name__)
-def test_stream_handles_round_trip_as_coordinator_bytes(stream: h.StreamHandle | None) -> None:
+def test_stream_handles_round_trip_as_coordinator_bytes(stream: StreamHandle | None) -> None:
     op = OperatorState(
         "a" * 32, 1, 1, subtasks=(SubtaskState(0, raw_operator_state=h.OperatorStateHandle(4, (), stream)),)
     )

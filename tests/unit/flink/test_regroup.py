@@ -13,8 +13,8 @@ import pytest
 
 from keygroup_cli.execution import savepoint as savepoint_rescale
 from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.flink.io.stream_handles import key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import key_group_extents
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.regroup import keyed_handles, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file

@@ -19,8 +19,8 @@ from keygroup_cli.flink.io.snappy import (
     masked_crc32c,
     reference_crc32c,
 )
+from keygroup_cli.flink.io.stream_handles import key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.handles import key_group_extents
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, SegmentFileHandle, StreamHandle
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
 from keygroup_cli.flink.state_files import state_file_findings
@@ -145,7 +146,7 @@ def test_a_keyed_file_cut_before_its_last_key_groups(tmp_path: Path) -> None:
         for sub in op.subtasks
         if op.label == "keyed-state" and sub.index == 2
     )
-    assert isinstance(handle, h.KeyGroupsHandle)
+    assert isinstance(handle, KeyGroupsHandle)
     last = max(handle.offsets)
     os.truncate(victim, last)
     codes = [f.code for f in _gate(sp)]
@@ -175,7 +176,7 @@ def test_a_missing_shared_file_of_an_incremental_checkpoint(tmp_path: Path) -> N
     )
     assert isinstance(keyed, h.IncrementalKeyedHandle)
     shared = keyed.shared[0].handle
-    assert isinstance(shared, h.FileHandle)
+    assert isinstance(shared, FileHandle)
     name = shared.path.rsplit("/", 1)[-1]
     (snapshot.directory.parent / "shared" / name).unlink()  # type: ignore[operator]
     findings = _gate(cp)
@@ -183,14 +184,14 @@ def test_a_missing_shared_file_of_an_incremental_checkpoint(tmp_path: Path) -> N
     assert findings[0].message.endswith(f"{name}: state file is missing")
 
 
-def _with_keyed_delegate(snapshot: FlinkSnapshot, delegate: h.StreamHandle) -> FlinkSnapshot:
+def _with_keyed_delegate(snapshot: FlinkSnapshot, delegate: StreamHandle) -> FlinkSnapshot:
     """Return the snapshot with keyed-state subtask 2's keyed handle pointing at ``delegate``."""
     operators = []
     for op in snapshot.metadata.operators:
         subtasks = []
         for sub in op.subtasks:
             keyed = sub.managed_keyed_state
-            if op.label == "keyed-state" and sub.index == 2 and isinstance(keyed, h.KeyGroupsHandle):
+            if op.label == "keyed-state" and sub.index == 2 and isinstance(keyed, KeyGroupsHandle):
                 sub = dataclasses.replace(
                     sub, managed_keyed_state=dataclasses.replace(keyed, delegate=delegate)
                 )
@@ -206,8 +207,8 @@ def test_a_segment_must_lie_inside_its_file(tmp_path: Path) -> None:
     path = sp / KEYED_FILE
     size = path.stat().st_size
 
-    def segment(start: int, length: int) -> h.SegmentFileHandle:
-        return h.SegmentFileHandle(start, length, 0, f"file:{path}", "logical")
+    def segment(start: int, length: int) -> SegmentFileHandle:
+        return SegmentFileHandle(start, length, 0, f"file:{path}", "logical")
 
     assert state_file_findings(_with_keyed_delegate(snapshot, segment(0, size))) == []
     (short,) = state_file_findings(_with_keyed_delegate(snapshot, segment(0, size + 5)))
