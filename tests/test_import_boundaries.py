@@ -1,4 +1,11 @@
-"""The core stays pure: no click/rich outside cli/, no pyspark outside execution/spark.py (C1, C4)."""
+"""What may import what.
+
+- The core stays pure: no click/rich outside cli/, no pyspark outside execution/spark.py (C1, C4).
+- No import cycles between kg's modules.
+- Every runtime import (function-level ones included) keeps to the layers of #21, bottom up: core, storage/,
+  the formats flink/ snapshot/ ha/ (siblings that never import each other), bridges and planning,
+  execution/, cli/; and inside flink/: io/, metadata/, state/, layouts/, then flink's own modules.
+"""
 
 from __future__ import annotations
 
@@ -53,8 +60,8 @@ def test_metadata_commands_never_import_pyspark(command):
 # -- import cycles -----------------------------------------------------------------------------------------
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -76,20 +83,41 @@ def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
             yield from _runtime_imports(node)
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Return module → the keygroup_cli modules it imports at runtime.
+def _files(package: Path = PACKAGE) -> dict[str, Path]:
+    return {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
 
-    ``from pkg import sub`` resolves to ``pkg.sub`` when ``sub`` is a submodule, else to ``pkg``. An import of
-    one's own ancestor package is left out: Python initialises a package before any of its submodules, so
-    that edge always exists and a package importing its submodules is not a cycle.
+
+def _lazy_names(package: Path = PACKAGE) -> dict[str, str]:
+    """Return the package root's ``_LAZY`` table: public name → the module that defines it."""
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def _runtime_edges(package: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
+    """Yield ``(module, line, target)`` for every runtime import of a keygroup_cli module by another.
+
+    ``from pkg import sub`` resolves to ``pkg.sub`` when ``sub`` is a submodule, and a name the package root
+    loads lazily (``from keygroup_cli import rescale``) to the module that defines it; else to ``pkg``. An
+    import of one's own ancestor package is left out: Python initialises a package before any of its
+    submodules, so that edge always exists and a package importing its submodules is not a cycle.
     """
-    files = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-    graph: dict[str, set[str]] = {name: set() for name in files}
+    files = _files(package)
+    lazy = _lazy_names(package)
 
     def existing(name: str) -> str | None:
         while name and name not in files:
             name = name.rpartition(".")[0]
         return name or None
+
+    def resolve(base: str, alias: str) -> str:
+        if f"{base}.{alias}" in files:
+            return f"{base}.{alias}"
+        if base == "keygroup_cli" and alias in lazy:
+            return lazy[alias]
+        return base
 
     for name, path in files.items():
         is_package = path.name == "__init__.py"
@@ -101,12 +129,19 @@ def _import_graph() -> dict[str, set[str]]:
                 if node.level:
                     anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
                     base = ".".join([*anchor, *([base] if base else [])])
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+                targets = [resolve(base, a.name) for a in node.names]
             for target in targets:
                 if target == "keygroup_cli" or target.startswith("keygroup_cli."):
                     resolved = existing(target)
                     if resolved is not None and not (name == resolved or name.startswith(resolved + ".")):
-                        graph[name].add(resolved)
+                        yield name, node.lineno, resolved
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Return module → the keygroup_cli modules it imports at runtime (see ``_runtime_edges``)."""
+    graph: dict[str, set[str]] = {name: set() for name in _files()}
+    for name, _, target in _runtime_edges():
+        graph[name].add(target)
     return graph
 
 
@@ -170,3 +205,121 @@ def test_cycle_finder_sees_function_level_and_submodule_imports():
 def test_no_import_cycles_between_keygroup_cli_modules():
     cycles = _cycles(_import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# -- layers ------------------------------------------------------------------------------------------------
+
+#: The package's layers, bottom up (#21). A module may import its own layer and those below, never above.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows")),
+    ("storage", ("storage",)),
+    ("formats", ("flink", "snapshot", "ha")),
+    (
+        "bridges and planning",
+        (
+            "convert",
+            "integrity",
+            "summary",
+            "checks",
+            "key_group_sizes",
+            "synthetic",
+            "planning",
+            "redistribution",
+        ),
+    ),
+    ("execution", ("execution", "environment")),
+    ("cli", ("cli", "__main__")),
+)
+
+#: Inside flink/, bottom up; the modules directly in flink/ are the top.
+FLINK_LAYERS = ("io", "metadata", "state", "layouts")
+
+
+def _layer(module: str) -> tuple[int, str] | None:
+    """Return ``(rank, package)`` of a keygroup_cli module: its layer, and the top-level part it lives in."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "keygroup_cli"
+    for rank, (_, members) in enumerate(LAYERS):
+        if top in members:
+            return rank, top
+    return None
+
+
+def _flink_rank(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) > 3 and parts[2] in FLINK_LAYERS:
+        return FLINK_LAYERS.index(parts[2])
+    return len(FLINK_LAYERS)
+
+
+def _layer_violation(source: str, target: str) -> str | None:
+    """Return why ``source`` may not import ``target``, or None if it may."""
+    placed, target_placed = _layer(source), _layer(target)
+    assert placed is not None and target_placed is not None, (source, target)
+    (rank, top), (target_rank, target_top) = placed, target_placed
+    if target_rank > rank:
+        return f"{LAYERS[rank][0]} imports {LAYERS[target_rank][0]}"
+    if rank == target_rank and LAYERS[rank][0] == "formats" and top != target_top:
+        return f"format {top}/ imports format {target_top}/"
+    if top == target_top == "flink" and _flink_rank(target) > _flink_rank(source):
+        inner = (*FLINK_LAYERS, "flink top level")
+        return f"{inner[_flink_rank(source)]} imports {inner[_flink_rank(target)]}"
+    return None
+
+
+def test_layer_rules_see_upward_sibling_and_flink_inner_imports():
+    assert _layer_violation("keygroup_cli.keys", "keygroup_cli.execution.rescale") == "core imports execution"
+    assert _layer_violation("keygroup_cli.flink.verify", "keygroup_cli.snapshot.verify") is not None
+    assert _layer_violation("keygroup_cli.ha.model", "keygroup_cli.flink") is not None
+    assert (
+        _layer_violation("keygroup_cli.flink.io.binary", "keygroup_cli.flink.state.serializers") is not None
+    )
+    assert _layer_violation("keygroup_cli.flink.io.paths", "keygroup_cli.flink.regroup") is not None
+    assert _layer_violation("keygroup_cli.flink.regroup", "keygroup_cli.flink.io.paths") is None
+    assert _layer_violation("keygroup_cli.convert.to_savepoint", "keygroup_cli.snapshot.model") is None
+    assert _layer_violation("keygroup_cli.checks", "keygroup_cli.summary") is None
+    assert _layer_violation("keygroup_cli.cli.inputs", "keygroup_cli.keygroups") is None
+
+
+def test_edges_include_function_level_relative_and_lazy_root_imports(tmp_path: Path) -> None:
+    package = tmp_path / "keygroup_cli"
+    (package / "flink").mkdir(parents=True)
+    (package / "__init__.py").write_text('_LAZY = {"rescale": "keygroup_cli.execution"}\n')
+    (package / "execution.py").write_text("")
+    (package / "checks.py").write_text("")
+    (package / "flink" / "__init__.py").write_text("")
+    (package / "flink" / "verify.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from keygroup_cli import rescale\n"
+        "if TYPE_CHECKING:\n"
+        "    from keygroup_cli.checks import Finding\n"
+        "def f():\n"
+        "    from ..checks import Finding\n"
+        "    from . import verify\n"
+    )
+    assert sorted(_runtime_edges(package)) == [
+        ("keygroup_cli.flink.verify", 2, "keygroup_cli.execution"),
+        ("keygroup_cli.flink.verify", 6, "keygroup_cli.checks"),
+    ]
+
+
+def test_every_flink_subpackage_has_a_place_in_its_order():
+    subpackages = sorted(p.parent.name for p in (PACKAGE / "flink").glob("*/__init__.py"))
+    assert subpackages == sorted(FLINK_LAYERS)
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in _files() if _layer(m) is None)
+    assert not unplaced, "modules in no layer (add them to LAYERS):\n" + "\n".join(unplaced)
+
+
+def test_no_import_goes_up_a_layer_or_across_formats():
+    bad = [
+        f"{source}:{line} -> {target} ({why})"
+        for source, line, target in sorted(set(_runtime_edges()))
+        if _layer(source) is not None
+        and _layer(target) is not None
+        and (why := _layer_violation(source, target)) is not None
+    ]
+    order = " < ".join(name for name, _ in LAYERS)
+    assert not bad, f"{len(bad)} imports break the layers ({order}):\n" + "\n".join(bad)
