@@ -387,7 +387,7 @@ def key_group_sizes_document(sizes: KeyGroupSizes, top: int = DEFAULT_TOP) -> di
             }
             for s in sizes.subtasks
         ],
-        "skew": round(sizes.skew, 6),
+        "byte_skew": round(sizes.skew, 6),
         "key_group_skew": round(sizes.key_group_skew, 6),
         "advice": {
             "min": sizes.advice[0].parallelism,

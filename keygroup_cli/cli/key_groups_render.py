@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli.cli.render import print_table
+from keygroup_cli.cli.render import format_bytes, format_count, print_table
 
 if TYPE_CHECKING:
     from keygroup_cli.key_group_sizes import KeyGroupSizes
@@ -21,15 +21,6 @@ _SOURCES = {
 _EVEN_ROWS = 6
 
 
-def human_size(n: float) -> str:
-    """Return ``n`` bytes as ``123 B`` / ``4.5 KiB`` / … ``GiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{int(n)} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     """Print one operator's key-group sizes, its current spread and the byte-weighted advice."""
     from keygroup_cli.key_group_sizes import DEFAULT_TOP
@@ -37,27 +28,28 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     if not sizes.available:
         console.print(f"  {sizes.unavailable_reason}", markup=False)
         return
+    groups, with_data = format_count(len(sizes.bytes)), format_count(sizes.non_empty_key_groups)
     console.print(
-        f"  key-group bytes: {human_size(sizes.total_bytes)} in {len(sizes.bytes)} key groups "
-        f"({sizes.non_empty_key_groups} with data); files {human_size(sizes.stored_bytes)}"
+        f"  key-group bytes: {format_bytes(sizes.total_bytes)} in {groups} key groups "
+        f"({with_data} with data); files {format_bytes(sizes.stored_bytes)}"
     )
     console.print(f"    {_SOURCES.get(sizes.source or '', sizes.source)}", markup=False)
     console.print(
-        f"    per key group: min {human_size(sizes.min_bytes)}, median {human_size(sizes.median_bytes)}, "
-        f"max {human_size(sizes.max_bytes)}"
+        f"    per key group: min {format_bytes(sizes.min_bytes)}, median {format_bytes(sizes.median_bytes)}, "
+        f"max {format_bytes(sizes.max_bytes)}"
     )
     hot = Table(box=None, padding=(0, 1))
     for name in ("hottest key group", "bytes", "share", "subtask"):
         hot.add_column(name, justify="right", no_wrap=True)
     for kg, size, subtask in sizes.hottest(DEFAULT_TOP):
-        hot.add_row(str(kg), human_size(size), f"{size / sizes.total_bytes:.1%}", str(subtask))
+        hot.add_row(str(kg), format_bytes(size), f"{size / sizes.total_bytes:.1%}", str(subtask))
     if hot.row_count:
         print_table(console, hot, indent=3)
     loads = [s.bytes for s in sizes.subtasks]
     largest = max(range(len(loads)), key=lambda i: (loads[i], -i))
     console.print(
-        f"    at parallelism {sizes.parallelism} subtasks hold {human_size(min(loads))} to "
-        f"{human_size(max(loads))} (largest: subtask {largest})"
+        f"    at parallelism {sizes.parallelism} subtasks hold {format_bytes(min(loads))} to "
+        f"{format_bytes(max(loads))} (largest: subtask {largest})"
     )
     best = sizes.best(DEFAULT_TOP)
     notes: dict[int, list[str]] = {sizes.parallelism: ["current"]}
@@ -75,9 +67,9 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     for p in sorted(notes):
         found = by_p.get(p)
         if found is None:  # the current parallelism, outside the range judged
-            row = (f"{sizes.skew:.2f}", f"{sizes.key_group_skew:.2f}", human_size(max(loads)))
+            row = (f"{sizes.skew:.2f}", f"{sizes.key_group_skew:.2f}", format_bytes(max(loads)))
         else:
-            row = (f"{found.byte_skew:.2f}", f"{found.key_group_skew:.2f}", human_size(found.max_bytes))
+            row = (f"{found.byte_skew:.2f}", f"{found.key_group_skew:.2f}", format_bytes(found.max_bytes))
         table.add_row(str(p), *row, ", ".join(notes[p]))
     print_table(console, table, indent=2)
     lo, hi = sizes.advice[0].parallelism, sizes.advice[-1].parallelism

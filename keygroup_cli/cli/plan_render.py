@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli import planning
-from keygroup_cli.cli.render import print_table, table_style
+from keygroup_cli.cli.render import format_bytes, format_count, print_table, table_style
 
 
 def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
@@ -23,10 +23,10 @@ def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
         "to_parallelism": plan.new_parallelism,
         "moved_key_groups": plan.moved_key_groups,
         "moved_fraction": plan.moved_fraction,
-        "from_skew": plan.old_skew,
-        "to_skew": plan.new_skew,
-        "from_loads": list(plan.old_loads),
-        "to_loads": list(plan.new_loads),
+        "from_key_group_skew": plan.old_skew,
+        "to_key_group_skew": plan.new_skew,
+        "from_key_group_loads": list(plan.old_loads),
+        "to_key_group_loads": list(plan.new_loads),
         "transfers": [
             {
                 "from_subtask": t.from_subtask,
@@ -40,8 +40,8 @@ def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:
         ],
         "runs": [
             {
-                "start": r.start,
-                "end": r.end,
+                "key_group_start": r.start,
+                "key_group_end": r.end,
                 "from_subtask": r.from_subtask,
                 "to_subtask": r.to_subtask,
                 **({"rows": r.rows} if r.rows is not None else {}),
@@ -74,12 +74,16 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     for t in plan.transfers:
         runs = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in t.runs)
         marker = "" if t.from_subtask != t.to_subtask else " (stays)"
-        weights = ((str(t.rows or 0),) if weighted else ()) + ((str(t.bytes or 0),) if sized else ())
-        table.add_row(str(t.from_subtask), f"{t.to_subtask}{marker}", str(t.key_groups), *weights, runs)
+        weights = ((format_count(t.rows or 0),) if weighted else ()) + (
+            (format_bytes(t.bytes or 0),) if sized else ()
+        )
+        table.add_row(
+            str(t.from_subtask), f"{t.to_subtask}{marker}", format_count(t.key_groups), *weights, runs
+        )
     print_table(console, table)
     console.print(
-        f"{plan.moved_key_groups} of {plan.max_parallelism} key groups change subtask "
-        f"({plan.moved_fraction:.1%}); key groups per subtask skew (max/mean): "
+        f"{format_count(plan.moved_key_groups)} of {format_count(plan.max_parallelism)} key groups change "
+        f"subtask ({plan.moved_fraction:.1%}); key groups per subtask skew (max/mean): "
         f"{plan.old_skew:.2f} → {plan.new_skew:.2f}"
     )
 

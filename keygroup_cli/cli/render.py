@@ -1,8 +1,13 @@
 """Text (rich) and JSON rendering, on the right stream.
 
 Results go to stdout; progress, warnings and errors go to stderr. Under ``--json`` stdout carries exactly
-one JSON document: ``{"schema_version": 1, "command": ..., ...result}`` or, on failure,
-``{"schema_version": 1, "command": ..., "error": {"code": ..., "message": ...}}``.
+one JSON document: ``{"schema_version": 2, "command": ..., ...result}`` or, on failure,
+``{"schema_version": 2, "command": ..., "error": {"code": ..., "message": ...}}``.
+
+Numbers are written one way everywhere: counts (rows, files, key groups, operators) by
+:func:`format_count`, with thousands separators; sizes by :func:`format_bytes`, in binary units (``372 B``,
+``57.1 KiB``, ``1.2 GiB``). Settings and indexes a user types back (parallelism, maxParallelism, a key
+group, a subtask, a checkpoint id) are written bare, so they can be pasted into an option.
 
 Every table a command prints goes through :func:`print_table`, which honours ``--table``: ``rich`` (boxes,
 the default), ``plain`` (aligned columns, spaces only) or ``tsv`` (a header line and tab-separated rows).
@@ -28,7 +33,7 @@ from rich.text import Text
 C = TypeVar("C", bound=Console)
 
 #: Version of the JSON documents kg prints; bumped only with a **Breaking:** changelog entry.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Width of output that is not a terminal (a file, a pipe) when COLUMNS is unset: lines are never wrapped,
 #: so ``grep``/``cut`` see every path and number whole. Rich would otherwise assume 80 columns.
@@ -45,6 +50,45 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 #: Between two columns of a plain table.
 _PLAIN_GAP = "  "
+
+
+#: Units of :func:`format_bytes`: powers of 1024, as ``ls -h`` and Flink's web UI count.
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_count(n: float | None) -> str:
+    """Return a count with thousands separators (``1,088,000``); a fractional one (a median) to 0.1.
+
+    ``None`` (unknown, e.g. rows of keyed state that was not decoded) is ``-``.
+    """
+    if n is None:
+        return "-"
+    if isinstance(n, int) or float(n).is_integer():
+        return f"{int(n):,}"
+    return f"{n:,.1f}"
+
+
+def format_bytes(n: float | None) -> str:
+    """Return a size in bytes as ``372 B``, ``57.1 KiB``, ``3.4 MiB`` … ``PiB`` (one decimal above bytes).
+
+    A value that would round to 1024.0 of a unit is written in the next one (``1.0 MiB``, never
+    ``1024.0 KiB``). ``None`` (unknown) is ``-``.
+    """
+    if n is None:
+        return "-"
+    if abs(n) < 1024:
+        return f"{n:,.0f} B"
+    value = n / 1024
+    for unit in _BYTE_UNITS[1:-1]:
+        if abs(round(value, 1)) < 1024:
+            return f"{value:,.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} {_BYTE_UNITS[-1]}"
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """Return ``n`` and the noun that agrees with it: ``1 operator``, ``1,024 operators``."""
+    return f"{format_count(n)} {singular if n == 1 else (plural or singular + 's')}"
 
 
 class ResultConsole(Console):

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli.cli.plan_render import plan_document, render_plan
-from keygroup_cli.cli.render import print_table
+from keygroup_cli.cli.render import counted, format_bytes, format_count, print_table
 from keygroup_cli.execution.rescale import RescaleResult
 from keygroup_cli.keygroups import skew
 from keygroup_cli.planning import OperatorPlan, RescalePlan
@@ -75,7 +75,7 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
         else {
             "unchanged": state.unchanged,
             "to_rows": list(state.new_counts),
-            "moved_elements": state.moved_elements,
+            "moved_rows": state.moved_elements,
         }
     )
     return document
@@ -128,10 +128,19 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
             what = (
                 "kept as it is" if state.unchanged else "redistributed as Flink's round-robin repartitioner"
             )
-            counts = ", ".join(str(n) for n in state.new_counts)
+            counts = ", ".join(format_count(n) for n in state.new_counts)
             console.print(f"  operator state {what}: rows per new subtask {counts}")
     if stateless:
-        console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
+        console.print(_without_state(len(plan.operators), stateless))
+
+
+def _without_state(operators: int, stateless: int) -> str:
+    """Return the line that counts the operators a plan or rescale does not list, as ``kg inspect`` does."""
+    held = operators - stateless
+    return (
+        f"{counted(operators, 'operator')}, {format_count(held)} with state; "
+        f"the {format_count(stateless)} without state are not shown (--json lists them)"
+    )
 
 
 def _render_keyed(console: Console, op: OperatorPlan) -> None:
@@ -141,27 +150,27 @@ def _render_keyed(console: Console, op: OperatorPlan) -> None:
     if op.keyed_rows is not None and op.moved_rows is not None:
         share = op.moved_rows / op.keyed_rows if op.keyed_rows else 0.0
         console.print(
-            f"  keyed rows moved: {op.moved_rows:,} of {op.keyed_rows:,} ({share:.1%}), "
-            f"~{op.moved_bytes or 0:,} of {op.keyed_bytes or 0:,} bytes"
+            f"  keyed rows moved: {format_count(op.moved_rows)} of {format_count(op.keyed_rows)} "
+            f"({share:.1%}), ~{format_bytes(op.moved_bytes or 0)} of {format_bytes(op.keyed_bytes or 0)}"
         )
     elif op.moved_bytes is not None and op.keyed_bytes is not None:
         share = op.moved_bytes / op.keyed_bytes if op.keyed_bytes else 0.0
         console.print(
-            f"  keyed bytes moved: {op.moved_bytes:,} of {op.keyed_bytes:,} ({share:.1%}), from _metadata's "
-            "key-group offsets (keyed state is not read: rows unknown)"
+            f"  keyed bytes moved: {format_bytes(op.moved_bytes)} of {format_bytes(op.keyed_bytes)} "
+            f"({share:.1%}), from _metadata's key-group offsets (keyed state is not read: rows unknown)"
         )
     else:
         console.print(
-            f"  keyed state: {op.keyed_bytes or 0:,} bytes of RocksDB files, which record no key-group "
+            f"  keyed state: {format_bytes(op.keyed_bytes or 0)} of RocksDB files, which record no key-group "
             "offsets: bytes per key group unknown"
         )
     if loads is not None:
         console.print(
-            f"  keyed rows per new subtask: {', '.join(f'{n:,}' for n in loads)} (skew {skew(loads):.2f})"
+            f"  keyed rows per new subtask: {', '.join(map(format_count, loads))} (skew {skew(loads):.2f})"
         )
     elif byte_loads is not None:
         console.print(
-            f"  keyed bytes per new subtask: {', '.join(f'{n:,}' for n in byte_loads)} "
+            f"  keyed bytes per new subtask: {', '.join(map(format_bytes, byte_loads))} "
             f"(skew {skew(byte_loads):.2f})"
         )
     elif op.keyed_mode == "rehash":
@@ -221,8 +230,8 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
                 "key_group_end": rng.end,
                 "keyed_rows": keyed[i].rows if i in keyed else 0,
                 "keyed_bytes": keyed[i].bytes if i in keyed else 0,
-                "operator_rows": state[i].rows if i in state else 0,
-                "operator_bytes": state[i].bytes if i in state else 0,
+                "operator_state_rows": state[i].rows if i in state else 0,
+                "operator_state_bytes": state[i].bytes if i in state else 0,
             }
             for i, rng in enumerate(op_plan.new_ranges)
         ]
@@ -265,9 +274,9 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         if written is None
         else {
             "keyed_files": written.keyed_files,
-            "keyed_entries": written.keyed_rows,
-            "operator_files": written.operator_files,
-            "operator_elements": written.operator_rows,
+            "keyed_rows": written.keyed_rows,
+            "operator_state_files": written.operator_files,
+            "operator_state_rows": written.operator_rows,
             "bytes": written.bytes,
             "compression": written.compressed,
         },
@@ -277,32 +286,32 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
 def render_rescale(console: Console, document: dict[str, Any]) -> None:
     """Print the summary table of a finished rescale."""
     table = Table()
-    for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "operator rows"):
+    for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "op state rows"):
         label = name == "operator"
         table.add_column(name, justify="left" if label else "right", no_wrap=not label)
     stateless = 0
     for op in document["operators"]:
         label = op["uid"] or op["operator_id"]
-        if not any(s["keyed_rows"] or s["keyed_bytes"] or s["operator_rows"] for s in op["subtasks"]):
+        if not any(s["keyed_rows"] or s["keyed_bytes"] or s["operator_state_rows"] for s in op["subtasks"]):
             stateless += 1  # a savepoint lists every operator of the job; most hold no state
             continue
         if not op["rescaled"]:
-            table.add_row(label, "kept", "", _count(op["keyed_rows"]), "", "")
+            table.add_row(label, "kept", "", format_count(op["keyed_rows"]), "", "")
             continue
         for s in op["subtasks"]:
             table.add_row(
                 label,
                 str(s["subtask"]),
                 f"{s['key_group_start']}-{s['key_group_end']}",
-                _count(s["keyed_rows"]),
-                f"{s['keyed_bytes']:,}",
-                f"{s['operator_rows']:,}",
+                format_count(s["keyed_rows"]),
+                format_bytes(s["keyed_bytes"]),
+                format_count(s["operator_state_rows"]),
             )
     print_table(console, table)
     if stateless:
-        console.print(f"{stateless} operator(s) without state not shown (--json lists them)")
+        console.print(_without_state(len(document["operators"]), stateless))
     what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"
-    moved = f"{document['moved_rows']:,} keyed rows moved"
+    moved = f"{format_count(document['moved_rows'])} keyed rows moved"
     if any(op["mode"] == "regroup" for op in document["operators"]):
         moved = "keyed state copied key group by key group (same maxParallelism; entries not decoded: -)"
     console.print(
@@ -310,7 +319,3 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
         f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",
         soft_wrap=True,
     )
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"

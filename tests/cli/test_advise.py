@@ -6,7 +6,7 @@ import pytest
 def test_advise_128_at_100_is_156_percent(kg):
     doc = kg("advise", "-m", "128", "--min", "90", "--max", "128", "--json").json()
     by_p = {a["parallelism"]: a for a in doc["parallelisms"]}
-    assert by_p[100]["skew"] == pytest.approx(1.5625)
+    assert by_p[100]["key_group_skew"] == pytest.approx(1.5625)
     assert (by_p[100]["min_key_groups"], by_p[100]["max_key_groups"]) == (1, 2)
     assert doc["even_parallelisms"] == [128]
 

@@ -29,7 +29,7 @@ def test_check_passes_at_a_valid_parallelism(kg: Callable[..., Any]) -> None:
     assert result.stderr == ""
     doc = result.json()
     assert doc == {
-        "schema_version": 1,
+        "schema_version": 2,
         "command": "check",
         "ok": True,
         "path": str(HEAP_P3 / "_metadata"),
@@ -45,15 +45,15 @@ def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) 
     result = kg("check", INLINE_MAXP10, "-p", "11", "--json")
     doc = result.json()
     assert doc["ok"] is False
-    codes = {(f["code"], f["severity"], f["operator"]) for f in doc["findings"]}
+    codes = {(f["code"], f["severity"], f["subject"]) for f in doc["findings"]}
     assert ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-state") in codes
     # Every operator is judged: Flink checks the stateless ones chained with state too (all share the
     # (parallelism, maxParallelism) of an operator with state here).
-    assert {f["operator"] for f in doc["findings"]} == {
+    assert {f["subject"] for f in doc["findings"]} == {
         op.label for op in read_flink_metadata(INLINE_MAXP10).metadata.operators
     }
-    assert "main-sink-\u00fc" in {f["operator"] for f in doc["findings"]}
-    message = next(f["message"] for f in doc["findings"] if f["operator"] == "keyed-state")
+    assert "main-sink-\u00fc" in {f["subject"] for f in doc["findings"]}
+    message = next(f["message"] for f in doc["findings"] if f["subject"] == "keyed-state")
     assert message == (
         "The state for task 826c38023c4272520855c3219fef4f3f can not be restored. The maximum "
         "parallelism (10) of the restored state is lower than the configured parallelism (11). Please "
@@ -64,13 +64,13 @@ def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) 
 
 def test_per_operator_parallelism_overrides_the_default(kg: Callable[..., Any]) -> None:
     doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "--json").json()
-    assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
+    assert [(f["code"], f["subject"]) for f in doc["findings"]] == [
         # The other keyed operator (state at 10, Flink's default at p 2 is 128) in a job that sets none.
         ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "9887c2fb29a6e66df7039a0be00a90dd"),
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state"),
     ]
     doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "-m", "10", "--json").json()
-    assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
+    assert [(f["code"], f["subject"]) for f in doc["findings"]] == [
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state")
     ]
 
@@ -92,7 +92,7 @@ def test_job_uids_missing_operator(kg: Callable[..., Any], tmp_path: Path) -> No
     # count-no-uid has no uid: listing its generated id keeps it; op-state and async-wait are gone.
     uids.write_text("# new job\nkeyed-state\nkg-source\n9887c2fb29a6e66df7039a0be00a90dd\n", encoding="utf-8")
     doc = kg("check", CHECKPOINT, "-p", "2", "--job-uids", uids, "--json").json()
-    missing = sorted(f["operator"] for f in doc["findings"] if f["code"] == "OPERATOR_NOT_IN_JOB")
+    missing = sorted(f["subject"] for f in doc["findings"] if f["code"] == "OPERATOR_NOT_IN_JOB")
     assert missing == ["async-wait", "op-state"]
     assert all(f["severity"] == "error" for f in doc["findings"])
     assert "Cannot map checkpoint/savepoint state for operator 5bcd88bb93ab9e5694f5fb26d5804aba" in str(doc)

@@ -101,7 +101,7 @@ def test_an_operator_state_file_deleted(kg: Callable[..., Any], tmp_path: Path) 
     sp = _copy(tmp_path, "heap-files-p3-maxp128-long")
     (sp / "1833047a-eb30-49fb-ad09-627dd3f91027").unlink()  # kg-source's operator state
     doc = kg("check", sp, "-p", "4", "--json").json()
-    assert [(f["code"], f["operator"]) for f in doc["findings"]] == [
+    assert [(f["code"], f["subject"]) for f in doc["findings"]] == [
         ("FLINK_STATE_FILE_MISSING", "kg-source subtask 0")
     ]
 

@@ -164,7 +164,7 @@ def test_check_warns_at_a_new_parallelism(kg: Kg, args: tuple[str, ...], moves: 
     result = kg("check", CASE, *args, "--json")
     assert result.exit_code == 0, result.stdout  # Flink restores the unchanged job: a warning, not an error
     findings = result.json()["findings"]
-    assert sorted((f["code"], f["severity"], f["operator"]) for f in findings) == [
+    assert sorted((f["code"], f["severity"], f["subject"]) for f in findings) == [
         ("CHANNEL_STATE_RESCALE", "warning", uid) for uid in sorted(WITH_CHANNEL_STATE)
     ]
     for f in findings:
@@ -172,7 +172,7 @@ def test_check_warns_at_a_new_parallelism(kg: Kg, args: tuple[str, ...], moves: 
         assert sorted(listed.split(", ")) == sorted(moves)
         assert "Cannot rescale the given pointwise partitioner." in f["message"]
         assert "data exchanges with persisted data are now chained." in f["message"]
-    (slow,) = (f for f in findings if f["operator"] == "cs-slow")
+    (slow,) = (f for f in findings if f["subject"] == "cs-slow")
     assert (
         f"input channels {_flink_bytes('cs-slow', 'inputChannelState')} bytes, result subpartitions "
         f"{_flink_bytes('cs-slow', 'resultSubpartitionState')} bytes" in slow["message"]

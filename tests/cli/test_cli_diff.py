@@ -20,8 +20,8 @@ def test_diff_json_document(kg) -> None:
     doc = r.json()
     assert doc["command"] == "diff" and doc["same"] is True
     counter = doc["operators"][0]
-    assert counter["operator"] == "counter" and counter["presence"] == "both"
-    assert {s["state"]: s["rows_a"] for s in counter["states"]}["count"] == 20
+    assert counter["uid"] == "counter" and counter["presence"] == "both"
+    assert {s["name"]: s["rows_a"] for s in counter["states"]}["count"] == 20
 
 
 def test_diff_different_exits_1(kg, tmp_path: Path) -> None:
@@ -30,9 +30,9 @@ def test_diff_different_exits_1(kg, tmp_path: Path) -> None:
     assert r.exit_code == 1
     doc = r.json()
     assert doc["same"] is False
-    clicks = next(o for o in doc["operators"] if o["operator"] == "clicks")
+    clicks = next(o for o in doc["operators"] if o["uid"] == "clicks")
     assert clicks["presence"] == "only_in_a"
-    count = next(s for s in doc["operators"][0]["states"] if s["state"] == "count")
+    count = next(s for s in doc["operators"][0]["states"] if s["name"] == "count")
     assert (count["only_in_a"], count["only_in_b"]) == (20, 20)
 
 

@@ -12,7 +12,7 @@ SNAPSHOTS = FIXTURES / "snapshots"
 def test_verify_valid_fixture(kg) -> None:
     r = kg("verify", SNAPSHOTS / "valid")
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.startswith("OK: ") and "10 files, 253 rows checked, 0 finding(s)" in r.stdout
+    assert r.stdout.startswith("OK: ") and "10 files, 253 rows checked, 0 findings" in r.stdout
     assert r.stderr == ""
 
 

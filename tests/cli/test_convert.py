@@ -20,7 +20,7 @@ def test_convert_and_back_with_json(kg: Kg, tmp_path: Path) -> None:
     doc = result.json()
     assert doc["command"] == "convert" and doc["direction"] == "to-kg"
     assert (doc["operators"], doc["keyed_files"], doc["keyed_rows"]) == (10, 6, 2030)
-    assert (doc["operator_files"], doc["operator_rows"]) == (7, 206)
+    assert (doc["operator_state_files"], doc["operator_state_rows"]) == (7, 206)
     verify = kg("verify", tmp_path / "s.kg")
     assert verify.exit_code == 0, verify.stdout + verify.stderr
     back = kg("convert", tmp_path / "s.kg", "--to-flink", "--out", tmp_path / "sp", "--json")
@@ -32,7 +32,7 @@ def test_convert_and_back_with_json(kg: Kg, tmp_path: Path) -> None:
 def test_text_output(kg: Kg, tmp_path: Path) -> None:
     result = kg("convert", FLINK_FIXTURES / "heap-inline-p3-maxp10-string", "--out", tmp_path / "s.kg")
     assert result.exit_code == 0
-    assert "Wrote kg snapshot" in result.stdout and "2030 keyed rows" in result.stdout
+    assert "Wrote kg snapshot" in result.stdout and "2,030 keyed rows" in result.stdout
 
 
 def test_a_native_savepoint_converts_and_back_to_a_canonical_one(kg: Kg, tmp_path: Path) -> None:

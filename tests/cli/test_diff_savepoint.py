@@ -44,7 +44,8 @@ def test_a_savepoint_and_its_kg_conversion_hold_the_same_state(kg, tmp_path, scr
     doc = kg("diff", SAVEPOINT, tmp_path / "kg", "--json").json()
     assert doc["same"] is True and len(doc["operators"]) == 10
     # kg-source has a state handle but no element: no state, as for the 5 operators without a handle.
-    assert [op["operator"] for op in doc["operators"] if op["holds_state"]] == [
+    # "uid" is null where the operator has none, as in every kg document; "operator_id" names it then.
+    assert [op["uid"] or op["operator_id"] for op in doc["operators"] if op["holds_state"]] == [
         "op-state",
         "9887c2fb29a6e66df7039a0be00a90dd",
         "async-wait",
@@ -89,8 +90,8 @@ def test_a_savepoint_and_kgs_rescale_of_it_hold_the_same_state(kg, tmp_path, scr
     _same(kg, SAVEPOINT, out)
     # The key groups differ with maxParallelism; the rows do not, and they are the state.
     doc = kg("diff", SAVEPOINT, out, "--json").json()
-    keyed = next(op for op in doc["operators"] if op["operator"] == "keyed-state")
-    assert keyed["same"] and {"buckets", "ids", "sum"} <= {s["state"] for s in keyed["states"]}
+    keyed = next(op for op in doc["operators"] if op["uid"] == "keyed-state")
+    assert keyed["same"] and {"buckets", "ids", "sum"} <= {s["name"] for s in keyed["states"]}
     if "-m" in args:
         assert any(note.startswith("maxParallelism 128 -> ") for note in keyed["notes"])
     assert list(scratch.iterdir()) == []
@@ -128,8 +129,8 @@ def test_two_different_savepoints_differ_naming_operator_and_state(kg, scratch):
     doc = kg("diff", SAVEPOINT, other, "--json").json()
     assert doc["same"] is False
     (differing,) = [op for op in doc["operators"] if not op["same"]]
-    assert differing["operator"] == "op-state"
-    assert [s["state"] for s in differing["states"] if (s["only_in_a"], s["only_in_b"]) != (0, 0)] == [
+    assert differing["uid"] == "op-state"
+    assert [s["name"] for s in differing["states"] if (s["only_in_a"], s["only_in_b"]) != (0, 0)] == [
         "union-counts"
     ]
 
@@ -168,9 +169,9 @@ def test_a_savepoint_with_one_value_changed_differs_there(kg, tmp_path, scratch)
     result = kg("diff", SAVEPOINT, changed, "--json")
     assert result.exit_code == 1
     (differing,) = [op for op in result.json()["operators"] if not op["same"]]
-    assert differing["operator"] == "keyed-state"
+    assert differing["uid"] == "keyed-state"
     (state,) = [s for s in differing["states"] if (s["only_in_a"], s["only_in_b"]) != (0, 0)]
-    assert (state["state"], state["kind"], state["only_in_a"], state["only_in_b"]) == ("sum", "value", 1, 1)
+    assert (state["name"], state["kind"], state["only_in_a"], state["only_in_b"]) == ("sum", "value", 1, 1)
     text = kg("diff", SAVEPOINT, changed)
     assert text.exit_code == 1 and "keyed-state" in text.stdout and "sum" in text.stdout
     # Against a rescale at a new maxParallelism of the original, the change still shows.

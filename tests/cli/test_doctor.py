@@ -55,7 +55,7 @@ def test_json_document(kg: Kg, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     doc = result.json()
-    assert doc["schema_version"] == 1 and doc["command"] == "doctor" and doc["ok"] is True
+    assert doc["schema_version"] == 2 and doc["command"] == "doctor" and doc["ok"] is True
     assert "error" not in doc
     assert doc["python"] == {
         "executable": sys.executable,

@@ -176,7 +176,7 @@ def test_inspect_key_groups_json_matches_flinks_offsets(kg: Callable[..., Any], 
         assert (advice["min"], advice["max"]) == (2, 32)
         assert [a["parallelism"] for a in advice["parallelisms"]] == list(range(2, 33))
         current = next(a for a in advice["parallelisms"] if a["parallelism"] == op["parallelism"])
-        assert current["byte_skew"] == sizes["skew"]
+        assert current["byte_skew"] == sizes["byte_skew"]
         assert current["max_bytes"] == max(s["bytes"] for s in sizes["subtasks"])
 
 
@@ -281,5 +281,5 @@ def test_inspect_key_groups_text_shows_current_parallelism_outside_the_range(kg:
     assert result.exit_code == 0 and result.stderr == ""
     section = result.stdout.split("keyed-state (canonical")[1]
     current = next(line.split() for line in section.splitlines() if line.strip().endswith("current"))
-    assert current[:3] == ["3", f"{sizes['skew']:.2f}", f"{sizes['key_group_skew']:.2f}"]
+    assert current[:3] == ["3", f"{sizes['byte_skew']:.2f}", f"{sizes['key_group_skew']:.2f}"]
     assert "best (most even by bytes) in 5-10:" in section

@@ -84,8 +84,8 @@ def test_kg_json_switches_results_and_errors_to_json(
     ok = kg("ranges", "-m", "10", "-p", "3")
     assert ok.exit_code == 0 and ok.json()["ranges"][2] == {
         "subtask": 2,
-        "start": 7,
-        "end": 9,
+        "key_group_start": 7,
+        "key_group_end": 9,
         "key_groups": 3,
     }
     # A usage error escapes the click context: the boundary reads the variable itself.

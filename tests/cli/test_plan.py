@@ -10,19 +10,21 @@ def test_plan_runs_cover_every_key_group_in_order(kg):
     assert result.exit_code == 0, result.stderr
     doc = result.json()
     runs = doc["runs"]
-    assert runs[0]["start"] == 0 and runs[-1]["end"] == 127
+    assert runs[0]["key_group_start"] == 0 and runs[-1]["key_group_end"] == 127
     for left, right in pairwise(runs):
-        assert right["start"] == left["end"] + 1
+        assert right["key_group_start"] == left["key_group_end"] + 1
         assert (left["from_subtask"], left["to_subtask"]) != (right["from_subtask"], right["to_subtask"])
     for run in runs:
-        for group in (run["start"], run["end"]):
+        for group in (run["key_group_start"], run["key_group_end"]):
             assert run["from_subtask"] == keygroups.operator_index_for_key_group(128, 3, group)
             assert run["to_subtask"] == keygroups.operator_index_for_key_group(128, 4, group)
-    moved = sum(r["end"] - r["start"] + 1 for r in runs if r["from_subtask"] != r["to_subtask"])
+    moved = sum(
+        r["key_group_end"] - r["key_group_start"] + 1 for r in runs if r["from_subtask"] != r["to_subtask"]
+    )
     assert doc["moved_key_groups"] == moved
     assert doc["moved_fraction"] == moved / 128
-    assert doc["from_loads"] == [43, 43, 42] and doc["to_loads"] == [32, 32, 32, 32]
-    assert doc["to_skew"] == 1.0
+    assert doc["from_key_group_loads"] == [43, 43, 42] and doc["to_key_group_loads"] == [32, 32, 32, 32]
+    assert doc["to_key_group_skew"] == 1.0
 
 
 def test_plan_text(kg):

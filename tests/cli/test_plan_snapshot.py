@@ -30,9 +30,9 @@ def test_plan_snapshot_json_weights_runs_with_manifest_rows(kg, source):
     rows = [n for f in manifest.operator("counter").keyed_files for n in f.key_group_rows]
     assert counter["mode"] == "move"
     for run in counter["runs"]:
-        assert run["rows"] == sum(rows[run["start"] : run["end"] + 1])
-        assert run["from_subtask"] == keygroups.operator_index_for_key_group(10, 3, run["start"])
-        assert run["to_subtask"] == keygroups.operator_index_for_key_group(10, 4, run["end"])
+        assert run["rows"] == sum(rows[run["key_group_start"] : run["key_group_end"] + 1])
+        assert run["from_subtask"] == keygroups.operator_index_for_key_group(10, 3, run["key_group_start"])
+        assert run["to_subtask"] == keygroups.operator_index_for_key_group(10, 4, run["key_group_end"])
     assert counter["moved_rows"] == sum(
         r["rows"] for r in counter["runs"] if r["from_subtask"] != r["to_subtask"]
     )

@@ -6,10 +6,10 @@ def test_ranges_json_contract(kg, range_vectors):
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     doc = result.json()
-    assert doc["schema_version"] == 1 and doc["command"] == "ranges"
+    assert doc["schema_version"] == 2 and doc["command"] == "ranges"
     assert (doc["max_parallelism"], doc["parallelism"]) == (128, 3)
     flink = next(c for c in range_vectors["ranges"] if (c["max_parallelism"], c["parallelism"]) == (128, 3))
-    assert [[r["start"], r["end"]] for r in doc["ranges"]] == flink["ranges"]
+    assert [[r["key_group_start"], r["key_group_end"]] for r in doc["ranges"]] == flink["ranges"]
     assert [r["subtask"] for r in doc["ranges"]] == [0, 1, 2]
     assert [r["key_groups"] for r in doc["ranges"]] == [43, 43, 42]
 
@@ -25,7 +25,7 @@ def test_ranges_text_table(kg):
 def test_global_json_flag_before_the_command(kg):
     result = kg("--json", "ranges", "-m", "10", "-p", "2")
     assert result.exit_code == 0
-    assert [r["end"] for r in result.json()["ranges"]] == [4, 9]
+    assert [r["key_group_end"] for r in result.json()["ranges"]] == [4, 9]
 
 
 def test_default_max_parallelism(kg):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli.cli.render import print_table
+from keygroup_cli.cli.render import counted, format_bytes, format_count, print_table
 
 ID = "9887c2fb29a6e66df7039a0be00a90dd"
 PATH = "/savepoints/" + "a-long-directory-name/" * 4 + "_metadata"
@@ -72,3 +73,50 @@ def test_a_title_wider_than_the_table_gets_the_whole_width() -> None:
     table.add_column("rows", no_wrap=True)
     table.add_row("12")
     assert f"generated {PATH} (seed 0)\n" in _printed(table, 200)
+
+
+@pytest.mark.parametrize(
+    ("n", "shown"),
+    [
+        (0, "0 B"),
+        (372, "372 B"),
+        (1023, "1,023 B"),
+        (1024, "1.0 KiB"),
+        (58434, "57.1 KiB"),
+        (1048524, "1,023.9 KiB"),
+        (1048575, "1.0 MiB"),  # 1023.999 KiB rounds up: written in the next unit, never "1024.0 KiB"
+        (5 * 2**30, "5.0 GiB"),
+        (3 * 2**50, "3.0 PiB"),
+        (2**60, "1,024.0 PiB"),
+        (372.6, "373 B"),
+        (None, "-"),
+    ],
+)
+def test_format_bytes_writes_binary_units_with_one_decimal(n: float | None, shown: str) -> None:
+    assert format_bytes(n) == shown
+
+
+@pytest.mark.parametrize(
+    ("n", "shown"),
+    [
+        (0, "0"),
+        (999, "999"),
+        (1_088_000, "1,088,000"),
+        (7.0, "7"),
+        (7.5, "7.5"),
+        (1234567.25, "1,234,567.2"),
+        (None, "-"),
+    ],
+)
+def test_format_count_separates_thousands(n: float | None, shown: str) -> None:
+    assert format_count(n) == shown
+
+
+def test_counted_agrees_with_its_number() -> None:
+    assert [counted(n, "operator") for n in (0, 1, 2, 1024)] == [
+        "0 operators",
+        "1 operator",
+        "2 operators",
+        "1,024 operators",
+    ]
+    assert counted(1, "key group") == "1 key group" and counted(3, "entry", "entries") == "3 entries"

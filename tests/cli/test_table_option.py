@@ -192,9 +192,9 @@ def test_check_lists_findings_as_a_table(kg: Kg) -> None:
     tsv = kg(*args, "--table", "tsv")
     assert tsv.exit_code == 1
     lines = tsv.stdout.splitlines()
-    assert lines[0] == "severity\tcode\toperator\tmessage"
+    assert lines[0] == "severity\tcode\tsubject\tmessage"
     rows = [line.split("\t") for line in lines[1:-1]]
-    assert rows == [[f["severity"], f["code"], f["operator"], f["message"]] for f in findings]
+    assert rows == [[f["severity"], f["code"], f["subject"], f["message"]] for f in findings]
     assert [r[:3] for r in rows] == [
         ["error", "MAX_PARALLELISM_MISMATCH", "keyed-string"],
         ["error", "MAX_PARALLELISM_MISMATCH", "string-drop"],
@@ -202,7 +202,7 @@ def test_check_lists_findings_as_a_table(kg: Kg) -> None:
     ]
     assert lines[-1] == "FAILED: 3 operators with state checked, 3 errors, 0 warnings"
     plain = kg(*args, "--table", "plain").stdout.splitlines()
-    assert plain[0].split() == ["severity", "code", "operator", "message"]
+    assert plain[0].split() == ["severity", "code", "subject", "message"]
     assert plain[1].startswith("error     MAX_PARALLELISM_MISMATCH  keyed-string  ")
     assert plain[-1] == lines[-1]
 
@@ -213,7 +213,7 @@ def test_check_without_findings_prints_the_header(kg: Kg, tmp_path: Path) -> Non
     result = kg("check", UIDS, "-p", "3", "--job-uids", tmp_path / "uids.txt", "--table", "tsv")
     assert result.exit_code == 0, result.stdout
     assert result.stdout == (
-        "severity\tcode\toperator\tmessage\nOK: 3 operators with state checked, 0 errors, 0 warnings\n"
+        "severity\tcode\tsubject\tmessage\nOK: 3 operators with state checked, 0 errors, 0 warnings\n"
     )
 
 

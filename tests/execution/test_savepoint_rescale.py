@@ -218,7 +218,7 @@ def test_cli_rescales_a_savepoint(kg, tmp_path):
     assert rehash.exit_code == 0, rehash.stderr
     doc = rehash.json()
     assert {op["mode"] for op in doc["operators"]} <= {"none", "rehash"}
-    assert doc["savepoint"]["keyed_entries"] == sum(op["keyed_rows"] for op in doc["operators"]) > 0
+    assert doc["savepoint"]["keyed_rows"] == sum(op["keyed_rows"] for op in doc["operators"]) > 0
     assert kg("check", tmp_path / "m", "--parallelism", "4", "--max-parallelism", "256").exit_code == 0
 
 

@@ -154,7 +154,7 @@ def test_kg_check_agrees_with_flink(run: Run, name: str) -> None:
     result = runner.invoke(cli, ["check", str(run.checkpoint), *_plan(r), "--json"])
     strict = runner.invoke(cli, ["check", str(run.checkpoint), *_plan(r), "--strict"])
     findings = json.loads(result.stdout)["findings"]
-    codes = {(f["code"], f["operator"]) for f in findings}
+    codes = {(f["code"], f["subject"]) for f in findings}
     # No error where Flink restores; never clean under --strict where Flink refuses.
     assert result.exit_code == 0, result.stdout
     if not flink_restored:

@@ -186,7 +186,7 @@ def _check(run: Run, name: str, *extra: str) -> tuple[int, list[tuple[str, str, 
     result = CliRunner().invoke(cli, ["--json", "check", str(request.savepoint), *args, *extra])
     document = json.loads(result.stdout)
     findings = [f for f in document["findings"] if f["severity"] != "info"]
-    shown = sorted((f["code"], f["severity"], _UID_OF.get(f["operator"], f["operator"])) for f in findings)
+    shown = sorted((f["code"], f["severity"], _UID_OF.get(f["subject"], f["subject"])) for f in findings)
     return result.exit_code, shown, findings
 
 

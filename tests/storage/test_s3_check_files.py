@@ -68,7 +68,7 @@ def test_a_damaged_state_object_fails_the_check(kg: Any, s3_server: Any, tmp_pat
     assert remote.exit_code == 1, remote.stderr
     assert _codes(remote.json()) == [code]
     (finding,) = [f for f in remote.json()["findings"] if f["code"] == code]
-    assert finding["operator"] == "keyed-state subtask 2"
+    assert finding["subject"] == "keyed-state subtask 2"
     assert finding["message"].startswith(f"{uri}/{KEYED_FILE}: ")
     assert _codes(kg("check", local, "-p", "4", "--json").json()) == [code]
 

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from keygroup_cli import planning
 from keygroup_cli.cli.options import max_parallelism_option, output_options, require_bounds
-from keygroup_cli.cli.render import output_for, print_table
+from keygroup_cli.cli.render import format_count, output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -50,7 +50,7 @@ def command(
         "parallelisms": [
             {
                 "parallelism": a.parallelism,
-                "skew": round(a.skew, 6),
+                "key_group_skew": round(a.skew, 6),
                 "max_key_groups": a.max_load,
                 "min_key_groups": a.min_load,
                 "even": a.even,
@@ -67,11 +67,12 @@ def command(
         table.add_column("verdict")
         for a in shown:
             verdict = "even" if a.even else f"hottest subtask +{(a.skew - 1):.0%}"
-            table.add_row(str(a.parallelism), str(a.min_load), str(a.max_load), f"{a.skew:.2f}", verdict)
+            loads = (format_count(a.min_load), format_count(a.max_load))
+            table.add_row(str(a.parallelism), *loads, f"{a.skew:.2f}", verdict)
         print_table(console, table)
         console.print(f"Even parallelisms in range: {', '.join(map(str, even)) or 'none'}")
         if not show_all and len(shown) < len(advice):
-            console.print(f"({len(advice) - len(shown)} more; --all lists every parallelism)")
+            console.print(f"({format_count(len(advice) - len(shown))} more; --all lists every parallelism)")
 
     out.result("advise", document, text)
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from keygroup_cli.checks import RestorePlan, check_restore
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
-from keygroup_cli.cli.render import output_for, print_table, table_style
+from keygroup_cli.cli.render import counted, output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
 from keygroup_cli.summary import summarize
@@ -138,7 +138,7 @@ def command(
         "format": summary.format,
         "checked_operators": checked,
         "findings": [
-            {"code": f.code, "severity": f.severity.value, "operator": f.subject, "message": f.message}
+            {"code": f.code, "severity": f.severity.value, "subject": f.subject, "message": f.message}
             for f in findings
         ],
     }
@@ -157,7 +157,7 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> 
     else:
         # --table plain|tsv: one line per finding (for cut, awk, sort).
         table = Table()
-        for name in ("severity", "code", "operator", "message"):
+        for name in ("severity", "code", "subject", "message"):
             table.add_column(name)
         for f in findings:
             table.add_row(*(Text(v) for v in (f.severity.value, f.code, f.subject, f.message)))
@@ -165,4 +165,7 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> 
     errors = sum(f.severity is Severity.ERROR for f in findings)
     warnings = sum(f.severity is Severity.WARNING for f in findings)
     verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {checked} operators with state checked, {errors} errors, {warnings} warnings")
+    console.print(
+        f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
+        f"{counted(warnings, 'warning')}"
+    )

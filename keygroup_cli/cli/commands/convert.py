@@ -11,7 +11,7 @@ from rich.console import Console
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import counted, format_bytes, format_count, output_for
 from keygroup_cli.convert.from_savepoint import check_destination, is_flink_savepoint, savepoint_to_snapshot
 from keygroup_cli.convert.inputs import readable
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
@@ -90,8 +90,8 @@ def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compress
         "operators": result.operators,
         "keyed_files": result.keyed_files,
         "keyed_rows": result.keyed_rows,
-        "operator_files": result.operator_files,
-        "operator_rows": result.operator_rows,
+        "operator_state_files": result.operator_files,
+        "operator_state_rows": result.operator_rows,
         "bytes": result.bytes,
         "compression": result.compressed,
     }
@@ -99,9 +99,10 @@ def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compress
     def text(console: Console) -> None:
         what = "Flink savepoint" if to_flink else "kg snapshot"
         console.print(
-            f"Wrote {what} {result.destination}: {result.operators} operators, "
-            f"{result.keyed_rows} keyed rows in {result.keyed_files} files, {result.operator_rows} "
-            f"operator-state elements in {result.operator_files} files ({result.bytes} bytes)"
+            f"Wrote {what} {result.destination}: {counted(result.operators, 'operator')}, "
+            f"{format_count(result.keyed_rows)} keyed rows in {counted(result.keyed_files, 'file')}, "
+            f"{format_count(result.operator_rows)} operator-state rows in "
+            f"{counted(result.operator_files, 'file')} ({format_bytes(result.bytes)})"
         )
 
     out.result("convert", document, text)

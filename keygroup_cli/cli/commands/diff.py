@@ -8,7 +8,7 @@ from rich.table import Table
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for, print_table
+from keygroup_cli.cli.render import format_count, output_for, print_table
 from keygroup_cli.errors import ExitCode
 
 EPILOG = """\b
@@ -50,7 +50,8 @@ def command(ctx: click.Context, a: str, b: str) -> None:
         "same": result.same,
         "operators": [
             {
-                "operator": op.label,
+                # The uid, as every document names it; the label is the operator id when there is none.
+                "uid": None if op.label == op.operator_id else op.label,
                 "operator_id": op.operator_id,
                 "presence": op.presence,
                 "holds_state": op.holds_state,
@@ -58,7 +59,7 @@ def command(ctx: click.Context, a: str, b: str) -> None:
                 "notes": list(op.notes),
                 "states": [
                     {
-                        "state": s.state,
+                        "name": s.state,
                         "kind": s.kind,
                         "rows_a": s.rows_a,
                         "rows_b": s.rows_b,
@@ -85,7 +86,7 @@ def command(ctx: click.Context, a: str, b: str) -> None:
             for s in op.states:
                 if not s.same or not op.comparable:
                     values = (s.rows_a, s.rows_b, s.only_in_a, s.only_in_b)
-                    table.add_row(op.label, s.state, s.kind, *(str(v) for v in values))
+                    table.add_row(op.label, s.state, s.kind, *map(format_count, values))
         for op in result.operators:
             for note in op.notes if op.holds_state else ():
                 console.print(f"{op.label}: {note}", markup=False, highlight=False, soft_wrap=True)

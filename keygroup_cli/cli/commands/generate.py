@@ -19,7 +19,7 @@ from keygroup_cli.cli.options import (
     parallelism_option,
 )
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for, print_table
+from keygroup_cli.cli.render import format_bytes, format_count, output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -106,7 +106,7 @@ def command(
             "max_parallelism": op.max_parallelism,
             "keyed_rows": op.keyed_rows,
             "keyed_files": len(op.keyed_files),
-            "operator_files": len(op.operator_files),
+            "operator_state_files": len(op.operator_files),
             "bytes": op.total_bytes,
         }
         for op in manifest.operators
@@ -118,18 +118,18 @@ def command(
         for name in ("uid", "key type", "p", "maxP", "keyed rows", "files", "bytes"):
             text = name in ("uid", "key type")
             table.add_column(name, justify="left" if text else "right", no_wrap=not text)
-        for op, r in zip(manifest.operators, rows, strict=True):
+        for op in manifest.operators:
             files = len(op.keyed_files) + len(op.operator_files)
             values = (
                 op.uid,
                 op.key_type,
-                op.parallelism,
-                op.max_parallelism,
-                op.keyed_rows,
-                files,
-                r["bytes"],
+                str(op.parallelism),
+                str(op.max_parallelism),
+                format_count(op.keyed_rows),
+                format_count(files),
+                format_bytes(op.total_bytes),
             )
-            table.add_row(*(str(v) for v in values))
+            table.add_row(*values)
         print_table(console, table)
 
     output.result("generate", document, text)

@@ -10,10 +10,18 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with_ha
-from keygroup_cli.cli.key_groups_render import human_size as _size
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
 from keygroup_cli.cli.options import operator_option, output_options
-from keygroup_cli.cli.render import Output, output_for, print_grid, print_table, table_style
+from keygroup_cli.cli.render import (
+    Output,
+    counted,
+    format_bytes,
+    format_count,
+    output_for,
+    print_grid,
+    print_table,
+    table_style,
+)
 from keygroup_cli.errors import UnsupportedFormatError
 from keygroup_cli.summary import (
     OperatorSummary,
@@ -141,7 +149,9 @@ def _text(
     if summary.metadata_version is not None:
         rows.append(("Flink metadata version", str(summary.metadata_version)))
     stateful = [op for op in summary.operators if op.has_state]
-    rows.append(("Operators", f"{len(summary.operators)} ({len(stateful)} with state)"))
+    rows.append(
+        ("Operators", f"{format_count(len(summary.operators))} ({format_count(len(stateful))} with state)")
+    )
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/bold]", value)
     print_grid(console, grid)
@@ -162,9 +172,9 @@ def _text(
             label,
             str(op.parallelism),
             str(op.max_parallelism),
-            _size(op.keyed_bytes),
-            _size(op.operator_state_bytes),
-            str(op.files),
+            format_bytes(op.keyed_bytes),
+            format_bytes(op.operator_state_bytes),
+            format_count(op.files),
             op.operator_id,
         )
     print_table(console, table)
@@ -182,24 +192,25 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
         kind = "channel state"
     console.print(f"\n{title} ({kind}{key})", markup=False, style="bold")
     if op.has_channel_state:
+        inputs, outputs = format_bytes(op.input_channel_bytes), format_bytes(op.result_subpartition_bytes)
         console.print(
-            f"  in-flight data (unaligned checkpoint): input channels {_size(op.input_channel_bytes)}, "
-            f"result subpartitions {_size(op.result_subpartition_bytes)} "
-            f"({op.channel_state_handles} handle{'' if op.channel_state_handles == 1 else 's'})",
+            f"  in-flight data (unaligned checkpoint): input channels {inputs}, result subpartitions "
+            f"{outputs} ({counted(op.channel_state_handles, 'handle')})",
             markup=False,
         )
     if op.states is None:
         console.print("  states: not read")
     for s in op.states or ():
-        extra = f" ({s.elements} elements)" if s.elements is not None else ""
+        extra = f" ({counted(s.elements, 'element')})" if s.elements is not None else ""
         unknown = " (unknown serializer)" if not s.known_serializer else ""
         console.print(f"  {s.name}: {s.kind}{extra} {s.serializer or ''}{unknown}".rstrip(), markup=False)
     histogram = key_group_histogram(op)
     if histogram is not None:
-        hot = ", ".join(f"{kg} ({rows})" for kg, rows in histogram.hottest)
+        hot = ", ".join(f"{kg} ({format_count(rows)})" for kg, rows in histogram.hottest)
         console.print(
-            f"  rows per key group: min {histogram.min_rows}, median {histogram.median_rows:g}, "
-            f"max {histogram.max_rows}; hottest: {hot or '-'}"
+            f"  rows per key group: min {format_count(histogram.min_rows)}, median "
+            f"{format_count(histogram.median_rows)}, max {format_count(histogram.max_rows)}; "
+            f"hottest: {hot or '-'}"
         )
     if subtasks:
         table = Table(box=None, padding=(0, 1))
@@ -210,9 +221,9 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
             table.add_row(
                 str(t.subtask),
                 groups,
-                "-" if t.non_empty_key_groups is None else str(t.non_empty_key_groups),
-                _size(t.keyed_bytes),
-                _size(t.operator_state_bytes),
-                "-" if t.rows is None else str(t.rows),
+                format_count(t.non_empty_key_groups),
+                format_bytes(t.keyed_bytes),
+                format_bytes(t.operator_state_bytes),
+                format_count(t.rows),
             )
         print_table(console, table)

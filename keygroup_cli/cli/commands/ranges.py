@@ -13,7 +13,7 @@ from keygroup_cli.cli.options import (
     parallelism_option,
     require_bounds,
 )
-from keygroup_cli.cli.render import output_for, print_table
+from keygroup_cli.cli.render import format_count, output_for, print_table
 
 EPILOG = """\b
 Examples:
@@ -60,13 +60,14 @@ def command(
     require_bounds(max_p, parallelism)
     ranges = keygroups.subtask_ranges(max_p, parallelism)
     rows = [
-        {"subtask": i, "start": r.start, "end": r.end, "key_groups": r.size} for i, r in enumerate(ranges)
+        {"subtask": i, "key_group_start": r.start, "key_group_end": r.end, "key_groups": r.size}
+        for i, r in enumerate(ranges)
     ]
     document = {
         "max_parallelism": max_p,
         "max_parallelism_defaulted": defaulted,
         "parallelism": parallelism,
-        "skew": keygroups.skew([r.size for r in ranges]),
+        "key_group_skew": keygroups.skew([r.size for r in ranges]),
         "ranges": rows,
     }
 
@@ -76,8 +77,15 @@ def command(
         for name in ("subtask", "start", "end", "key groups"):
             table.add_column(name, justify="right", no_wrap=True)
         for row in rows:
-            table.add_row(*(str(v) for v in row.values()))
+            table.add_row(
+                str(row["subtask"]),
+                str(row["key_group_start"]),
+                str(row["key_group_end"]),
+                format_count(row["key_groups"]),
+            )
         print_table(console, table)
-        console.print(f"hottest subtask carries {document['skew']:.2f}x the mean number of key groups")
+        console.print(
+            f"hottest subtask carries {document['key_group_skew']:.2f}x the mean number of key groups"
+        )
 
     out.result("ranges", document, text)

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import counted, format_count, output_for
 from keygroup_cli.errors import ExitCode
 
 EPILOG = """\b
@@ -58,8 +58,8 @@ def command(ctx: click.Context, snapshot: str) -> None:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         verdict = "OK" if report.ok else "INVALID"
         console.print(
-            f"{verdict}: {report.snapshot}: {report.files} files, {report.rows} rows checked, "
-            f"{len(report.findings)} finding(s)",
+            f"{verdict}: {report.snapshot}: {counted(report.files, 'file')}, "
+            f"{format_count(report.rows)} rows checked, {counted(len(report.findings), 'finding')}",
             markup=False,
             highlight=False,
             soft_wrap=True,
