@@ -14,6 +14,7 @@ from its key-group-count skew. ``advise_parallelism`` weighted by bytes gives th
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,56 @@ class KeyGroupSizes:
     def best(self, top: int = DEFAULT_TOP) -> tuple[ParallelismBytes, ...]:
         """Return the ``top`` parallelisms of the range with the lowest byte skew (ties: the smaller)."""
         return tuple(sorted(self.advice, key=lambda a: (a.byte_skew, a.parallelism))[:top])
+
+    @property
+    def suggested(self) -> int:
+        """Return the parallelism of the range with the lowest byte skew (the first of ``best``).
+
+        The current parallelism when the range is empty (sizes unavailable).
+        """
+        best = self.best(1)
+        return best[0].parallelism if best else self.parallelism
+
+    def subtask_bytes(self, parallelism: int) -> tuple[int, ...]:
+        """Return the bytes each subtask would hold at ``parallelism`` (see ``subtask_loads``)."""
+        return subtask_loads(self.bytes, parallelism)
+
+
+def subtask_loads(key_group_bytes: Sequence[int], parallelism: int) -> tuple[int, ...]:
+    """Return the bytes each of ``parallelism`` subtasks holds when it owns Flink's range of key groups.
+
+    ``key_group_bytes`` has one entry per key group (its length is maxParallelism); subtask ``i`` owns
+    ``subtask_ranges(maxParallelism, parallelism)[i]``, as ``KeyGroupRangeAssignment`` assigns them.
+    """
+    return tuple(
+        sum(key_group_bytes[r.start : r.end + 1]) for r in subtask_ranges(len(key_group_bytes), parallelism)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupBin:
+    """Contiguous key groups drawn as one bar: ``[start, end]`` (inclusive), their bytes and largest one."""
+
+    start: int
+    end: int
+    bytes: int
+    max_bytes: int
+
+
+def key_group_bins(key_group_bytes: Sequence[int], bins: int) -> tuple[KeyGroupBin, ...]:
+    """Return at most ``bins`` bars over the key groups: one per key group when they fit, else runs.
+
+    Runs are contiguous and as even as Flink's subtask ranges (their sizes differ by at most one), so
+    every key group is in exactly one bar and a bar's bytes are the sum of its key groups'.
+    """
+    if bins < 1:
+        raise ValueError(f"bins must be at least 1, got {bins}")
+    count = min(bins, len(key_group_bytes))
+    out = []
+    for r in subtask_ranges(len(key_group_bytes), count) if count else ():
+        part = key_group_bytes[r.start : r.end + 1]
+        out.append(KeyGroupBin(r.start, r.end, sum(part), max(part)))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

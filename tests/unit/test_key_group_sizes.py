@@ -13,7 +13,13 @@ import pytest
 from kg_fixture_state import FLINK_FIXTURES, expected
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.key_group_sizes import KeyGroupSizes, key_group_sizes, parallelism_range
+from keygroup_cli.key_group_sizes import (
+    KeyGroupSizes,
+    key_group_bins,
+    key_group_sizes,
+    parallelism_range,
+    subtask_loads,
+)
 
 
 def _report(case: str) -> dict[str, Any]:
@@ -190,3 +196,43 @@ def test_weighted_advice_matches_flinks_ranges_for_every_vector(range_vectors: d
         assert advice.skew == pytest.approx(max(loads) / (sum(loads) / p))
         checked += 1
     assert checked > 1000
+
+
+def test_subtask_loads_sum_flinks_ranges(range_vectors: dict[str, Any]) -> None:
+    rng = random.Random(25)
+    for max_p, p in [(10, 3), (128, 3), (128, 7), (256, 5), (4096, 96)]:
+        sizes = [rng.randrange(0, 5000) for _ in range(max_p)]
+        loads = subtask_loads(sizes, p)
+        ranges = _flink_ranges(range_vectors, max_p, p) if max_p <= 256 else None
+        if ranges is not None:
+            assert list(loads) == [sum(sizes[a : b + 1]) for a, b in ranges]
+        assert len(loads) == p and sum(loads) == sum(sizes)
+    assert subtask_loads([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 3) == (10, 18, 27)
+
+
+def test_sizes_know_their_suggested_parallelism_and_its_loads() -> None:
+    sizes = _keyed_state("heap-files-p3-maxp128-long")
+    assert sizes.suggested == sizes.best(1)[0].parallelism
+    at_current = sizes.subtask_bytes(sizes.parallelism)
+    assert list(at_current) == [s.bytes for s in sizes.subtasks]
+    suggested = sizes.subtask_bytes(sizes.suggested)
+    found = next(a for a in sizes.advice if a.parallelism == sizes.suggested)
+    assert (max(suggested), min(suggested), sum(suggested)) == (
+        found.max_bytes,
+        found.min_bytes,
+        sizes.total_bytes,
+    )
+
+
+@pytest.mark.parametrize(("n", "bins"), [(0, 4), (5, 10), (10, 3), (128, 40), (32768, 500), (7, 1)])
+def test_key_group_bins_cover_every_key_group_once(n: int, bins: int) -> None:
+    sizes = [(i * 7919) % 1000 for i in range(n)]
+    out = key_group_bins(sizes, bins)
+    assert len(out) == min(n, bins)
+    assert [kg for b in out for kg in range(b.start, b.end + 1)] == list(range(n))
+    widths = {b.end - b.start + 1 for b in out}
+    assert not widths or max(widths) - min(widths) <= 1
+    assert sum(b.bytes for b in out) == sum(sizes)
+    assert all(b.max_bytes == max(sizes[b.start : b.end + 1]) for b in out)
+    with pytest.raises(ValueError, match="bins must be at least 1"):
+        key_group_bins(sizes, 0)
