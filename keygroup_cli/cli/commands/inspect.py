@@ -41,6 +41,7 @@ Examples:
   kg inspect savepoint/_metadata --subtasks               # key-group ranges per subtask
   kg inspect savepoint/ --key-groups                      # bytes per key group; which p balance them
   kg inspect savepoint/ --key-groups --min 8 --max 24     # judge only parallelisms 8..24
+  kg inspect savepoint/ --html skew.html                  # the key-group charts as one offline page
   kg inspect snapshot/ --json | jq '.operators[].uid'     # a kg snapshot, as JSON
   kg inspect zk://zk1:2181,zk2:2181/flink/my-cluster     # the checkpoint the job resumes from
   kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
@@ -67,6 +68,14 @@ Examples:
     type=int,
     help="Largest parallelism judged (implies --key-groups) [default: max(4p, 32), within maxParallelism].",
 )
+@click.option(
+    "--html",
+    "html",
+    metavar="FILE",
+    type=click.Path(path_type=str, dir_okay=False),
+    help="Also write the key-group charts and tables as one self-contained HTML page, no network or "
+    "script needed (implies --key-groups).",
+)
 @operator_option("Only this operator: uid (by its hash where _metadata stores none) or id; repeatable.")
 @output_options
 @click.pass_context
@@ -78,6 +87,7 @@ def command(
     key_groups: bool,
     minimum: int | None,
     maximum: int | None,
+    html: str | None,
     operators: tuple[str, ...],
 ) -> None:
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
@@ -90,7 +100,7 @@ def command(
     out = output_for(ctx)
     source = resolve_input(out, path, job)
     path = source.path
-    wanted = key_groups or minimum is not None or maximum is not None
+    wanted = key_groups or minimum is not None or maximum is not None or html is not None
     sizes = _key_group_sizes(out, path, minimum, maximum) if wanted else {}
     if out.progress_enabled:
         # rich.progress is imported only when a bar can be drawn: inspect must stay fast in CI.
@@ -115,6 +125,12 @@ def command(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
+    if html is not None:
+        from keygroup_cli import __version__
+        from keygroup_cli.cli.skew_html import skew_page, write_page
+
+        keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
+        write_page(html, skew_page(str(summary.path), summary.format, keyed, __version__))
     out.result("inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes)))
 
 
