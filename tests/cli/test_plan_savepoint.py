@@ -72,7 +72,7 @@ def test_the_json_plan_of_a_savepoint(kg):
         run["bytes"] for run in keyed["runs"] if run["from_subtask"] != run["to_subtask"]
     )
     assert sum(keyed["to_byte_loads"]) == keyed["keyed_bytes"] and len(keyed["to_byte_loads"]) == 4
-    assert keyed["moved_key_groups"] == 65 and keyed["to_loads"] == [32, 32, 32, 32]
+    assert keyed["moved_key_groups"] == 65 and keyed["to_key_group_loads"] == [32, 32, 32, 32]
     assert by_label["op-state"]["mode"] == "none" and by_label["op-state"]["operator_state"]["to_rows"]
     source = by_label["kg-source"]
     assert source["rescaled"] is False and source["to_parallelism"] == 1  # --from 3 keeps it at 1
@@ -95,10 +95,10 @@ def test_the_text_plan_of_a_savepoint(kg):
     assert "keyed bytes moved: " in out and "from _metadata's key-group offsets" in out
     assert "keyed bytes per new subtask: " in out
     assert "kg-source: kept as it is (parallelism 1, maxParallelism 128)" in out
-    assert "5 operator(s) without state not shown (--json lists them)" in out
+    assert "10 operators, 5 with state; the 5 without state are not shown (--json lists them)" in out
     native = kg("plan", FLINK / "uid-rocksdb-incremental-p3", "--from", "3", "--to", "4")
     assert native.exit_code == 0
-    assert "bytes of RocksDB files, which record no key-group offsets" in native.stdout
+    assert " of RocksDB files, which record no key-group offsets" in native.stdout
 
 
 def test_the_plan_is_what_the_rescale_does(kg, tmp_path):
@@ -115,11 +115,11 @@ def test_the_plan_is_what_the_rescale_does(kg, tmp_path):
             for field in ("rescaled", "from_parallelism", "to_parallelism", "to_max_parallelism"):
                 assert op[field] == real[field], (op["uid"], field)
             if op["rescaled"] and op["operator_state"] is not None:
-                assert op["operator_state"]["to_rows"] == [s["operator_rows"] for s in real["subtasks"]]
+                assert op["operator_state"]["to_rows"] == [s["operator_state_rows"] for s in real["subtasks"]]
             if op["mode"] == "move":
                 ranges = subtask_ranges(op["to_max_parallelism"], op["to_parallelism"])
                 assert [s["key_group_start"] for s in real["subtasks"]] == [r.start for r in ranges]
-                assert op["to_loads"] == [r.size for r in ranges]
+                assert op["to_key_group_loads"] == [r.size for r in ranges]
             expected_mode = {"move": "regroup", "copy": "regroup", "rehash": "rehash"}.get(op["mode"])
             if op["rescaled"] and expected_mode is not None:
                 assert real["mode"] == expected_mode

@@ -372,7 +372,7 @@ def test_a_stateless_operator_left_at_the_old_max_parallelism_is_refused_by_flin
         "long-sink=256",
     )
     assert code == 1
-    assert sorted((f["code"], f["operator"]) for f in findings) == [
+    assert sorted((f["code"], f["subject"]) for f in findings) == [
         ("MAX_PARALLELISM_MISMATCH", "long-drop"),
         ("MAX_PARALLELISM_MISMATCH", "long-sink"),
     ]
@@ -414,7 +414,7 @@ def test_parallelism_above_a_max_parallelism_is_refused_by_flink_and_by_kg(run: 
     )
     code, findings = _check(run.savepoints["p11"], "--parallelism", "4", "--parallelism", "keyed-string=11")
     assert code == 1
-    assert [(f["code"], f["operator"]) for f in findings] == [
+    assert [(f["code"], f["subject"]) for f in findings] == [
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-string")
     ]
     # Its chained stateless sink at 11 means the chain at 11: refused too. (keyed-string itself stays at 3
@@ -423,7 +423,7 @@ def test_parallelism_above_a_max_parallelism_is_refused_by_flink_and_by_kg(run: 
     assert code == 1
     # An operator no option names is shown by its id where the metadata records no uid (V3/V4).
     uid_of = {operator_id_for_uid(uid): uid for uid in JOB_UIDS}
-    assert [(f["code"], uid_of.get(f["operator"], f["operator"])) for f in findings] == [
+    assert [(f["code"], uid_of.get(f["subject"], f["subject"])) for f in findings] == [
         ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "keyed-string"),
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "string-sink"),
     ]
@@ -441,7 +441,7 @@ def test_an_explicit_new_max_parallelism_is_refused_by_flink_and_by_kg(run: Run)
         "keyed-string=10",
     )
     assert code == 1
-    assert [(f["code"], f["operator"]) for f in findings] == [("MAX_PARALLELISM_MISMATCH", "keyed-long")]
+    assert [(f["code"], f["subject"]) for f in findings] == [("MAX_PARALLELISM_MISMATCH", "keyed-long")]
 
 
 def test_a_native_hashmap_savepoint_rescaled_by_kg_restores_like_flinks_own_rescale(run: Run) -> None:
