@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 from rich.text import Text
 
 from keygroup_cli.cli.render import Output
@@ -92,6 +93,29 @@ def notices(out: Output) -> Iterator[None]:
             root.removeHandler(silence)
 
 
+def progress_bars(console: Console) -> Progress:
+    """Return the bars' layout: counts, rate and times are never cut; the description gives way first.
+
+    Rich would share a narrow terminal out evenly and cut a count short ("196,608/1,951,2…"); here the
+    numbers keep their width, the bar shrinks, and a long stage name ends in "…" instead.
+    """
+
+    def whole() -> Column:
+        return Column(no_wrap=True)
+
+    return Progress(
+        TextColumn("{task.description}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+        BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=5)),
+        CountColumn(table_column=whole()),
+        RateColumn(table_column=whole()),
+        TimeRemainingColumn(table_column=whole()),
+        TimeElapsedColumn(table_column=whole()),
+        console=console,
+        transient=True,
+        expand=True,
+    )
+
+
 @contextmanager
 def progress(out: Output) -> Iterator[OnProgress]:
     """Yield an ``on_progress`` callback that draws one bar per stage, or does nothing when disabled.
@@ -102,16 +126,7 @@ def progress(out: Output) -> Iterator[OnProgress]:
         with notices(out):
             yield _ignore
         return
-    bars = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        CountColumn(),
-        RateColumn(),
-        TimeRemainingColumn(),
-        TimeElapsedColumn(),
-        console=out.stderr,
-        transient=True,
-    )
+    bars = progress_bars(out.stderr)
     tasks: dict[str, TaskID] = {}
     shown: dict[str, tuple[int, int | None]] = {}
 

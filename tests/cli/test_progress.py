@@ -86,3 +86,20 @@ def test_a_terminal_sees_starting_spark_counts_and_rate(tmp_path: Path):
     # The bars are removed when the command ends: the last thing written erases lines (transient).
     assert raw.rstrip().endswith("\x1b[2K"), raw[-200:]
     assert "engine spark (default engine)" in done.stdout.decode()
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_a_narrow_terminal_never_cuts_a_count(width: int) -> None:
+    import io
+
+    from rich.console import Console
+
+    from keygroup_cli.cli.progress import progress_bars
+
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, no_color=True)
+    bars = progress_bars(console)
+    task = bars.add_task("reading keyed state (operator sessions-keyed-by-user-id)", total=1_951_234)
+    bars.update(task, completed=196_608)
+    console.print(bars.make_tasks_table(bars.tasks))
+    line = console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]
+    assert "196,608/1,951,234" in line and line.startswith("reading") and len(line) <= width
