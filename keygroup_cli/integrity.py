@@ -3,8 +3,8 @@
 ``verify_input`` dispatches on what ``path`` is: ``kg verify`` and ``kg check --deep`` call it.
 ``check_input`` is what ``kg check`` adds about the input's files: without ``--deep`` only what a stat
 sees (every state file a Flink ``_metadata`` names is there, readable, with the size its handles need).
-``require_intact`` is what a rescale calls first, so kg never reads an input its own ``kg verify`` rejects,
-and what the savepoint writer calls on its staged output, so kg never commits a savepoint it cannot read.
+``require_intact`` is what a rescale calls first, so kg never reads an input its own ``kg verify`` rejects.
+(A savepoint kg writes is checked before it is committed by ``flink.commit``.)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.storage.locations import Location
 
@@ -25,19 +25,23 @@ OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def verify_input(
-    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+    path: str | Path | Location | FlinkSnapshot,
+    *,
+    on_progress: OnProgress | None = None,
+    blocks: bool = True,
 ) -> VerifyReport:
     """Verify a kg snapshot (``snapshot.verify``) or a Flink savepoint/checkpoint (``flink.verify``).
 
-    ``blocks=False`` leaves a Flink input's key-group blocks to the reader (``verify_flink``).
+    ``blocks=False`` leaves a Flink input's key-group blocks to the reader (``verify_flink``). ``path``
+    may be an opened savepoint (``flink.savepoint.Savepoint``): what it read already is not read again.
 
     Raises:
         InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 
-    if is_flink_savepoint(path):
+    if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
         from keygroup_cli.flink.verify import verify_flink
 
         return verify_flink(path, on_progress=on_progress, blocks=blocks)
@@ -46,25 +50,27 @@ def verify_input(
     return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
 
 
-def check_input(path: str | Path | Location, *, deep: bool = False) -> list[Finding]:
+def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = False) -> list[Finding]:
     """Return ``kg check``'s findings about the input's own files.
 
     A Flink savepoint or checkpoint gets ``flink.state_files.state_file_findings`` (a stat per state file,
     no state read, no pyarrow); with ``deep`` every finding of ``verify_input`` too, less those the stat
-    already made (they are worded alike). A kg snapshot gets nothing without ``deep``.
+    already made (they are worded alike). A kg snapshot gets nothing without ``deep``. ``path`` may be an
+    opened savepoint: nothing it read is read again.
 
     Raises:
         InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 
     findings: list[Finding] = []
-    if is_flink_savepoint(path):
-        from keygroup_cli.flink.metadata.locate import read_flink_metadata
+    if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
+        from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
         from keygroup_cli.flink.state_files import state_file_findings
 
-        findings = state_file_findings(read_flink_metadata(path))
+        path = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
+        findings = state_file_findings(path)
     if deep:
         seen = set(findings)
         findings += [f for f in verify_input(path).findings if f not in seen]
@@ -80,47 +86,27 @@ def _first_error(report: VerifyReport) -> str | None:
 
 
 def require_intact(
-    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+    path: str | Path | Location | FlinkSnapshot,
+    *,
+    on_progress: OnProgress | None = None,
+    blocks: bool = True,
+    label: str | None = None,
 ) -> None:
     """Refuse an input that ``kg verify`` rejects.
 
     With ``blocks=False`` a Flink input's key-group blocks are not decoded here: the caller reads every
     block as strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
     tasks decode every block (``decode_keyed_file(strict=True)``), and before key groups are copied as
-    bytes the savepoint route checks the whole input (``execution.savepoint``).
+    bytes the savepoint route checks the whole input (``execution.savepoint``). ``label`` names the input
+    in the message (default: ``path``, or an opened savepoint's directory).
 
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
     problem = _first_error(verify_input(path, on_progress=on_progress, blocks=blocks))
     if problem is not None:
-        raise InvalidSnapshotError(f"{path}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+        name = label or (str(path) if isinstance(path, str | Path | Location) else str(path.directory))
+        raise InvalidSnapshotError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
-def require_readable_output(path: Path | FlinkSnapshot) -> None:
-    """Refuse to commit a staged Flink savepoint that kg's own reader rejects.
-
-    ``path`` is the staging directory, or the parsed ``_metadata`` of an upload that writes it last
-    (its streams are read where it will be). Every operator-state stream is decoded; keyed blocks are not
-    decoded again: each was checked before it was written, by the encoder against the entries it wrote
-    (``keyed_encode._check_encoded``) or as part of an input that passed ``kg verify`` before its key
-    groups were copied as bytes. Keyed files' sizes and offsets are the writer's check
-    (``savepoint_writer._verify_written``).
-
-    Raises:
-        ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
-    """
-    from keygroup_cli.flink.metadata.locate import read_flink_metadata
-    from keygroup_cli.flink.verify import verify_streams
-
-    snapshot = read_flink_metadata(path) if isinstance(path, Path) else path
-    report = verify_streams(snapshot, keyed=False)
-    problem = _first_error(report)
-    if problem is not None:
-        where = path if isinstance(path, Path) else path.directory
-        raise ExecutionError(
-            f"output verification failed: {where}: {problem}", code="OUTPUT_VERIFICATION_FAILED"
-        )
-
-
-__all__ = ["check_input", "require_intact", "require_readable_output", "verify_input"]
+__all__ = ["check_input", "require_intact", "verify_input"]

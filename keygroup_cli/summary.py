@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.flink.io.paths import PrefixCache, local_path, read_stream_prefix
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     FileHandle,
@@ -28,7 +29,19 @@ from keygroup_cli.flink.io.stream_handles import (
     StreamHandle,
     stream_size,
 )
+from keygroup_cli.flink.metadata import handles as h
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, SubtaskState
+from keygroup_cli.flink.savepoint import open_savepoint
+from keygroup_cli.flink.state.keyed_header import (
+    check_handle_states,
+    operator_header_end,
+    read_keyed_header,
+    read_operator_header,
+)
+from keygroup_cli.flink.state_files import offsets_finding
+from keygroup_cli.storage import is_remote, location
 from keygroup_cli.storage.locations import Location
+from keygroup_cli.storage.transfer import in_flight
 
 if TYPE_CHECKING:
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
@@ -127,15 +140,17 @@ class SnapshotSummary:
     snapshot_type: str | None = None
     format_type: str | None = None
     warnings: tuple[str, ...] = ()
+    #: The opened savepoint this summary was made from (None for a kg snapshot): a command that reads more
+    #: of it (``kg check``'s state-file gate) works on the same object, reading nothing twice.
+    savepoint: Any = field(default=None, compare=False, repr=False)
 
 
 def is_kg_snapshot(path: str | os.PathLike[str]) -> bool:
     """Return whether ``path`` is a kg snapshot directory or its manifest (local or on an object store)."""
-    from keygroup_cli.storage import is_remote
-
     if is_remote(path):
+        # Deferred here and below: a kg snapshot's modules load pyarrow, which a savepoint's inspect and
+        # check never do (tests/cli/test_inspect.py).
         from keygroup_cli.snapshot.download import is_snapshot_at
-        from keygroup_cli.storage import location
 
         return is_snapshot_at(location(path))
     p = Path(path)
@@ -167,8 +182,6 @@ def summarize(
 
 
 def _location(path: str | os.PathLike[str]) -> Location:
-    from keygroup_cli.storage import location
-
     return location(path)
 
 
@@ -178,11 +191,7 @@ def _location(path: str | os.PathLike[str]) -> Location:
 def _summarize_flink(
     path: str | os.PathLike[str], read_states: bool, on_progress: ProgressCallback | None
 ) -> SnapshotSummary:
-    from keygroup_cli.flink.io.paths import cached_prefixes
-    from keygroup_cli.flink.metadata.locate import read_flink_metadata
-
-    with cached_prefixes():
-        return _summarize_flink_snapshot(read_flink_metadata(path), read_states, on_progress)
+    return _summarize_flink_snapshot(open_savepoint(path), read_states, on_progress)
 
 
 def _summarize_flink_snapshot(
@@ -193,8 +202,10 @@ def _summarize_flink_snapshot(
     total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
     done = 0
     operators = []
+    # Prefixes of state files read once for this summary (fetched concurrently first on an object store).
+    cache: PrefixCache = {}
     if read_states:
-        _prefetch_headers(metadata, snapshot.directory)
+        _prefetch_headers(metadata, snapshot.directory, cache)
     for op in metadata.operators:
         files: set[str] = set()
         subtasks = []
@@ -230,7 +241,7 @@ def _summarize_flink_snapshot(
             )
             if read_states and sub.has_state:
                 try:
-                    found_key = _collect_states(sub, snapshot.directory, states)
+                    found_key = _collect_states(sub, snapshot.directory, states, cache)
                 except UnsupportedFormatError as exc:
                     if exc.code != "REMOTE_STATE_FILE":
                         raise
@@ -271,12 +282,11 @@ def _summarize_flink_snapshot(
         snapshot_type=None if props is None else props.type_name,
         format_type=None if props is None else props.format_type,
         warnings=tuple(dict.fromkeys(warnings)),
+        savepoint=snapshot,
     )
 
 
 def _handle_kind(handle: object) -> str:
-    from keygroup_cli.flink.metadata import handles as h
-
     if isinstance(handle, KeyGroupsHandle):
         return "canonical" if handle.tag == h.SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
     if isinstance(handle, h.IncrementalKeyedHandle):
@@ -286,9 +296,6 @@ def _handle_kind(handle: object) -> str:
 
 def _files_of(sub: object, directory: Path | Location) -> set[str]:
     """Return the distinct files a subtask's handles point at (inline state counts as none)."""
-    from keygroup_cli.flink.metadata import handles as h
-    from keygroup_cli.flink.metadata.reader import SubtaskState
-
     assert isinstance(sub, SubtaskState)
     streams: list[StreamHandle | None] = []
     for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
@@ -310,42 +317,30 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
     return names
 
 
-def _prefetch_headers(metadata: object, directory: Path | Location) -> None:
-    """On an object store, fetch every subtask's state-file headers concurrently into the prefix cache.
+def _prefetch_headers(metadata: object, directory: Path | Location, cache: PrefixCache) -> None:
+    """On an object store, fetch every subtask's state-file headers concurrently into ``cache``.
 
-    Round trips dominate there; the summary then reads the same prefixes, in order, from the cache
-    (``flink.cached_prefixes``), so its result is the sequential one. Failures are left for that
+    Round trips dominate there; the summary then reads the same prefixes, in order, from ``cache``, so
+    its result is the sequential one. Failures are left for that
     sequential pass to report. Local: nothing to do.
     """
-    from keygroup_cli.flink.io.paths import prefix_cache
-    from keygroup_cli.flink.metadata.reader import CheckpointMetadata
-    from keygroup_cli.storage.transfer import in_flight
-
-    if not isinstance(directory, Location) or directory.is_local or prefix_cache() is None:
+    if not isinstance(directory, Location) or directory.is_local:
         return
     assert isinstance(metadata, CheckpointMetadata)
     subtasks = [sub for op in metadata.operators for sub in op.subtasks if sub.has_state]
 
     def read(sub: object) -> None:
         with contextlib.suppress(KgError):
-            _collect_states(sub, directory, {})
+            _collect_states(sub, directory, {}, cache)
 
     for _ in in_flight(read, subtasks, ordered=False):
         pass
 
 
-def _collect_states(sub: object, directory: Path | Location, states: dict[str, StateSummary]) -> str | None:
+def _collect_states(
+    sub: object, directory: Path | Location, states: dict[str, StateSummary], cache: PrefixCache
+) -> str | None:
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
-    from keygroup_cli.flink.io.paths import read_stream_prefix
-    from keygroup_cli.flink.metadata import handles as h
-    from keygroup_cli.flink.metadata.reader import SubtaskState
-    from keygroup_cli.flink.state.keyed_header import (
-        check_handle_states,
-        operator_header_end,
-        read_keyed_header,
-        read_operator_header,
-    )
-
     assert isinstance(sub, SubtaskState)
     key_serializer = None
     keyed = sub.managed_keyed_state
@@ -354,12 +349,12 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
         source = _describe(keyed.delegate, directory)
         _require_offsets_inside(keyed, source)
         first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
-        data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES))
+        data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES), cache)
         header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
     elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
         # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
         size = min(stream_size(keyed.metadata), MAX_HEADER_BYTES)
-        data = read_stream_prefix(keyed.metadata, directory, size)
+        data = read_stream_prefix(keyed.metadata, directory, size, cache)
         header = read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
     if header is not None:
         if header.key_serializer is not None:
@@ -385,7 +380,7 @@ def _collect_states(sub: object, directory: Path | Location, states: dict[str, S
             # Read through the first bytes of the last element: a broadcast state's map size sits there.
             wanted = max(offsets) + 4 if offsets else op_handle.size
             limit = min(op_handle.size, wanted, MAX_HEADER_BYTES)
-            data = read_stream_prefix(op_handle.delegate, directory, limit)
+            data = read_stream_prefix(op_handle.delegate, directory, limit, cache)
             end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
             op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
             if end is not None:
@@ -418,16 +413,12 @@ def _require_offsets_inside(handle: Any, source: str) -> None:
         InvalidSnapshotError: ``FLINK_KEY_GROUP_OFFSETS`` or ``FLINK_OPERATOR_STATE_CORRUPT``, worded as
             ``kg check`` and ``kg verify`` word them.
     """
-    from keygroup_cli.flink.state_files import offsets_finding
-
     outside = offsets_finding(handle, handle.size, source, source)
     if outside is not None:
         raise InvalidSnapshotError(outside.message, code=outside.code)
 
 
 def _describe(handle: object, directory: Path | Location) -> str:
-    from keygroup_cli.flink.io.paths import local_path
-
     if isinstance(handle, ByteStreamHandle):
         return f"{directory / '_metadata'} (inline state {handle.handle_name or ''})".replace(" )", ")")
     try:

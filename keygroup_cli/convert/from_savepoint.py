@@ -31,9 +31,10 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_header import (
     OperatorStateHeader,
@@ -180,33 +181,26 @@ def native_savepoint_kind(snapshot: FlinkSnapshot) -> str:
     return "a NATIVE savepoint holding " + " and ".join(sorted(kinds))
 
 
-def key_types(snapshot: FlinkSnapshot) -> dict[str, str]:
-    """Return the kg key type of every operator with keyed state, by operator id (one header read each).
+def _operator_stream(
+    snapshot: Savepoint, operator_id: str, subtask: int, handle: OperatorStateHandle
+) -> tuple[bytes, OperatorStateHeader, pa.Table]:
+    """Return one operator-state stream's header bytes, header and rows, as the opened savepoint has them.
 
-    Keys of Flink's String, Long, Integer and Boolean serializers can be re-hashed; any other key
-    serializer is ``binary``.
+    A stream that did not decode when it was opened is decoded here again, for its own error.
     """
-    found: dict[str, str] = {}
-    for op in snapshot.metadata.operators:
-        for sub in op.subtasks:
-            handle = sub.managed_keyed_state
-            if isinstance(handle, KeyGroupsHandle):
-                with StreamSource(handle.delegate, snapshot.directory) as src:
-                    _raw, header = keyed_header(src, handle)
-                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
-                found[op.operator_id] = layout.codec.key_type
-                break
-    return found
-
-
-def _operator_header(src: StreamSource, handle: OperatorStateHandle) -> tuple[bytes, OperatorStateHeader]:
-    offsets = [o for e in handle.states for o in e.offsets]
-    first = min([o for o in offsets if o > 0] or [src.size])
-    prefix = src.read(0, first)
-    end = operator_header_end(prefix, offsets, src.size)
-    assert end is not None
-    raw = prefix[:end]
-    return raw, read_operator_header(raw, src.source, end)
+    opened = snapshot.operator_streams.get((operator_id, subtask))
+    if opened is not None and opened.table is not None:
+        assert opened.raw_header is not None and opened.header is not None
+        return opened.raw_header, opened.header, opened.table
+    with StreamSource(handle.delegate, snapshot.directory) as src:
+        offsets = [o for e in handle.states for o in e.offsets]
+        first = min([o for o in offsets if o > 0] or [src.size])
+        prefix = src.read(0, first)
+        end = operator_header_end(prefix, offsets, src.size)
+        assert end is not None
+        raw = prefix[:end]
+        header = read_operator_header(raw, src.source, end)
+        return raw, header, decode_operator_file(src, handle, header)
 
 
 def _dedupe(headers: list[tuple[int, bytes]]) -> list[dict[str, Any]]:
@@ -236,12 +230,12 @@ def savepoint_to_snapshot(
         InvalidArgumentError: ``dest`` exists.
     """
     report = on_progress or _noop
-    snapshot = read_flink_metadata(source)
+    snapshot = open_savepoint(source)
     refuse_channel_state(snapshot)
     if needs_canonical_view(snapshot):
         # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
         with scratch_directory(dest) as scratch:
-            view = canonical_view(snapshot, scratch / "canonical")
+            view = Savepoint.rewritten(canonical_view(snapshot, scratch / "canonical"), snapshot)
             return _savepoint_to_snapshot(view, dest, keyed, report, origin=snapshot)
     return _savepoint_to_snapshot(snapshot, dest, keyed, report, origin=snapshot)
 
@@ -293,8 +287,10 @@ def decode_savepoint(
     """Decode the canonical savepoint ``snapshot`` into ``sink``; return kg's manifest of it and the counts.
 
     ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite. With
-    ``keyed=False`` only operator state is decoded. The caller checked ``check_convertible``.
+    ``keyed=False`` only operator state is decoded. The caller checked ``check_convertible``. Operator
+    state comes from the opened savepoint's streams (``Savepoint.operator_streams``), decoded once.
     """
+    snapshot = Savepoint.of(snapshot)
     origin = origin or snapshot
     meta = snapshot.metadata
     total = sum(len(op.subtasks) for op in meta.operators)
@@ -360,9 +356,7 @@ def decode_savepoint(
             op_handle = sub.managed_operator_state
             if op_handle is not None:
                 op_dir = op_dir or sink.operator_dir(op.uid, op.operator_id)
-                with StreamSource(op_handle.delegate, snapshot.directory) as src:
-                    raw, op_header = _operator_header(src, op_handle)
-                    table = decode_operator_file(src, op_handle, op_header)
+                raw, op_header, table = _operator_stream(snapshot, op.operator_id, sub.index, op_handle)
                 operator_compressed = op_header.compressed
                 operator_headers.append((sub.index, raw))
                 for e in op_handle.states:
@@ -493,7 +487,6 @@ __all__ = [
     "check_convertible",
     "check_destination",
     "is_flink_savepoint",
-    "key_types",
     "refuse_channel_state",
     "savepoint_to_snapshot",
 ]

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from keygroup_cli.convert.from_savepoint import OnProgress, _noop, decode_savepoint
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot import Manifest
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
@@ -99,35 +100,32 @@ def read_operator_tables(
     """Decode every operator-state stream of the canonical savepoint ``snapshot`` into memory.
 
     ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite (heap layouts).
-    The caller checked ``convert.check_convertible``. The streams are verified first as ``kg verify``
-    verifies them (``flink.verify.verify_streams``: sizes, offsets, headers, snappy CRCs, every element,
-    the header's states against ``_metadata``'s), so no rescale, through the CLI or ``rescale()``, commits
-    operator state from a stream ``kg verify`` rejects.
+    The caller checked ``convert.check_convertible``. Each stream is checked as ``kg verify`` checks it
+    (sizes, offsets, headers, snappy CRCs, every element, the header's states against ``_metadata``'s)
+    by the same decode that gives its rows (``Savepoint.operator_streams``), so no rescale, through the
+    CLI or ``rescale()``, commits operator state from a stream ``kg verify`` rejects, and none is decoded
+    twice.
 
     Raises:
         InvalidSnapshotError: A stream fails that check (``INPUT_FAILS_VERIFY``), is missing or does not
             decode.
         UnsupportedFormatError: A header kg cannot read.
     """
-    require_operator_streams_intact(snapshot, origin or snapshot)
+    savepoint = Savepoint.of(snapshot)
+    require_operator_streams_intact(savepoint, origin or savepoint)
     sink = _MemorySink()
-    manifest, _ = decode_savepoint(snapshot, sink, keyed=False, report=on_progress or _noop, origin=origin)
+    manifest, _ = decode_savepoint(savepoint, sink, keyed=False, report=on_progress or _noop, origin=origin)
     return OperatorTables(manifest, sink.tables, str((origin or snapshot).directory))
 
 
 def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapshot | None = None) -> None:
     """Refuse ``snapshot`` if any of its operator-state streams fails ``kg verify``'s check of it.
 
-    Operator state is small: the check decodes each stream once more, on the driver.
-
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
-    from keygroup_cli.findings import Severity
-    from keygroup_cli.flink.verify import verify_streams
-
-    report = verify_streams(snapshot, keyed=False)
-    errors = [f for f in report.findings if f.severity is Severity.ERROR]
+    streams = Savepoint.of(snapshot).operator_streams.values()
+    errors = [f for stream in streams for f in stream.errors]
     if errors:
         more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
         raise InvalidSnapshotError(

@@ -26,7 +26,9 @@ from keygroup_cli.execution.snapshot_rescale import (
     verify_input,
     verify_output,
 )
-from keygroup_cli.flink.metadata.locate import is_flink_savepoint
+from keygroup_cli.flink.layouts.heap import needs_canonical_view
+from keygroup_cli.flink.savepoint import try_open_savepoint
+from keygroup_cli.integrity import require_intact
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
@@ -79,19 +81,25 @@ def rescale(
         ExecutionError: Writing or verifying failed (nothing committed).
     """
     # Tasks may run elsewhere (Spark executors work in their own directories): local paths go absolute.
+    label = str(source.path) if isinstance(source, Snapshot) else str(source)
     if not is_remote(dest):
         dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
+        # The input's gate, for every caller: never rescale what kg verify rejects.
+        require_intact(source.path, on_progress=on_progress)
         return rescale_snapshot(source, dest, new_parallelism, **_options(locals()))
     if not is_remote(source):
         source = Path(source).absolute()
     refuse_inside_input(source, dest)
     options = _options(locals())
-    if is_flink_savepoint(source) and _readable_in_place(source):
-        # Local or on an object store: read where it is, keyed files written where DEST is.
-        return rescale_savepoint(source, dest, new_parallelism, **options)
+    savepoint = try_open_savepoint(source)  # _metadata read once, here
+    if savepoint is not None and (not is_remote(source) or not needs_canonical_view(savepoint)):
+        # Local or on an object store: read where it is, keyed files written where DEST is. The route
+        # runs the input's gate on this opened savepoint.
+        return rescale_savepoint(savepoint, dest, new_parallelism, label=label, **options)
     if is_remote(source) or is_remote(dest):
-        return _rescale_remote(source, dest, new_parallelism, **options)
+        return _rescale_remote(source, dest, new_parallelism, savepoint is not None, label, **options)
+    require_intact(source, on_progress=on_progress, label=label)
     return rescale_snapshot(source, dest, new_parallelism, **options)
 
 
@@ -109,27 +117,18 @@ _OPTIONS = (
 )
 
 
-def _readable_in_place(source: Path | str) -> bool:
-    """Return whether a savepoint's state is read where it is: local, or canonical on an object store.
-
-    Heap checkpoints and RocksDB layouts on an object store are downloaded first (``_rescale_remote``):
-    kg rewrites them into the canonical layout in a local scratch directory.
-    """
-    if not is_remote(source):
-        return True
-    from keygroup_cli.flink.layouts.heap import needs_canonical_view
-    from keygroup_cli.flink.metadata.locate import read_flink_metadata
-
-    return not needs_canonical_view(read_flink_metadata(source))
-
-
 def _options(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Return the keyword arguments every route takes, from ``rescale``'s own."""
     return {name: arguments[name] for name in _OPTIONS}
 
 
 def _rescale_remote(
-    source: Path | str, dest: Path | str, new_parallelism: int, **options: Any
+    source: Path | str,
+    dest: Path | str,
+    new_parallelism: int,
+    savepoint: bool,
+    label: str,
+    **options: Any,
 ) -> RescaleResult:
     """Rescale where the input or the output is on an object store (``keygroup_cli.storage.remote``).
 
@@ -146,7 +145,6 @@ def _rescale_remote(
     report = options.get("on_progress") or _ignore
     if not is_remote(dest):
         refuse_existing(Path(dest))  # before the download, not after it
-    savepoint = is_flink_savepoint(source)
     commit_file = "_metadata" if savepoint else "_manifest.json"
     with contextlib.ExitStack() as stack:
         if is_remote(dest):
@@ -154,8 +152,19 @@ def _rescale_remote(
         else:
             local_dest = dest
         local_source = stack.enter_context(readable(source, on_progress=report))
-        result = rescale(Path(local_source), local_dest, new_parallelism, **options)
+        result = _rescale_local_copy(Path(local_source), local_dest, new_parallelism, label, **options)
     return replace(result, output=dest, wall_seconds=time.monotonic() - started)
+
+
+def _rescale_local_copy(
+    source: Path, dest: Path | str, new_parallelism: int, label: str, **options: Any
+) -> RescaleResult:
+    """Rescale a downloaded copy of an object-store input; messages name the input by its URI."""
+    savepoint = try_open_savepoint(source)
+    if savepoint is not None:
+        return rescale_savepoint(savepoint, dest, new_parallelism, label=label, **options)
+    require_intact(source, on_progress=options.get("on_progress"), label=label)
+    return rescale_snapshot(source, dest, new_parallelism, **options)
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

@@ -31,18 +31,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from keygroup_cli.convert.from_savepoint import (
     check_convertible,
     check_destination,
-    key_types,
     refuse_channel_state,
 )
 from keygroup_cli.convert.operator_tables import read_operator_tables
-from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
+from keygroup_cli.convert.to_savepoint import check_finished, write_savepoint
+from keygroup_cli.errors import KgError
 from keygroup_cli.execution import (
     EngineChoice,
     Executor,
@@ -54,25 +54,22 @@ from keygroup_cli.execution import (
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
+from keygroup_cli.flink.commit import check_output, seal_savepoint
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
-from keygroup_cli.flink.regroup import (
-    RegroupedFile,
-    keyed_handles,
-    regroup_keyed_state,
-    shared_keyed_header,
-)
-from keygroup_cli.integrity import require_intact, require_readable_output
+from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.integrity import require_intact
 from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.snapshot.model import Manifest
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
-from keygroup_cli.storage.staging import scratch_directory
+from keygroup_cli.storage.staging import scratch_directory, staged_directory
 
 METADATA = "_metadata"
 
@@ -103,7 +100,7 @@ def preflight(
         all_operators, operators, expected_parallelism, with_state, new_max_parallelism
     )
     if types is None:
-        types = key_types(savepoint)
+        types = Savepoint.of(savepoint).key_types
     for op in all_operators:
         target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
         if target is not None:
@@ -118,11 +115,65 @@ def preflight(
 
 def operators_with_state(savepoint: FlinkSnapshot) -> set[str]:
     """Return the ids of the operators whose subtasks hold state (what decides chain followers)."""
-    return {op.operator_id for op in savepoint.metadata.operators if any(s.has_state for s in op.subtasks)}
+    return set(Savepoint.of(savepoint).with_state)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedInput:
+    """A savepoint rescale's input, opened once and past its gate."""
+
+    #: What the user named.
+    origin: Savepoint
+    #: What is read: ``origin``, or the canonical rewrite of a heap or RocksDB layout.
+    savepoint: Savepoint
+    #: Each keyed operator's shared header when key groups are copied as bytes, else None (re-hashed).
+    copy_headers: dict[str, bytes] | None
+
+
+def open_input(
+    source: Path | str | Savepoint,
+    scratch: Path,
+    new_max_parallelism: int | None,
+    report: OnProgress,
+    label: str | None = None,
+) -> OpenedInput:
+    """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
+
+    Key-group blocks are checked here only when they are copied as bytes; otherwise the read tasks decode
+    every block as strictly as ``kg verify`` does. A heap or RocksDB layout is rewritten in the canonical
+    layout in ``scratch`` and read from there.
+
+    Raises:
+        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
+        UnsupportedFormatError: A format kg does not read, or channel state at a parallelism change.
+    """
+    origin = source if isinstance(source, Savepoint) else open_savepoint(source)
+    canonical = not needs_canonical_view(origin)
+    copy = _copyable(origin, new_max_parallelism) if canonical else None
+    verify = _stage(report, "verify input")
+    require_intact(origin, blocks=copy is not None, label=label, on_progress=verify)
+    refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
+    if canonical:
+        return OpenedInput(origin, origin, copy)
+    # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the canonical
+    # layout first, and the rest of the rescale reads that view.
+    view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
+    copy = _regroupable(view, new_max_parallelism)
+    if copy is not None:
+        require_intact(view, on_progress=verify)
+    return OpenedInput(origin, view, copy)
+
+
+def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str, bytes] | None:
+    """``_regroupable``, or None where a keyed header does not parse (the gate then says why)."""
+    try:
+        return _regroupable(savepoint, new_max_parallelism)
+    except KgError:
+        return None
 
 
 def rescale_savepoint(
-    source: Path | str,
+    source: Path | str | Savepoint,
     dest: Path | str,
     new_parallelism: int,
     *,
@@ -137,12 +188,14 @@ def rescale_savepoint(
     verbose: bool = False,
     on_progress: OnProgress | None = None,
     executor: Executor | None = None,
+    label: str | None = None,
 ) -> RescaleResult:
-    """Rescale the canonical Flink savepoint ``source`` and commit a new savepoint at ``dest``.
+    """Rescale the Flink savepoint ``source`` and commit a new canonical savepoint at ``dest``.
 
     Arguments are those of ``keygroup_cli.execution.rescale.rescale``, plus ``compression`` (snappy for the
-    new state files; None keeps what the source used). The result's ``manifest`` describes the rescaled
-    state (kg's view of it) and ``savepoint`` what was written.
+    new state files; None keeps what the source used) and ``label`` (how messages name the input). The
+    result's ``manifest`` describes the rescaled state (kg's view of it) and ``savepoint`` what was
+    written.
 
     Raises:
         InvalidArgumentError: Bad arguments or DEST exists (nothing written).
@@ -159,52 +212,24 @@ def rescale_savepoint(
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        savepoint = origin = read_flink_metadata(source)
-        refuse_channel_state(savepoint)  # before a heap checkpoint's rewrite, naming the input
-        if needs_canonical_view(savepoint):
-            # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the
-            # canonical layout first, and the rest of the rescale reads that view.
-            savepoint = canonical_view(savepoint, scratch / "canonical")
-            source = scratch / "canonical"
+        opened = open_input(source, scratch, new_max_parallelism, report, label)
+        savepoint = opened.savepoint
         preflight(
-            savepoint,
-            new_parallelism,
-            operators,
-            new_max_parallelism,
-            expected_parallelism=from_parallelism,
+            savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism=from_parallelism
         )
-        headers = _regroupable(savepoint, new_max_parallelism)
-        if headers is not None:
-            # Key groups copied as bytes are never decoded on the way: every block of the input is checked
-            # as kg verify checks it first (the re-hashing route's read tasks check the blocks they read).
-            require_intact(source, on_progress=_stage(report, "verify input"))
-        choice = None
-        if executor is None and headers is not None:
-            # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
-            # on the driver by either engine: starting a JVM would only add seconds.
-            executor = get_executor("local")
-            choice = EngineChoice(
-                "local", "key groups copied as bytes (same maxParallelism): no Spark needed"
-            )
-        elif executor is None:
-            choice = choose_engine(engine)
-            # The engine (a JVM for Spark) starts while operator state is decoded.
-            pending = PendingExecutor(
-                choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
-            )
-        # Operator state (small) is decoded, redistributed and encoded again in memory on the driver.
+        runner = _Runner.start(opened, executor, engine, report, master, spark, spark_conf, verbose)
+        # Operator state (small) was decoded once when the input was opened; it is redistributed and
+        # encoded again in memory on the driver.
         state = read_operator_tables(
-            savepoint, origin=origin, on_progress=_stage(report, "read operator state")
+            savepoint, origin=opened.origin, on_progress=_stage(report, "read operator state")
         )
-        if executor is None:
-            executor = pending.result()
         plan, rescaled = rescale_operator_tables(
             state,
             new_parallelism,
             from_parallelism=from_parallelism,
             operators=operators,
             new_max_parallelism=new_max_parallelism,
-            with_state=operators_with_state(savepoint),
+            with_state=set(savepoint.with_state),
         )
         targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
         # A partially finished operator keeps a finished subtask, one that gets no state: refused before
@@ -213,69 +238,151 @@ def rescale_savepoint(
             o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
         }
         require_finished_kept(savepoint.metadata.operators, targets, new_rows)
-        copied: dict[str, tuple[int, ...]] = {}
-        keyed_rows: dict[str, tuple[int, ...]] = {}
-        keyed_executor = executor
+        check_finished(rescaled)
         # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
         # everything else is staged locally and uploaded after them, _metadata last.
-        keyed_root = str(dest) if remote is not None and headers is None else None
-        names: list[str] = []
-
-        def write_keyed(staging: Path) -> dict[str, list[RegroupedFile]]:
-            if headers is not None:
-                return _regroup_all(savepoint, headers, targets, staging, copied, report)
+        keyed_root = str(dest) if remote is not None and opened.copy_headers is None else None
+        jobs = None
+        if opened.copy_headers is None:
             jobs = plan_keyed_jobs(
                 savepoint,
                 targets,
-                keyed_root or str(staging),
+                keyed_root or _STAGING,
                 compression=compression,
-                pieces=keyed_executor.read_pieces(),
+                pieces=runner.executor().read_pieces(),
             )
-            names.extend(w.name for job in jobs for w in job.writes)
-            if remote is not None and keyed_root is not None:
-                transfer.mark_writer(remote)
-            written = keyed_executor.run_keyed(jobs, scratch, report)
-            files = {}
-            for op_id, op_files in written.items():
-                files[op_id] = [
-                    RegroupedFile(f.subtask, f.handle, f.size, f.key_groups_with_data) for f in op_files
-                ]
-                copied[op_id] = tuple(f.size for f in op_files)
-                keyed_rows[op_id] = tuple(f.rows for f in op_files)
-            return files
-
+        keyed = _Keyed(opened, targets, jobs, keyed_root, remote)
         staged = scratch / "savepoint" if remote is not None else Path(dest)
         try:
-            written = snapshot_to_savepoint(
-                rescaled,
-                staged,
-                compression=None if headers is not None else compression,
-                on_progress=_stage(report, "write savepoint"),
-                regroup=write_keyed,
-                keyed_root=keyed_root,
-            )
+            with staged_directory(staged) as staging:
+                keyed.write(runner.executor(), staging, scratch, report)
+                written = write_savepoint(
+                    rescaled,
+                    staging,
+                    compression=None if opened.copy_headers is not None else compression,
+                    on_progress=_stage(report, "write savepoint"),
+                    keyed=keyed.files,
+                    keyed_root=keyed_root,
+                )
+                assert written.metadata is not None
+                # An upload checks the operator streams where they will be, beside the keyed files.
+                sealed = seal_savepoint(
+                    staging, written.metadata, keyed_root=keyed_root, check_streams=remote is None
+                )
             if remote is not None:
-                _upload(staged, remote, names if keyed_root else [], report)
+                _upload(staged, remote, keyed.names, report, sealed.metadata)
         except BaseException:
-            if remote is not None and keyed_root is not None and names:
-                transfer.remove_written(remote, names)
+            if remote is not None and keyed_root is not None and keyed.names:
+                transfer.remove_written(remote, keyed.names)
             raise
     return RescaleResult(
         plan,
-        _with_written_sizes(rescaled.manifest, written.metadata),
+        _with_written_sizes(rescaled.manifest, sealed.metadata),
         str(dest) if remote is not None else Path(dest),
-        executor.name,
+        runner.executor().name,
         time.monotonic() - started,
-        choice.reason if choice is not None else "executor given by the caller",
-        savepoint=replace(written, keyed_rows=written.keyed_rows + sum(map(sum, keyed_rows.values()))),
-        regrouped=copied or None,
-        keyed_rows=keyed_rows or None,
+        runner.reason,
+        savepoint=replace(
+            written,
+            destination=str(dest),
+            keyed_rows=written.keyed_rows + sum(map(sum, keyed.rows.values())),
+        ),
+        regrouped=keyed.sizes or None,
+        keyed_rows=keyed.rows or None,
     )
 
 
-def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata | None) -> Manifest:
+#: The output root of write tasks planned before the staging directory exists (bound to it at run time).
+_STAGING = ""
+
+
+@dataclass
+class _Runner:
+    """The engine a rescale runs on, started while operator state is decoded."""
+
+    ready: Executor | None
+    pending: PendingExecutor | None
+    reason: str
+
+    @classmethod
+    def start(
+        cls,
+        opened: OpenedInput,
+        executor: Executor | None,
+        engine: str | EngineChoice | None,
+        report: OnProgress,
+        master: str | None,
+        spark: Any,
+        spark_conf: Mapping[str, str] | None,
+        verbose: bool,
+    ) -> _Runner:
+        if executor is not None:
+            return cls(executor, None, "executor given by the caller")
+        if opened.copy_headers is not None:
+            # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
+            # on the driver by either engine: starting a JVM would only add seconds.
+            return cls(
+                get_executor("local"),
+                None,
+                "key groups copied as bytes (same maxParallelism): no Spark needed",
+            )
+        choice = choose_engine(engine)
+        # The engine (a JVM for Spark) starts while operator state is decoded.
+        pending = PendingExecutor(
+            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+        )
+        return cls(None, pending, choice.reason)
+
+    def executor(self) -> Executor:
+        if self.ready is None:
+            assert self.pending is not None
+            self.ready = self.pending.result()
+        return self.ready
+
+
+@dataclass
+class _Keyed:
+    """The keyed half of a savepoint rescale: planned before staging, written into it."""
+
+    opened: OpenedInput
+    targets: dict[str, tuple[int, int]]
+    jobs: list[Any] | None
+    keyed_root: str | None
+    remote: Location | None
+    files: dict[str, list[RegroupedFile]] = field(default_factory=dict)
+    sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    rows: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
+
+    def write(self, executor: Executor, staging: Path, scratch: Path, report: OnProgress) -> None:
+        """Copy the key groups as bytes, or run the engine's tasks; keep what was written."""
+        if self.jobs is None:
+            assert self.opened.copy_headers is not None
+            self.files = _regroup_all(
+                self.opened.savepoint, self.opened.copy_headers, self.targets, staging, self.sizes, report
+            )
+            return
+        jobs = self.jobs if self.keyed_root is not None else [_bind(job, str(staging)) for job in self.jobs]
+        self.names.extend(w.name for job in jobs for w in job.writes)
+        if self.remote is not None and self.keyed_root is not None:
+            transfer.mark_writer(self.remote)
+        written = executor.run(jobs, scratch, report)
+        for op_id, op_files in written.items():
+            self.files[op_id] = [
+                RegroupedFile(f.subtask, f.handle, f.size, f.key_groups_with_data) for f in op_files
+            ]
+            self.sizes[op_id] = tuple(f.size for f in op_files)
+            self.rows[op_id] = tuple(f.rows for f in op_files)
+
+
+def _bind(job: Any, root: str) -> Any:
+    """Return ``job`` with its write tasks writing under ``root`` (the staging directory, now it exists)."""
+    writes = tuple(replace(w, root=root) if w.root == _STAGING else w for w in job.writes)
+    return replace(job, writes=writes)
+
+
+def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata) -> Manifest:
     """Return ``manifest`` with each operator-state entry's bytes those of its stream in the savepoint."""
-    assert metadata is not None
     sizes = {
         (op.operator_id, sub.index): sub.managed_operator_state.delegate.size
         for op in metadata.operators
@@ -292,18 +399,19 @@ def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata | None)
     return replace(manifest, operators=tuple(operators))
 
 
-def _upload(staged: Path, remote: Location, written_there: list[str], report: OnProgress) -> None:
+def _upload(
+    staged: Path, remote: Location, written_there: list[str], report: OnProgress, metadata: CheckpointMetadata
+) -> None:
     """Upload the staged savepoint beside the keyed files already at ``remote``; ``_metadata`` last.
 
     Before ``_metadata`` is written every operator-state stream of the output is decoded where it now is
-    (the check ``snapshot_to_savepoint`` leaves to its caller when keyed files are written elsewhere); the
-    keyed files' blocks were checked by the write tasks as they encoded them, their sizes by
-    ``snapshot_to_savepoint``.
+    (``flink.commit.check_output``); the keyed files' blocks were checked by the write tasks as they
+    encoded them, their sizes by ``flink.commit.seal_savepoint``. ``metadata`` is what was sealed: nothing
+    is read back.
     """
-    metadata = read_flink_metadata(staged).metadata
 
     def check() -> None:
-        require_readable_output(FlinkSnapshot(remote / METADATA, metadata))
+        check_output(FlinkSnapshot(remote / METADATA, metadata), remote)
 
     transfer.commit_upload(
         staged, remote, METADATA, report, written_elsewhere=written_there, before_commit=check
@@ -343,7 +451,7 @@ def _regroup_all(
     return files
 
 
-def _regroupable(savepoint: FlinkSnapshot, new_max_parallelism: int | None) -> dict[str, bytes] | None:
+def _regroupable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str, bytes] | None:
     """Return the shared keyed header of every keyed operator if key groups can be copied as bytes.
 
     That needs the same maxParallelism (key groups keep their numbers) and, per operator, one header for
@@ -351,7 +459,7 @@ def _regroupable(savepoint: FlinkSnapshot, new_max_parallelism: int | None) -> d
     """
     headers = {}
     for op in savepoint.metadata.operators:
-        if not keyed_handles(op):
+        if op.operator_id not in savepoint.keyed_streams:
             continue
         if new_max_parallelism not in (None, op.max_parallelism):
             return None
@@ -373,4 +481,4 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
 
 
-__all__ = ["preflight", "rescale_savepoint"]
+__all__ = ["OpenedInput", "open_input", "preflight", "rescale_savepoint"]

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from keygroup_cli.convert.from_savepoint import key_types, refuse_channel_state
+from keygroup_cli.convert.from_savepoint import refuse_channel_state
 from keygroup_cli.convert.operator_tables import read_operator_tables
 from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
@@ -36,8 +36,9 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
 from keygroup_cli.flink.layouts.heap import needs_canonical_view
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
@@ -46,7 +47,7 @@ from keygroup_cli.storage.locations import Location
 
 
 def plan_savepoint(
-    source: Path | str | Location,
+    source: Path | str | Location | Savepoint,
     new_parallelism: int,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
@@ -68,7 +69,7 @@ def plan_savepoint(
             keys kg cannot re-hash.
         InvalidSnapshotError: ``_metadata``, a header or an operator stream kg cannot read.
     """
-    savepoint = read_flink_metadata(source)
+    savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
     refuse_channel_state(savepoint)
     if needs_canonical_view(savepoint):
         types = _layout_key_types(savepoint)
@@ -81,7 +82,7 @@ def plan_savepoint(
             types=types,
         )
     else:
-        types = key_types(savepoint)
+        types = dict(Savepoint.of(savepoint).key_types)
         preflight(
             savepoint,
             new_parallelism,

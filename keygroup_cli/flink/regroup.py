@@ -25,6 +25,7 @@ from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHa
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
@@ -46,16 +47,12 @@ def keyed_handles(op: OperatorState) -> list[KeyGroupsHandle]:
     return [s.managed_keyed_state for s in op.subtasks if isinstance(s.managed_keyed_state, KeyGroupsHandle)]
 
 
-def header_bytes(savepoint: FlinkSnapshot, handle: KeyGroupsHandle) -> bytes:
-    """Return the raw header of a keyed file: everything before its first key-group block."""
-    with StreamSource(handle.delegate, savepoint.directory) as src:
-        first = min([o for o in handle.offsets if o] or [src.size])
-        return src.read(0, first)
-
-
 def shared_keyed_header(savepoint: FlinkSnapshot, op: OperatorState) -> bytes | None:
-    """Return the header every old keyed file of ``op`` starts with, or None if they differ."""
-    headers = {header_bytes(savepoint, h) for h in keyed_handles(op)}
+    """Return the header every old keyed file of ``op`` starts with, or None if they differ.
+
+    The headers are the opened savepoint's (``Savepoint.keyed_streams``): read once, not again here.
+    """
+    headers = {s.raw_header for s in Savepoint.of(savepoint).keyed_streams.get(op.operator_id, ())}
     return headers.pop() if len(headers) == 1 else None
 
 

@@ -31,19 +31,22 @@ from pathlib import Path
 
 import numpy as np
 
-from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.findings import Finding, Severity, VerifyReport
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_block_batch, decode_block_columns
-from keygroup_cli.flink.state.keyed_header import operator_header_end, read_keyed_header, read_operator_header
+from keygroup_cli.flink.state.keyed_header import (
+    read_keyed_header,
+)
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.operator_state import decode_operator_file
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
+from keygroup_cli.flink.stream_checks import finding, stream_finding
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.storage.locations import Location
@@ -67,7 +70,10 @@ class _Corrupt(Exception):
 
 
 def verify_flink(
-    path: str | Path | Location, *, on_progress: OnProgress | None = None, blocks: bool = True
+    path: str | Path | Location | FlinkSnapshot,
+    *,
+    on_progress: OnProgress | None = None,
+    blocks: bool = True,
 ) -> VerifyReport:
     """Verify the Flink savepoint or checkpoint at ``path`` deeply and return the findings.
 
@@ -80,8 +86,11 @@ def verify_flink(
     Raises:
         InvalidSnapshotError: ``_metadata`` is missing or does not parse.
         UnsupportedFormatError: Its version is one kg does not read.
+
+    ``path`` may be an opened savepoint: what it read already is not read again.
     """
-    savepoint = read_flink_metadata(path)
+    savepoint = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
+    subject = str(savepoint.directory) if isinstance(path, FlinkSnapshot) else str(path)
     report = on_progress or (lambda _s, _d, _t: None)
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
@@ -100,11 +109,11 @@ def verify_flink(
             try:
                 view = canonical_view(savepoint, Path(scratch) / "canonical")
             except InvalidSnapshotError as exc:
-                findings.append(_finding("FLINK_KEYED_STATE_UNREADABLE", str(path), exc.message))
+                findings.append(_finding("FLINK_KEYED_STATE_UNREADABLE", subject, exc.message))
                 return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
             except UnsupportedFormatError as exc:
                 findings.append(
-                    _finding("FLINK_NOT_VERIFIED", str(path), exc.message, severity=Severity.WARNING)
+                    _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
                 )
                 return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
             files, rows = _verify_streams(view, findings, report)
@@ -169,6 +178,15 @@ def _verify_streams(
     keyed: bool = True,
     blocks: bool = True,
 ) -> tuple[int, int]:
+    """Check every stream of ``savepoint``; add the findings, return the files read and the rows.
+
+    What an opened savepoint read already is not read again: its operator-state streams were checked by
+    the same check when it opened them (``Savepoint.operator_streams``), and the keyed headers it holds
+    are used as they are.
+    """
+    opened = Savepoint.of(savepoint)
+    known = opened.keyed_streams_read() or {}
+    headers = {(s.operator_id, s.subtask): s.raw_header for streams in known.values() for s in streams}
     kinds = KeyGroupsHandle | OperatorStateHandle if keyed else OperatorStateHandle
     work = [
         (op, sub.index, handle)
@@ -181,27 +199,23 @@ def _verify_streams(
     for done, (op, index, handle) in enumerate(work, 1):
         subject = f"{op.label} subtask {index}"
         found: list[Finding] = []
-        try:
-            with StreamSource(handle.delegate, savepoint.directory) as src:
-                files += 1
-                if isinstance(handle, KeyGroupsHandle):
-                    walk = _keyed_stream(op, index, handle, src, subject, blocks=blocks)
-                else:
-                    walk = _operator_stream(handle, src, subject)
-                for item in walk:
-                    if isinstance(item, Finding):
-                        found.append(item)
-                    else:
-                        rows += item
-        except UnsupportedFormatError as exc:
-            found.append(_finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING))
-        except InvalidSnapshotError as exc:
-            code = (
-                "FLINK_STATE_FILE_MISSING"
-                if exc.code == "STATE_FILE_MISSING"
-                else "FLINK_STATE_FILE_UNREADABLE"
-            )
-            found.append(_finding(code, subject, exc.message))
+        if isinstance(handle, OperatorStateHandle):
+            checked = opened.operator_streams[(op.operator_id, index)]
+            files += checked.opened
+            found.extend(checked.findings)
+            rows += checked.table.num_rows if checked.table is not None else 0
+        else:
+            try:
+                with StreamSource(handle.delegate, savepoint.directory) as src:
+                    files += 1
+                    known_header = headers.get((op.operator_id, index))
+                    for item in _keyed_stream(op, index, handle, src, subject, known_header, blocks=blocks):
+                        if isinstance(item, Finding):
+                            found.append(item)
+                        else:
+                            rows += item
+            except (UnsupportedFormatError, InvalidSnapshotError) as exc:
+                found.append(stream_finding(exc, subject))
         if len(found) > MAX_FINDINGS_PER_STREAM:
             more = len(found) - MAX_FINDINGS_PER_STREAM
             found = found[:MAX_FINDINGS_PER_STREAM]
@@ -217,12 +231,14 @@ def _keyed_stream(
     handle: KeyGroupsHandle,
     src: StreamSource,
     subject: str,
+    known_header: bytes | None = None,
     *,
     blocks: bool = True,
 ) -> Iterator[Finding | int]:
     """Yield findings and entry counts for one keyed stream (canonical key-group blocks).
 
-    With ``blocks=False`` only the size, range, header and offsets: no block is read.
+    With ``blocks=False`` only the size, range, header and offsets: no block is read. ``known_header``
+    is the file's header as an opened savepoint read it already (not read again).
     """
     where = src.source
     wrong_size = size_finding(handle.delegate, src.size, where, subject)
@@ -251,7 +267,8 @@ def _keyed_stream(
         )
         return
     try:
-        header = read_keyed_header(src.read(0, header_end), where, header_end)
+        raw = known_header if known_header is not None else src.read(0, header_end)
+        header = read_keyed_header(raw, where, header_end)
         layout = KeyedLayout.from_header(header, op.max_parallelism, where)
     except InvalidSnapshotError as exc:
         yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
@@ -400,45 +417,7 @@ def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
     return count
 
 
-def _operator_stream(handle: OperatorStateHandle, src: StreamSource, subject: str) -> Iterator[Finding | int]:
-    """Yield findings and element counts for one operator-state stream."""
-    where = src.source
-    wrong_size = size_finding(handle.delegate, src.size, where, subject)
-    if wrong_size is not None:
-        yield wrong_size
-    outside = offsets_finding(handle, src.size, where, subject)
-    if outside is not None:
-        yield outside
-        return
-    offsets = [o for e in handle.states for o in e.offsets]
-    first = min([o for o in offsets if o > 0] or [src.size])
-    prefix = src.read(0, first)
-    end = operator_header_end(prefix, offsets, src.size)
-    try:
-        header = read_operator_header(prefix[: end or first], where, end)
-    except InvalidSnapshotError as exc:
-        yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
-        return
-    if header.compressed:
-        starts = sorted(set(offsets))
-        for j, start in enumerate(starts):
-            stop = starts[j + 1] if j + 1 < len(starts) else src.size
-            try:
-                decode_frames(src.read(start, stop), f"{where} element at byte {start}", verify=True)
-            except InvalidSnapshotError as exc:
-                code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
-                yield _finding(code, subject, exc.message)
-                return
-    try:
-        table = decode_operator_file(src, handle, header)
-    except KgError as exc:
-        yield _finding("FLINK_OPERATOR_STATE_CORRUPT", subject, exc.message)
-        return
-    yield table.num_rows
-
-
-def _finding(code: str, subject: str, message: str, *, severity: Severity = Severity.ERROR) -> Finding:
-    return Finding(code, severity, subject, message)
+_finding = finding
 
 
 __all__ = ["MAX_FINDINGS_PER_STREAM", "verify_flink"]

@@ -299,15 +299,16 @@ def test_wall_seconds_include_the_input_check(kg, source, tmp_path, monkeypatch)
     # The JSON's wall_seconds is what the user waited: the check of the input before the rescale counts.
     import time
 
-    import keygroup_cli.integrity as integrity
+    import keygroup_cli.execution.rescale as router
 
-    real = integrity.require_intact
+    real = router.require_intact
 
     def slow(*args, **kwargs):
         time.sleep(1.5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(integrity, "require_intact", slow)
+    # The gate runs inside rescale() (for every caller), before the route.
+    monkeypatch.setattr(router, "require_intact", slow)
     result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["wall_seconds"] >= 1.5

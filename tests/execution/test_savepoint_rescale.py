@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.convert import to_savepoint as savepoint_writer
+from keygroup_cli.flink import commit
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.errors import (
     ExecutionError,
@@ -179,7 +179,7 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise ExecutionError("disk full", code="WRITE_FAILED")
 
-    monkeypatch.setattr(savepoint_writer, "write_metadata", broken)
+    monkeypatch.setattr(commit, "write_metadata", broken)
     with pytest.raises(ExecutionError, match="disk full"):
         rescale(FIXTURES / "heap-files-p3-maxp128-long", tmp_path / "sp", 4, engine="local")
     assert list(tmp_path.iterdir()) == []

@@ -55,12 +55,12 @@ def test_failure_before_the_commit_leaves_no_object(
     source = s3_server.upload(FIXTURES / CASE, f"{bucket}/in/{CASE}")
     checked = []
 
-    def failing(snapshot: Any, **_options: Any) -> None:
+    def failing(snapshot: Any, where: Any) -> None:
         # The keyed files and operator state are on the store by now; _metadata is not.
         checked.append(s3_server.keys(f"{bucket}/out"))
         raise ExecutionError("output verification failed: injected", code="OUTPUT_VERIFICATION_FAILED")
 
-    monkeypatch.setattr(savepoint_route, "require_readable_output", failing)
+    monkeypatch.setattr(savepoint_route, "check_output", failing)
     with pytest.raises(ExecutionError, match="injected"):
         rescale(source, f"{bucket}/out", 4, new_max_parallelism=1024, engine="local")
     assert checked and len(checked[0]) > 4 and "_metadata" not in checked[0]

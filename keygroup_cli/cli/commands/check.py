@@ -129,7 +129,7 @@ def command(
     from keygroup_cli.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
-    findings = [*findings, *check_input(summary.path, deep=deep)]
+    findings = [*findings, *check_input(summary.savepoint or summary.path, deep=deep)]
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {

@@ -55,20 +55,22 @@ def show_snapshot_plan(
         plan_snapshot_document,
         render_snapshot_plan,
     )
-    from keygroup_cli.flink.metadata.locate import is_flink_savepoint
+    from keygroup_cli.flink.savepoint import try_open_savepoint
     from keygroup_cli.snapshot import open_snapshot
+    from keygroup_cli.storage import is_remote
 
-    if is_flink_savepoint(snapshot):
+    # As kg rescale names it (rescale() reads a local input by its absolute path).
+    opened = try_open_savepoint(snapshot if is_remote(snapshot) else Path(snapshot).absolute())
+    if opened is not None:
         from keygroup_cli.execution.savepoint_plan import plan_savepoint
         from keygroup_cli.integrity import require_intact
-        from keygroup_cli.storage import is_remote
 
         with progress(out) as on_progress:
-            # What kg rescale checks first (no key-group block is decoded), then its own validation.
-            require_intact(snapshot, on_progress=on_progress, blocks=False)
+            # What kg rescale checks first (no key-group block is decoded), then its own validation; both
+            # on the savepoint opened once.
+            require_intact(opened, on_progress=on_progress, blocks=False, label=str(snapshot))
             plan = plan_savepoint(
-                # As kg rescale names it (rescale() reads a local input by its absolute path).
-                snapshot if is_remote(snapshot) else Path(snapshot).absolute(),
+                opened,
                 to_parallelism,
                 operators,
                 max_parallelism,

@@ -5,9 +5,7 @@ The file may be beside ``_metadata``, at an absolute path, or on an object store
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
@@ -66,7 +64,7 @@ def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
             code="REMOTE_STATE_FILE",
         )
     path = Path(unquote(parsed.path))
-    roots = _state_roots(Path(directory))
+    roots = _state_roots(directory if isinstance(directory, Path) else Path(directory))
     if path.exists() and any(_inside(path, root) for root in roots):
         return path
     for candidate in (directory / path.name, directory.parent / path.parent.name / path.name):
@@ -87,23 +85,31 @@ STATE_ROOTS_ENV = "KG_STATE_ROOTS"
 def _state_roots(directory: Path) -> list[Path]:
     """Return where a checkpoint's absolute state paths may lead.
 
-    Its own directory, the job's checkpoint root (``shared/``, ``taskowned/``), and the roots the user
-    names in ``KG_STATE_ROOTS``.
+    Its own directory, the job's checkpoint root (``shared/``, ``taskowned/``), the roots the user
+    names in ``KG_STATE_ROOTS``, and for a view kg wrote of a checkpoint (``view_directory``) the roots
+    of that checkpoint.
     """
     extra = [Path(p) for p in os.environ.get(STATE_ROOTS_ENV, "").split(os.pathsep) if p]
-    inherited = _view_roots.get(directory.resolve(), ()) if isinstance(directory, Path) else ()
+    inherited = getattr(directory, "trusted_roots", ())
     return [directory, directory.parent, *inherited, *extra]
 
 
-#: Views kg writes of a checkpoint (a canonical rewrite in a scratch directory) and the roots of the
-#: checkpoint they were made from: their absolute handles name files there.
-_view_roots: dict[Path, tuple[Path, ...]] = {}
+class ViewDirectory(type(Path())):  # type: ignore[misc]
+    """The directory of a view kg wrote of a checkpoint: its absolute handles name the checkpoint's files.
+
+    It carries the roots it may read (``trusted_roots``) itself, so the trust lives with the view and
+    nowhere else (no registry in the process).
+    """
+
+    trusted_roots: tuple[Path, ...] = ()
 
 
-def trust_view(view: Path, origin: Path | Location) -> None:
-    """Let the view of a checkpoint that kg wrote at ``view`` read where ``origin`` may read."""
+def view_directory(view: Path, origin: Path | Location) -> Path:
+    """Return ``view`` as a directory that may read where ``origin`` may read (see ``ViewDirectory``)."""
+    directory = ViewDirectory(view)
     if isinstance(origin, Path):
-        _view_roots[view.resolve()] = tuple(r.resolve() for r in _state_roots(origin))
+        directory.trusted_roots = tuple(r.resolve() for r in _state_roots(origin))
+    return directory
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -119,34 +125,17 @@ def _outside(message: str) -> InvalidSnapshotError:
     return InvalidSnapshotError(message, code="STATE_FILE_OUTSIDE")
 
 
-#: Prefixes of object-store state files already read, while ``cached_prefixes`` is active.
-_prefix_cache: dict[tuple[str, int, int], bytes] | None = None
+#: Prefixes of object-store state files already read, by (URI, start, length): one command's own cache.
+PrefixCache = dict[tuple[str, int, int], bytes]
 
 
-@contextlib.contextmanager
-def cached_prefixes() -> Iterator[None]:
-    """Keep the object-store prefixes ``read_stream_prefix`` reads during the block, in every thread.
-
-    A summary fetches every header concurrently first, then reads them in order from here.
-    """
-    global _prefix_cache
-    outer = _prefix_cache
-    _prefix_cache = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _prefix_cache = outer
-
-
-def prefix_cache() -> dict[tuple[str, int, int], bytes] | None:
-    """Return the active prefix cache, or None outside ``cached_prefixes``."""
-    return _prefix_cache
-
-
-def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, limit: int) -> bytes:
+def read_stream_prefix(
+    handle: StreamHandle | None, directory: Path | Location, limit: int, cache: PrefixCache | None = None
+) -> bytes:
     """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
 
-    On an object store that is one ranged request.
+    On an object store that is one ranged request, kept in ``cache`` when one is given (a command that
+    fetches headers concurrently first, then reads them in order).
 
     Raises:
         InvalidSnapshotError: The state file is missing or unreadable.
@@ -164,7 +153,6 @@ def read_stream_prefix(handle: StreamHandle | None, directory: Path | Location, 
     if isinstance(handle, SegmentFileHandle):
         limit = min(limit, handle.size)
     if isinstance(path, Location):
-        cache = prefix_cache()
         key = (path.uri, start, limit)
         if cache is not None and key in cache:
             return cache[key]

@@ -35,14 +35,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.io.paths import local_path, trust_view
+from keygroup_cli.flink.io.paths import local_path, view_directory
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle, StreamHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
-from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import (
+    CheckpointMetadata,
+    OperatorState,
+    SubtaskState,
+    describe_properties,
+)
+from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.state.keyed_encode import encode_block
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, SerializerSnapshot, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import kg_kind
@@ -370,11 +375,11 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
         meta,
         operators=tuple(operators),
         properties_bytes=CANONICAL_SAVEPOINT_PROPERTIES if meta.version >= 4 else None,
-        properties=None,
+        properties=describe_properties(CANONICAL_SAVEPOINT_PROPERTIES) if meta.version >= 4 else None,
     )
-    (target / "_metadata").write_bytes(write_metadata(canonical))
-    trust_view(target, directory)  # its absolute handles name the original's files
-    return read_flink_metadata(target)
+    # The view is read through this object alone: no _metadata is written for it (nor encoded, nor read).
+    # Its directory may read where the original may: its absolute handles name the original's files.
+    return FlinkSnapshot(target / "_metadata", canonical, view=view_directory(target, directory))
 
 
 def _with_handles(

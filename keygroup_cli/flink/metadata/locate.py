@@ -25,11 +25,14 @@ class FlinkSnapshot:
 
     metadata_path: Path | Location
     metadata: CheckpointMetadata
+    #: For a view kg wrote of a checkpoint: the directory object that carries the roots its absolute
+    #: handles may name (``flink.io.paths.view_directory``); None for a savepoint or checkpoint itself.
+    view: Path | None = None
 
     @property
     def directory(self) -> Path | Location:
         """Return the directory holding ``_metadata`` (relative handles resolve against it)."""
-        return self.metadata_path.parent
+        return self.view if self.view is not None else self.metadata_path.parent
 
     @property
     def is_savepoint(self) -> bool:
@@ -102,28 +105,42 @@ def read_flink_metadata(path: str | os.PathLike[str] | Location) -> FlinkSnapsho
         UnsupportedFormatError: A metadata version kg does not read.
     """
     metadata_path = find_metadata(path)
+    return FlinkSnapshot(
+        metadata_path, parse_metadata(read_metadata_bytes(metadata_path), str(metadata_path))
+    )
+
+
+def read_metadata_bytes(metadata_path: Path | Location) -> bytes:
+    """Return the bytes of a ``_metadata`` file (one read from storage).
+
+    Raises:
+        InvalidSnapshotError: It cannot be read (``SNAPSHOT_UNREADABLE``).
+    """
     try:
-        data = metadata_path.read_bytes()
+        return metadata_path.read_bytes()
     except OSError as exc:
         raise InvalidSnapshotError(
             f"{metadata_path}: cannot read: {exc.strerror}", code="SNAPSHOT_UNREADABLE"
         ) from None
-    return FlinkSnapshot(metadata_path, parse_metadata(data, str(metadata_path)))
 
 
-def is_flink_savepoint(path: str | Path | Location) -> bool:
-    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
+def flink_metadata_file(path: str | Path | Location) -> Path | Location | None:
+    """Return the ``_metadata`` file if ``path`` is a Flink savepoint or checkpoint, not a kg snapshot.
 
     A ``_metadata`` file, or a directory without ``_manifest.json`` in which ``find_metadata`` finds one (a
-    savepoint, a ``chk-N`` directory or a job's checkpoint root).
+    savepoint, a ``chk-N`` directory or a job's checkpoint root). None for anything else.
     """
     p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
     if p.is_file():
-        return p.name == METADATA_FILE
+        return p if p.name == METADATA_FILE else None
     if not p.is_dir() or (p / "_manifest.json").exists():
-        return False
+        return None
     try:
-        find_metadata(p)
+        return find_metadata(p)
     except InvalidSnapshotError:
-        return False
-    return True
+        return None
+
+
+def is_flink_savepoint(path: str | Path | Location) -> bool:
+    """Return whether ``path`` is a Flink savepoint or checkpoint, not a kg snapshot (see above)."""
+    return flink_metadata_file(path) is not None

@@ -1,0 +1,138 @@
+"""Seal a staged Flink savepoint: encode ``_metadata`` once, check what was written against it, write it last.
+
+The commit's format half. A writer (``convert.to_savepoint``) puts the state files of a new savepoint into
+a staging directory and returns the ``CheckpointMetadata`` that describes them; ``seal_savepoint`` then
+
+1. encodes ``_metadata`` once, and parses those very bytes back: they must describe what was meant
+   (no re-read from storage, no second encode);
+2. checks every handle against Flink's rules and the files: each keyed handle covers Flink's key-group
+   range for its subtask, each file exists with the size its handle records, every offset falls inside;
+3. decodes every operator-state stream of the output where it is (keyed blocks were checked as they were
+   encoded, or before they were copied), unless they are to be checked where they will be (an upload);
+4. writes ``_metadata`` into the staging directory, last.
+
+Renaming the staging directory (``storage.staging``) or uploading it with ``_metadata`` last is the
+caller's step. Any failure raises ``ExecutionError`` (``OUTPUT_VERIFICATION_FAILED``) and nothing is
+committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from keygroup_cli.errors import ExecutionError
+from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
+from keygroup_cli.flink.metadata.writer import write_metadata
+from keygroup_cli.flink.verify import verify_streams
+from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.storage.locations import Location, location
+
+
+@dataclass(frozen=True, slots=True)
+class SealedSavepoint:
+    """A staged savepoint whose ``_metadata`` is written: its bytes, and what they say."""
+
+    staging: Path
+    encoded: bytes
+    metadata: CheckpointMetadata
+
+
+def seal_savepoint(
+    staging: Path,
+    metadata: CheckpointMetadata,
+    *,
+    keyed_root: str | None = None,
+    check_streams: bool = True,
+) -> SealedSavepoint:
+    """Encode, check and write the ``_metadata`` of the savepoint staged in ``staging`` (see the module).
+
+    Args:
+        staging: The staging directory holding the new state files.
+        metadata: What the writer wrote.
+        keyed_root: Where the keyed files are when not in ``staging``: an object-store prefix that write
+            tasks wrote to directly.
+        check_streams: Decode every operator-state stream now; an upload checks them where they will be
+            instead (``check_output``), once beside the keyed files.
+
+    Raises:
+        ExecutionError: ``OUTPUT_VERIFICATION_FAILED``; nothing is committed.
+    """
+    where = f"output verification failed: {staging / METADATA_FILE}"
+    encoded = write_metadata(metadata)
+    parsed = parse_metadata(encoded, where)
+    # ``properties`` is what the parser reads out of ``properties_bytes`` (compared as bytes).
+    if parsed != replace(metadata, properties=parsed.properties):
+        raise ExecutionError(f"{where}: does not read back as written", code="OUTPUT_VERIFICATION_FAILED")
+    _check_handles(parsed, staging, keyed_root, where)
+    if check_streams:
+        check_output(FlinkSnapshot(staging / METADATA_FILE, parsed), staging)
+    (staging / METADATA_FILE).write_bytes(encoded)
+    return SealedSavepoint(staging, encoded, parsed)
+
+
+def check_output(savepoint: FlinkSnapshot, where: Path | Location) -> None:
+    """Decode every operator-state stream of a new savepoint where it is (``_metadata`` may not be yet).
+
+    Raises:
+        ExecutionError: The first error finding (``OUTPUT_VERIFICATION_FAILED``); nothing is committed.
+    """
+    problem = first_error(verify_streams(savepoint, keyed=False).findings)
+    if problem is not None:
+        raise ExecutionError(
+            f"output verification failed: {where}: {problem}", code="OUTPUT_VERIFICATION_FAILED"
+        )
+
+
+def first_error(findings: Sequence[Finding]) -> str | None:
+    """Return the first error finding as ``CODE: message`` (with how many more), or None."""
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
+    return f"{errors[0].code}: {errors[0].message}{more}"
+
+
+def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str) -> None:
+    """Check every handle against Flink's key-group ranges and the files written."""
+    for op in metadata.operators:
+        for sub in op.subtasks:
+            subject = f"{where}: operator {op.label!r} subtask {sub.index}"
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, KeyGroupsHandle):
+                want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
+                if (keyed.key_group_start, keyed.key_group_end) != (want.start, want.end):
+                    raise ExecutionError(
+                        f"{subject} covers key groups [{keyed.key_group_start}, {keyed.key_group_end}], "
+                        f"not [{want.start}, {want.end}]",
+                        code="OUTPUT_VERIFICATION_FAILED",
+                    )
+                _check_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
+            op_handle = sub.managed_operator_state
+            if isinstance(op_handle, OperatorStateHandle):
+                offsets = [o for e in op_handle.states for o in e.offsets]
+                _check_written_file(staging, op_handle.delegate, offsets, subject)
+
+
+def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], subject: str) -> None:
+    assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
+    if isinstance(root, Path):
+        path = root / file.relative_path
+        size = path.stat().st_size if path.is_file() else -1
+    else:
+        stored = location(root) / file.relative_path
+        size = stored.size() if stored.is_file() else -1
+    if size != file.size or any(not 0 <= o < size for o in offsets):
+        raise ExecutionError(
+            f"{subject}: {file.relative_path} has {size} bytes; its handle records {file.size} "
+            f"and offsets up to {max(offsets, default=0)}",
+            code="OUTPUT_VERIFICATION_FAILED",
+        )
+
+
+__all__ = ["SealedSavepoint", "check_output", "first_error", "seal_savepoint"]

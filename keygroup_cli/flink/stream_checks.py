@@ -1,0 +1,99 @@
+"""Check one operator-state stream as ``kg verify`` does, decoding it once.
+
+``check_operator_stream`` is shared by ``kg verify`` (``flink.verify``) and by an opened savepoint
+(``flink.savepoint.Savepoint.operator_streams``), whose rescale uses the rows the check decoded.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.state.keyed_header import (
+    OperatorStateHeader,
+    operator_header_end,
+    read_operator_header,
+)
+from keygroup_cli.flink.state.operator_state import decode_operator_file
+from keygroup_cli.flink.state_files import offsets_finding, size_finding
+
+
+def stream_finding(exc: UnsupportedFormatError | InvalidSnapshotError, subject: str) -> Finding:
+    """Return the finding for a stream kg cannot read at all (missing, unreadable, or a format it lacks)."""
+    if isinstance(exc, UnsupportedFormatError):
+        return finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
+    code = "FLINK_STATE_FILE_MISSING" if exc.code == "STATE_FILE_MISSING" else "FLINK_STATE_FILE_UNREADABLE"
+    return finding(code, subject, exc.message)
+
+
+class OperatorStreamCheck(NamedTuple):
+    """What checking one operator-state stream found: its header, findings and decoded elements."""
+
+    #: The header bytes (None if the check stopped before them).
+    raw_header: bytes | None
+    header: OperatorStateHeader | None
+    findings: tuple[Finding, ...]
+    #: The elements in ``rows.OPERATOR_SCHEMA`` (None if they did not decode).
+    table: pa.Table | None
+    #: Whether the stream's file could be opened at all.
+    opened: bool = True
+
+
+def check_operator_stream(
+    handle: OperatorStateHandle, src: StreamSource, subject: str
+) -> OperatorStreamCheck:
+    """Check one operator-state stream as ``kg verify`` does and decode it, reading it once.
+
+    A rescale uses the same decode it checked
+    (``flink.savepoint.Savepoint.operator_streams``).
+    """
+    findings: list[Finding] = []
+    where = src.source
+    wrong_size = size_finding(handle.delegate, src.size, where, subject)
+    if wrong_size is not None:
+        findings.append(wrong_size)
+    outside = offsets_finding(handle, src.size, where, subject)
+    if outside is not None:
+        return OperatorStreamCheck(None, None, (*findings, outside), None)
+    offsets = [o for e in handle.states for o in e.offsets]
+    first = min([o for o in offsets if o > 0] or [src.size])
+    prefix = src.read(0, first)
+    end = operator_header_end(prefix, offsets, src.size)
+    raw = prefix[: end or first]
+    try:
+        header = read_operator_header(raw, where, end)
+    except InvalidSnapshotError as exc:
+        return OperatorStreamCheck(
+            None, None, (*findings, finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)), None
+        )
+    if header.compressed:
+        starts = sorted(set(offsets))
+        for j, start in enumerate(starts):
+            stop = starts[j + 1] if j + 1 < len(starts) else src.size
+            try:
+                decode_frames(src.read(start, stop), f"{where} element at byte {start}", verify=True)
+            except InvalidSnapshotError as exc:
+                code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
+                return OperatorStreamCheck(
+                    raw, header, (*findings, finding(code, subject, exc.message)), None
+                )
+    try:
+        table = decode_operator_file(src, handle, header)
+    except KgError as exc:
+        corrupt = finding("FLINK_OPERATOR_STATE_CORRUPT", subject, exc.message)
+        return OperatorStreamCheck(raw, header, (*findings, corrupt), None)
+    return OperatorStreamCheck(raw, header, tuple(findings), table)
+
+
+def finding(code: str, subject: str, message: str, *, severity: Severity = Severity.ERROR) -> Finding:
+    """Return a finding about one state stream (an error unless told otherwise)."""
+    return Finding(code, severity, subject, message)
+
+
+__all__ = ["OperatorStreamCheck", "check_operator_stream", "finding", "stream_finding"]

@@ -1,0 +1,38 @@
+"""A savepoint rescale from an object store reads each input object once, whatever the route (#21).
+
+The same counts as ``tests/execution/test_spine_counts.py``, for a savepoint uploaded to a real
+S3-compatible server (moto), rescaled to a local directory and to the object store: the input
+``_metadata`` is fetched once, each state file's header once, each operator-state stream decoded once, and
+the output ``_metadata`` encoded once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.execution.spine_counter import assert_each_once, count_rescale
+from tests.execution.test_spine_counts import FIXTURES, state_file_counts
+
+ROUTES = [
+    ("2.3/rocksdb-canonical-p3-maxp128-string", 4, None),
+    ("2.3/rocksdb-canonical-p3-maxp128-string", 4, 1024),
+    # A heap checkpoint on an object store is downloaded and rewritten in the canonical layout first.
+    ("2.3/heap-checkpoint-p2-maxp128-string", 3, 256),
+]
+
+
+@pytest.mark.parametrize("remote_output", [False, True], ids=["to-local", "to-s3"])
+@pytest.mark.parametrize(("case", "to", "max_parallelism"), ROUTES)
+def test_an_object_store_rescale_reads_each_input_object_once(
+    case, to, max_parallelism, remote_output, s3_server: Any, tmp_path: Path, monkeypatch
+):
+    bucket = s3_server.bucket("kg-spine")
+    name = f"{case.replace('/', '-')}-{to}-{max_parallelism}-{remote_output}"
+    source = s3_server.upload(FIXTURES / case, f"{bucket}/in/{name}")
+    dest = f"{bucket}/out/{name}" if remote_output else str(tmp_path / "out")
+    files, streams = state_file_counts(FIXTURES / case)
+    counts = count_rescale(monkeypatch, source, dest, to, max_parallelism)
+    assert_each_once(counts, state_files=files, operator_streams=streams)
