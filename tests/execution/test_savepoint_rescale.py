@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.flink import commit
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.errors import (
     ExecutionError,
@@ -19,6 +18,7 @@ from keygroup_cli.errors import (
     InvalidSnapshotError,
 )
 from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.flink import commit
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 from keygroup_cli.snapshot.diff import diff_snapshots
