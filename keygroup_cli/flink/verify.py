@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.findings import Finding, Severity, VerifyReport
@@ -41,9 +42,7 @@ from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_block_batch, decode_block_columns
-from keygroup_cli.flink.state.keyed_header import (
-    read_keyed_header,
-)
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
 from keygroup_cli.flink.stream_checks import finding, stream_finding
@@ -258,6 +257,29 @@ def _keyed_stream(
         yield outside
         return
     present = [(handle.key_group_start + i, off) for i, off in enumerate(handle.offsets) if off != 0]
+    opened = yield from _keyed_header(op, present, src, subject, known_header)
+    if opened is None or not blocks:
+        return
+    header, layout = opened
+    for j, (group, start) in enumerate(present):
+        end = present[j + 1][1] if j + 1 < len(present) else src.size
+        raw = src.read(start, end)
+        yield from _keyed_block(raw, group, header.compressed, layout, op.max_parallelism, where, subject)
+
+
+def _keyed_header(
+    op: OperatorState,
+    present: list[tuple[int, int]],
+    src: StreamSource,
+    subject: str,
+    known_header: bytes | None,
+) -> Generator[Finding, None, tuple[KeyedStateHeader, KeyedLayout] | None]:
+    """Read a keyed stream's header and check the blocks follow it in order; None after a finding.
+
+    ``present`` lists the key groups with data and their offsets: the header ends where the first block
+    starts, and every block starts after the one before it and inside the file.
+    """
+    where = src.source
     header_end = min([off for _g, off in present] or [src.size])
     if not 0 < header_end <= src.size:
         yield _finding(
@@ -265,21 +287,21 @@ def _keyed_stream(
             subject,
             f"{where}: first key-group offset {header_end} is outside the file",
         )
-        return
+        return None
     try:
         raw = known_header if known_header is not None else src.read(0, header_end)
         header = read_keyed_header(raw, where, header_end)
         layout = KeyedLayout.from_header(header, op.max_parallelism, where)
     except InvalidSnapshotError as exc:
         yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
-        return
+        return None
     if header.end is not None and header.end != header_end:
         yield _finding(
             "FLINK_KEY_GROUP_OFFSETS",
             subject,
             f"{where}: the header ends at byte {header.end}, the first key group starts at {header_end}",
         )
-        return
+        return None
     previous = header_end - 1
     for group, off in present:
         if off <= previous or off >= src.size:
@@ -289,52 +311,71 @@ def _keyed_stream(
                 f"{where}: key group {group} at offset {off}: not after the previous block "
                 f"({previous}) and inside the file ({src.size} bytes)",
             )
-            return
+            return None
         previous = off
-    if not blocks:
+    return header, layout
+
+
+def _keyed_block(
+    raw: bytes,
+    group: int,
+    compressed: bool,
+    layout: KeyedLayout,
+    max_parallelism: int,
+    where: str,
+    subject: str,
+) -> Iterator[Finding | int]:
+    """Yield the findings of one key group's block, then its entry count if nothing stopped the check."""
+    try:
+        block = decode_frames(raw, f"{where} key group {group}", verify=True) if compressed else raw
+        # Column-wise, the block's structure is proven as a whole (keyed_decode._structure); only a
+        # block that path refuses is walked entry by entry, for the finding that names the problem.
+        batch = decode_block_columns(block, group, layout, whole=True)
+        entries = batch.num_rows if batch is not None else _walk_block(block, group, layout)
+    except InvalidSnapshotError as exc:
+        code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
+        yield _finding(code, subject, exc.message)
         return
-    key_type = layout.codec.key_type
-    for j, (group, start) in enumerate(present):
-        end = present[j + 1][1] if j + 1 < len(present) else src.size
-        raw = src.read(start, end)
+    except _Corrupt as exc:
+        yield _finding(exc.code, subject, f"{where}: key group {group}: {exc.message}")
+        return
+    if batch is None:
         try:
-            block = (
-                decode_frames(raw, f"{where} key group {group}", verify=True) if header.compressed else raw
-            )
-            # Column-wise, the block's structure is proven as a whole (keyed_decode._structure); only a
-            # block that path refuses is walked entry by entry, for the finding that names the problem.
-            batch = decode_block_columns(block, group, layout, whole=True)
-            entries = batch.num_rows if batch is not None else _walk_block(block, group, layout)
+            batch = decode_block_batch(block, group, layout, where)
+        except UnsupportedFormatError as exc:
+            yield _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
+            yield entries
+            return
         except InvalidSnapshotError as exc:
-            code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
-            yield _finding(code, subject, exc.message)
-            continue
-        except _Corrupt as exc:
-            yield _finding(exc.code, subject, f"{where}: key group {group}: {exc.message}")
-            continue
-        if batch is None:
-            try:
-                batch = decode_block_batch(block, group, layout, where)
-            except UnsupportedFormatError as exc:
-                yield _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
-                yield entries
-                continue
-            except InvalidSnapshotError as exc:
-                yield _finding("FLINK_KEY_GROUP_BLOCK_CORRUPT", subject, exc.message)
-                continue
-        if key_type in HASHABLE_KEY_TYPES and batch.num_rows:
-            hashed = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), op.max_parallelism)
-            bad = np.flatnonzero(hashed != group)
-            if bad.size:
-                i = int(bad[0])
-                yield _finding(
-                    "FLINK_KEY_IN_WRONG_KEY_GROUP",
-                    subject,
-                    f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {group}, Flink "
-                    f"assigns it to {int(hashed[i])} ({bad.size} such key(s) in this block)",
-                )
-                continue
-        yield entries
+            yield _finding("FLINK_KEY_GROUP_BLOCK_CORRUPT", subject, exc.message)
+            return
+    misplaced = _misplaced_key(batch, group, layout.codec.key_type, max_parallelism, where, subject)
+    if misplaced is not None:
+        yield misplaced
+        return
+    yield entries
+
+
+def _misplaced_key(
+    batch: pa.RecordBatch, group: int, key_type: str, max_parallelism: int, where: str, subject: str
+) -> Finding | None:
+    """The first key of a block that Flink's hash assigns to another key group, as a finding.
+
+    Matches ``KeyGroupRangeAssignment.assignToKeyGroup``; None for key types kg does not hash.
+    """
+    if key_type not in HASHABLE_KEY_TYPES or not batch.num_rows:
+        return None
+    hashed = key_groups_for_hashes(hash_codes(batch.column("key"), key_type), max_parallelism)
+    bad = np.flatnonzero(hashed != group)
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    return _finding(
+        "FLINK_KEY_IN_WRONG_KEY_GROUP",
+        subject,
+        f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {group}, Flink "
+        f"assigns it to {int(hashed[i])} ({bad.size} such key(s) in this block)",
+    )
 
 
 def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
@@ -355,66 +396,78 @@ def _walk_block(block: bytes, group: int, layout: KeyedLayout) -> int:
             "FLINK_KEY_GROUP_OFFSETS", f"key group {group} is beyond what a {nprefix}-byte key prefix holds"
         )
     expected = group.to_bytes(nprefix, "big")
-    pos = 0
-    count = 0
-
-    def short() -> int:
-        nonlocal pos
-        if pos + 2 > n:
-            raise _Corrupt(
-                "FLINK_END_OF_KEY_GROUP_MISSING", f"block ends at byte {n} before its END_OF_KEY_GROUP mark"
-            )
-        value: int = _USHORT.unpack_from(block, pos)[0]
-        pos += 2
-        return value
-
-    def length(what: str) -> int:
-        nonlocal pos
-        if pos + 4 > n:
-            raise _Corrupt(
-                "FLINK_END_OF_KEY_GROUP_MISSING", f"block ends at byte {n} inside an entry's {what} length"
-            )
-        value: int = _INT.unpack_from(block, pos)[0]
-        pos += 4
-        if value < 0 or value > n - pos:
-            raise _Corrupt(
-                "FLINK_SERIALIZER_LENGTH",
-                f"entry {count}: {what} length {value} at byte {pos - 4} exceeds the {n - pos} bytes left",
-            )
-        return value
-
-    state_id = short()
+    pos = count = 0
+    state_id = _state_id(block, pos)
     while state_id != END_OF_KEY_GROUP_MARK:
         if state_id >= len(layout.states):
             raise _Corrupt(
                 "FLINK_KEY_GROUP_BLOCK_CORRUPT",
-                f"state id {state_id} at byte {pos - 2}; the header declares {len(layout.states)} states",
+                f"state id {state_id} at byte {pos}; the header declares {len(layout.states)} states",
             )
-        while True:
-            klen = length("key")
-            if klen < max(nprefix, 1):
-                raise _Corrupt(
-                    "FLINK_SERIALIZER_LENGTH", f"entry {count}: key of {klen} bytes has no key-group prefix"
-                )
-            key = block[pos : pos + klen]
-            pos += klen
-            if bytes((key[0] & 0x7F,)) + key[1:nprefix] != expected:
-                stored = int.from_bytes(bytes((key[0] & 0x7F,)) + key[1:nprefix], "big")
-                raise _Corrupt(
-                    "FLINK_KEY_IN_WRONG_KEY_GROUP", f"entry {count}: key prefix names key group {stored}"
-                )
-            vlen = length("value")
-            pos += vlen
-            count += 1
-            if key[0] & FIRST_BIT_IN_BYTE_MASK:
-                break
-        state_id = short()
+        pos, count = _walk_state(block, pos + 2, count, expected)
+        state_id = _state_id(block, pos)
+    pos += 2
     if pos != n:
         raise _Corrupt(
             "FLINK_KEY_GROUP_OFFSETS",
             f"{n - pos} byte(s) after the END_OF_KEY_GROUP mark, before the next block",
         )
     return count
+
+
+def _walk_state(block: bytes, pos: int, count: int, expected: bytes) -> tuple[int, int]:
+    """Walk one state's entries from ``pos``, up to the one whose key marks the state's last.
+
+    ``expected`` is the key-group prefix every key must start with (bit 0x80 of its first byte aside);
+    ``count`` is the entries walked before. Returns the position after the last entry and the new count.
+    """
+    n = len(block)
+    nprefix = len(expected)
+    shortest_key = max(nprefix, 1)
+    while True:
+        klen = _length(block, n, pos, "key", count)
+        pos += 4
+        if klen < shortest_key:
+            raise _Corrupt(
+                "FLINK_SERIALIZER_LENGTH", f"entry {count}: key of {klen} bytes has no key-group prefix"
+            )
+        key = block[pos : pos + klen]
+        pos += klen
+        if bytes((key[0] & 0x7F,)) + key[1:nprefix] != expected:
+            stored = int.from_bytes(bytes((key[0] & 0x7F,)) + key[1:nprefix], "big")
+            raise _Corrupt(
+                "FLINK_KEY_IN_WRONG_KEY_GROUP", f"entry {count}: key prefix names key group {stored}"
+            )
+        pos += 4 + _length(block, n, pos, "value", count)
+        count += 1
+        if key[0] & FIRST_BIT_IN_BYTE_MASK:
+            return pos, count
+
+
+def _state_id(block: bytes, pos: int) -> int:
+    """Read the short state id (or ``END_OF_KEY_GROUP_MARK``) at ``pos``."""
+    if pos + 2 > len(block):
+        raise _Corrupt(
+            "FLINK_END_OF_KEY_GROUP_MISSING",
+            f"block ends at byte {len(block)} before its END_OF_KEY_GROUP mark",
+        )
+    value: int = _USHORT.unpack_from(block, pos)[0]
+    return value
+
+
+def _length(block: bytes, n: int, pos: int, what: str, count: int) -> int:
+    """Read the int length of entry ``count``'s key or value (``what``) at ``pos``; check it fits in ``n``."""
+    if pos + 4 > n:
+        raise _Corrupt(
+            "FLINK_END_OF_KEY_GROUP_MISSING", f"block ends at byte {n} inside an entry's {what} length"
+        )
+    value: int = _INT.unpack_from(block, pos)[0]
+    if value < 0 or value > n - pos - 4:
+        raise _Corrupt(
+            "FLINK_SERIALIZER_LENGTH",
+            f"entry {count}: {what} length {value} at byte {pos} exceeds the {n - pos - 4} bytes left",
+        )
+    return value
 
 
 _finding = finding
