@@ -131,62 +131,74 @@ def plan_key_groups(
             raise ValueError(f"{name} must have one entry per key group ({max_parallelism})")
     old = key_group_owners(max_parallelism, old_parallelism)
     new = key_group_owners(max_parallelism, new_parallelism)
+    runs = _runs(old, new, key_group_rows, key_group_bytes)
+    moving = [r for r in runs if r.moves]
+    return KeyGroupPlan(
+        max_parallelism=max_parallelism,
+        old_parallelism=old_parallelism,
+        new_parallelism=new_parallelism,
+        runs=tuple(runs),
+        transfers=_transfers(runs, rows=key_group_rows is not None, sizes=key_group_bytes is not None),
+        moved_key_groups=sum(r.key_groups for r in moving),
+        old_loads=_loads(old, old_parallelism, None),
+        new_loads=_loads(new, new_parallelism, None),
+        moved_rows=None if key_group_rows is None else sum(r.rows or 0 for r in moving),
+        moved_bytes=None if key_group_bytes is None else sum(r.bytes or 0 for r in moving),
+        old_row_loads=None if key_group_rows is None else _loads(old, old_parallelism, key_group_rows),
+        new_row_loads=None if key_group_rows is None else _loads(new, new_parallelism, key_group_rows),
+    )
+
+
+def _runs(
+    old: list[int], new: list[int], rows: Sequence[int] | None, sizes: Sequence[int] | None
+) -> list[KeyGroupRun]:
+    """Fold the key groups into maximal runs with the same ``old`` and ``new`` owner, weighted if given."""
 
     def weigh(weights: Sequence[int] | None, start: int, end: int) -> int | None:
         return None if weights is None else int(sum(weights[start : end + 1]))
 
     runs: list[KeyGroupRun] = []
     start = 0
-    for kg in range(1, max_parallelism + 1):
-        if kg == max_parallelism or (old[kg], new[kg]) != (old[start], new[start]):
+    for kg in range(1, len(old) + 1):
+        if kg == len(old) or (old[kg], new[kg]) != (old[start], new[start]):
             runs.append(
                 KeyGroupRun(
                     start,
                     kg - 1,
                     old[start],
                     new[start],
-                    weigh(key_group_rows, start, kg - 1),
-                    weigh(key_group_bytes, start, kg - 1),
+                    weigh(rows, start, kg - 1),
+                    weigh(sizes, start, kg - 1),
                 )
             )
             start = kg
+    return runs
 
+
+def _transfers(runs: list[KeyGroupRun], *, rows: bool, sizes: bool) -> tuple[Transfer, ...]:
+    """Group the runs by (old, new) subtask; sum their rows and bytes where the runs are weighted."""
     grouped: dict[tuple[int, int], list[KeyGroupRun]] = {}
     for run in runs:
         grouped.setdefault((run.from_subtask, run.to_subtask), []).append(run)
-    transfers = tuple(
+    return tuple(
         Transfer(
             src,
             dst,
             sum(r.key_groups for r in rs),
             tuple((r.start, r.end) for r in rs),
-            None if key_group_rows is None else sum(r.rows or 0 for r in rs),
-            None if key_group_bytes is None else sum(r.bytes or 0 for r in rs),
+            sum(r.rows or 0 for r in rs) if rows else None,
+            sum(r.bytes or 0 for r in rs) if sizes else None,
         )
         for (src, dst), rs in sorted(grouped.items())
     )
-    moving = [r for r in runs if r.moves]
 
-    def loads(owners: list[int], parallelism: int, weights: Sequence[int] | None) -> tuple[int, ...]:
-        out = [0] * parallelism
-        for kg, owner in enumerate(owners):
-            out[owner] += 1 if weights is None else int(weights[kg])
-        return tuple(out)
 
-    return KeyGroupPlan(
-        max_parallelism=max_parallelism,
-        old_parallelism=old_parallelism,
-        new_parallelism=new_parallelism,
-        runs=tuple(runs),
-        transfers=transfers,
-        moved_key_groups=sum(r.key_groups for r in moving),
-        old_loads=loads(old, old_parallelism, None),
-        new_loads=loads(new, new_parallelism, None),
-        moved_rows=None if key_group_rows is None else sum(r.rows or 0 for r in moving),
-        moved_bytes=None if key_group_bytes is None else sum(r.bytes or 0 for r in moving),
-        old_row_loads=None if key_group_rows is None else loads(old, old_parallelism, key_group_rows),
-        new_row_loads=None if key_group_rows is None else loads(new, new_parallelism, key_group_rows),
-    )
+def _loads(owners: list[int], parallelism: int, weights: Sequence[int] | None) -> tuple[int, ...]:
+    """Return the key groups (or their ``weights``) per subtask, given each key group's owner."""
+    out = [0] * parallelism
+    for kg, owner in enumerate(owners):
+        out[owner] += 1 if weights is None else int(weights[kg])
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,9 +383,10 @@ def plan_rescale(
     )
     plans = []
     for op in manifest.operators:
+        holds_state = op.operator_id in with_state
         target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
         if target is None:
-            plans.append(replace(_keep(op), holds_state=op.operator_id in with_state))
+            plans.append(replace(_keep(op), holds_state=holds_state))
             continue
         new_max = validate_operator_request(
             op,
@@ -382,51 +395,65 @@ def plan_rescale(
             new_max_parallelism,
             expected_parallelism if op.operator_id in selected else None,
         )
-        if not op.keyed_files:
-            mode = "none"
-        elif new_max != op.max_parallelism:
-            mode = "rehash"
-        elif target == op.parallelism:
-            mode = "copy"
-        else:
-            mode = "move"
-        key_groups = None
-        if mode in ("copy", "move"):
-            rows, sizes = key_group_weights(op)
-            key_groups = plan_key_groups(
-                op.max_parallelism,
-                op.parallelism,
-                target,
-                key_group_rows=rows,
-                key_group_bytes=sizes,
-            )
-        operator_state = None
-        if any(not s.is_keyed for s in op.states) and op.operator_files:
-            counts = (operator_state_counts or {}).get(op.operator_id)
-            if counts is None:
-                assert isinstance(snapshot, Snapshot), "a manifest alone needs operator_state_counts"
-                counts = _operator_state_counts(snapshot, op)
-            operator_state = redistribute_operator_state(op.states, counts, target)
-        plans.append(
-            OperatorPlan(
-                uid=op.uid,
-                operator_id=op.operator_id,
-                key_type=op.key_type,
-                rescaled=True,
-                old_parallelism=op.parallelism,
-                new_parallelism=target,
-                old_max_parallelism=op.max_parallelism,
-                new_max_parallelism=new_max,
-                keyed_mode=mode,
-                key_groups=key_groups,
-                operator_state=operator_state,
-                keyed_rows=op.keyed_rows,
-                keyed_bytes=sum(f.bytes for f in op.keyed_files),
-                operator_rows=sum(f.rows for f in op.operator_files),
-                holds_state=op.operator_id in with_state,
-            )
-        )
+        counts = (operator_state_counts or {}).get(op.operator_id)
+        plans.append(_rescale_operator(snapshot, op, target, new_max, counts, holds_state=holds_state))
     return RescalePlan(manifest.snapshot_id, new_parallelism, new_max_parallelism, tuple(plans))
+
+
+def _rescale_operator(
+    snapshot: Snapshot | Manifest,
+    op: Operator,
+    target: int,
+    new_max: int,
+    operator_state_counts: Sequence[Mapping[str, int]] | None,
+    *,
+    holds_state: bool,
+) -> OperatorPlan:
+    """Plan one operator's rescale to ``target`` subtasks and ``new_max`` key groups (request validated).
+
+    ``operator_state_counts`` are its elements per old subtask per operator-state name, read from its
+    operator-state files when None.
+    """
+    mode = _keyed_mode(op, target, new_max)
+    key_groups = None
+    if mode in ("copy", "move"):
+        rows, sizes = key_group_weights(op)
+        key_groups = plan_key_groups(
+            op.max_parallelism, op.parallelism, target, key_group_rows=rows, key_group_bytes=sizes
+        )
+    operator_state = None
+    if any(not s.is_keyed for s in op.states) and op.operator_files:
+        counts = operator_state_counts
+        if counts is None:
+            assert isinstance(snapshot, Snapshot), "a manifest alone needs operator_state_counts"
+            counts = _operator_state_counts(snapshot, op)
+        operator_state = redistribute_operator_state(op.states, counts, target)
+    return OperatorPlan(
+        uid=op.uid,
+        operator_id=op.operator_id,
+        key_type=op.key_type,
+        rescaled=True,
+        old_parallelism=op.parallelism,
+        new_parallelism=target,
+        old_max_parallelism=op.max_parallelism,
+        new_max_parallelism=new_max,
+        keyed_mode=mode,
+        key_groups=key_groups,
+        operator_state=operator_state,
+        keyed_rows=op.keyed_rows,
+        keyed_bytes=sum(f.bytes for f in op.keyed_files),
+        operator_rows=sum(f.rows for f in op.operator_files),
+        holds_state=holds_state,
+    )
+
+
+def _keyed_mode(op: Operator, target: int, new_max: int) -> str:
+    """Return how the operator's keyed rows are rewritten (one of ``KEYED_MODES``)."""
+    if not op.keyed_files:
+        return "none"
+    if new_max != op.max_parallelism:
+        return "rehash"
+    return "copy" if target == op.parallelism else "move"
 
 
 class LabelledOperator(Protocol):
