@@ -133,10 +133,21 @@ def redistribute_operator_state(
         raise ValueError("counts must have one entry per old subtask")
     op_states = [s for s in states if not s.is_keyed]
     order = {s.name: i for i, s in enumerate(op_states)}
+    count = _element_counter(op_states, counts)
+    if new_parallelism == old_parallelism:
+        unchanged, runs = _runs_in_place(op_states, count, old_parallelism)
+    else:
+        unchanged = False
+        runs = _rescaled_runs(op_states, count, old_parallelism, new_parallelism)
+    runs.sort(key=lambda r: (r.to_subtask, order[r.state], r.to_position))
+    return OperatorStatePlan(old_parallelism, new_parallelism, unchanged, tuple(runs))
 
+
+def _element_counter(op_states: Sequence[StateDescriptor], counts: Sequence[Mapping[str, int]]) -> _Count:
+    """Return the elements each old subtask holds of each state, a replicated union state's counted once."""
     # A replicated union state holds one complete list on every subtask: only the first copy is state.
     first_copy = {
-        s.name: min((i for i in range(old_parallelism) if counts[i].get(s.name, 0)), default=0)
+        s.name: min((i for i in range(len(counts)) if counts[i].get(s.name, 0)), default=0)
         for s in op_states
         if s.replicated
     }
@@ -146,45 +157,69 @@ def redistribute_operator_state(
             return 0
         return int(counts[subtask].get(name, 0))
 
-    def reporters(name: str) -> list[int]:
-        return [i for i in range(old_parallelism) if count(i, name) > 0]
+    return count
 
+
+def _reporters(name: str, count: _Count, old_parallelism: int) -> list[int]:
+    """Return the old subtasks that hold elements of state ``name``."""
+    return [i for i in range(old_parallelism) if count(i, name) > 0]
+
+
+def _runs_in_place(
+    op_states: Sequence[StateDescriptor], count: _Count, parallelism: int
+) -> tuple[bool, list[ElementRun]]:
+    """Plan operator state restored at its own parallelism; return whether it stays as it is, and the runs.
+
+    Union state is dealt out as on any rescale; a broadcast state some subtasks did not report is given to
+    them; the rest stays where it is.
+    """
     partly_broadcast = {
-        s.name for s in op_states if s.kind == BROADCAST and 0 < len(reporters(s.name)) < old_parallelism
+        s.name
+        for s in op_states
+        if s.kind == BROADCAST and 0 < len(_reporters(s.name, count, parallelism)) < parallelism
     }
-    has_union = any(count(i, s.name) for s in op_states if s.kind == UNION for i in range(old_parallelism))
+    has_union = any(count(i, s.name) for s in op_states if s.kind == UNION for i in range(parallelism))
     runs: list[ElementRun] = []
+    for state in op_states:
+        if state.kind == UNION:
+            runs.extend(_union_runs(state.name, count, parallelism, parallelism))
+        elif state.kind == BROADCAST and state.name in partly_broadcast:
+            runs.extend(_identity_runs(state.name, count, parallelism))
+            runs.extend(_added_broadcast_copies(state.name, count, parallelism))
+        else:
+            # Split state, and fully reported broadcast state, stay where they are.
+            runs.extend(_identity_runs(state.name, count, parallelism))
+    return not has_union and not partly_broadcast, runs
 
-    if new_parallelism == old_parallelism:
-        unchanged = not has_union and not partly_broadcast
-        for state in op_states:
-            if state.kind == UNION:
-                runs.extend(_union_runs(state.name, count, old_parallelism, new_parallelism))
-            elif state.kind == BROADCAST and state.name in partly_broadcast:
-                # initMergeMapList keeps each subtask's own handle, then repartitionBroadcastState adds
-                # the chosen copy in another handle: a subtask may end up with two copies (as in Flink).
-                runs.extend(_identity_runs(state.name, count, old_parallelism))
-                for run in _broadcast_runs(state.name, count, reporters(state.name), new_parallelism):
-                    if run.from_subtask != run.to_subtask:
-                        own = count(run.to_subtask, state.name)
-                        runs.append(
-                            ElementRun(state.name, run.from_subtask, 0, run.to_subtask, own, run.count)
-                        )
-            else:
-                # Split state, and fully reported broadcast state, stay where they are.
-                runs.extend(_identity_runs(state.name, count, old_parallelism))
-    else:
-        unchanged = False
-        split_names = [s.name for s in op_states if s.kind == SPLIT]
-        runs.extend(_split_runs(split_names, count, old_parallelism, new_parallelism))
-        for state in op_states:
-            if state.kind == UNION:
-                runs.extend(_union_runs(state.name, count, old_parallelism, new_parallelism))
-            elif state.kind == BROADCAST:
-                runs.extend(_broadcast_runs(state.name, count, reporters(state.name), new_parallelism))
 
-    runs.sort(key=lambda r: (r.to_subtask, order[r.state], r.to_position))
-    return OperatorStatePlan(old_parallelism, new_parallelism, unchanged, tuple(runs))
+def _added_broadcast_copies(name: str, count: _Count, parallelism: int) -> list[ElementRun]:
+    """Return the broadcast copies a subtask receives on top of its own, at the same parallelism."""
+    # initMergeMapList keeps each subtask's own handle, then repartitionBroadcastState adds
+    # the chosen copy in another handle: a subtask may end up with two copies (as in Flink).
+    runs = []
+    for run in _broadcast_runs(name, count, _reporters(name, count, parallelism), parallelism):
+        if run.from_subtask != run.to_subtask:
+            own = count(run.to_subtask, name)
+            runs.append(ElementRun(name, run.from_subtask, 0, run.to_subtask, own, run.count))
+    return runs
+
+
+def _rescaled_runs(
+    op_states: Sequence[StateDescriptor], count: _Count, old_parallelism: int, new_parallelism: int
+) -> list[ElementRun]:
+    """Plan operator state restored at a new parallelism: split, union and broadcast states dealt out."""
+    split_names = [s.name for s in op_states if s.kind == SPLIT]
+    runs = _split_runs(split_names, count, old_parallelism, new_parallelism)
+    for state in op_states:
+        if state.kind == UNION:
+            runs.extend(_union_runs(state.name, count, old_parallelism, new_parallelism))
+        elif state.kind == BROADCAST:
+            runs.extend(
+                _broadcast_runs(
+                    state.name, count, _reporters(state.name, count, old_parallelism), new_parallelism
+                )
+            )
+    return runs
 
 
 def _identity_runs(name: str, count: _Count, old_parallelism: int) -> list[ElementRun]:
