@@ -1,10 +1,12 @@
-"""Executors that apply a ``RescalePlan``: one protocol, a pyarrow engine and a Spark engine.
+"""Executors that run a rescale's jobs: one protocol, a pyarrow engine and a Spark engine.
 
 ``get_executor("local" | "spark", **options)`` imports the engine's module only when asked, so metadata
 commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
-installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Both
-engines consume the same plan and write byte-identical files through ``keygroup_cli.execution.tasks``; the
-caller (``keygroup_cli.execution.rescale``) owns the staging directory, verification and the commit.
+installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Every route
+compiles its plan into the jobs of ``keygroup_cli.execution.pipeline`` (a kg snapshot's in
+``execution.tasks``, a savepoint's in ``execution.keyed_pipeline``); both engines run them with the same
+task bodies through one entry, ``Executor.run``, and write byte-identical files. The caller (the route)
+owns the staging directory, operator state, verification and the commit.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError
-from keygroup_cli.planning import RescalePlan
-from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
+from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 
 if TYPE_CHECKING:
-    from keygroup_cli.execution.keyed_pipeline import KeyedJob
-    from keygroup_cli.flink.keyed_tasks import WrittenKeyedFile
+    from collections.abc import Sequence
+
+    from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, W
 
 #: ``on_progress(stage, completed, total)``: the core's progress callback (drawn by the CLI, if at all).
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -103,25 +105,26 @@ class ExecutionResult:
 
 
 class Executor(Protocol):
-    """Applies a rescale plan: reads ``source``, writes every state file of the new snapshot to ``target``.
+    """Runs the jobs of a rescale (``execution.pipeline``): reads old state, writes the new keyed files.
 
-    The executor writes no manifest and never touches ``source``; ``target`` is an empty directory.
+    The executor never touches the input and writes no metadata or manifest.
     """
 
     name: str
 
     def run(
-        self, plan: RescalePlan, source: Snapshot, target: Path, on_progress: OnProgress | None = None
-    ) -> ExecutionResult:
-        """Write the new state files and return their manifest entries."""
-        ...
+        self,
+        jobs: Sequence[KeyedJob[W] | CopyJob],
+        scratch: Path,
+        on_progress: OnProgress | None = None,
+    ) -> dict[str, list[W]]:
+        """Run ``jobs``; return each keyed job's written files by operator id, in subtask order.
 
-    def run_keyed(
-        self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
-    ) -> dict[str, list[WrittenKeyedFile]]:
-        """Run the read/route and write tasks of ``jobs``; return each operator's files by operator id.
+        ``scratch`` is a local directory the engine may spill into (what it puts there it removes).
 
-        ``scratch`` is a local directory the engine may spill into (removed by the caller).
+        Raises:
+            ExecutionError: A task failed or rows were lost on the way.
+            InvalidSnapshotError: A read task found its input corrupt.
         """
         ...
 

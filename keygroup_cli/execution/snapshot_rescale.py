@@ -31,7 +31,9 @@ from keygroup_cli.execution import (
     Executor,
     OnProgress,
     PendingExecutor,
+    WrittenOperator,
     choose_engine,
+    tasks,
 )
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
@@ -121,22 +123,60 @@ def rescale_snapshot(
         expected_parallelism=from_parallelism,
     )
     if executor is None:
-        choice = choose_engine(engine)
-        pending = PendingExecutor(
-            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
-        )
-        verify_input(snapshot, report)
-        executor = pending.result()
-        reason = choice.reason
+        executor, reason = _start_engine(engine, snapshot, report, master, spark, verbose, spark_conf)
     else:
         verify_input(snapshot, report)
         reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
     with staged_directory(dest) as staging:
-        result = executor.run(plan, snapshot, staging, report)
+        result = execute(executor, plan, snapshot, staging, report)
         manifest = build_manifest(snapshot.manifest, plan, result)
         verify_output(staging, snapshot, plan, manifest, report)
         write_manifest(staging, manifest)
     return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
+
+
+def _start_engine(
+    engine: str | EngineChoice | None,
+    snapshot: Snapshot,
+    report: OnProgress,
+    master: str | None,
+    spark: Any,
+    verbose: bool,
+    spark_conf: Mapping[str, str] | None,
+) -> tuple[Executor, str]:
+    """Start the engine in the background while the input is verified; return it and why it runs."""
+    choice = choose_engine(engine)
+    pending = PendingExecutor(
+        choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+    )
+    verify_input(snapshot, report)
+    return pending.result(), choice.reason
+
+
+def execute(
+    executor: Executor, plan: RescalePlan, snapshot: Snapshot, staging: Path, report: OnProgress
+) -> ExecutionResult:
+    """Write every state file of the rescaled ``snapshot`` into ``staging``; return their manifest entries.
+
+    The engine runs the plan's jobs (``tasks.plan_snapshot_jobs``: keyed state, and the operators left as
+    they are); operator state, small, is redistributed here (``tasks.write_operator_state``).
+    """
+    jobs = tasks.plan_snapshot_jobs(plan, snapshot, staging, pieces=executor.read_pieces())
+    keyed = executor.run(jobs, staging, report)
+    written = []
+    for op_plan in plan.operators:
+        op = snapshot.manifest.operator(op_plan.operator_id)
+        assert op is not None, "the plan was made from this snapshot"
+        if not op_plan.rescaled:
+            written.append(WrittenOperator(op.operator_id, op.keyed_files, op.operator_files))
+            continue
+        keyed_files = op.keyed_files
+        if op_plan.keyed_mode != "copy":
+            new = keyed.get(op.operator_id, [])
+            keyed_files = tuple(f.keyed_file for f in new if f.keyed_file is not None)
+        operator_files = tasks.write_operator_state(snapshot, op, op_plan, staging)
+        written.append(WrittenOperator(op.operator_id, keyed_files, operator_files))
+    return ExecutionResult(executor.name, tuple(written))
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
@@ -298,6 +338,7 @@ __all__ = [
     "RescaleResult",
     "build_manifest",
     "check_row_counts",
+    "execute",
     "rescale_snapshot",
     "verify_input",
     "verify_output",

@@ -1,19 +1,19 @@
-"""The Spark engine: the same plan and the same writer as the local engine, run as Spark tasks.
+"""The Spark engine: the jobs of ``execution.pipeline``, the local engine's task bodies, run as Spark tasks.
 
 The only module of kg that imports ``pyspark`` (and only inside functions, so that a missing pyspark or
 Java becomes a one-line ``MissingDependencyError`` rather than an ImportError or a JVM stack trace).
 
-- Parallelism change: one task per new subtask. A new subtask's key groups are a contiguous union of
-  pieces of old files, so each task streams its pieces straight into its file (``tasks.write_moved_subtask``,
-  the local engine's code): a narrow stage, no shuffle, as Flink itself intersects key-group ranges.
-- maxParallelism change: a map task per (old file, row group) re-hashes its rows and emits them as Arrow IPC
-  blocks keyed by ``(new subtask, bucket, old file, row group)``; ``partitionBy`` sends new subtask *j*'s
-  blocks to partition *j*; each reduce task appends them to one spill file on its executor's local disk,
-  then writes its file bucket by bucket, each bucket's blocks in input order (``_buckets``,
-  ``tasks.write_rehashed_subtask``). Blocks, not rows, cross the shuffle, so no pandas and no per-row
-  conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions`` sorts in
-  the Python worker and spills pickles past ``spark.python.worker.memory``).
-- Operator state (small) and files that stay as they are are handled on the driver.
+- A narrow job (a kg snapshot's parallelism change): one task per new subtask, streaming its read tasks
+  (pieces of old files) straight into its file (``pipeline.stream``): a narrow stage, no shuffle, as
+  Flink itself intersects key-group ranges.
+- A job with a shuffle: a map task per read task routes its rows (``pipeline.route``) and emits them as
+  Arrow IPC blocks keyed by ``(new subtask, bucket, read task, batch)``; ``partitionBy`` sends new
+  subtask *j*'s blocks to partition *j*; each reduce task appends them to one spill file on its
+  executor's local disk, then writes its file bucket by bucket, each bucket's blocks in input order
+  (``_buckets``, ``pipeline.write``). Blocks, not rows, cross the shuffle, so no pandas and no per-row
+  conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions`` sorts
+  in the Python worker and spills pickles past ``spark.python.worker.memory``).
+- Copy jobs run on the driver.
 
 Tasks write to the target directory directly, so with a ``--master`` other than local the staging
 directory beside DEST must be on a filesystem every executor mounts at the same path, and kg must be
@@ -41,14 +41,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import keygroup_cli
 from keygroup_cli.errors import (
@@ -59,11 +57,8 @@ from keygroup_cli.errors import (
     MissingDependencyError,
     UnsupportedFormatError,
 )
-from keygroup_cli.execution import ExecutionResult, OnProgress, WrittenOperator, keyed_pipeline, tasks
-from keygroup_cli.execution.keyed_pipeline import KeyedJob
-from keygroup_cli.flink.keyed_tasks import KeyedReadTask, WrittenKeyedFile
-from keygroup_cli.planning import OperatorPlan, RescalePlan
-from keygroup_cli.snapshot.model import KeyedFile, Operator, Snapshot
+from keygroup_cli.execution import OnProgress, pipeline
+from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -456,105 +451,68 @@ class SparkExecutor:
         self.batch_rows = batch_rows
         check_workers(self.session.sparkContext, master)
 
-    def run(
-        self, plan: RescalePlan, source: Snapshot, target: Path, on_progress: OnProgress | None = None
-    ) -> ExecutionResult:
-        """Write every state file of the rescaled snapshot into ``target`` with Spark tasks."""
-        report = on_progress or _ignore
-        sc = self.session.sparkContext
-        written = []
-        for op_plan in plan.operators:
-            op = source.manifest.operator(op_plan.operator_id)
-            assert op is not None
-            if not op_plan.rescaled:
-                tasks.copy_files(source, target, (*op.keyed_files, *op.operator_files))
-                written.append(WrittenOperator(op.operator_id, op.keyed_files, op.operator_files))
-                continue
-            stage = f"{op_plan.label}: keyed rows"
-            rows = op_plan.keyed_rows or 0  # a kg snapshot's plan always counts its rows
-            report(stage, 0, rows)
-            keyed: tuple[KeyedFile, ...]
-            if op_plan.keyed_mode == "none":
-                keyed = ()
-            elif op_plan.keyed_mode == "copy":
-                tasks.copy_files(source, target, op.keyed_files)
-                keyed = op.keyed_files
-            else:
-                with _TaskProgress(sc, stage, rows, report), _spark_failures(sc):
-                    if op_plan.keyed_mode == "move":
-                        files = self._move(sc, source, op, op_plan, target)
-                    else:
-                        files = self._rehash(sc, source, op, op_plan, target)
-                keyed = tuple(f for f in files if f is not None)
-            report(stage, rows, rows)
-            operator_files = tasks.write_operator_state(source, op, op_plan, target)
-            written.append(WrittenOperator(op.operator_id, keyed, operator_files))
-        return ExecutionResult(self.name, tuple(written))
-
-    def _move(
-        self, sc: SparkContext, source: Snapshot, op: Operator, plan: OperatorPlan, target: Path
-    ) -> list[KeyedFile | None]:
-        task = functools.partial(_move_task, source, op, plan, str(target), self.batch_rows)
-        files: list[KeyedFile | None] = (
-            sc.parallelize(range(plan.new_parallelism), plan.new_parallelism).map(task).collect()
-        )
-        return files
-
-    def _rehash(
-        self, sc: SparkContext, source: Snapshot, op: Operator, plan: OperatorPlan, target: Path
-    ) -> list[KeyedFile | None]:
-        units = [
-            (index, f, row_group)
-            for index, f in enumerate(sorted(op.keyed_files, key=lambda f: f.subtask))
-            for row_group in range(pq.ParquetFile(source.resolve(f.path)).metadata.num_row_groups)
-        ]
-        mapper = functools.partial(_rehash_map, source, op, plan)
-        reducer = functools.partial(_rehash_reduce, op, plan, str(target))
-        files: list[KeyedFile | None] = (
-            sc.parallelize(units, max(1, len(units)))
-            .flatMap(mapper)
-            .partitionBy(plan.new_parallelism, _new_subtask_of_key)
-            .mapPartitionsWithIndex(reducer)
-            .collect()
-        )
-        return files
-
-    def run_keyed(
-        self, jobs: list[KeyedJob], scratch: Path, on_progress: OnProgress | None = None
-    ) -> dict[str, list[WrittenKeyedFile]]:
-        """Run every job as one Spark job: route tasks, a shuffle by new subtask, write tasks.
-
-        Read tasks open the savepoint and write tasks the output root themselves, on the executors (a local
-        path, or an object store they reach); only the written files' handles come back to the driver.
-        ``scratch`` is not used: Spark's shuffle is the spill.
-        """
-        report = on_progress or _ignore
-        sc = self.session.sparkContext
-        stage = "re-hash keyed state (bytes)"
-        total = sum(job.bytes for job in jobs)
-        report(stage, 0, total)
-        written: dict[str, list[WrittenKeyedFile]] = {}
-        done = 0
-        for job in jobs:
-            mapper = functools.partial(_route_task, job, self.batch_rows)
-            reducer = functools.partial(_write_task, job)
-            with _TaskProgress(sc, stage, total, report, start=done, share=job.bytes), _spark_failures(sc):
-                results: list[tuple[WrittenKeyedFile, int]] = (
-                    sc.parallelize(list(job.reads), max(1, len(job.reads)))
-                    .flatMap(mapper)
-                    .partitionBy(job.new_parallelism, _new_subtask_of_key)
-                    .mapPartitionsWithIndex(reducer)
-                    .collect()
-                )
-            done += job.bytes
-            report(stage, done, total)
-            routed = sum(rows for _, rows in results)
-            written[job.operator_id] = keyed_pipeline.check_counts(job, routed, [f for f, _ in results])
-        return written
-
     def read_pieces(self) -> int:
         """Return how many read tasks to cut each old keyed file into: enough to keep every core busy."""
         return max(1, min(16, 2 * self.session.sparkContext.defaultParallelism))
+
+    def run(
+        self,
+        jobs: Sequence[KeyedJob[W] | CopyJob],
+        scratch: Path,
+        on_progress: OnProgress | None = None,
+    ) -> dict[str, list[W]]:
+        """Run every keyed job as one Spark job; return each one's written files by operator id.
+
+        Read tasks open their input and write tasks create their files themselves, on the executors (a
+        local path every executor mounts, or an object store they reach); only the written files'
+        descriptors come back to the driver. Copy jobs run on the driver. ``scratch`` is not used:
+        Spark's shuffle is the spill.
+        """
+        progress = Progress(jobs, on_progress)
+        sc = self.session.sparkContext
+        written: dict[str, list[W]] = {}
+        for job in jobs:
+            progress.begin(job.stage)
+            if isinstance(job, CopyJob):
+                job.copy()
+            else:
+                watch = _TaskProgress(
+                    sc,
+                    job.stage,
+                    progress.totals[job.stage],
+                    on_progress or _ignore,
+                    start=progress.done[job.stage],
+                    share=job.weight,
+                )
+                with watch, _spark_failures(sc):
+                    results = self._narrow(sc, job) if job.feeds is not None else self._shuffled(sc, job)
+                routed = sum(rows for _, rows in results)
+                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in results])
+            progress.advance(job.stage, job.weight)
+        return written
+
+    def _narrow(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
+        """One task per new subtask, streaming its read tasks into its file: a narrow stage, no shuffle."""
+        task = functools.partial(_stream_task, job, self.batch_rows)
+        results: list[tuple[W, int]] = (
+            sc.parallelize(range(job.new_parallelism), job.new_parallelism).map(task).collect()
+        )
+        return results
+
+    def _shuffled(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
+        """Route tasks, a shuffle by new subtask, write tasks (see the module docstring)."""
+        mapper = functools.partial(_route_task, job, self.batch_rows)
+        reducer = functools.partial(_write_task, job)
+        # Tasks go by index: the job (every task included) is in the closure already.
+        count = len(job.reads)
+        results: list[tuple[W, int]] = (
+            sc.parallelize(range(count), max(1, count))
+            .flatMap(mapper)
+            .partitionBy(job.new_parallelism, _new_subtask_of_key)
+            .mapPartitionsWithIndex(reducer)
+            .collect()
+        )
+        return results
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
@@ -586,31 +544,24 @@ def _naming_kg_errors() -> Iterator[None]:
         raise RuntimeError(f"{_TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
 
 
-def _move_task(
-    source: Snapshot, op: Operator, plan: OperatorPlan, target: str, batch_rows: int, new_subtask: int
-) -> KeyedFile | None:
+def _stream_task(job: KeyedJob[W], batch_rows: int, new_subtask: int) -> tuple[W, int]:
+    """Write one new subtask of a narrow job from its read tasks; return it and the rows read."""
     with _naming_kg_errors():
-        return tasks.write_moved_subtask(source, op, plan, new_subtask, Path(target), batch_rows=batch_rows)
+        return pipeline.stream(job, new_subtask, batch_rows)
 
 
-def _rehash_map(
-    source: Snapshot, op: Operator, plan: OperatorPlan, unit: tuple[int, KeyedFile, int]
+def _route_task(
+    job: KeyedJob[W], batch_rows: int, index: int
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
-    index, old, row_group = unit
+    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
     with _naming_kg_errors():
-        table = pq.ParquetFile(source.resolve(old.path)).read_row_group(row_group)
-        table, buckets = tasks.rehash_batch(table, op, plan)
-    groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-    count = tasks.bucket_count(plan.new_max_parallelism)
-    # One block per (new subtask, bucket): a bucket can straddle two new subtasks.
-    composite = tasks.new_subtasks_of(groups, plan).astype(np.int64) * count + buckets
-    for key, rows in tasks.split_by_bucket(table, composite):
-        new_subtask, bucket = divmod(key, count)
-        yield (new_subtask, bucket, index, row_group), _ipc_bytes(rows)
+        routed = pipeline.route(job, job.reads[index], batch_rows)
+        for seq, (new_subtask, bucket, rows) in enumerate(routed):
+            yield (new_subtask, bucket, index, seq), _ipc_bytes(rows)
 
 
 def _ipc_bytes(rows: pa.Table) -> bytes:
-    """Return ``rows`` as one Arrow IPC stream: the shuffle record of both map stages (see ``_buckets``)."""
+    """Return ``rows`` as one Arrow IPC stream: the shuffle record (see ``_buckets``)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
@@ -622,34 +573,13 @@ def _new_subtask_of_key(key: tuple[int, int, int, int]) -> int:
     return key[0]
 
 
-def _rehash_reduce(
-    op: Operator,
-    plan: OperatorPlan,
-    target: str,
-    new_subtask: int,
-    records: Iterable[tuple[tuple[int, int, int, int], bytes]],
-) -> Iterator[KeyedFile | None]:
-    with _naming_kg_errors():
-        written = tasks.write_rehashed_subtask(op, plan, new_subtask, Path(target), _buckets(records))
-    yield written
-
-
-def _route_task(
-    job: KeyedJob, batch_rows: int, task: KeyedReadTask
-) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
-    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
-    with _naming_kg_errors():
-        for seq, (new_subtask, bucket, rows) in enumerate(keyed_pipeline.route(job, task, batch_rows)):
-            yield (new_subtask, bucket, task.order, seq), _ipc_bytes(rows)
-
-
 def _write_task(
-    job: KeyedJob, new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
-) -> Iterator[tuple[WrittenKeyedFile, int]]:
+    job: KeyedJob[W], new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
+) -> Iterator[tuple[W, int]]:
     """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
     received = [0]
     with _naming_kg_errors():
-        written = keyed_pipeline.write(job, new_subtask, _buckets(records, received))
+        written = pipeline.write(job, new_subtask, _buckets(records, received))
     yield written, received[0]
 
 

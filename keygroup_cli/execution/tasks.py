@@ -1,53 +1,48 @@
-"""The units of work both engines run, so that both write the very same bytes.
+"""The kg-snapshot route compiled into the task model of ``execution.pipeline``, and its operator state.
 
-- ``write_moved_subtask``: one new subtask's keyed file when only the parallelism changes. Its key-group
-  range is a contiguous union of pieces of old files, in old-subtask order, so the pieces are streamed
-  (row groups outside a piece are skipped) straight into the writer: no sort and no shuffle.
-- ``rehash_batch`` / ``split_by_bucket`` / ``write_rehashed_subtask``: with a new maxParallelism every
-  key gets a new key group (Java ``hashCode`` → murmur → ``% maxP'``). Rows are routed to *buckets*
-  (contiguous ranges of new key groups) and each new subtask is written bucket by bucket, each bucket
-  stably sorted by key group, so memory is bounded by one bucket, not by the snapshot.
-- ``write_operator_state``: applies an ``OperatorStatePlan`` (operator state is small; read whole).
+``plan_snapshot_jobs`` turns a ``RescalePlan`` of a kg snapshot into the jobs an engine runs:
 
-Row order is deterministic: within a key group rows keep their input order (old files in subtask order,
-rows in file order). ``write_keyed_file`` makes the bytes a pure function of the rows, whatever the
-chunking, which is what lets the local and Spark engines produce identical files.
+- an operator that is not rescaled, or whose keyed files stay as they are, is a ``CopyJob``;
+- a parallelism change is a *narrow* ``KeyedJob``: a new subtask's key-group range is a contiguous union
+  of pieces of old files, in old-subtask order, so each write task streams its pieces (row groups
+  outside a piece are skipped) straight into its file: no sort and no shuffle;
+- a maxParallelism change is a ``KeyedJob`` with a shuffle: every key gets a new key group (Java
+  ``hashCode`` → murmur → ``% maxP'``) in its read task, and rows meet their new subtask's write task
+  bucket by bucket (``pipeline.route`` / ``pipeline.write``).
+
+``ParquetKeyedRead`` and ``ParquetKeyedWrite`` are the kg Parquet read and write tasks;
+``write_keyed_file`` makes the bytes a pure function of the rows, whatever the chunking, which is what
+lets the local and Spark engines produce identical files. Operator state (small) is redistributed on the
+driver by ``write_operator_state`` (``redistribute_operator_tables`` also serves a savepoint's).
 """
 
 from __future__ import annotations
 
 import posixpath
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.execution.pipeline import CopyJob, Job, KeyedJob, Rows, rekeyed
 from keygroup_cli.javahash import hash_codes
-from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes, operator_indexes_for_key_groups
-from keygroup_cli.planning import OperatorPlan
+from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.planning import OperatorPlan, RescalePlan
+from keygroup_cli.redistribution import ElementRun
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
 from keygroup_cli.snapshot.parquet import (
-    DEFAULT_BATCH_ROWS,
     conform_keyed,
     iter_keyed_batches,
     read_operator_file,
     write_keyed_file,
     write_operator_file,
 )
-
-#: Called with the number of input rows just consumed (drives progress bars).
-OnRows = Callable[[int], None]
-
-#: Upper bound of re-hash buckets: memory per bucket is about snapshot size / this.
-MAX_BUCKETS = 256
-
-
-def _ignore(_rows: int) -> None:
-    return None
 
 
 def operator_dir(op: Operator) -> str:
@@ -79,144 +74,195 @@ def copy_files(source: Snapshot, target: Path, files: Iterable[KeyedFile | Opera
         shutil.copyfile(source.resolve(f.path), destination)
 
 
-def _finish_keyed(target: Path, relative: str, written: KeyedFile) -> KeyedFile | None:
-    # The contract: a subtask without keyed rows has no keyed file.
-    if written.rows == 0:
-        (target / relative).unlink()
-        return None
-    return written
+# -- Read and write tasks ------------------------------------------------------------------------------------
 
 
-# -- Parallelism change: move key groups -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ParquetKeyedRead:
+    """Read one keyed file of a kg snapshot: all of it, the rows of some key groups, or one row group."""
 
+    source: Snapshot
+    file: KeyedFile
+    #: Only the rows of these key groups (row groups outside are skipped without being read).
+    key_groups: KeyGroupRange | None = None
+    #: Only this row group.
+    row_group: int | None = None
+    #: The rows the task reads (progress).
+    weight: int = 0
 
-def moved_pieces(plan: OperatorPlan, new_subtask: int) -> list[tuple[int, KeyGroupRange]]:
-    """Return ``(old subtask, key groups)`` pieces that make up a new subtask, in key-group order."""
-    assert plan.key_groups is not None, "only for plans that keep maxParallelism"
-    return [
-        (run.from_subtask, KeyGroupRange(run.start, run.end))
-        for run in plan.key_groups.runs
-        if run.to_subtask == new_subtask
-    ]
+    def read(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[Rows]:
+        """Yield the rows; under a new maxParallelism conformed to the keyed schema and re-keyed.
 
-
-def write_moved_subtask(
-    source: Snapshot,
-    op: Operator,
-    plan: OperatorPlan,
-    new_subtask: int,
-    target: Path,
-    *,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    on_rows: OnRows = _ignore,
-) -> KeyedFile | None:
-    """Write new subtask ``new_subtask``'s keyed file from the pieces of the old files; None if empty."""
-    old_files = {f.subtask: f for f in op.keyed_files}
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for old_subtask, key_groups in moved_pieces(plan, new_subtask):
-            old = old_files.get(old_subtask)
-            if old is None:
+        Raises:
+            InvalidSnapshotError: The file cannot be read.
+        """
+        for batch in self._batches(batch_rows):
+            if not job.rehash:
+                yield batch  # the writer conforms rows as they come
                 continue
-            for batch in iter_keyed_batches(source, old, key_groups=key_groups, batch_rows=batch_rows):
-                on_rows(batch.num_rows)
-                yield batch
+            table = conform_keyed(batch, job.key_type, job.state_names)
+            yield rekeyed(table, hash_codes(table.column("key"), job.key_type), job.new_max_parallelism)
 
-    relative = keyed_path(op, new_subtask)
-    key_groups = plan.new_ranges[new_subtask]
-    (target / relative).parent.mkdir(parents=True, exist_ok=True)
-    written = write_keyed_file(
-        target / relative,
-        batches(),
-        key_type=_key_type(op),
-        key_groups=key_groups,
-        state_names=keyed_state_names(op),
-    ).keyed_file(new_subtask, relative, key_groups)
-    return _finish_keyed(target, relative, written)
-
-
-def _key_type(op: Operator) -> str:
-    assert op.key_type is not None, "an operator with keyed files has a key type (manifest validation)"
-    return op.key_type
+    def _batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        if self.row_group is None:
+            yield from iter_keyed_batches(
+                self.source, self.file, key_groups=self.key_groups, batch_rows=batch_rows
+            )
+            return
+        path = self.source.resolve(self.file.path)
+        try:
+            pf = pq.ParquetFile(path, pre_buffer=False)
+            yield from pf.iter_batches(batch_size=batch_rows, row_groups=[self.row_group])
+        except (OSError, pa.ArrowException) as exc:
+            raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
-# -- maxParallelism change: re-hash every key ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WrittenParquetFile:
+    """What a kg write task wrote: the manifest entry of the file, or None for a subtask without rows."""
+
+    subtask: int
+    rows: int
+    keyed_file: KeyedFile | None
 
 
-def bucket_count(new_max_parallelism: int) -> int:
-    """Return how many re-hash buckets (contiguous key-group ranges) a maxParallelism is cut into."""
-    return min(new_max_parallelism, MAX_BUCKETS)
+@dataclass(frozen=True, slots=True)
+class ParquetKeyedWrite:
+    """Write one new subtask's keyed file ``root/name`` of a kg snapshot."""
+
+    root: str
+    name: str
+    subtask: int
+    key_groups: KeyGroupRange
+    key_type: str
+    state_names: tuple[str, ...]
+
+    def write(self, rows: Iterable[Rows]) -> WrittenParquetFile:
+        """Write ``rows`` (ascending by key group); a subtask without rows has no keyed file.
+
+        Raises:
+            InvalidSnapshotError: Rows outside the range or unsorted.
+        """
+        path = Path(self.root) / self.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written = write_keyed_file(
+            path, rows, key_type=self.key_type, key_groups=self.key_groups, state_names=self.state_names
+        ).keyed_file(self.subtask, self.name, self.key_groups)
+        if written.rows == 0:
+            path.unlink()
+            return WrittenParquetFile(self.subtask, 0, None)
+        return WrittenParquetFile(self.subtask, written.rows, written)
 
 
-def bucket_of(key_groups: npt.NDArray[np.int32] | int, new_max_parallelism: int) -> npt.NDArray[np.int64]:
-    """Return the bucket of every key group (``kg * buckets // maxP'``: contiguous, ascending)."""
-    kg = np.asarray(key_groups, dtype=np.int64)
-    return kg * bucket_count(new_max_parallelism) // new_max_parallelism
+# -- Compiling a plan ----------------------------------------------------------------------------------------
 
 
-def buckets_for(key_groups: KeyGroupRange, new_max_parallelism: int) -> range:
-    """Return the buckets that hold some key group of ``key_groups``, ascending."""
-    first = int(bucket_of(key_groups.start, new_max_parallelism))
-    last = int(bucket_of(key_groups.end, new_max_parallelism))
-    return range(first, last + 1)
+def plan_snapshot_jobs(
+    plan: RescalePlan, source: Snapshot, target: Path, *, pieces: int = 1
+) -> list[Job[WrittenParquetFile]]:
+    """Return the jobs that write every keyed file of the rescaled ``source`` into ``target``.
+
+    Operator state is not in them (see ``write_operator_state``), except that an operator left as it is
+    is copied whole. ``pieces`` above 1 cuts re-hashed files into one read task per row group.
+    """
+    jobs: list[Job[WrittenParquetFile]] = []
+    for op_plan in plan.operators:
+        op = source.manifest.operator(op_plan.operator_id)
+        assert op is not None, "the plan was made from this snapshot"
+        if not op_plan.rescaled:
+            jobs.append(_copy_job(source, target, op, (*op.keyed_files, *op.operator_files)))
+        elif op_plan.keyed_mode == "copy":
+            rows = op_plan.keyed_rows or 0  # a kg snapshot's plan always counts its rows
+            jobs.append(_copy_job(source, target, op, op.keyed_files, _stage(op_plan), rows))
+        elif op_plan.keyed_mode == "move":
+            jobs.append(_narrow_job(source, target, op, op_plan))
+        elif op_plan.keyed_mode == "rehash":
+            jobs.append(_rehash_job(source, target, op, op_plan, pieces))
+    return jobs
 
 
-def rehash_batch(
-    batch: pa.RecordBatch | pa.Table, op: Operator, plan: OperatorPlan
-) -> tuple[pa.Table, npt.NDArray[np.int64]]:
-    """Return the batch conformed to the keyed schema with re-hashed ``key_group``, and each row's bucket."""
-    table = conform_keyed(batch, _key_type(op), keyed_state_names(op))
-    codes = hash_codes(table.column("key"), _key_type(op))
-    groups = key_groups_for_hashes(codes, plan.new_max_parallelism)
-    table = table.set_column(0, table.schema.field(0), pa.array(groups, type=pa.int32()))
-    return table, bucket_of(groups, plan.new_max_parallelism)
+def _stage(plan: OperatorPlan) -> str:
+    return f"{plan.label}: keyed rows"
 
 
-def split_by_bucket(table: pa.Table, buckets: npt.NDArray[np.int64]) -> Iterator[tuple[int, pa.Table]]:
-    """Yield ``(bucket, rows)`` for every bucket present, ascending, keeping row order within each."""
-    if table.num_rows == 0:
-        return
-    order = np.argsort(buckets, kind="stable")
-    ordered = table.take(pa.array(order))
-    sorted_buckets = buckets[order]
-    present = np.unique(sorted_buckets)
-    bounds = np.searchsorted(sorted_buckets, np.append(present, present[-1] + 1), side="left")
-    for i, bucket in enumerate(present.tolist()):
-        yield int(bucket), ordered.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+def _copy_job(
+    source: Snapshot,
+    target: Path,
+    op: Operator,
+    files: Iterable[KeyedFile | OperatorFile],
+    stage: str | None = None,
+    rows: int = 0,
+) -> CopyJob:
+    copies = tuple((str(source.resolve(f.path)), str(target / f.path)) for f in files)
+    return CopyJob(op.operator_id, copies, stage, rows)
 
 
-def sort_bucket(table: pa.Table, key_groups: KeyGroupRange) -> pa.Table:
-    """Return the rows of one bucket that fall in ``key_groups``, stably sorted by key group."""
-    kg = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-    keep = np.flatnonzero((kg >= key_groups.start) & (kg <= key_groups.end))
-    order = keep[np.argsort(kg[keep], kind="stable")]
-    return table.take(pa.array(order))
-
-
-def write_rehashed_subtask(
+def _job(
+    target: Path,
     op: Operator,
     plan: OperatorPlan,
-    new_subtask: int,
-    target: Path,
-    buckets: Iterable[pa.Table],
-) -> KeyedFile | None:
-    """Write a new subtask's keyed file from its buckets (ascending, each holding rows in input order)."""
-    key_groups = plan.new_ranges[new_subtask]
-    relative = keyed_path(op, new_subtask)
-    (target / relative).parent.mkdir(parents=True, exist_ok=True)
-    written = write_keyed_file(
-        target / relative,
-        (sort_bucket(b, key_groups) for b in buckets),
-        key_type=_key_type(op),
-        key_groups=key_groups,
-        state_names=keyed_state_names(op),
-    ).keyed_file(new_subtask, relative, key_groups)
-    return _finish_keyed(target, relative, written)
+    reads: list[ParquetKeyedRead],
+    feeds: tuple[tuple[int, ...], ...] | None = None,
+) -> KeyedJob[WrittenParquetFile]:
+    assert op.key_type is not None, "an operator with keyed files has a key type (manifest validation)"
+    states = tuple(keyed_state_names(op))
+    writes = tuple(
+        ParquetKeyedWrite(str(target), keyed_path(op, j), j, rng, op.key_type, states)
+        for j, rng in enumerate(plan.new_ranges)
+    )
+    return KeyedJob(
+        op.operator_id,
+        plan.label,
+        op.key_type,
+        states,
+        plan.old_max_parallelism,
+        plan.new_max_parallelism,
+        plan.new_parallelism,
+        tuple(reads),
+        writes,
+        _stage(plan),
+        feeds,
+    )
 
 
-def new_subtasks_of(key_groups: npt.NDArray[np.int32], plan: OperatorPlan) -> npt.NDArray[np.int32]:
-    """Return the new subtask of every (new) key group."""
-    return operator_indexes_for_key_groups(key_groups, plan.new_max_parallelism, plan.new_parallelism)
+def _narrow_job(
+    source: Snapshot, target: Path, op: Operator, plan: OperatorPlan
+) -> KeyedJob[WrittenParquetFile]:
+    """Return a parallelism change: each new subtask reads its pieces of the old files, in key-group order."""
+    assert plan.key_groups is not None, "a plan that keeps maxParallelism has a key-group plan"
+    old_files = {f.subtask: f for f in op.keyed_files}
+    reads: list[ParquetKeyedRead] = []
+    feeds = []
+    for j in range(plan.new_parallelism):
+        mine = []
+        for run in plan.key_groups.runs:
+            old = old_files.get(run.from_subtask)
+            if run.to_subtask == j and old is not None:
+                piece = KeyGroupRange(run.start, run.end)
+                rows = old.key_group_rows[
+                    piece.start - old.key_group_start : piece.end - old.key_group_start + 1
+                ]
+                mine.append(len(reads))
+                reads.append(ParquetKeyedRead(source, old, key_groups=piece, weight=sum(rows)))
+        feeds.append(tuple(mine))
+    return _job(target, op, plan, reads, tuple(feeds))
+
+
+def _rehash_job(
+    source: Snapshot, target: Path, op: Operator, plan: OperatorPlan, pieces: int
+) -> KeyedJob[WrittenParquetFile]:
+    """Return a maxParallelism change: read tasks by old file (or row group), in old-subtask order."""
+    reads = []
+    for old in sorted(op.keyed_files, key=lambda f: f.subtask):
+        if pieces <= 1:
+            reads.append(ParquetKeyedRead(source, old, weight=old.rows))
+            continue
+        meta = pq.ParquetFile(source.resolve(old.path)).metadata
+        reads.extend(
+            ParquetKeyedRead(source, old, row_group=i, weight=meta.row_group(i).num_rows)
+            for i in range(meta.num_row_groups)
+        )
+    return _job(target, op, plan, reads)
 
 
 # -- Operator state ------------------------------------------------------------------------------------------
@@ -249,26 +295,42 @@ def redistribute_operator_tables(old: Mapping[int, pa.Table], plan: OperatorPlan
     """
     state_plan = plan.operator_state
     assert state_plan is not None
-    columns = ("state", "position", "entry_key", "value")
     tables = {}
     for new_subtask in range(plan.new_parallelism):
-        pieces = []
-        for run in state_plan.runs_for(new_subtask):
-            table = old[run.from_subtask]
-            states = pc.cast(table.column("state"), pa.string())
-            mask = pc.and_(
-                pc.equal(states, run.state),
-                pc.and_(
-                    pc.greater_equal(table.column("position"), run.from_position),
-                    pc.less(table.column("position"), run.from_position + run.count),
-                ),
-            )
-            rows = table.filter(mask).select(list(columns))
-            rows = rows.take(pc.sort_indices(rows, [("position", "ascending")]))
-            shift = run.to_position - run.from_position
-            positions = pc.add(rows.column("position"), pa.scalar(shift, pa.int32())).cast(pa.int32())
-            rows = rows.set_column(1, "position", positions)
-            pieces.append(rows.set_column(0, "state", pc.cast(rows.column("state"), pa.string())))
+        pieces = [_moved_elements(old[run.from_subtask], run) for run in state_plan.runs_for(new_subtask)]
         if pieces:
             tables[new_subtask] = pa.concat_tables(pieces, promote_options="permissive")
     return tables
+
+
+def _moved_elements(table: pa.Table, run: ElementRun) -> pa.Table:
+    """Return the rows ``run`` moves, by position, with positions shifted to the new subtask's."""
+    states = pc.cast(table.column("state"), pa.string())
+    mask = pc.and_(
+        pc.equal(states, run.state),
+        pc.and_(
+            pc.greater_equal(table.column("position"), run.from_position),
+            pc.less(table.column("position"), run.from_position + run.count),
+        ),
+    )
+    rows = table.filter(mask).select(["state", "position", "entry_key", "value"])
+    rows = rows.take(pc.sort_indices(rows, [("position", "ascending")]))
+    shift = run.to_position - run.from_position
+    positions = pc.add(rows.column("position"), pa.scalar(shift, pa.int32())).cast(pa.int32())
+    rows = rows.set_column(1, "position", positions)
+    return rows.set_column(0, "state", pc.cast(rows.column("state"), pa.string()))
+
+
+__all__ = [
+    "ParquetKeyedRead",
+    "ParquetKeyedWrite",
+    "WrittenParquetFile",
+    "copy_files",
+    "keyed_path",
+    "keyed_state_names",
+    "operator_dir",
+    "operator_path",
+    "plan_snapshot_jobs",
+    "redistribute_operator_tables",
+    "write_operator_state",
+]

@@ -97,7 +97,7 @@ def test_more_read_tasks_write_the_same_files(case: str, tmp_path: Path) -> None
         jobs = plan_keyed_jobs(savepoint, targets, str(out), pieces=pieces)
         # Same file names in both plans, so the written files compare byte for byte.
         jobs = [_renamed(job) for job in jobs]
-        written = local.run_keyed(jobs, tmp_path / f"spill{pieces}")
+        written = local.run(jobs, tmp_path / f"spill{pieces}")
         results.append(
             {
                 (op_id, f.subtask): (f.handle.offsets, (out / f.handle.delegate.relative_path).read_bytes())
