@@ -62,7 +62,7 @@ from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
 INSTALL_JAVA = "install Java 17 or newer (e.g. apt-get install openjdk-17-jre-headless) or use --engine local"
@@ -122,8 +122,7 @@ def spark_session(
             "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
             code="PYSPARK_MISSING",
         ) from None
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import SparkContext
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -132,6 +131,22 @@ def spark_session(
         # A session started on another thread (the active session is per thread): use it.
         return SparkSession.builder.getOrCreate()
     check_java()
+    context = _launch(_session_conf(master, config), verbose)
+    python = worker_python(context.master, config)
+    if python is not None:
+        # The interpreter every Python worker is started with (pickled into each task's function).
+        context.pythonExec = python
+    # A session kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
+    # and its event log is complete (no ``.inprogress``).
+    atexit.register(_stop_quietly, context)
+    session = SparkSession(context)
+    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return session
+
+
+def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkConf:
+    """Return the settings of a session kg starts: kg's, then the caller's ``config`` (which win)."""
+    from pyspark import SparkConf
 
     # Under spark-submit the JVM is already running with spark-submit's --master, --name and
     # spark-defaults.conf (PySpark's PythonRunner hands its gateway over in PYSPARK_GATEWAY_PORT): those win
@@ -148,6 +163,18 @@ def spark_session(
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
     for key, value in settings.items():
         conf.set(key, value)
+    return conf
+
+
+def _launch(conf: SparkConf, verbose: bool) -> SparkContext:
+    """Start the JVM (its console into this run's log unless ``verbose``) and a SparkContext on it.
+
+    Raises:
+        MissingDependencyError: The Java gateway does not start (``SPARK_GATEWAY_FAILED``).
+    """
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
     console_log = _console_log()
     try:
         # The JVM (and the Python workers it forks) write their console output to the log for the whole
@@ -157,7 +184,7 @@ def spark_session(
             gateway = launch_gateway(  # type: ignore[no-untyped-call]
                 conf, popen_kwargs=None if verbose else {"stdout": jvm_console, "stderr": jvm_console}
             )
-        context = SparkContext(conf=conf, gateway=gateway)
+        return SparkContext(conf=conf, gateway=gateway)
     except MissingDependencyError:
         raise
     except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise many types; all mean "no gateway"
@@ -165,16 +192,6 @@ def spark_session(
         raise MissingDependencyError(
             _gateway_message(exc, console_log), code="SPARK_GATEWAY_FAILED"
         ) from None
-    python = worker_python(context.master, config)
-    if python is not None:
-        # The interpreter every Python worker is started with (pickled into each task's function).
-        context.pythonExec = python
-    # A session kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
-    # and its event log is complete (no ``.inprogress``).
-    atexit.register(_stop_quietly, context)
-    session = SparkSession(context)
-    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
-    return session
 
 
 def _stop_quietly(context: SparkContext) -> None:
