@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.execution.pipeline import KeyedJob, Rows, rekeyed
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.keyed_tasks import (
     KeyedReadTask,
     KeyedWriteTask,
@@ -127,9 +126,8 @@ def plan_keyed_jobs(
         if streams:
             header = _operator_header(f"{savepoint.metadata_path}: operator {op.label!r}", streams)
             new_p, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
-            handles = [s.handle for s in streams]
             jobs.append(
-                _operator_job(op, handles, header, root, output_root, new_p, new_max, compression, pieces)
+                _operator_job(op, streams, header, root, output_root, new_p, new_max, compression, pieces)
             )
     return jobs
 
@@ -155,7 +153,7 @@ def _operator_header(where: str, streams: list[KeyedStream]) -> _Header:
 
 def _operator_job(
     op: OperatorState,
-    handles: list[KeyGroupsHandle],
+    streams: list[KeyedStream],
     header: _Header,
     root: str,
     output_root: str,
@@ -169,8 +167,8 @@ def _operator_job(
     compressed = parsed.compressed if compression is None else compression
     reads = [
         FlinkKeyedRead.of(task)
-        for index, handle in enumerate(handles)
-        for task in read_tasks(root, handle, op.max_parallelism, index, pieces)
+        for index, stream in enumerate(streams)
+        for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces)
     ]
     writes = [
         FlinkKeyedWrite(
