@@ -209,17 +209,10 @@ def commit_upload(
     lock = threading.Lock()
 
     def put(name: str) -> str:
-        source = local / name
-        destination = target / name
+        # Recorded before the upload starts: a request cut short may still leave the object behind.
         with lock:
             written.append(name)
-        retrying(lambda: destination.upload_from(source), str(destination))
-        stored = retrying(destination.size, str(destination))
-        if stored != source.stat().st_size:
-            raise ExecutionError(
-                f"{destination}: {stored} bytes stored, {source.stat().st_size} written",
-                code="UPLOAD_VERIFICATION_FAILED",
-            )
+        _upload_checked(local / name, target / name)
         return name
 
     report("upload", 0, len(names))
@@ -241,6 +234,22 @@ def commit_upload(
     with contextlib.suppress(KgError, OSError):
         (target / WRITER_MARK).delete()
     return names
+
+
+def _upload_checked(source: Path, destination: Location) -> None:
+    """Upload the local file ``source`` to ``destination``, then check the size the store reports.
+
+    Raises:
+        ExecutionError: The store holds another size than was written (``UPLOAD_VERIFICATION_FAILED``).
+        KgError: The upload or the size request failed for good (see ``retrying``).
+    """
+    retrying(lambda: destination.upload_from(source), str(destination))
+    stored = retrying(destination.size, str(destination))
+    if stored != source.stat().st_size:
+        raise ExecutionError(
+            f"{destination}: {stored} bytes stored, {source.stat().st_size} written",
+            code="UPLOAD_VERIFICATION_FAILED",
+        )
 
 
 def remove_written(target: Location, names: Sequence[str]) -> None:
