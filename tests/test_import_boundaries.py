@@ -225,6 +225,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "synthetic",
             "planning",
             "redistribution",
+            "rescale_request",
         ),
     ),
     ("execution", ("execution", "environment")),

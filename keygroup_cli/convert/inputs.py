@@ -21,6 +21,7 @@ from pathlib import Path
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.flink.download import copy_savepoint
 from keygroup_cli.flink.metadata.locate import is_flink_savepoint
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.snapshot.diff import SnapshotDiff, diff_snapshots
 from keygroup_cli.snapshot.download import copy_snapshot, is_snapshot_at
 from keygroup_cli.storage import remote
@@ -36,6 +37,7 @@ def readable(
     everything: bool = True,
     operator_state: bool = False,
     on_progress: OnProgress | None = None,
+    opened: Savepoint | None = None,
 ) -> Iterator[str | os.PathLike[str]]:
     """Yield ``target`` itself when it is local, else a local copy of the snapshot or savepoint there.
 
@@ -44,6 +46,7 @@ def readable(
         everything: Every state file too; else only the manifest (kg) or ``_metadata`` (Flink).
         operator_state: Without ``everything``: a kg snapshot's operator-state files too.
         on_progress: ``(stage, done, total)`` as files arrive.
+        opened: ``target`` opened already as a savepoint: its ``_metadata`` is not fetched again.
 
     Raises:
         InvalidSnapshotError: Nothing there, or a listed file is missing.
@@ -52,7 +55,11 @@ def readable(
         yield target
         return
     copy: Callable[[Location, Path], None]
-    if is_snapshot_at(location(str(target))):
+    if opened is not None:
+        copy = functools.partial(
+            copy_savepoint, everything=everything, on_progress=on_progress, opened=opened
+        )
+    elif is_snapshot_at(location(str(target))):
         copy = functools.partial(
             copy_snapshot, everything=everything, operator_state=operator_state, on_progress=on_progress
         )

@@ -17,7 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from keygroup_cli.convert.inputs import readable
 from keygroup_cli.execution import EngineChoice, Executor, OnProgress
+from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.savepoint import rescale_savepoint
 from keygroup_cli.execution.snapshot_rescale import (
     RescaleResult,
@@ -27,10 +29,12 @@ from keygroup_cli.execution.snapshot_rescale import (
     verify_output,
 )
 from keygroup_cli.flink.layouts.heap import needs_canonical_view
-from keygroup_cli.flink.savepoint import try_open_savepoint
+from keygroup_cli.flink.savepoint import Savepoint, try_open_savepoint
 from keygroup_cli.integrity import require_intact
+from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
+from keygroup_cli.storage.remote import remote_output
 from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
 
 
@@ -80,55 +84,58 @@ def rescale(
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
-    # Tasks may run elsewhere (Spark executors work in their own directories): local paths go absolute.
+    request = RescaleRequest.of(
+        new_parallelism,
+        from_parallelism=from_parallelism,
+        operators=operators,
+        new_max_parallelism=new_max_parallelism,
+    )
+    options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
+    return run_rescale(source, dest, request, options, on_progress)
+
+
+def run_rescale(
+    source: Path | str | Snapshot,
+    dest: Path | str,
+    request: RescaleRequest,
+    options: EngineOptions | None = None,
+    on_progress: OnProgress | None = None,
+) -> RescaleResult:
+    """``rescale`` with its arguments as values: open the input once, gate it, and take its route.
+
+    The input's gate runs here or in the route on the opened input, for every caller: kg never rescales
+    what ``kg verify`` rejects.
+    """
+    options = options or EngineOptions()
     label = str(source.path) if isinstance(source, Snapshot) else str(source)
+    # Tasks may run elsewhere (Spark executors work in their own directories): local paths go absolute.
     if not is_remote(dest):
         dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
-        # The input's gate, for every caller: never rescale what kg verify rejects.
         require_intact(source.path, on_progress=on_progress)
-        return rescale_snapshot(source, dest, new_parallelism, **_options(locals()))
+        return _snapshot_route(source, dest, request, options, on_progress)
     if not is_remote(source):
         source = Path(source).absolute()
     refuse_inside_input(source, dest)
-    options = _options(locals())
     savepoint = try_open_savepoint(source)  # _metadata read once, here
     if savepoint is not None and (not is_remote(source) or not needs_canonical_view(savepoint)):
         # Local or on an object store: read where it is, keyed files written where DEST is. The route
         # runs the input's gate on this opened savepoint.
-        return rescale_savepoint(savepoint, dest, new_parallelism, label=label, **options)
+        return rescale_savepoint(savepoint, dest, request, options, on_progress, label=label)
     if is_remote(source) or is_remote(dest):
-        return _rescale_remote(source, dest, new_parallelism, savepoint is not None, label, **options)
+        return _rescale_remote(source, dest, request, options, on_progress, savepoint, label)
     require_intact(source, on_progress=on_progress, label=label)
-    return rescale_snapshot(source, dest, new_parallelism, **options)
-
-
-_OPTIONS = (
-    "from_parallelism",
-    "operators",
-    "new_max_parallelism",
-    "engine",
-    "master",
-    "spark",
-    "spark_conf",
-    "verbose",
-    "on_progress",
-    "executor",
-)
-
-
-def _options(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the keyword arguments every route takes, from ``rescale``'s own."""
-    return {name: arguments[name] for name in _OPTIONS}
+    return _snapshot_route(source, dest, request, options, on_progress)
 
 
 def _rescale_remote(
     source: Path | str,
     dest: Path | str,
-    new_parallelism: int,
-    savepoint: bool,
+    request: RescaleRequest,
+    options: EngineOptions,
+    on_progress: OnProgress | None,
+    savepoint: Savepoint | None,
     label: str,
-    **options: Any,
 ) -> RescaleResult:
     """Rescale where the input or the output is on an object store (``keygroup_cli.storage.remote``).
 
@@ -136,39 +143,56 @@ def _rescale_remote(
     a scratch directory (a rescale reads every byte anyway) and rescaled there as a local one: validated,
     executed, verified and committed into a local staging directory; that is uploaded with its metadata
     file (``_metadata`` or ``_manifest.json``) last, so the target is a savepoint or snapshot only once
-    complete. Scratch copies are removed whatever happens.
+    complete. Scratch copies are removed whatever happens. A savepoint's ``_metadata`` is not fetched
+    again: the download writes the bytes ``savepoint`` was opened from.
     """
-    from keygroup_cli.convert.inputs import readable
-    from keygroup_cli.storage.remote import remote_output
-
     started = time.monotonic()
-    report = options.get("on_progress") or _ignore
+    report = on_progress or _ignore
     if not is_remote(dest):
         refuse_existing(Path(dest))  # before the download, not after it
-    commit_file = "_metadata" if savepoint else "_manifest.json"
+    commit_file = "_metadata" if savepoint is not None else "_manifest.json"
     with contextlib.ExitStack() as stack:
         if is_remote(dest):
             local_dest: Path | str = stack.enter_context(remote_output(str(dest), commit_file, report))
         else:
             local_dest = dest
-        local_source = stack.enter_context(readable(source, on_progress=report))
-        result = _rescale_local_copy(Path(local_source), local_dest, new_parallelism, label, **options)
+        local_source = Path(stack.enter_context(readable(source, on_progress=report, opened=savepoint)))
+        if savepoint is not None:
+            copy = try_open_savepoint(local_source)
+            assert copy is not None
+            result = rescale_savepoint(copy, local_dest, request, options, on_progress, label=label)
+        else:
+            require_intact(local_source, on_progress=on_progress, label=label)
+            result = _snapshot_route(local_source, local_dest, request, options, on_progress)
     return replace(result, output=dest, wall_seconds=time.monotonic() - started)
 
 
-def _rescale_local_copy(
-    source: Path, dest: Path | str, new_parallelism: int, label: str, **options: Any
+def _snapshot_route(
+    source: Path | str | Snapshot,
+    dest: Path | str,
+    request: RescaleRequest,
+    options: EngineOptions,
+    on_progress: OnProgress | None,
 ) -> RescaleResult:
-    """Rescale a downloaded copy of an object-store input; messages name the input by its URI."""
-    savepoint = try_open_savepoint(source)
-    if savepoint is not None:
-        return rescale_savepoint(savepoint, dest, new_parallelism, label=label, **options)
-    require_intact(source, on_progress=options.get("on_progress"), label=label)
-    return rescale_snapshot(source, dest, new_parallelism, **options)
+    return rescale_snapshot(
+        source,
+        dest,
+        request.new_parallelism,
+        from_parallelism=request.from_parallelism,
+        operators=request.operators,
+        new_max_parallelism=request.new_max_parallelism,
+        engine=options.engine,
+        master=options.master,
+        spark=options.spark,
+        spark_conf=options.spark_conf,
+        verbose=options.verbose,
+        on_progress=on_progress,
+        executor=options.executor,
+    )
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
 
 
-__all__ = ["RescaleResult", "build_manifest", "rescale", "verify_input", "verify_output"]
+__all__ = ["RescaleResult", "build_manifest", "rescale", "run_rescale", "verify_input", "verify_output"]

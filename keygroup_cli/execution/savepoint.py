@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.convert.from_savepoint import (
+    ConvertResult,
     check_convertible,
     check_destination,
     refuse_channel_state,
 )
-from keygroup_cli.convert.operator_tables import read_operator_tables
+from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
 from keygroup_cli.convert.to_savepoint import check_finished, write_savepoint
 from keygroup_cli.errors import KgError
 from keygroup_cli.execution import (
-    EngineChoice,
     Executor,
     OnProgress,
     PendingExecutor,
@@ -53,8 +53,9 @@ from keygroup_cli.execution import (
 )
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
+from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.snapshot_rescale import RescaleResult
-from keygroup_cli.flink.commit import check_output, seal_savepoint
+from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepoint
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
@@ -64,7 +65,8 @@ from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.integrity import require_intact
-from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
+from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
+from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Manifest
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -175,27 +177,19 @@ def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str
 def rescale_savepoint(
     source: Path | str | Savepoint,
     dest: Path | str,
-    new_parallelism: int,
-    *,
-    from_parallelism: int | None = None,
-    operators: Sequence[str] | None = None,
-    new_max_parallelism: int | None = None,
-    compression: bool | None = None,
-    engine: str | EngineChoice | None = None,
-    master: str | None = None,
-    spark: Any = None,
-    spark_conf: Mapping[str, str] | None = None,
-    verbose: bool = False,
+    request: RescaleRequest,
+    options: EngineOptions | None = None,
     on_progress: OnProgress | None = None,
-    executor: Executor | None = None,
+    *,
     label: str | None = None,
 ) -> RescaleResult:
     """Rescale the Flink savepoint ``source`` and commit a new canonical savepoint at ``dest``.
 
-    Arguments are those of ``keygroup_cli.execution.rescale.rescale``, plus ``compression`` (snappy for the
-    new state files; None keeps what the source used) and ``label`` (how messages name the input). The
-    result's ``manifest`` describes the rescaled state (kg's view of it) and ``savepoint`` what was
-    written.
+    Open once (``open_input``: the gate runs there), plan completely (``plan_savepoint_rescale``: every
+    operator-state move and keyed task before anything is staged), run the keyed tasks into the staging
+    directory, then commit (``_commit``: the writer describes, ``flink.commit`` seals, the rename or the
+    upload publishes). ``label`` names the input in messages. The result's ``manifest`` describes the
+    rescaled state (kg's view of it) and ``savepoint`` what was written.
 
     Raises:
         InvalidArgumentError: Bad arguments or DEST exists (nothing written).
@@ -212,72 +206,15 @@ def rescale_savepoint(
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        opened = open_input(source, scratch, new_max_parallelism, report, label)
-        savepoint = opened.savepoint
-        preflight(
-            savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism=from_parallelism
-        )
-        runner = _Runner.start(opened, executor, engine, report, master, spark, spark_conf, verbose)
-        # Operator state (small) was decoded once when the input was opened; it is redistributed and
-        # encoded again in memory on the driver.
-        state = read_operator_tables(
-            savepoint, origin=opened.origin, on_progress=_stage(report, "read operator state")
-        )
-        plan, rescaled = rescale_operator_tables(
-            state,
-            new_parallelism,
-            from_parallelism=from_parallelism,
-            operators=operators,
-            new_max_parallelism=new_max_parallelism,
-            with_state=set(savepoint.with_state),
-        )
-        targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
-        # A partially finished operator keeps a finished subtask, one that gets no state: refused before
-        # any keyed file is written where none is left (flink.finished).
-        new_rows = {
-            o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
-        }
-        require_finished_kept(savepoint.metadata.operators, targets, new_rows)
-        check_finished(rescaled)
-        # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
-        # everything else is staged locally and uploaded after them, _metadata last.
-        keyed_root = str(dest) if remote is not None and opened.copy_headers is None else None
-        jobs = None
-        if opened.copy_headers is None:
-            jobs = plan_keyed_jobs(
-                savepoint,
-                targets,
-                keyed_root or _STAGING,
-                compression=compression,
-                pieces=runner.executor().read_pieces(),
-            )
-        keyed = _Keyed(opened, targets, jobs, keyed_root, remote)
-        staged = scratch / "savepoint" if remote is not None else Path(dest)
-        try:
-            with staged_directory(staged) as staging:
-                keyed.write(runner.executor(), staging, scratch, report)
-                written = write_savepoint(
-                    rescaled,
-                    staging,
-                    compression=None if opened.copy_headers is not None else compression,
-                    on_progress=_stage(report, "write savepoint"),
-                    keyed=keyed.files,
-                    keyed_root=keyed_root,
-                )
-                assert written.metadata is not None
-                # An upload checks the operator streams where they will be, beside the keyed files.
-                sealed = seal_savepoint(
-                    staging, written.metadata, keyed_root=keyed_root, check_streams=remote is None
-                )
-            if remote is not None:
-                _upload(staged, remote, keyed.names, report, sealed.metadata)
-        except BaseException:
-            if remote is not None and keyed_root is not None and keyed.names:
-                transfer.remove_written(remote, keyed.names)
-            raise
+        opened = open_input(source, scratch, request.new_max_parallelism, report, label)
+        runner = _Runner.start(opened, options or EngineOptions(), report)
+        remote_dest = str(dest) if remote is not None else None
+        planned = plan_savepoint_rescale(opened, request, runner, remote_dest, report)
+        keyed = _Keyed(opened, planned.targets, planned.jobs, planned.keyed_root, remote)
+        written, sealed = _commit(planned, keyed, runner, dest, remote, scratch, report)
     return RescaleResult(
-        plan,
-        _with_written_sizes(rescaled.manifest, sealed.metadata),
+        planned.plan,
+        _with_written_sizes(planned.rescaled.manifest, sealed.metadata),
         str(dest) if remote is not None else Path(dest),
         runner.executor().name,
         time.monotonic() - started,
@@ -290,6 +227,121 @@ def rescale_savepoint(
         regrouped=keyed.sizes or None,
         keyed_rows=keyed.rows or None,
     )
+
+
+@dataclass(frozen=True)
+class SavepointRescalePlan:
+    """Everything a savepoint rescale does, decided before anything is staged."""
+
+    #: kg's plan (what ``kg plan`` prints): every operator's new parallelism, key groups, operator state.
+    plan: RescalePlan
+    #: The operator state redistributed, in memory, by operator and new subtask.
+    rescaled: OperatorTables
+    #: The new (parallelism, maxParallelism) of every operator, by id.
+    targets: dict[str, tuple[int, int]]
+    #: The engine's keyed jobs (re-hashed keys), or None when key groups are copied as bytes.
+    jobs: list[Any] | None
+    #: Where write tasks put the keyed files when not in the staging directory (an object-store DEST).
+    keyed_root: str | None
+    #: Snappy for what is encoded; None keeps the input's (copied key groups keep their bytes anyway).
+    compression: bool | None
+
+
+def plan_savepoint_rescale(
+    opened: OpenedInput,
+    request: RescaleRequest,
+    runner: _Runner,
+    remote_dest: str | None,
+    report: OnProgress | None = None,
+) -> SavepointRescalePlan:
+    """Plan the rescale of an opened savepoint completely: validation, operator state, keyed tasks.
+
+    Raises:
+        InvalidArgumentError: What ``preflight`` or the plan refuses, or a finished subtask not kept.
+        UnsupportedFormatError: A maxParallelism change of keys kg cannot re-hash.
+    """
+    savepoint = opened.savepoint
+    preflight(
+        savepoint,
+        request.new_parallelism,
+        request.operators,
+        request.new_max_parallelism,
+        expected_parallelism=request.from_parallelism,
+    )
+    # Operator state (small) was decoded once when the input was opened; it is redistributed and encoded
+    # again in memory on the driver.
+    state = read_operator_tables(
+        savepoint, origin=opened.origin, on_progress=_stage(report or _ignore, "read operator state")
+    )
+    plan, rescaled = rescale_operator_tables(
+        state,
+        request.new_parallelism,
+        from_parallelism=request.from_parallelism,
+        operators=request.operators,
+        new_max_parallelism=request.new_max_parallelism,
+        with_state=set(savepoint.with_state),
+    )
+    targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
+    # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
+    # keyed file is written where none is left (flink.finished).
+    new_rows = {
+        o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
+    }
+    require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    check_finished(rescaled)
+    if opened.copy_headers is not None:
+        return SavepointRescalePlan(plan, rescaled, targets, None, None, None)
+    # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
+    # everything else is staged locally and uploaded after them, _metadata last.
+    jobs = plan_keyed_jobs(
+        savepoint,
+        targets,
+        remote_dest or _STAGING,
+        compression=request.compression,
+        pieces=runner.executor().read_pieces(),
+    )
+    return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression)
+
+
+def _commit(
+    planned: SavepointRescalePlan,
+    keyed: _Keyed,
+    runner: _Runner,
+    dest: Path | str,
+    remote: Location | None,
+    scratch: Path,
+    report: OnProgress,
+) -> tuple[ConvertResult, SealedSavepoint]:
+    """Stage, write, seal and publish: rename a local DEST into place, or upload with ``_metadata`` last.
+
+    Anything that fails leaves DEST as it was: staging is removed, keyed files written on the store
+    are deleted.
+    """
+    staged = scratch / "savepoint" if remote is not None else Path(dest)
+    try:
+        with staged_directory(staged) as staging:
+            keyed.write(runner.executor(), staging, scratch, report)
+            written = write_savepoint(
+                planned.rescaled,
+                staging,
+                # Copied key groups keep their bytes; the encoder's choice applies to what it encodes.
+                compression=planned.compression,
+                on_progress=_stage(report, "write savepoint"),
+                keyed=keyed.files,
+                keyed_root=planned.keyed_root,
+            )
+            assert written.metadata is not None
+            # An upload checks the operator streams where they will be, beside the keyed files.
+            sealed = seal_savepoint(
+                staging, written.metadata, keyed_root=planned.keyed_root, check_streams=remote is None
+            )
+        if remote is not None:
+            _upload(staged, remote, keyed.names, report, sealed.metadata)
+    except BaseException:
+        if remote is not None and planned.keyed_root is not None and keyed.names:
+            transfer.remove_written(remote, keyed.names)
+        raise
+    return written, sealed
 
 
 #: The output root of write tasks planned before the staging directory exists (bound to it at run time).
@@ -305,31 +357,23 @@ class _Runner:
     reason: str
 
     @classmethod
-    def start(
-        cls,
-        opened: OpenedInput,
-        executor: Executor | None,
-        engine: str | EngineChoice | None,
-        report: OnProgress,
-        master: str | None,
-        spark: Any,
-        spark_conf: Mapping[str, str] | None,
-        verbose: bool,
-    ) -> _Runner:
-        if executor is not None:
-            return cls(executor, None, "executor given by the caller")
+    def start(cls, opened: OpenedInput, options: EngineOptions, report: OnProgress) -> _Runner:
+        if options.executor is not None:
+            return cls(options.executor, None, "executor given by the caller")
         if opened.copy_headers is not None:
             # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
             # on the driver by either engine: starting a JVM would only add seconds.
-            return cls(
-                get_executor("local"),
-                None,
-                "key groups copied as bytes (same maxParallelism): no Spark needed",
-            )
-        choice = choose_engine(engine)
+            reason = "key groups copied as bytes (same maxParallelism): no Spark needed"
+            return cls(get_executor("local"), None, reason)
+        choice = choose_engine(options.engine)
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor(
-            choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
+            choice.name,
+            report,
+            master=options.master,
+            session=options.spark,
+            verbose=options.verbose,
+            config=options.spark_conf,
         )
         return cls(None, pending, choice.reason)
 

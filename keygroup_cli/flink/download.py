@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from keygroup_cli.flink.io.stream_handles import FileHandle, SegmentFileHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_metadata_bytes
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.storage import remote, transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 
@@ -27,7 +28,12 @@ OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def copy_savepoint(
-    target: Location, local: Path, *, everything: bool = True, on_progress: OnProgress | None = None
+    target: Location,
+    local: Path,
+    *,
+    everything: bool = True,
+    on_progress: OnProgress | None = None,
+    opened: Savepoint | None = None,
 ) -> None:
     """Download the savepoint, ``chk-N`` or checkpoint root at ``target`` into the new directory ``local``.
 
@@ -36,16 +42,19 @@ def copy_savepoint(
         local: A local directory to create.
         everything: Every state file too; else ``_metadata`` alone.
         on_progress: ``(stage, done, total)`` as files arrive.
+        opened: ``target`` opened already (with the bytes it was read from): ``_metadata`` is written
+            from those, not fetched again.
 
     Raises:
         InvalidSnapshotError: Nothing there, or a referenced file is missing.
     """
-    metadata = find_metadata(target)
+    snapshot = opened if opened is not None and opened.raw else None
+    metadata = snapshot.metadata_path if snapshot is not None else find_metadata(target)
     directory = metadata.parent
     assert isinstance(directory, Location)
     local.mkdir(parents=True)
     if everything:
-        snapshot = read_flink_metadata(metadata)
+        snapshot = snapshot or open_savepoint(metadata)
         inside = [name for name, _size in directory.walk_files() if name != METADATA]
         transfer.download(directory, inside, local, on_progress)
         outside = sorted(_absolute_files(snapshot, directory))
@@ -54,7 +63,8 @@ def copy_savepoint(
             lambda uri: location(uri).download_to(local / Path(uri).name), outside, ordered=False
         ):
             pass
-    (local / METADATA).write_bytes(metadata.read_bytes())
+    raw = snapshot.raw if snapshot is not None else read_metadata_bytes(metadata)
+    (local / METADATA).write_bytes(raw)
 
 
 def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> set[str]:

@@ -5,7 +5,8 @@ with class- and module-level counters installed, and returns per input file:
 
 - ``metadata_reads``: reads of the input ``_metadata`` from storage (a file or an object);
 - ``header_reads``: reads of a state file's first bytes (its keyed or operator-state header), per file;
-- ``operator_decodes``: decodes of each operator-state stream, per stream;
+  a download of the whole object counts as its one read;
+- ``operator_decodes``: decodes of each operator-state stream, per stream (by file name);
 - ``metadata_encodes``: encodes of an output ``_metadata`` (``flink.metadata.writer.write_metadata``).
 
 Only the input's files are counted for reads: the output's own check reads the new files by design.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import builtins
 import collections
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +55,13 @@ def _is_input(path: object, root: str) -> bool:
 
 
 @contextmanager
-def counting(monkeypatch: pytest.MonkeyPatch, input_root: str) -> Iterator[SpineCounts]:
-    """Install the counters for reads under ``input_root`` (a directory or an object-store prefix)."""
+def counting(
+    monkeypatch: pytest.MonkeyPatch, input_root: str, input_names: frozenset[str]
+) -> Iterator[SpineCounts]:
+    """Install the counters for reads under ``input_root`` (a directory or an object-store prefix).
+
+    ``input_names`` are the names of the input's state files (operator-state decodes count by name).
+    """
     import keygroup_cli.execution.savepoint  # noqa: F401  (loads the whole path)
     import keygroup_cli.flink.metadata.writer as writer
     import keygroup_cli.flink.state.operator_state as operator_state
@@ -81,7 +87,11 @@ def counting(monkeypatch: pytest.MonkeyPatch, input_root: str) -> Iterator[Spine
     location_download = Location.download_to
 
     def download(self: Location, target: Path, *args: Any, **kwargs: Any) -> int:
-        counts.metadata_reads += metadata(self)
+        # A download reads the whole object once, its header with it (then read from the local copy).
+        if metadata(self):
+            counts.metadata_reads += 1
+        elif _is_input(self, root):
+            counts.header_reads[str(self)] += 1
         return location_download(self, target, *args, **kwargs)
 
     opener = builtins.open
@@ -101,8 +111,10 @@ def counting(monkeypatch: pytest.MonkeyPatch, input_root: str) -> Iterator[Spine
     decode = operator_state.decode_operator_file
 
     def decode_operator_file(src: StreamSource, *args: Any, **kwargs: Any) -> Any:
-        if _is_input(src.source, root):
-            counts.operator_decodes[str(src.source)] += 1
+        # By file name: an object-store input is decoded from its downloaded copy (same name, new place).
+        name = str(src.source).rsplit("/", 1)[-1]
+        if name in input_names:
+            counts.operator_decodes[name] += 1
         return decode(src, *args, **kwargs)
 
     encode = writer.write_metadata
@@ -126,13 +138,11 @@ def count_rescale(
     source: str,
     dest: str,
     new_parallelism: int,
-    new_max_parallelism: int | None = None,
-    *,
-    input_root: str | None = None,
-    check: Callable[[], None] | None = None,
+    new_max_parallelism: int | None,
+    input_names: frozenset[str],
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring)."""
-    with counting(monkeypatch, input_root or source) as counts:
+    with counting(monkeypatch, source, input_names) as counts:
         rescale(source, dest, new_parallelism, new_max_parallelism=new_max_parallelism, engine="local")
     monkeypatch.undo()
     return counts

@@ -38,8 +38,9 @@ ROUTES = [
 ]
 
 
-def state_file_counts(savepoint: Path) -> tuple[int, int]:
-    """Return how many state files (keyed and operator) and operator-state streams ``savepoint`` has."""
+def state_files(savepoint: Path) -> tuple[int, int, frozenset[str]]:
+    """Return how many state files (keyed and operator) and operator-state streams ``savepoint`` has,
+    and the names of its files."""
     metadata = read_flink_metadata(savepoint).metadata
     files: set[str] = set()
     streams = 0
@@ -49,14 +50,15 @@ def state_file_counts(savepoint: Path) -> tuple[int, int]:
                 if isinstance(handle, KeyGroupsHandle | OperatorStateHandle):
                     files.add(str(getattr(handle.delegate, "relative_path", handle.delegate)))
             streams += isinstance(sub.managed_operator_state, OperatorStateHandle)
-    return len(files), streams
+    names = frozenset(p.name for p in savepoint.rglob("*") if p.is_file())
+    return len(files), streams, names
 
 
 @pytest.mark.parametrize(("case", "to", "max_parallelism"), ROUTES)
 def test_a_savepoint_rescale_reads_each_input_file_once(case, to, max_parallelism, tmp_path, monkeypatch):
     source = FIXTURES / case
     assert source.is_dir(), source
-    files, streams = state_file_counts(source)
-    counts = count_rescale(monkeypatch, str(source), str(tmp_path / "out"), to, max_parallelism)
+    files, streams, names = state_files(source)
+    counts = count_rescale(monkeypatch, str(source), str(tmp_path / "out"), to, max_parallelism, names)
     assert_each_once(counts, state_files=files, operator_streams=streams)
     assert (tmp_path / "out" / "_metadata").is_file()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution.savepoint import rescale_savepoint
+from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from tests.flink.conftest import RestoreRunner
@@ -48,7 +48,7 @@ def restored(restore_savepoints: RestoreRunner, tmp_path_factory: pytest.TempPat
     names: list[str] = []
     for p, max_p in RESCALES:
         dest = out / f"p{p}-m{max_p}"
-        rescale_savepoint(
+        rescale(
             CASES / CASE, dest, p, from_parallelism=2, new_max_parallelism=max_p, engine="local"
         )
         for backend in BACKENDS:
@@ -58,7 +58,7 @@ def restored(restore_savepoints: RestoreRunner, tmp_path_factory: pytest.TempPat
         key_type = case_key_type(case)
         for p, max_p in ((3, None), (3, 256)):
             dest = out / f"{case}-p{p}-m{max_p}"
-            rescale_savepoint(CASES / case, dest, p, new_max_parallelism=max_p, engine="local")
+            rescale(CASES / case, dest, p, new_max_parallelism=max_p, engine="local")
             for backend in BACKENDS:
                 requests.append(RestoreRequest(dest, p, max_p or 128, key_type, backend))
                 names.append(f"{case}-{backend}-p{p}-m{max_p}")
@@ -85,7 +85,7 @@ def test_same_as_flinks_own_rescale_of_the_checkpoint(restored: dict[str, Dump])
 
 def test_output_is_a_canonical_savepoint(tmp_path: Path) -> None:
     dest = tmp_path / "out"
-    rescale_savepoint(CASES / CASE, dest, 3, engine="local")
+    rescale(CASES / CASE, dest, 3, engine="local")
     written = read_flink_metadata(dest)
     assert written.metadata.properties is not None
     assert written.metadata.properties.format_type == "CANONICAL"

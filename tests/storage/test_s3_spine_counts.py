@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.execution.spine_counter import assert_each_once, count_rescale
-from tests.execution.test_spine_counts import FIXTURES, state_file_counts
+from tests.execution.test_spine_counts import FIXTURES, state_files
 
 ROUTES = [
     ("2.3/rocksdb-canonical-p3-maxp128-string", 4, None),
@@ -33,6 +33,6 @@ def test_an_object_store_rescale_reads_each_input_object_once(
     name = f"{case.replace('/', '-')}-{to}-{max_parallelism}-{remote_output}"
     source = s3_server.upload(FIXTURES / case, f"{bucket}/in/{name}")
     dest = f"{bucket}/out/{name}" if remote_output else str(tmp_path / "out")
-    files, streams = state_file_counts(FIXTURES / case)
-    counts = count_rescale(monkeypatch, source, dest, to, max_parallelism)
+    files, streams, names = state_files(FIXTURES / case)
+    counts = count_rescale(monkeypatch, source, dest, to, max_parallelism, names)
     assert_each_once(counts, state_files=files, operator_streams=streams)

@@ -1,0 +1,30 @@
+"""How a rescale runs, apart from what it does (``rescale_request.RescaleRequest``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from keygroup_cli.execution import EngineChoice, Executor
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine a rescale runs on: chosen by name, or given ready."""
+
+    #: ``spark``, ``local``, or None: Spark where pyspark is installed, else local.
+    engine: str | EngineChoice | None = None
+    #: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
+    master: str | None = None
+    #: An existing ``SparkSession`` to run on (notebooks, PySpark jobs); ``spark`` only.
+    spark: Any = None
+    #: Spark settings for a session kg starts (e.g. ``spark.pyspark.python``).
+    spark_conf: Mapping[str, str] | None = None
+    #: Let Spark's own logging through.
+    verbose: bool = False
+    #: A ready executor (overrides ``engine``, ``master``, ``spark``).
+    executor: Executor | None = None
+
+
+__all__ = ["EngineOptions"]
