@@ -12,6 +12,7 @@ read too (one bounded read per file, never the whole file) to list state names, 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,9 +31,11 @@ from keygroup_cli.flink.io.stream_handles import (
     stream_size,
 )
 from keygroup_cli.flink.metadata import handles as h
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata, SubtaskState
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.state.keyed_header import (
+    KeyedStateHeader,
+    StateMetaInfo,
     check_handle_states,
     operator_header_end,
     read_keyed_header,
@@ -200,89 +203,108 @@ def _summarize_flink_snapshot(
     metadata = snapshot.metadata
     warnings: list[str] = []
     total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
-    done = 0
-    operators = []
+    done = itertools.count(1)
+
+    def tick() -> None:
+        step = next(done)
+        if on_progress is not None and read_states:
+            on_progress("reading state headers", step, total)
+
     # Prefixes of state files read once for this summary (fetched concurrently first on an object store).
-    cache: PrefixCache = {}
+    cache: PrefixCache | None = None
     if read_states:
+        cache = {}
         _prefetch_headers(metadata, snapshot.directory, cache)
-    for op in metadata.operators:
-        files: set[str] = set()
-        subtasks = []
-        states: dict[str, StateSummary] = {}
-        key_serializer = None
-        handle_kinds = set()
-        channel_bytes = [0, 0]
-        channel_handles = 0
-        for sub in op.subtasks:
-            keyed = sub.managed_keyed_state
-            channel_bytes[0] += sum(c.size for c in sub.input_channel_state)
-            channel_bytes[1] += sum(c.size for c in sub.result_subpartition_state)
-            channel_handles += len(sub.input_channel_state) + len(sub.result_subpartition_state)
-            sub_files = _files_of(sub, snapshot.directory)
-            files |= sub_files
-            start = end = non_empty = None
-            if keyed is not None:
-                start, end = keyed.key_group_start, keyed.key_group_end
-                handle_kinds.add(_handle_kind(keyed))
-                if isinstance(keyed, KeyGroupsHandle):
-                    non_empty = sum(1 for o in keyed.offsets if o)
-            subtasks.append(
-                SubtaskSummary(
-                    sub.index,
-                    start,
-                    end,
-                    sub.keyed_bytes,
-                    sub.operator_state_bytes,
-                    len(sub_files),
-                    non_empty_key_groups=non_empty,
-                    finished=sub.finished,
-                )
-            )
-            if read_states and sub.has_state:
-                try:
-                    found_key = _collect_states(sub, snapshot.directory, states, cache)
-                except UnsupportedFormatError as exc:
-                    if exc.code != "REMOTE_STATE_FILE":
-                        raise
-                    warnings.append(exc.message)
-                    found_key = None
-                key_serializer = key_serializer or found_key
-            done += 1
-            if on_progress is not None and read_states:
-                on_progress("reading state headers", done, total)
-        operators.append(
-            OperatorSummary(
-                uid=op.uid,
-                operator_id=op.operator_id,
-                name=op.name,
-                parallelism=op.parallelism,
-                max_parallelism=op.max_parallelism,
-                has_state=op.has_state,
-                has_keyed_state=op.has_keyed_state,
-                states=tuple(states.values()) if read_states else None,
-                subtasks=tuple(subtasks),
-                key_serializer=key_serializer,
-                files=len(files),
-                coordinator_state_bytes=0 if op.coordinator_state is None else op.coordinator_state.size,
-                handle_kind=", ".join(sorted(handle_kinds)) or None,
-                fully_finished=op.fully_finished,
-                input_channel_bytes=channel_bytes[0],
-                result_subpartition_bytes=channel_bytes[1],
-                channel_state_handles=channel_handles,
-            )
-        )
+    operators = tuple(
+        _summarize_flink_operator(op, snapshot.directory, cache, warnings, tick) for op in metadata.operators
+    )
     props = metadata.properties
     return SnapshotSummary(
         format="flink-savepoint" if snapshot.is_savepoint else "flink-checkpoint",
         path=snapshot.metadata_path,
         checkpoint_id=metadata.checkpoint_id,
-        operators=tuple(operators),
+        operators=operators,
         metadata_version=metadata.version,
         snapshot_type=None if props is None else props.type_name,
         format_type=None if props is None else props.format_type,
         warnings=tuple(dict.fromkeys(warnings)),
         savepoint=snapshot,
+    )
+
+
+def _summarize_flink_operator(
+    op: OperatorState,
+    directory: Path | Location,
+    cache: PrefixCache | None,
+    warnings: list[str],
+    tick: Callable[[], None],
+) -> OperatorSummary:
+    """Summarise one operator of ``_metadata``; with a header ``cache``, list its states from the headers.
+
+    A state file kg reads only from local disk adds a warning instead of its states; ``tick`` runs after
+    each subtask.
+    """
+    files: set[str] = set()
+    subtasks = []
+    states: dict[str, StateSummary] = {}
+    key_serializer = None
+    handle_kinds = set()
+    for sub in op.subtasks:
+        sub_files = _files_of(sub, directory)
+        files |= sub_files
+        subtasks.append(_summarize_flink_subtask(sub, len(sub_files)))
+        if sub.managed_keyed_state is not None:
+            handle_kinds.add(_handle_kind(sub.managed_keyed_state))
+        if cache is not None and sub.has_state:
+            try:
+                found_key = _collect_states(sub, directory, states, cache)
+            except UnsupportedFormatError as exc:
+                if exc.code != "REMOTE_STATE_FILE":
+                    raise
+                warnings.append(exc.message)
+                found_key = None
+            key_serializer = key_serializer or found_key
+        tick()
+    return OperatorSummary(
+        uid=op.uid,
+        operator_id=op.operator_id,
+        name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        has_state=op.has_state,
+        has_keyed_state=op.has_keyed_state,
+        states=tuple(states.values()) if cache is not None else None,
+        subtasks=tuple(subtasks),
+        key_serializer=key_serializer,
+        files=len(files),
+        coordinator_state_bytes=0 if op.coordinator_state is None else op.coordinator_state.size,
+        handle_kind=", ".join(sorted(handle_kinds)) or None,
+        fully_finished=op.fully_finished,
+        input_channel_bytes=sum(c.size for sub in op.subtasks for c in sub.input_channel_state),
+        result_subpartition_bytes=sum(c.size for sub in op.subtasks for c in sub.result_subpartition_state),
+        channel_state_handles=sum(
+            len(sub.input_channel_state) + len(sub.result_subpartition_state) for sub in op.subtasks
+        ),
+    )
+
+
+def _summarize_flink_subtask(sub: SubtaskState, files: int) -> SubtaskSummary:
+    """Summarise one subtask: its keyed key-group range and non-empty key groups, and its state sizes."""
+    keyed = sub.managed_keyed_state
+    start = end = non_empty = None
+    if keyed is not None:
+        start, end = keyed.key_group_start, keyed.key_group_end
+        if isinstance(keyed, KeyGroupsHandle):
+            non_empty = sum(1 for o in keyed.offsets if o)
+    return SubtaskSummary(
+        sub.index,
+        start,
+        end,
+        sub.keyed_bytes,
+        sub.operator_state_bytes,
+        files,
+        non_empty_key_groups=non_empty,
+        finished=sub.finished,
     )
 
 
@@ -343,19 +365,7 @@ def _collect_states(
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
     assert isinstance(sub, SubtaskState)
     key_serializer = None
-    keyed = sub.managed_keyed_state
-    header = None
-    if isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
-        source = _describe(keyed.delegate, directory)
-        _require_offsets_inside(keyed, source)
-        first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
-        data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES), cache)
-        header = read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
-    elif isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
-        # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
-        size = min(stream_size(keyed.metadata), MAX_HEADER_BYTES)
-        data = read_stream_prefix(keyed.metadata, directory, size, cache)
-        header = read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
+    header = _keyed_header(sub.managed_keyed_state, directory, cache)
     if header is not None:
         if header.key_serializer is not None:
             key_serializer = header.key_serializer.serializer_name
@@ -369,41 +379,75 @@ def _collect_states(
                     value is None or value.known,
                 )
     for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
-        if op_handle is None:
-            continue
-        infos = {}
-        if op_handle.delegate is not None:
-            # Before the size decides whether a header is read: a negative recorded size skipped it.
-            _require_offsets_inside(op_handle, _describe(op_handle.delegate, directory))
-        if op_handle.delegate is not None and op_handle.size > 0:
-            offsets = [o for e in op_handle.states for o in e.offsets]
-            # Read through the first bytes of the last element: a broadcast state's map size sits there.
-            wanted = max(offsets) + 4 if offsets else op_handle.size
-            limit = min(op_handle.size, wanted, MAX_HEADER_BYTES)
-            data = read_stream_prefix(op_handle.delegate, directory, limit, cache)
-            end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
-            op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
-            if end is not None:
-                # Names and modes must be the header's: a rescale redistributes by the mode in _metadata.
-                check_handle_states(op_handle, op_header, _describe(op_handle.delegate, directory))
-            infos = {i.name: i for i in (op_header.states or ()) + (op_header.broadcast_states or ())}
-        for entry in op_handle.states:
-            kind = ("operator-split", "operator-union", "operator-broadcast")[entry.mode]
-            meta = infos.get(entry.name)
-            value = None if meta is None else meta.serializer("VALUE_SERIALIZER")
-            previous = states.get(entry.name)
-            elements = None if entry.mode == 2 else len(entry.offsets)
-            if previous is not None and previous.elements is not None and elements is not None:
-                elements += previous.elements
-            states[entry.name] = StateSummary(
-                entry.name,
-                kind,
-                (previous.serializer if previous else None)
-                or (None if value is None else value.serializer_name),
-                value is None or value.known,
-                elements,
-            )
+        if op_handle is not None:
+            _collect_operator_states(op_handle, directory, states, cache)
     return key_serializer
+
+
+def _keyed_header(
+    keyed: h.KeyedHandle | None, directory: Path | Location, cache: PrefixCache
+) -> KeyedStateHeader | None:
+    """Read the keyed-state header of a canonical file or of a RocksDB metadata file; None for others."""
+    if isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
+        source = _describe(keyed.delegate, directory)
+        _require_offsets_inside(keyed, source)
+        first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
+        data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES), cache)
+        return read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
+    if isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
+        # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
+        size = min(stream_size(keyed.metadata), MAX_HEADER_BYTES)
+        data = read_stream_prefix(keyed.metadata, directory, size, cache)
+        return read_keyed_header(data, _describe(keyed.metadata, directory), len(data))
+    return None
+
+
+def _collect_operator_states(
+    op_handle: h.OperatorStateHandle,
+    directory: Path | Location,
+    states: dict[str, StateSummary],
+    cache: PrefixCache,
+) -> None:
+    """Add one operator-state handle's states to ``states``, summing list states' elements over subtasks."""
+    infos = _operator_state_infos(op_handle, directory, cache)
+    for entry in op_handle.states:
+        kind = ("operator-split", "operator-union", "operator-broadcast")[entry.mode]
+        meta = infos.get(entry.name)
+        value = None if meta is None else meta.serializer("VALUE_SERIALIZER")
+        previous = states.get(entry.name)
+        elements = None if entry.mode == 2 else len(entry.offsets)
+        if previous is not None and previous.elements is not None and elements is not None:
+            elements += previous.elements
+        states[entry.name] = StateSummary(
+            entry.name,
+            kind,
+            (previous.serializer if previous else None) or (None if value is None else value.serializer_name),
+            value is None or value.known,
+            elements,
+        )
+
+
+def _operator_state_infos(
+    op_handle: h.OperatorStateHandle, directory: Path | Location, cache: PrefixCache
+) -> dict[str, StateMetaInfo]:
+    """Read an operator-state file's header; return its states by name (none for an empty handle)."""
+    if op_handle.delegate is None:
+        return {}
+    # Before the size decides whether a header is read: a negative recorded size skipped it.
+    _require_offsets_inside(op_handle, _describe(op_handle.delegate, directory))
+    if op_handle.size <= 0:
+        return {}
+    offsets = [o for e in op_handle.states for o in e.offsets]
+    # Read through the first bytes of the last element: a broadcast state's map size sits there.
+    wanted = max(offsets) + 4 if offsets else op_handle.size
+    limit = min(op_handle.size, wanted, MAX_HEADER_BYTES)
+    data = read_stream_prefix(op_handle.delegate, directory, limit, cache)
+    end = operator_header_end(data, offsets, op_handle.size) if limit == wanted else None
+    op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
+    if end is not None:
+        # Names and modes must be the header's: a rescale redistributes by the mode in _metadata.
+        check_handle_states(op_handle, op_header, _describe(op_handle.delegate, directory))
+    return {i.name: i for i in (op_header.states or ()) + (op_header.broadcast_states or ())}
 
 
 def _require_offsets_inside(handle: Any, source: str) -> None:
