@@ -90,84 +90,108 @@ def check_restore(
         plan: The new job's parallelism, maxParallelism and uids.
         snapshot: The snapshot's path, quoted in Flink's messages.
     """
-    findings: list[Finding] = []
-    for key in sorted(set(plan.parallelism_for) | set(plan.max_parallelism_for)):
-        if not any(names_operator(key, op.uid, op.operator_id) for op in operators):
-            findings.append(
-                Finding(
-                    "OPTION_OPERATOR_NOT_IN_SNAPSHOT",
-                    Severity.INFO,
-                    key,
-                    f"no operator with uid or id {key!r} in the snapshot; its option is ignored",
-                )
-            )
+    findings = _options_naming_nothing(operators, plan)
     job_ids = _job_operator_ids(plan.job_uids) if plan.job_uids is not None else None
     lacking = _job_operators_lacking(plan.job_uids, operators) if plan.job_uids is not None else None
     with_state = {(op.parallelism, op.max_parallelism) for op in operators if op.has_state}
     for op in operators:
         label = op.label if op.uid else _named_by(plan, op) or op.label
-        state_max = op.max_parallelism
         if job_ids is not None and not ({op.operator_id, op.uid} & job_ids):
-            if not op.has_state:
-                # Flink skips an unmatched operator without state ("Skipping empty savepoint state").
-                continue
-            if plan.allow_non_restored_state:
-                findings.append(
-                    Finding(
-                        "OPERATOR_NOT_IN_JOB",
-                        Severity.WARNING,
-                        label,
-                        f"the state of operator {op.operator_id} will be skipped "
-                        "(--allow-non-restored-state)",
-                    )
-                )
-            else:
-                findings.append(
-                    Finding(
-                        "OPERATOR_NOT_IN_JOB",
-                        Severity.ERROR,
-                        label,
-                        f"Failed to rollback to checkpoint/savepoint {snapshot}. Cannot map "
-                        f"checkpoint/savepoint state for operator {op.operator_id} to the new program, "
-                        "because the operator is not "
-                        "available in the new program. If you want to allow to skip this, you can set the "
-                        "--allowNonRestoredState option on the CLI.",
-                    )
-                )
-            continue
-        new_p = _lookup(plan.parallelism_for, op) or plan.parallelism or op.parallelism
-        explicit_max = _lookup(plan.max_parallelism_for, op) or plan.max_parallelism
-        if explicit_max is not None and explicit_max != state_max:
-            findings.append(
-                Finding(
-                    "MAX_PARALLELISM_MISMATCH",
-                    Severity.ERROR,
-                    label,
-                    "Failed to rollback to checkpoint/savepoint Checkpoint Metadata. Max parallelism "
-                    "mismatch between checkpoint/savepoint state and new program. Cannot map operator "
-                    f"{op.operator_id} with max parallelism {state_max} to new program with max "
-                    f"parallelism {explicit_max}. This indicates that the program has been changed in a "
-                    "non-compatible way after the checkpoint/savepoint.",
-                )
-            )
-        if new_p > state_max and (op.has_state or (op.parallelism, state_max) in with_state):
-            findings.append(
-                Finding(
-                    "PARALLELISM_EXCEEDS_MAX_PARALLELISM",
-                    Severity.ERROR,
-                    label,
-                    f"The state for task {op.operator_id} can not be restored. The maximum parallelism "
-                    f"({state_max}) of the restored state is lower than the configured parallelism "
-                    f"({new_p}). Please reduce the parallelism of the task to be lower or equal to the "
-                    "maximum parallelism.",
-                )
-            )
-            continue
-        if op.has_keyed_state:
-            if explicit_max is None:
-                findings.extend(_adoption(op, label, new_p, lacking))
-            findings.extend(_keyed_warnings(op, label, new_p, explicit_max))
+            findings.extend(_not_in_job(op, label, plan, snapshot))
+        else:
+            findings.extend(_check_operator(op, label, plan, with_state, lacking))
     findings.extend(check_channel_state(operators, plan))
+    return findings
+
+
+def _options_naming_nothing(operators: Sequence[OperatorSummary], plan: RestorePlan) -> list[Finding]:
+    """Note each per-operator option whose uid or id names no operator of the snapshot (it is ignored)."""
+    return [
+        Finding(
+            "OPTION_OPERATOR_NOT_IN_SNAPSHOT",
+            Severity.INFO,
+            key,
+            f"no operator with uid or id {key!r} in the snapshot; its option is ignored",
+        )
+        for key in sorted(set(plan.parallelism_for) | set(plan.max_parallelism_for))
+        if not any(names_operator(key, op.uid, op.operator_id) for op in operators)
+    ]
+
+
+def _not_in_job(op: OperatorSummary, label: str, plan: RestorePlan, snapshot: str) -> list[Finding]:
+    """Judge the state of an operator the new job lacks: refused, or skipped (allow_non_restored_state)."""
+    if not op.has_state:
+        # Flink skips an unmatched operator without state ("Skipping empty savepoint state").
+        return []
+    if plan.allow_non_restored_state:
+        return [
+            Finding(
+                "OPERATOR_NOT_IN_JOB",
+                Severity.WARNING,
+                label,
+                f"the state of operator {op.operator_id} will be skipped (--allow-non-restored-state)",
+            )
+        ]
+    return [
+        Finding(
+            "OPERATOR_NOT_IN_JOB",
+            Severity.ERROR,
+            label,
+            f"Failed to rollback to checkpoint/savepoint {snapshot}. Cannot map "
+            f"checkpoint/savepoint state for operator {op.operator_id} to the new program, "
+            "because the operator is not "
+            "available in the new program. If you want to allow to skip this, you can set the "
+            "--allowNonRestoredState option on the CLI.",
+        )
+    ]
+
+
+def _check_operator(
+    op: OperatorSummary,
+    label: str,
+    plan: RestorePlan,
+    with_state: set[tuple[int, int]],
+    lacking: list[str] | None,
+) -> list[Finding]:
+    """Judge one operator the new job has: its maxParallelism, its parallelism bound, its key groups.
+
+    ``with_state`` holds the (parallelism, maxParallelism) pairs of the operators with state: a stateless
+    operator with one of them may share their job vertex, and is held to its bound.
+    """
+    state_max = op.max_parallelism
+    new_p = _lookup(plan.parallelism_for, op) or plan.parallelism or op.parallelism
+    explicit_max = _lookup(plan.max_parallelism_for, op) or plan.max_parallelism
+    findings = []
+    if explicit_max is not None and explicit_max != state_max:
+        findings.append(
+            Finding(
+                "MAX_PARALLELISM_MISMATCH",
+                Severity.ERROR,
+                label,
+                "Failed to rollback to checkpoint/savepoint Checkpoint Metadata. Max parallelism "
+                "mismatch between checkpoint/savepoint state and new program. Cannot map operator "
+                f"{op.operator_id} with max parallelism {state_max} to new program with max "
+                f"parallelism {explicit_max}. This indicates that the program has been changed in a "
+                "non-compatible way after the checkpoint/savepoint.",
+            )
+        )
+    if new_p > state_max and (op.has_state or (op.parallelism, state_max) in with_state):
+        findings.append(
+            Finding(
+                "PARALLELISM_EXCEEDS_MAX_PARALLELISM",
+                Severity.ERROR,
+                label,
+                f"The state for task {op.operator_id} can not be restored. The maximum parallelism "
+                f"({state_max}) of the restored state is lower than the configured parallelism "
+                f"({new_p}). Please reduce the parallelism of the task to be lower or equal to the "
+                "maximum parallelism.",
+            )
+        )
+        return findings
+    if op.has_keyed_state:
+        if explicit_max is None:
+            findings.extend(_adoption(op, label, new_p, lacking))
+        findings.extend(_keyed_warnings(op, label, new_p, explicit_max))
     return findings
 
 
