@@ -4,8 +4,11 @@ The public Python API is loaded lazily (module ``__getattr__``), so ``import key
 such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 
 - ``open_snapshot(path)``: open a kg snapshot (``keygroup_cli.snapshot``);
+- ``open_savepoint(path)``: open a Flink savepoint or checkpoint once (``keygroup_cli.flink.savepoint``);
 - ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning``);
-- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.rescale``).
+- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.rescale``);
+- ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
+  the engine as values (``keygroup_cli.rescale_request``, ``keygroup_cli.execution.options``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ __version__ = "0.1.0"
 #: Public name → module that defines it, imported on first access.
 _LAZY = {
     "open_snapshot": "keygroup_cli.snapshot",
+    "open_savepoint": "keygroup_cli.flink.savepoint",
     "plan_rescale": "keygroup_cli.planning",
     "rescale": "keygroup_cli.execution.rescale",
+    "run_rescale": "keygroup_cli.execution.rescale",
+    "RescaleRequest": "keygroup_cli.rescale_request",
+    "EngineOptions": "keygroup_cli.execution.options",
     "RescaleResult": "keygroup_cli.execution.rescale",
 }
 
@@ -36,4 +43,14 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["RescaleResult", "__version__", "open_snapshot", "plan_rescale", "rescale"]
+__all__ = [
+    "EngineOptions",
+    "RescaleRequest",
+    "RescaleResult",
+    "__version__",
+    "open_savepoint",
+    "open_snapshot",
+    "plan_rescale",
+    "rescale",
+    "run_rescale",
+]

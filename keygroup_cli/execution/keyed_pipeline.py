@@ -168,7 +168,7 @@ def _operator_job(
     reads = [
         FlinkKeyedRead.of(task)
         for index, stream in enumerate(streams)
-        for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces)
+        for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
     ]
     writes = [
         FlinkKeyedWrite(

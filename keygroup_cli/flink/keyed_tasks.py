@@ -15,6 +15,7 @@ as Spark tasks on executors that reach the same storage.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ class KeyedReadTask:
     order: int
     #: Bytes of the blocks in range (for progress and balancing).
     bytes: int
+    #: The file's header as the savepoint was opened with it (``Savepoint.keyed_streams``): the task
+    #: parses it instead of reading the file's first bytes again. None: read it from the file.
+    header: builtins.bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +95,24 @@ def keyed_header(src: StreamSource, handle: KeyGroupsHandle) -> tuple[bytes, Key
 
 
 def read_tasks(
-    root: str, handle: KeyGroupsHandle, max_parallelism: int, order: int, pieces: int
+    root: str,
+    handle: KeyGroupsHandle,
+    max_parallelism: int,
+    order: int,
+    pieces: int,
+    header: bytes | None = None,
 ) -> list[KeyedReadTask]:
     """Cut one keyed file into at most ``pieces`` read tasks of contiguous key groups and similar bytes.
 
     Block sizes come from the handle's offsets alone (the last block's end is the delegate's size), so
-    no byte of the file is read here. ``order`` numbers the tasks ``order * pieces + i``.
+    no byte of the file is read here. ``order`` numbers the tasks ``order * pieces + i``. ``header`` is
+    the file's header bytes, read once when the savepoint was opened; every task carries it.
     """
     extents = sorted(key_group_extents(handle, handle.size))
     total = sum(end - start for _, start, end in extents)
     whole = KeyGroupRange(handle.key_group_start, handle.key_group_end)
     if pieces <= 1 or len(extents) <= 1:
-        return [KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), total)]
+        return [KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), total, header)]
     out: list[KeyedReadTask] = []
     share = total / pieces
     start, acc = whole.start, 0
@@ -113,7 +123,13 @@ def read_tasks(
             stop = whole.end if last else group
             out.append(
                 KeyedReadTask(
-                    root, handle, max_parallelism, KeyGroupRange(start, stop), order * pieces + len(out), acc
+                    root,
+                    handle,
+                    max_parallelism,
+                    KeyGroupRange(start, stop),
+                    order * pieces + len(out),
+                    acc,
+                    header,
                 )
             )
             start, acc = stop + 1, 0
@@ -140,7 +156,10 @@ def read_keyed_task(
             assign it to (``KEY_GROUP_MISMATCH``).
     """
     with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
-        _raw, header = keyed_header(src, task.handle)
+        if task.header is not None:
+            header = read_keyed_header(task.header, src.source, len(task.header))
+        else:
+            _raw, header = keyed_header(src, task.handle)
         layout = KeyedLayout.from_header(header, task.max_parallelism, src.source)
         key_type = layout.codec.key_type
         lookup = {name: i for i, name in enumerate(state_names)}
