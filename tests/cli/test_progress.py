@@ -89,13 +89,16 @@ def test_a_terminal_sees_starting_spark_counts_and_rate(tmp_path: Path):
 
 
 @pytest.mark.parametrize("width", [60, 80, 120])
-def test_a_narrow_terminal_never_cuts_a_count(width: int) -> None:
+def test_a_narrow_terminal_never_cuts_a_count(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
     from rich.console import Console
 
     from keygroup_cli.cli.progress import progress_bars
 
+    # A terminal of that width: under TERM=dumb (an editor's shell, some CI runners) rich takes every
+    # terminal to be 80 columns wide, whatever width it is given.
+    monkeypatch.setenv("TERM", "xterm-256color")
     console = Console(file=io.StringIO(), width=width, force_terminal=True, no_color=True)
     bars = progress_bars(console)
     task = bars.add_task("reading keyed state (operator sessions-keyed-by-user-id)", total=1_951_234)
