@@ -118,4 +118,16 @@ class VerifyReport:
         return not any(f.severity is Severity.ERROR for f in self.findings)
 
 
-__all__ = ["FINDING_CODES", "Finding", "Severity", "VerifyReport", "exit_code_for"]
+def first_error(findings: Iterable[Finding]) -> str | None:
+    """Return the first error finding as ``CODE: message`` (with how many more there are), or None.
+
+    How a gate that refuses on ``kg verify``'s findings words its one line.
+    """
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
+    return f"{errors[0].code}: {errors[0].message}{more}"
+
+
+__all__ = ["FINDING_CODES", "Finding", "Severity", "VerifyReport", "exit_code_for", "first_error"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.findings import Finding, first_error
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
@@ -77,14 +77,6 @@ def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = Fal
     return findings
 
 
-def _first_error(report: VerifyReport) -> str | None:
-    errors = [f for f in report.findings if f.severity is Severity.ERROR]
-    if not errors:
-        return None
-    more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
-    return f"{errors[0].code}: {errors[0].message}{more}"
-
-
 def require_intact(
     path: str | Path | Location | FlinkSnapshot,
     *,
@@ -103,7 +95,7 @@ def require_intact(
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
-    problem = _first_error(verify_input(path, on_progress=on_progress, blocks=blocks))
+    problem = first_error(verify_input(path, on_progress=on_progress, blocks=blocks).findings)
     if problem is not None:
         name = label or (str(path) if isinstance(path, str | Path | Location) else str(path.directory))
         raise InvalidSnapshotError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from keygroup_cli.convert.from_savepoint import OnProgress, _noop, decode_savepoint
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.findings import first_error
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.keygroups import KeyGroupRange
@@ -125,13 +126,10 @@ def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapsh
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
     streams = Savepoint.of(snapshot).operator_streams.values()
-    errors = [f for stream in streams for f in stream.errors]
-    if errors:
-        more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
+    problem = first_error(f for stream in streams for f in stream.findings)
+    if problem is not None:
         raise InvalidSnapshotError(
-            f"{(origin or snapshot).directory}: input fails kg verify: {errors[0].code}: "
-            f"{errors[0].message}{more}",
-            code="INPUT_FAILS_VERIFY",
+            f"{(origin or snapshot).directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
         )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from keygroup_cli.errors import ExecutionError
-from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.findings import first_error
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
@@ -89,15 +89,6 @@ def check_output(savepoint: FlinkSnapshot, where: Path | Location) -> None:
         )
 
 
-def first_error(findings: Sequence[Finding]) -> str | None:
-    """Return the first error finding as ``CODE: message`` (with how many more), or None."""
-    errors = [f for f in findings if f.severity is Severity.ERROR]
-    if not errors:
-        return None
-    more = f" (and {len(errors) - 1} more; run kg verify)" if len(errors) > 1 else ""
-    return f"{errors[0].code}: {errors[0].message}{more}"
-
-
 def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str) -> None:
     """Check every handle against Flink's key-group ranges and the files written."""
     for op in metadata.operators:
@@ -135,4 +126,4 @@ def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], 
         )
 
 
-__all__ = ["SealedSavepoint", "check_output", "first_error", "seal_savepoint"]
+__all__ = ["SealedSavepoint", "check_output", "seal_savepoint"]

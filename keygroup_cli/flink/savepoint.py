@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.findings import Finding
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
@@ -72,11 +72,6 @@ class OperatorStream:
     table: pa.Table | None
     #: Whether the stream's file could be opened at all.
     opened: bool
-
-    @property
-    def errors(self) -> tuple[Finding, ...]:
-        """Return the error findings (a stream with any is refused by a rescale)."""
-        return tuple(f for f in self.findings if f.severity is Severity.ERROR)
 
 
 @dataclass(frozen=True, eq=False)
