@@ -102,7 +102,7 @@ def plan_savepoint(
     )
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     new_rows = {
-        o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
+        o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators
     }
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
