@@ -184,8 +184,16 @@ def _verify_streams(
     are used as they are.
     """
     opened = Savepoint.of(savepoint)
-    known = opened.keyed_streams_read() or {}
-    headers = {(s.operator_id, s.subtask): s.raw_header for streams in known.values() for s in streams}
+    known = opened.keyed_streams_read()
+    if known is None and keyed:
+        try:
+            # Read once here and kept on the opened savepoint: a plan or rescale after this gate reuses them.
+            known = opened.keyed_streams
+        except (UnsupportedFormatError, InvalidSnapshotError):
+            known = None  # each stream's own read below turns what is wrong into its finding
+    headers = {
+        (s.operator_id, s.subtask): s.raw_header for streams in (known or {}).values() for s in streams
+    }
     kinds = KeyGroupsHandle | OperatorStateHandle if keyed else OperatorStateHandle
     work = [
         (op, sub.index, handle)
