@@ -192,29 +192,13 @@ def write_savepoint(
     """
     report = on_progress or _noop
     manifest = state.manifest
-    root = _extension(manifest.extensions, f"{state.label}: manifest")
-    version = int(root.get("metadata_version", 6))
-    properties = root.get("properties")
-    properties_bytes = _unb64(properties, "properties") if properties else None
-    if version >= 4 and properties_bytes is None:
-        properties_bytes = CANONICAL_SAVEPOINT_PROPERTIES
-    masters = tuple(
-        MasterState(m["name"], int(m["version"]), _unb64(m["payload"], "master state"))
-        for m in root.get("master_states", [])
-    )
     counts = _Counts(total=sum(op.parallelism for op in manifest.operators))
     markers = _finished_markers(state)
     operators = [
         _operator(state, op, markers.get(op.operator_id, ()), compression, staging, counts, report)
         for op in manifest.operators
     ]
-    metadata = CheckpointMetadata(
-        version=version,
-        checkpoint_id=int(root.get("checkpoint_id", manifest.snapshot_id)),
-        master_states=masters,
-        operators=tuple(operators),
-        properties_bytes=properties_bytes if version >= 4 else None,
-    )
+    metadata = _metadata(state, tuple(operators))
     _check_keyed_rows(staging, counts.keyed_rows, manifest)
     return ConvertResult(
         "to-flink",
@@ -228,6 +212,28 @@ def write_savepoint(
         counts.bytes,
         counts.compressed,
         metadata,
+    )
+
+
+def _metadata(state: StateSource, operators: tuple[OperatorState, ...]) -> CheckpointMetadata:
+    """Return the new ``_metadata``'s content: ``operators`` and what the ``flink`` extension saved."""
+    manifest = state.manifest
+    root = _extension(manifest.extensions, f"{state.label}: manifest")
+    version = int(root.get("metadata_version", 6))
+    properties = root.get("properties")
+    properties_bytes = _unb64(properties, "properties") if properties else None
+    if version >= 4 and properties_bytes is None:
+        properties_bytes = CANONICAL_SAVEPOINT_PROPERTIES
+    masters = tuple(
+        MasterState(m["name"], int(m["version"]), _unb64(m["payload"], "master state"))
+        for m in root.get("master_states", [])
+    )
+    return CheckpointMetadata(
+        version=version,
+        checkpoint_id=int(root.get("checkpoint_id", manifest.snapshot_id)),
+        master_states=masters,
+        operators=operators,
+        properties_bytes=properties_bytes if version >= 4 else None,
     )
 
 

@@ -222,19 +222,7 @@ def rescale_savepoint(
         runner.executor().name,
         time.monotonic() - started,
         runner.reason,
-        savepoint=ConvertResult(
-            "to-flink",
-            str(opened.origin.directory),
-            str(dest),
-            len(sealed.metadata.operators),
-            written.keyed_files,
-            sum(map(sum, keyed.rows.values())),
-            written.operator_files,
-            written.operator_rows,
-            written.bytes,
-            written.compressed,
-            sealed.metadata,
-        ),
+        savepoint=_written(opened, dest, written, sealed, keyed),
         regrouped=keyed.sizes or None,
         keyed_rows=keyed.rows or None,
     )
@@ -431,6 +419,25 @@ def _bind(job: Any, root: str) -> Any:
     """Return ``job`` with its write tasks writing under ``root`` (the staging directory, now it exists)."""
     writes = tuple(replace(w, root=root) if w.root == _STAGING else w for w in job.writes)
     return replace(job, writes=writes)
+
+
+def _written(
+    opened: OpenedInput, dest: Path | str, written: WrittenState, sealed: SealedSavepoint, keyed: _Keyed
+) -> ConvertResult:
+    """Return what the rescale wrote at ``dest``, counted as ``kg convert`` counts a savepoint it writes."""
+    return ConvertResult(
+        "to-flink",
+        str(opened.origin.directory),
+        str(dest),
+        len(sealed.metadata.operators),
+        written.keyed_files,
+        sum(map(sum, keyed.rows.values())),
+        written.operator_files,
+        written.operator_rows,
+        written.bytes,
+        written.compressed,
+        sealed.metadata,
+    )
 
 
 def rescaled_operators(planned: SavepointRescalePlan) -> list[RescaledOperator]:
