@@ -103,6 +103,7 @@ FINDING_CODES: dict[str, str] = {
     "UPGRADE_LEGACY_KINESIS_CONSUMER": (
         "FlinkKinesisConsumer's shard positions: the Flink 2.x Kinesis connector cannot restore them."
     ),
+    "UPGRADE_NOT_JUDGED": "The upgrade gate could not read an operator's serializer snapshots.",
     "UPGRADE_POJO_COLLECTION_FIELD": (
         "A 1.x POJO field declared as a Java collection was Kryo; Flink 2.x refuses the restore."
     ),
@@ -110,6 +111,7 @@ FINDING_CODES: dict[str, str] = {
         "The savepoint's and the target's Flink major versions leave the upgrade gate nothing to judge."
     ),
     "UPGRADE_SCALA_SERIALIZER": "State serialized with Flink's Scala API, which Flink 2.0 removed.",
+    "UPGRADE_SERIALIZER_UNCHECKED": "A serializer snapshot kg cannot see inside (Avro, custom): not judged.",
 }
 
 

@@ -37,6 +37,8 @@ COLLECTION_INTERFACES = frozenset(
 )
 #: Flink 1.x's Scala API serializers (``flink-scala``), removed in Flink 2.0.
 SCALA_SNAPSHOT_PREFIX = "org.apache.flink.api.scala."
+#: Packages of Flink's own serializers, which nest no serializer kg cannot see (Kryo is judged by itself).
+FLINK_CORE_PREFIXES = ("org.apache.flink.api.", "org.apache.flink.runtime.", "org.apache.flink.streaming.")
 #: Where the how-to explains each finding's fix.
 HOW_TO = "docs/how-to/upgrade-to-flink-2.md"
 
@@ -142,6 +144,13 @@ def check_upgrade(
         ]
     findings: list[Finding] = []
     for op in operators:
+        unread = [s.name for s in op.states or () if not s.serializers]
+        if op.has_keyed_state and op.key_serializer_snapshot is None:
+            unread.insert(0, "(key)")
+        if op.has_state and op.states is None:
+            unread = ["every state"]
+        if unread:
+            findings.append(_not_judged(op, unread))
         if op.key_serializer_snapshot is not None:
             findings.extend(_judge(op, "key", (("KEY_SERIALIZER", op.key_serializer_snapshot),), target))
         for state in op.states or ():
@@ -150,6 +159,17 @@ def check_upgrade(
                 continue
             findings.extend(_judge(op, state.name, state.serializers, target, state))
     return findings
+
+
+def _not_judged(op: OperatorSummary, names: list[str]) -> Finding:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return Finding(
+        "UPGRADE_NOT_JUDGED",
+        Severity.WARNING,
+        op.label,
+        f"kg could not read the serializer snapshots of {shown} (a state file it cannot read from here, or "
+        "a header it could not resolve), so the upgrade gate has not judged them",
+    )
 
 
 def upgrade_findings(summary: SnapshotSummary, target: TargetFlink) -> list[Finding]:
@@ -185,7 +205,26 @@ def _judge(
         code = _code_of(use)
         if code is not None:
             found.setdefault(code, []).append(f"{use.path}: {_describe(use.snapshot)}")
-    return [_finding(code, subject, where, target) for code, where in sorted(found.items())]
+    unchecked = [
+        f"{u.path}: {u.snapshot.class_name}"
+        for u in uses
+        if not u.snapshot.known
+        and u.snapshot.class_name != KRYO_SNAPSHOT
+        and not u.snapshot.class_name.startswith(FLINK_CORE_PREFIXES)
+    ]
+    findings = [_finding(code, subject, where, target) for code, where in sorted(found.items())]
+    if unchecked:
+        findings.append(
+            Finding(
+                "UPGRADE_SERIALIZER_UNCHECKED",
+                Severity.INFO,
+                subject,
+                f"kg cannot see inside {'; '.join(unchecked[:3])}: whether Flink {target} restores it is "
+                "that serializer's own (and any Kryo it nests). Flink's Avro serializer keeps its format in "
+                f"2.x (not verified by kg's tests); a custom one must be built against 2.x, see {HOW_TO}",
+            )
+        )
+    return findings
 
 
 def _code_of(use: _Use) -> str | None:
