@@ -7,8 +7,8 @@ serializes ``GenericType`` with Kryo 5, and a POJO field declared as a Java coll
 own collection serializers. Measured on 1.20.3 savepoints restored in 2.3.0 (``tests/flink/
 test_upgrade_gate.py``):
 
-- Kryo values and Kryo map values restore without an error and come back wrong (every list one element
-  short); Kryo list elements fail the restore.
+- Kryo values, Kryo map values and Kryo operator list state restore without an error and come back wrong
+  (every list one element short); Kryo keyed list elements fail the restore.
 - A POJO whose ``List<String>`` field was ``GenericType<java.util.List>`` is refused
   (``StateMigrationException``).
 - A POJO of basic fields, a ``Tuple2<String, Long>`` and a ``Long`` restore equal.
@@ -249,10 +249,10 @@ def _finding(code: str, subject: str, where: list[str], target: TargetFlink) -> 
     if code == "UPGRADE_KRYO_STATE":
         message = (
             f"serialized with Kryo 2 by Flink 1.x ({shown}); Flink {target} reads it with Kryo 5, which "
-            "restores Kryo values and map values without an error but wrong (every list one element "
-            "short, measured) and fails on Kryo list elements. Fix: move the state off Kryo before the "
-            "upgrade (a POJO or explicit TypeInformation, migrated with the State Processor API), see "
-            f"{HOW_TO}"
+            "restores Kryo values, map values and operator lists without an error but wrong (every list "
+            "one element short, measured) and fails on Kryo keyed list elements. Fix: move the state off "
+            "Kryo before the upgrade (a POJO or explicit TypeInformation, migrated with the State Processor "
+            f"API), see {HOW_TO}"
         )
     elif code == "UPGRADE_POJO_COLLECTION_FIELD":
         message = (

@@ -34,6 +34,7 @@ def test_json_lists_each_state_flink_2_cannot_restore_and_exits_1(kg: Kg) -> Non
         ("kryo-list", "UPGRADE_KRYO_STATE"),
         ("kryo-map", "UPGRADE_KRYO_STATE"),
         ("kryo-value", "UPGRADE_KRYO_STATE"),
+        ("op-kryo", "UPGRADE_KRYO_STATE"),
         ("pojo-list", "UPGRADE_POJO_COLLECTION_FIELD"),
     ]
     assert all(f["severity"] == "error" and "Flink 2.2" in f["message"] for f in upgrade)
@@ -46,7 +47,7 @@ def test_text_output_names_code_state_and_fix(kg: Kg) -> None:
     assert "UPGRADE_POJO_COLLECTION_FIELD" in result.stdout
     assert "pojo-list" in result.stdout
     assert "upgrade-to-flink-2.md" in result.stdout
-    assert "FAILED" in result.stdout and "4 errors" in result.stdout
+    assert "FAILED" in result.stdout and "5 errors" in result.stdout
 
 
 @pytest.mark.parametrize("target", ["1.20", "1"])

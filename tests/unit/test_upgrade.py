@@ -41,6 +41,7 @@ def test_flink_1_20_state_the_issue_names_is_judged_as_flink_2_3_restores_it(cas
         "kryo-value": {"UPGRADE_KRYO_STATE"},
         "kryo-map": {"UPGRADE_KRYO_STATE"},
         "kryo-list": {"UPGRADE_KRYO_STATE"},
+        "op-kryo": {"UPGRADE_KRYO_STATE"},
         "pojo-list": {"UPGRADE_POJO_COLLECTION_FIELD"},
     }
     assert all(f.severity is Severity.ERROR for f in findings)
