@@ -8,7 +8,8 @@ own collection serializers. Measured on 1.20.3 savepoints restored in 2.3.0 (``t
 test_upgrade_gate.py``):
 
 - Kryo values, Kryo map values and Kryo operator list state restore without an error and come back wrong
-  (every list one element short); Kryo keyed list elements fail the restore.
+  (every list one element short); Kryo keyed list elements fail the restore; state under a Kryo key
+  restores and is never found (every key reads as empty).
 - A POJO whose ``List<String>`` field was ``GenericType<java.util.List>`` is refused
   (``StateMigrationException``).
 - A POJO of basic fields, a ``Tuple2<String, Long>`` and a ``Long`` restore equal.

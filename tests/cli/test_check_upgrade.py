@@ -31,6 +31,7 @@ def test_json_lists_each_state_flink_2_cannot_restore_and_exits_1(kg: Kg) -> Non
     assert doc["command"] == "check" and doc["ok"] is False
     upgrade = [f for f in doc["findings"] if f["code"].startswith("UPGRADE_")]
     assert sorted((f["subject"].split(" / ")[1], f["code"]) for f in upgrade) == [
+        ("(key)", "UPGRADE_KRYO_STATE"),
         ("kryo-list", "UPGRADE_KRYO_STATE"),
         ("kryo-map", "UPGRADE_KRYO_STATE"),
         ("kryo-value", "UPGRADE_KRYO_STATE"),
@@ -47,7 +48,7 @@ def test_text_output_names_code_state_and_fix(kg: Kg) -> None:
     assert "UPGRADE_POJO_COLLECTION_FIELD" in result.stdout
     assert "pojo-list" in result.stdout
     assert "upgrade-to-flink-2.md" in result.stdout
-    assert "FAILED" in result.stdout and "5 errors" in result.stdout
+    assert "FAILED" in result.stdout and "6 errors" in result.stdout
 
 
 @pytest.mark.parametrize("target", ["1.20", "1"])

@@ -3,7 +3,7 @@
 The UpgradeJob savepoints (fixtures/flink/1.20/upgrade-*, written by Flink 1.20.3 with the HashMap and the
 RocksDB backend) hold one keyed operator per kind of state: Kryo values, Kryo map values, Kryo list
 elements, a POJO with a ``List<String>`` field, a plain POJO, a ``Tuple2<String, Long>`` and a ``Long``, and
-Kryo operator list state (``op-kryo``).
+Kryo operator list state (``op-kryo``), and a ``Long`` under a Kryo key (``kryo-key``).
 One JVM per Flink version restores them (``UpgradeJob restore``) and dumps every key's state as its first
 record after the restore reads it:
 

@@ -42,11 +42,13 @@ def test_flink_1_20_state_the_issue_names_is_judged_as_flink_2_3_restores_it(cas
         "kryo-map": {"UPGRADE_KRYO_STATE"},
         "kryo-list": {"UPGRADE_KRYO_STATE"},
         "op-kryo": {"UPGRADE_KRYO_STATE"},
+        "(key)": {"UPGRADE_KRYO_STATE"},
         "pojo-list": {"UPGRADE_POJO_COLLECTION_FIELD"},
     }
     assert all(f.severity is Severity.ERROR for f in findings)
     # Subjects name the operator (by id: V4 metadata records no uid) and the state.
     assert f"{operator_id_for_uid('kryo-map')} / kryo-map" in _codes(findings)
+    assert f"{operator_id_for_uid('kryo-key')} / (key)" in _codes(findings)
     pojo = next(f for f in findings if f.code == "UPGRADE_POJO_COLLECTION_FIELD")
     assert "field tags: GenericType<java.util.List>" in pojo.message
     assert "StateMigrationException" in pojo.message
