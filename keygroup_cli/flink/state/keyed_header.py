@@ -297,6 +297,9 @@ class _Grammar:
         if name == POJO_SNAPSHOT:
             for (nested, names), q in self._pojo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested, nested_names=names), q
+        if name == KRYO_SNAPSHOT:
+            for q in self._kryo(p):
+                yield SerializerSnapshot(name, version, self.data[pos:q]), q
         if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
             for nested, q in self._composite(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -355,6 +358,26 @@ class _Grammar:
                     nested.append(self._framed_snapshot(start, p))
                     names.append(key if field_map else f"subclass {key}")
         yield (tuple(nested), tuple(names)), p
+
+    @_parser
+    def _kryo(self, pos: int) -> Iterator[int]:
+        # KryoSerializerSnapshotData.writeSnapshotData: the type class, then three LinkedOptionalMaps
+        # (registrations, default serializers, default serializer classes) whose keys and values are
+        # length-framed: the body's end is certain. Kryo's own bytes stay opaque.
+        _type_class, p = self.utf_at(pos)
+        for _ in range(3):
+            if p + 12 > self.limit or _LONG.unpack_from(self.data, p)[0] != OPTIONAL_MAP_HEADER:
+                raise _Fail
+            count = self.int_at(p + 8)
+            if not 0 <= count <= 65535:
+                raise _Fail
+            p += 12
+            for _ in range(count):
+                _key, p = self.utf_at(p)
+                for _part in range(2):
+                    present = self._flag(p)
+                    p = self._frame(p + 1)[1] if present else p + 1
+        yield p
 
     def _flag(self, pos: int) -> bool:
         if pos >= self.limit or self.data[pos] > 1:

@@ -240,3 +240,22 @@ def test_flink_1_20_pojo_with_a_kryo_list_field_is_read_as_flink_wrote_it() -> N
         "tags": "java.util.List",
     }
     assert states["pojo-plain"].serializer == "PojoSerializer<LongSerializer, StringSerializer>"
+
+
+def test_flink_1_20_kryo_snapshots_are_parsed_by_their_frames() -> None:
+    # Before Kryo snapshots were parsed, backtracking ended the key's Kryo snapshot inside a timer's
+    # serializer early and read the rest as a snapshot of class kg.versioned.UpgradeJob$KeyBag.
+    summary = summarize(FLINK_FIXTURES / "1.20" / "upgrade-heap-canonical-p2", read_states=True)
+    for op in summary.operators:
+        if op.key_serializer == "KryoSerializer":
+            key = op.key_serializer_snapshot
+            assert key is not None and key.known
+            assert key.type_class == "kg.versioned.UpgradeJob$KeyBag"
+            timers = {s.serializer for s in op.states or () if s.kind == "timer"}
+            assert timers == {"TimerSerializer<KryoSerializer, VoidNamespaceSerializer>"}
+            break
+    else:
+        raise AssertionError("no operator keyed by Kryo")
+    states = {s.name: s for op in summary.operators for s in op.states or ()}
+    kryo = dict(states["kryo-value"].serializers)["VALUE_SERIALIZER"]
+    assert kryo.known and kryo.type_class == "kg.versioned.UpgradeJob$Bag"
