@@ -226,6 +226,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "planning",
             "redistribution",
             "rescale_request",
+            "upgrade",
         ),
     ),
     ("execution", ("execution", "environment")),

@@ -17,6 +17,7 @@ from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
 from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from keygroup_cli.summary import summarize
+from keygroup_cli.upgrade import parse_target, upgrade_findings
 
 EPILOG = """\b
 Examples:
@@ -25,6 +26,7 @@ Examples:
   kg check /checkpoints/<job-id> -p 4 --job-uids new-job-uids.txt --strict --json
   kg check zk://zk1:2181/flink/my-cluster --job <job-id> -p 12   # what the job resumes from
   kg check savepoint/ -p 8 --deep     # also decode every key group and operator-state stream
+  kg check savepoint/ --target-flink 2.2   # what a Flink 2.2 job cannot restore (Kryo, POJOs, ...)
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -99,6 +101,11 @@ def _read_uids(path: Path) -> list[str]:
     is_flag=True,
     help="Also verify every state file as kg verify does (every key group and operator-state stream).",
 )
+@click.option(
+    "--target-flink",
+    metavar="VERSION",
+    help="Also list the states a job on this Flink version (e.g. 2.2) cannot restore (reads state headers).",
+)
 @output_options
 @click.pass_context
 def command(
@@ -111,6 +118,7 @@ def command(
     allow_non_restored_state: bool,
     strict: bool,
     deep: bool,
+    target_flink: str | None,
 ) -> None:
     """Check that a savepoint, checkpoint or kg snapshot restores at the planned parallelism.
 
@@ -127,8 +135,11 @@ def command(
     plan = RestorePlan(
         p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
     )
-    summary = summarize(resolve_input(out, path, job).path, read_states=False)
+    target = parse_target(target_flink) if target_flink is not None else None
+    summary = summarize(resolve_input(out, path, job).path, read_states=target is not None)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
+    if target is not None:
+        findings += upgrade_findings(summary, target)
     from keygroup_cli.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
