@@ -24,7 +24,7 @@ from pathlib import Path
 
 from keygroup_cli.errors import ExecutionError
 from keygroup_cli.findings import first_error
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
@@ -111,6 +111,13 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
 
 
 def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], subject: str) -> None:
+    if isinstance(file, ByteStreamHandle):
+        # Inline state (kept as Flink wrote it by ``kg migrate``): its offsets fall inside its bytes.
+        if any(not 0 <= o < file.size for o in offsets):
+            raise ExecutionError(
+                f"{subject}: an offset beyond the {file.size} inline bytes", code="OUTPUT_VERIFICATION_FAILED"
+            )
+        return
     assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
     if isinstance(root, Path):
         path = root / file.relative_path
