@@ -15,6 +15,7 @@ from keygroup_cli.cli.options import max_parallelism_option, output_options, par
 from keygroup_cli.cli.render import counted, output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
+from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
 
 EPILOG = """\b
@@ -121,15 +122,20 @@ def command(
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
     m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
-    plan = RestorePlan(
-        p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
-    )
+    uids = _read_uids(job_uids) if job_uids else None
+    plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
     summary = summarize(resolve_input(out, path, job).path, read_states=False)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
     from keygroup_cli.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
     findings = [*findings, *check_input(summary.savepoint or summary.path, deep=deep)]
+    # Unmapped stateful operators: candidates among the job's uids and the kg migrate command (#26).
+    suggestion = None
+    if uids is not None:
+        recorded = summary.metadata_version is None or summary.metadata_version >= 5
+        suggestion = suggest_migration(summary.operators, uids, path, uids_recorded=recorded)
+    findings += suggestion.findings if suggestion else []
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
@@ -141,12 +147,14 @@ def command(
             {"code": f.code, "severity": f.severity.value, "subject": f.subject, "message": f.message}
             for f in findings
         ],
+        "migrate": suggestion.document() if suggestion else None,
     }
-    out.result("check", document, lambda console: _text(console, findings, checked, code == 0))
+    command = suggestion.command if suggestion else None
+    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, command))
     ctx.exit(int(code))
 
 
-def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> None:
+def _text(console: Console, findings: list[Finding], checked: int, ok: bool, command: str | None) -> None:
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
         for f in findings:
@@ -169,3 +177,5 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> 
         f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
         f"{counted(warnings, 'warning')}"
     )
+    if command:
+        console.print(f"Restore the mapping: {command}", markup=False, highlight=False, soft_wrap=True)
