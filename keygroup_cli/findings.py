@@ -86,9 +86,6 @@ FINDING_CODES: dict[str, str] = {
     ),
     "NULL_IN_REQUIRED_COLUMN": "A column the kg format declares non-null holds nulls.",
     "OPERATOR_ID_NOT_UID_HASH": "An operator's id is not Flink's id for its uid.",
-    "OPERATOR_MATCH_CANDIDATE": (
-        "A stateful operator the new job lacks, with the job's uid it may have become and the kg migrate fix."
-    ),
     "OPERATOR_NOT_IN_JOB": "A stateful operator of the snapshot is not in the new job.",
     "OPERATOR_STATE_POSITIONS": "An operator state's positions in a file are not 0..n-1.",
     "OPTION_OPERATOR_NOT_IN_SNAPSHOT": "A per-operator option names an operator the snapshot lacks.",

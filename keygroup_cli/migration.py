@@ -106,9 +106,9 @@ def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> M
         UnsupportedFormatError: State in file-merging segments (``MIGRATE_SEGMENT_HANDLE``).
     """
     changes: dict[str, OperatorChange] = {}
-    for old, new in request.renames:
+    for old, new_uid in request.renames:
         op = _find(metadata, old, "--rename")
-        _add(changes, op, RENAME, new)
+        _add(changes, op, RENAME, new_uid)
     for operator_id, uid in request.assignments:
         op = _find(metadata, operator_id, "--assign-uid", by_id_only=True)
         if op.uid is not None:
@@ -127,10 +127,9 @@ def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> M
         if _kept(op, changes)
     )
     relocated, files = _relocate(operators)
-    new = replace(metadata, operators=relocated)
     order = {op.operator_id: i for i, op in enumerate(metadata.operators)}
     listed = sorted(changes.values(), key=lambda c: order[c.operator_id])
-    return MigrationPlan(tuple(listed), new, files)
+    return MigrationPlan(tuple(listed), replace(metadata, operators=relocated), files)
 
 
 def _find(metadata: CheckpointMetadata, label: str, flag: str, *, by_id_only: bool = False) -> OperatorState:
@@ -139,7 +138,8 @@ def _find(metadata: CheckpointMetadata, label: str, flag: str, *, by_id_only: bo
             return op
     what = "operator id" if by_id_only else "uid or operator id"
     raise InvalidArgumentError(
-        f"{flag} {label}: no operator with {what} {label!r} in the savepoint", code="OPERATOR_NOT_IN_SAVEPOINT"
+        f"{flag} {label}: no operator with {what} {label!r} in the savepoint",
+        code="OPERATOR_NOT_IN_SAVEPOINT",
     )
 
 
@@ -153,7 +153,9 @@ def _add(changes: dict[str, OperatorChange], op: OperatorState, action: str, new
     changes[op.operator_id] = OperatorChange(action, op.operator_id, op.uid, new_id, new_uid, op.has_state)
 
 
-def _settle_targets(metadata: CheckpointMetadata, changes: dict[str, OperatorChange]) -> dict[str, OperatorChange]:
+def _settle_targets(
+    metadata: CheckpointMetadata, changes: dict[str, OperatorChange]
+) -> dict[str, OperatorChange]:
     """Refuse a new id that another kept operator with state has; a stateless one is replaced."""
     moved_away = {c.operator_id for c in changes.values() if c.new_operator_id != c.operator_id}
     by_id = {op.operator_id: op for op in metadata.operators}

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.keygroups import operator_id_for_uid
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 _HEX_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 #: Below this ``difflib`` ratio two uids are not taken for one renamed operator.
-SIMILAR = 0.5
+SIMILAR = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,18 +65,20 @@ class MigrationSuggestion:
     #: ``kg migrate PATH --out PATH-migrated ...``, or None when no operator has a candidate.
     command: str | None
 
-    @property
-    def findings(self) -> list[Finding]:
-        """Return one ``OPERATOR_MATCH_CANDIDATE`` info finding per unmapped operator."""
+    def lines(self) -> list[str]:
+        """Return one line per unmapped operator (its candidate and why, or why none), then the command."""
         out = []
         for c in self.candidates:
             label = c.uid or c.operator_id
             if c.new_uid is None:
-                message = f"no candidate among the new job's uids ({c.reason}); "
-                message += f"if its state is not needed any more: kg migrate ... --drop {label}"
+                out.append(
+                    f"{label}: no candidate among the new job's uids ({c.reason}); if its state is not "
+                    f"needed any more: --drop {label}"
+                )
             else:
-                message = f"candidate: the new job's uid {c.new_uid!r} ({c.reason}): {c.option} {c.argument}"
-            out.append(Finding("OPERATOR_MATCH_CANDIDATE", Severity.INFO, label, message))
+                out.append(f"{label}: candidate {c.new_uid!r} ({c.reason}): {c.option} {c.argument}")
+        if self.command:
+            out.append(f"Restore the mapping: {self.command}")
         return out
 
     def document(self) -> dict[str, object]:
@@ -135,7 +136,7 @@ def suggest_migration(
     )
     for ratio, op_id, u in scored:
         if ratio >= SIMILAR and op_id not in pairs and u in free:
-            pairs[op_id] = (u, f"uid similar to {u!r}, {ratio:.0%}")
+            pairs[op_id] = (u, f"uids {ratio:.0%} alike")
             free.remove(u)
     rest = [op for op in unmapped if op.operator_id not in pairs]
     if len(rest) == 1 and len(free) == 1:
@@ -158,7 +159,9 @@ def _candidate(
         elif op.uid:
             reason = f"{len(free)} unmatched uids, none similar to {op.uid!r}"
         else:
-            reason = f"{len(free)} unmatched uids; an operator known by its id alone is paired only by elimination"
+            reason = (
+                f"{len(free)} unmatched uids; an operator known by its id alone is paired only by elimination"
+            )
         return Candidate(op.operator_id, op.uid, None, None, reason)
     new_uid, reason = pair
     option = "--assign-uid" if uids_recorded and op.uid is None else "--rename"

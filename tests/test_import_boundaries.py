@@ -226,6 +226,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "planning",
             "redistribution",
             "rescale_request",
+            "migration",
+            "operator_matching",
         ),
     ),
     ("execution", ("execution", "environment")),

@@ -1,4 +1,4 @@
-"""Real Flink 1.20 and 2.3 restore ``kg migrate``'s renamed, assigned and dropped savepoints, every key intact.
+"""Real Flink 1.20 and 2.3 restore ``kg migrate``'s renamed, assigned and dropped savepoints, all keys intact.
 
 For each version one JVM (``UidJob restore``) restores, in one batch, the UidJob savepoint of that version
 (fixtures/flink/<v>/uid-heap-canonical-p3) after kg's surgery, and the untouched savepoint, into jobs whose
@@ -102,8 +102,8 @@ def _build(version: str, work: Path) -> Migrated:
     _kg("migrate", hashed, "--out", assigned, "--assign-uid", f"{HASHED_LONG}={LONG}")
     _kg("migrate", original, "--out", dropped, "--drop", STRING)
     _kg(
-        "migrate", hashed_incremental, "--out", combined,
-        "--assign-uid", f"{HASHED_LONG}={LONG}-v2", "--rename", f"{STRING}={STRING}-v2", "--drop", "string-sink",
+        "migrate", hashed_incremental, "--out", combined, "--assign-uid", f"{HASHED_LONG}={LONG}-v2",
+        "--rename", f"{STRING}={STRING}-v2", "--drop", "string-sink",
     )  # fmt: skip
     renamed_uids = {LONG: f"{LONG}-v2"}
     both_uids = {LONG: f"{LONG}-v2", STRING: f"{STRING}-v2"}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES
+
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, FileHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
@@ -58,7 +58,10 @@ def test_rename_on_v6_moves_id_uid_and_name_and_keeps_the_rest() -> None:
     ]
     [change] = plan.changes
     assert (change.action, change.operator_id, change.new_operator_id, change.has_state) == (
-        "rename", LONG, new_id, True
+        "rename",
+        LONG,
+        new_id,
+        True,
     )
     # What the writer encodes reads back identically (the commit's own check).
     assert parse_metadata(write_metadata(plan.metadata)) == plan.metadata
@@ -148,7 +151,9 @@ def test_absolute_handles_become_relative_copies(case) -> None:
     assert relative == {f.target for f in plan.files} and len(relative) == len(plan.files)
     assert all("/" not in name for name in relative)
     # Inline state stays inline.
-    assert list(_leaves(plan.metadata.operators, ByteStreamHandle)) == list(_leaves(old.operators, ByteStreamHandle))
+    assert list(_leaves(plan.metadata.operators, ByteStreamHandle)) == list(
+        _leaves(old.operators, ByteStreamHandle)
+    )
 
 
 @pytest.mark.parametrize("value", ["a", "=b", "a=", ""])

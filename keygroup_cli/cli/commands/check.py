@@ -135,7 +135,6 @@ def command(
     if uids is not None:
         recorded = summary.metadata_version is None or summary.metadata_version >= 5
         suggestion = suggest_migration(summary.operators, uids, path, uids_recorded=recorded)
-    findings += suggestion.findings if suggestion else []
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
@@ -147,14 +146,15 @@ def command(
             {"code": f.code, "severity": f.severity.value, "subject": f.subject, "message": f.message}
             for f in findings
         ],
-        "migrate": suggestion.document() if suggestion else None,
     }
-    command = suggestion.command if suggestion else None
-    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, command))
+    if uids is not None:
+        document["migrate"] = suggestion.document() if suggestion else None
+    lines = suggestion.lines() if suggestion else []
+    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, lines))
     ctx.exit(int(code))
 
 
-def _text(console: Console, findings: list[Finding], checked: int, ok: bool, command: str | None) -> None:
+def _text(console: Console, findings: list[Finding], checked: int, ok: bool, lines: list[str]) -> None:
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
         for f in findings:
@@ -177,5 +177,5 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool, com
         f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
         f"{counted(warnings, 'warning')}"
     )
-    if command:
-        console.print(f"Restore the mapping: {command}", markup=False, highlight=False, soft_wrap=True)
+    for line in lines:  # --job-uids: candidates for the unmapped operators, and the kg migrate command
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
