@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"
 JOB = ("uid-source", "keyed-string", "string-drop", "string-sink", "keyed-long-v2", "long-drop", "long-sink")

@@ -4,13 +4,13 @@ For each version one JVM (``UidJob restore``) restores, in one batch, the UidJob
 (fixtures/flink/<v>/uid-heap-canonical-p3) after kg's surgery, and the untouched savepoint, into jobs whose
 uids changed:
 
-- ``renamed-*``: ``--rename keyed-long=keyed-long-v2``, restored by a job that sets uid keyed-long-v2, with
-  maxParallelism set on its keyed operators and with none set (Flink adopts the state's); ``unrenamed``: the
-  input itself into that job, which Flink refuses;
+- ``renamed-none``: ``--rename keyed-long=keyed-long-v2``, restored by a job that sets uid keyed-long-v2 and
+  no maxParallelism (Flink adopts the state's); ``unrenamed``: the input itself into that job, which Flink
+  refuses;
 - ``hashed``: the savepoint as a job without a uid on keyed-long wrote it (that operator's id is Flink's
-  hash of the graph, ``HASHED_LONG``; the job without the uid restores it, and says that id is its own),
-  ``hashed-refused`` the same into the job with the uid, ``assigned`` after ``--assign-uid HASHED_LONG=
-  keyed-long``;
+  hash of the graph, ``HASHED_LONG``; the job without the uid restores it, and says that id is its own);
+  ``assigned``: after ``--assign-uid HASHED_LONG=keyed-long``, restored by the job with that uid and with
+  maxParallelism set on its keyed operators;
 - ``dropped``: ``--drop keyed-string``, restored by a job without keyed-string's chain and without
   ``--allowNonRestoredState``; ``undropped``: the input into that job, refused;
 - ``combined``: the RocksDB incremental checkpoint (absolute ``shared/`` handles) hashed as above, then one
@@ -108,11 +108,9 @@ def _build(version: str, work: Path) -> Migrated:
     renamed_uids = {LONG: f"{LONG}-v2"}
     both_uids = {LONG: f"{LONG}-v2", STRING: f"{STRING}-v2"}
     requests = {
-        "renamed-sets": UidRestoreRequest(renamed, UID_OWN_P, UID_OWN_M, uids=renamed_uids),
         "renamed-none": UidRestoreRequest(renamed, UID_OWN_P, {}, uids=renamed_uids),
         "unrenamed": UidRestoreRequest(original, UID_OWN_P, {}, uids=renamed_uids),
         "hashed": UidRestoreRequest(hashed, UID_OWN_P, {}, no_uid=[LONG]),
-        "hashed-refused": UidRestoreRequest(hashed, UID_OWN_P, {}),
         "assigned": UidRestoreRequest(assigned, UID_OWN_P, UID_OWN_M),
         "dropped": UidRestoreRequest(dropped, UID_OWN_P, {}, drop=[STRING]),
         "undropped": UidRestoreRequest(original, UID_OWN_P, {}, drop=[STRING]),
@@ -163,7 +161,7 @@ def _assert_refused(dump: Dump, operator_id: str) -> None:
     assert error is not None and REFUSED in error and operator_id in error, error
 
 
-@pytest.mark.parametrize("name", ["renamed-sets", "renamed-none", "assigned", "combined"])
+@pytest.mark.parametrize("name", ["renamed-none", "assigned", "combined"])
 def test_migrated_savepoint_restores_every_key(migrated: Migrated, name: str) -> None:
     _assert_restored(migrated.dumps[name])
 
@@ -176,7 +174,6 @@ def test_dropped_operator_restores_without_allow_non_restored_state(migrated: Mi
 
 def test_without_surgery_flink_refuses(migrated: Migrated) -> None:
     _assert_refused(migrated.dumps["unrenamed"], operator_id_for_uid(LONG))
-    _assert_refused(migrated.dumps["hashed-refused"], HASHED_LONG)
     _assert_refused(migrated.dumps["undropped"], operator_id_for_uid(STRING))
 
 

@@ -34,7 +34,6 @@ def test_migrate_s3_to_s3_copies_server_side_and_writes_what_a_local_run_writes(
         assert "_metadata" in keys and ".kg-writer" not in keys
         copy = s3_server.download(target, tmp_path / target.rsplit("/", 1)[1])
         assert tree_digest(copy) == tree_digest(tmp_path / "local")
-        assert kg("verify", target).exit_code == 0
 
 
 def test_migrate_to_s3_refused_change_writes_nothing(kg, s3_server: Any) -> None:

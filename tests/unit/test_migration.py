@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, FileHandle, RelativeFileHandle
@@ -12,6 +11,7 @@ from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadat
 from keygroup_cli.flink.metadata.writer import write_metadata
 from keygroup_cli.keygroups import operator_id_for_uid
 from keygroup_cli.migration import MigrationRequest, parse_pair, plan_migration
+from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"
 V4 = FIXTURES / "flink" / "1.20" / "uid-heap-canonical-p3"

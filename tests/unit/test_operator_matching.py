@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import FIXTURES
 
 from keygroup_cli.keygroups import operator_id_for_uid
 from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
+from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"
 V4 = FIXTURES / "flink" / "1.20" / "uid-heap-canonical-p3"
