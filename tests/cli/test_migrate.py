@@ -33,6 +33,7 @@ def _digest(root: Path) -> dict[str, str]:
         "1.20/uid-rocksdb-incremental-p3",
         "2.3/uid-heap-checkpoint-p3",
         "2.3/heap-inline-p3-maxp10-string",
+        "2.3/unaligned-checkpoint-p2",
     ],
 )
 def test_migrate_writes_a_verified_savepoint_and_leaves_the_input(kg, tmp_path: Path, case: str) -> None:
