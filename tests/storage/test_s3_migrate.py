@@ -6,6 +6,7 @@ change must write nothing there.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,15 @@ def test_migrate_s3_to_s3_copies_server_side_and_writes_what_a_local_run_writes(
         (source, f"{bucket}/migrated/from-s3", "copied server-side"),
         (str(SAVEPOINT), f"{bucket}/migrated/from-disk", "uploaded"),
     ):
+        start = s3_server.log.stat().st_size
         r = kg("migrate", origin, "--out", target, *SURGERY, "--json")
         assert r.exit_code == 0, r.stderr
         assert r.json()["copy"] == mode
+        # No byte of an input state file passes through kg: the input's _metadata is its only GET.
+        with open(s3_server.log, "rb") as fh:
+            fh.seek(start)
+            gets = re.findall(r'"GET /kg-migrate/savepoints/sp-1/([^ ?"]+)', fh.read().decode())
+        assert set(gets) <= {"_metadata"}, gets
         keys = s3_server.keys(target)
         assert "_metadata" in keys and ".kg-writer" not in keys
         copy = s3_server.download(target, tmp_path / target.rsplit("/", 1)[1])
