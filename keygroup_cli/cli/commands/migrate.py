@@ -18,6 +18,7 @@ Examples:
   kg migrate savepoint/ --out fixed/ --assign-uid 6cdc5bb954874d922eaee11a8e7ca5e2=my-window
   kg migrate savepoint/ --out fixed/ --drop old-dedup --dry-run
   kg migrate s3://bkt/sp-1a2b --out s3://bkt/sp-1a2b-v2 --rename a=b --drop c --json
+  kg migrate sp/ --out sp-v2/ --rename a=b && kg rescale sp-v2/ --to 8 --out sp-v2-p8/   # and rescale
 
 \b
 Flink maps state to operators by OperatorID = murmur3_128(uid); a new uid is a new id. The new
@@ -32,7 +33,10 @@ OPERATOR_NOT_IN_SAVEPOINT, OPERATOR_ID_TAKEN, OPERATOR_HAS_UID or OPERATOR_CHANG
 @click.option("--out", "dest", required=True, metavar="DEST", help="The new savepoint (must not exist).")
 @click.option("--rename", multiple=True, metavar="OLD=NEW", help="Rename uid OLD (or id) to NEW; repeatable.")
 @click.option(
-    "--assign-uid", multiple=True, metavar="ID=UID", help="Give the operator with 32-hex id ID the uid UID."
+    "--assign-uid",
+    multiple=True,
+    metavar="ID=UID",
+    help="Give the operator with 32-hex id ID (and no uid) the uid UID; repeatable.",
 )
 @click.option("--drop", multiple=True, metavar="UID|ID", help="Drop an operator and its state; repeatable.")
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; write nothing.")
