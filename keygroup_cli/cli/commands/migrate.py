@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
-from rich.console import Console
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import counted, format_bytes, output_for
+from keygroup_cli.cli.render import output_for
 
 EPILOG = """\b
 Examples:
@@ -66,49 +63,7 @@ def command(
     )
     with progress(out) as on_progress:
         result = run_migration(source, dest, request, dry_run=dry_run, on_progress=on_progress)
-    document: dict[str, Any] = {
-        "source": result.source,
-        "destination": result.destination,
-        "dry_run": result.dry_run,
-        "checkpoint_id": result.checkpoint_id,
-        "changes": [
-            {
-                "action": c.action,
-                "operator_id": c.operator_id,
-                "uid": c.uid,
-                "new_operator_id": c.new_operator_id,
-                "new_uid": c.new_uid,
-                "has_state": c.has_state,
-                "replaces": c.replaces,
-            }
-            for c in result.plan.changes
-        ],
-        "operators": len(result.plan.metadata.operators),
-        "files": len(result.plan.files),
-        "bytes": result.plan.bytes,
-        "copy": result.copy_mode,
-        "wall_seconds": round(result.wall_seconds, 3),
-    }
-    out.result("migrate", document, lambda console: _text(console, document))
+    from keygroup_cli.cli.migrate_render import migrate_document, render_migrate
 
-
-def _text(console: Console, doc: dict[str, Any]) -> None:
-    for c in doc["changes"]:
-        old = f"{c['uid']} ({c['operator_id']})" if c["uid"] else c["operator_id"]
-        state = "" if c["has_state"] else " [no state]"
-        if c["action"] == "drop":
-            line = f"drop        {old}{state}"
-        else:
-            line = f"{c['action']:<11} {old} -> {c['new_uid']} ({c['new_operator_id']}){state}"
-            if c["replaces"]:
-                line += f", replacing the stateless entry {c['replaces']}"
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    verb = "would write" if doc["dry_run"] else "wrote"
-    console.print(
-        f"{verb} {doc['destination']}: checkpoint {doc['checkpoint_id']}, "
-        f"{counted(doc['operators'], 'operator')}, {counted(doc['files'], 'state file')} "
-        f"({format_bytes(doc['bytes'])}, {doc['copy']})",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    document = migrate_document(result)
+    out.result("migrate", document, lambda console: render_migrate(console, document))
