@@ -15,6 +15,7 @@ from keygroup_cli.cli.options import max_parallelism_option, output_options, par
 from keygroup_cli.cli.render import counted, output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
+from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM
 from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
 
@@ -42,9 +43,11 @@ def _per_operator(values: tuple[str, ...], flag: str) -> tuple[int | None, dict[
             raise InvalidArgumentError(
                 f"{flag} {value}: expected N or UID=N", code="INVALID_OPTION"
             ) from None
-        if not 0 < n <= 32768:
+        if not 0 < n <= UPPER_BOUND_MAX_PARALLELISM:
+            kind = "maxParallelism" if flag == "--max-parallelism" else "parallelism"
             raise InvalidArgumentError(
-                f"{flag} {value}: Operator parallelism not within bounds: {n}",
+                f"{flag} {value}: Operator parallelism not within bounds: {n} "
+                f"(Flink allows a {kind} of 1 to {UPPER_BOUND_MAX_PARALLELISM})",
                 code="PARALLELISM_OUT_OF_BOUNDS",
             )
         if key:
