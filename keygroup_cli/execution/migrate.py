@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, KgError
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.commit import seal_in_place, seal_savepoint
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
@@ -32,6 +32,7 @@ from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
 from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input, staged_directory
 from keygroup_cli.storage.transfer import OnProgress
+from keygroup_cli.summary import is_kg_snapshot
 
 #: How state files reached DEST (``MigrationResult.copy_mode``).
 LOCAL_COPY = "copied locally"
@@ -67,7 +68,8 @@ def run_migration(
     Raises:
         InvalidArgumentError: A change the savepoint refuses (``migration.plan_migration``), or DEST exists,
             holds objects, or lies inside the input; nothing written.
-        InvalidSnapshotError: A state file is missing; nothing committed.
+        InvalidSnapshotError: Not a savepoint or checkpoint, or a state file is missing; nothing committed.
+        UnsupportedFormatError: A kg snapshot (``MIGRATE_KG_SNAPSHOT``), or state in file-merging segments.
         ExecutionError: A copy or the output's verification failed; nothing committed.
     """
     started = time.monotonic()
@@ -81,6 +83,12 @@ def run_migration(
         transfer.require_empty(remote, METADATA)
     else:
         refuse_existing(Path(dest))
+    if is_kg_snapshot(source):
+        # A kg snapshot names operators in its manifest; Flink never reads it: migrate the savepoint.
+        raise UnsupportedFormatError(
+            f"{source}: a kg snapshot; kg migrate rewrites Flink savepoints and checkpoints",
+            code="MIGRATE_KG_SNAPSHOT",
+        )
     savepoint = open_savepoint(source)
     plan = plan_migration(savepoint.metadata, request)
     mode = _mode(savepoint, plan, remote)

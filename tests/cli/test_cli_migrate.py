@@ -141,3 +141,12 @@ def test_migrate_missing_state_file_is_exit_3_and_commits_nothing(kg, tmp_path: 
     r = kg("migrate", source, "--out", tmp_path / "o", "--rename", "keyed-long=x")
     assert r.exit_code == 3 and "state file is missing" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sp"]
+
+
+def test_migrate_refuses_a_kg_snapshot_and_what_is_no_savepoint(kg, tmp_path: Path) -> None:
+    r = kg("migrate", FIXTURES / "snapshots" / "valid", "--out", tmp_path / "o", "--drop", "x", "--json")
+    assert r.exit_code == 4 and r.json()["error"]["code"] == "MIGRATE_KG_SNAPSHOT"
+    (tmp_path / "empty").mkdir()
+    r = kg("migrate", tmp_path / "empty", "--out", tmp_path / "o", "--drop", "x")
+    assert r.exit_code == 3 and "not a Flink savepoint or checkpoint" in r.stderr
+    assert not (tmp_path / "o").exists()
