@@ -227,6 +227,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "redistribution",
             "rescale_request",
             "upgrade",
+            "migration",
+            "operator_matching",
         ),
     ),
     ("execution", ("execution", "environment")),

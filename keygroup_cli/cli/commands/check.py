@@ -16,6 +16,7 @@ from keygroup_cli.cli.render import counted, output_for, print_table, table_styl
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
 from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM
+from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
 from keygroup_cli.upgrade import parse_target, upgrade_findings
 
@@ -132,9 +133,8 @@ def command(
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
     m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
-    plan = RestorePlan(
-        p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
-    )
+    uids = _read_uids(job_uids) if job_uids else None
+    plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
     target = parse_target(target_flink) if target_flink is not None else None
     summary = summarize(resolve_input(out, path, job).path, read_states=target is not None)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
@@ -144,6 +144,11 @@ def command(
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
     findings = [*findings, *check_input(summary.savepoint or summary.path, deep=deep)]
+    # Unmapped stateful operators: candidates among the job's uids and the kg migrate command (#26).
+    suggestion = None
+    if uids is not None:
+        recorded = summary.metadata_version is None or summary.metadata_version >= 5
+        suggestion = suggest_migration(summary.operators, uids, path, uids_recorded=recorded)
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
@@ -156,11 +161,14 @@ def command(
             for f in findings
         ],
     }
-    out.result("check", document, lambda console: _text(console, findings, checked, code == 0))
+    if uids is not None:
+        document["migrate"] = suggestion.document() if suggestion else None
+    lines = suggestion.lines() if suggestion else []
+    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, lines))
     ctx.exit(int(code))
 
 
-def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> None:
+def _text(console: Console, findings: list[Finding], checked: int, ok: bool, lines: list[str]) -> None:
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
         for f in findings:
@@ -183,3 +191,5 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> 
         f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
         f"{counted(warnings, 'warning')}"
     )
+    for line in lines:  # --job-uids: candidates for the unmapped operators, and the kg migrate command
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
