@@ -207,7 +207,7 @@ def unit_run_hash_codes(
     starts: npt.NDArray[np.int64],
     lengths: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int32]:
-    """Return ``String.hashCode()`` of strings whose UTF-16 units are ``units[starts[i]:starts[i] + lengths[i]]``.
+    """Return ``String.hashCode()`` of the strings whose UTF-16 units are ``units[start:start + length]``.
 
     The hash of serialized keys where they lie (``StringValue`` bytes of ASCII strings are their units), with
     no string made: the byte-level re-key route hashes keys inside key-group blocks this way.

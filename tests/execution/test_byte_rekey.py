@@ -31,7 +31,10 @@ def _ignore(_stage: str, _done: int, _total: int | None) -> None:
 
 def _written(jobs: list[Any], out: Path, spill: Path) -> dict[tuple[str, int], tuple[tuple[int, ...], bytes]]:
     # Same file names on both routes, so files compare by name and bytes.
-    jobs = [replace(j, writes=tuple(replace(w, name=f"{j.operator_id}-{w.subtask}") for w in j.writes)) for j in jobs]
+    jobs = [
+        replace(j, writes=tuple(replace(w, name=f"{j.operator_id}-{w.subtask}") for w in j.writes))
+        for j in jobs
+    ]
     written = LocalExecutor(batch_rows=1000).run(jobs, spill)
     return {
         (op_id, f.subtask): (f.handle.offsets, (out / f.handle.delegate.relative_path).read_bytes())
@@ -41,7 +44,9 @@ def _written(jobs: list[Any], out: Path, spill: Path) -> dict[tuple[str, int], t
 
 
 @pytest.mark.parametrize("savepoint", SAVEPOINTS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_both_routes_write_the_same_bytes(savepoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_routes_write_the_same_bytes(
+    savepoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     new_p, new_max = TARGETS[SAVEPOINTS.index(savepoint) % len(TARGETS)]
     view = open_input(savepoint, tmp_path / "scratch", new_max, _ignore).savepoint
     targets = {op.operator_id: (new_p, new_max) for op in view.metadata.operators}

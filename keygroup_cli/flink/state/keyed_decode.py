@@ -287,7 +287,7 @@ def _windowed_block(
     batch_rows: int,
     strict: bool,
     window_bytes: int,
-    cutter: BlockCutter,
+    cutter: BlockCutter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode the uncompressed block ``[start, end)`` window by window: memory follows the window.
 
@@ -300,6 +300,7 @@ def _windowed_block(
     it) sends the block to the whole-block path, which skips the rows already given and raises what a
     whole-block read raises.
     """
+    cutter = ROWS if cutter is None else cutter
     states = cutter.states(layout)
     given = 0
     if states and batch_rows > 0:

@@ -222,7 +222,7 @@ class BlockSource(Protocol[S]):
         ...
 
     def blocks(self, layout: KeyedLayout) -> Iterator[_Block]:
-        """Yield the blocks of the complete key groups, each checked against its bytes before it is written."""
+        """Yield the blocks of the complete key groups, each checked against its bytes first."""
         ...
 
 

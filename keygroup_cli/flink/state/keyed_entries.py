@@ -35,7 +35,13 @@ from keygroup_cli.flink.state.keyed_decode import (
     _Structure,
     check_block,
 )
-from keygroup_cli.flink.state.keyed_encode import _EMPTY, _ENCODE_CHUNK_ROWS, _big_endian, _Block, _fixed_cells
+from keygroup_cli.flink.state.keyed_encode import (
+    _EMPTY,
+    _ENCODE_CHUNK_ROWS,
+    _big_endian,
+    _Block,
+    _fixed_cells,
+)
 from keygroup_cli.flink.state.keyed_layout import (
     _INT,
     _USHORT,
@@ -98,14 +104,23 @@ class Rekey:
         after_prefix = found.key_starts + nprefix
         # A timer's element is the flipped timestamp (8 bytes), then the key, then the namespace.
         key_at = after_prefix + 8 * timers
-        codes = _key_hash_codes(block, raw, found, key_at, layout)
-        if codes is None:
+        hashed = _key_hash_codes(block, raw, found, key_at, layout)
+        if hashed is None:
+            return None
+        codes, key_end = hashed
+        # As the row route splits keys: a fixed-size namespace must fit in the key after the key itself.
+        # (A timer's namespace is the rest of its element.)
+        sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
+        namespace = np.asarray(sizes, dtype=np.int64)[found.state_ids]
+        if bool((key_end + namespace > found.key_ends).any()):
             return None
         stored = key_groups_for_hashes(codes, self.old_max_parallelism)
         wrong = np.flatnonzero(stored != key_group)
         if wrong.size:
             i = int(wrong[0])
-            key, _end = layout.codec.read(bytes(block[int(key_at[i]) : int(found.key_ends[i])]), 0, self.where)
+            key, _end = layout.codec.read(
+                bytes(block[int(key_at[i]) : int(found.key_ends[i])]), 0, self.where
+            )
             raise InvalidSnapshotError(
                 f"{self.where}: key {key!r} is stored in key group {key_group} but Flink assigns it to "
                 f"{int(stored[i])} (wrong key serializer or maxParallelism?)",
@@ -149,8 +164,11 @@ def _names(state_names: tuple[str, ...]) -> pa.Array:
 
 def _key_hash_codes(
     block: bytes | bytearray, raw: np.ndarray, found: _Structure, key_at: np.ndarray, layout: KeyedLayout
-) -> np.ndarray | None:
-    """Return the Java ``hashCode`` of every entry's key, read at ``key_at``; None if one lies outside its key."""
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Return the Java ``hashCode`` of every entry's key, read at ``key_at``, and where each key ends.
+
+    None if a key does not lie inside its entry's key bytes.
+    """
     codec = layout.codec
     key_ends = found.key_ends
     if codec.key_type != "string":
@@ -159,10 +177,12 @@ def _key_hash_codes(
             return None
         cells = _fixed_width(raw, key_at, size)
         if codec.key_type == "long":
-            return hash_codes(cells.view(">i8").ravel().astype(np.int64), "long")
-        if codec.key_type == "int":
-            return hash_codes(cells.view(">i4").ravel().astype(np.int32), "int")
-        return hash_codes(cells.ravel() != 0, "boolean")
+            codes = hash_codes(cells.view(">i8").ravel().astype(np.int64), "long")
+        elif codec.key_type == "int":
+            codes = hash_codes(cells.view(">i4").ravel().astype(np.int32), "int")
+        else:
+            codes = hash_codes(cells.ravel() != 0, "boolean")
+        return codes, key_at + size
     if bool((key_at + 1 > key_ends).any()):
         return None
     # StringValue: chars + 1 as a varint, then the chars; an ASCII char is one byte, its own UTF-16 unit.
@@ -173,6 +193,7 @@ def _key_hash_codes(
     first, stop = key_at + 1, np.where(simple, key_at + head, key_at + 1)
     simple &= high[stop] == high[first]
     codes = np.zeros(len(key_at), dtype=np.int32)
+    ends = key_at + head
     easy = np.flatnonzero(simple)
     codes[easy] = unit_run_hash_codes(raw, first[easy], head[easy] - 1)
     for i in np.flatnonzero(~simple).tolist():
@@ -186,7 +207,8 @@ def _key_hash_codes(
             return None
         assert isinstance(text, str)
         codes[i] = string_hash_code(text)
-    return codes
+        ends[i] = key_at[i] + end
+    return codes, ends
 
 
 def _walk(block: bytes) -> _Structure:
