@@ -31,8 +31,12 @@ from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.flink.state.keyed_decode import (
     ROWS,
     _fixed_width,
+    _prefixes_match,
+    _run_ends,
+    _scan_block,
     _slices,
     _Structure,
+    _structure,
     check_block,
 )
 from keygroup_cli.flink.state.keyed_encode import (
@@ -98,22 +102,11 @@ class Rekey:
             InvalidSnapshotError: A key stored in a key group Flink would not assign it to
                 (``KEY_GROUP_MISMATCH``).
         """
-        raw = np.frombuffer(block, dtype=np.uint8)
-        nprefix = layout.prefix_bytes
-        timers = np.asarray([s.kind == "timer" for s in layout.states], dtype=bool)[found.state_ids]
-        after_prefix = found.key_starts + nprefix
-        # A timer's element is the flipped timestamp (8 bytes), then the key, then the namespace.
-        key_at = after_prefix + 8 * timers
-        hashed = _key_hash_codes(block, raw, found, key_at, layout)
+        hashed = _hashed(block, found, layout)
         if hashed is None:
             return None
-        codes, key_end = hashed
-        # As the row route splits keys: a fixed-size namespace must fit in the key after the key itself.
-        # (A timer's namespace is the rest of its element.)
-        sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
-        namespace = np.asarray(sizes, dtype=np.int64)[found.state_ids]
-        if bool((key_end + namespace > found.key_ends).any()):
-            return None
+        codes, key_at = hashed
+        after_prefix = found.key_starts + layout.prefix_bytes
         stored = key_groups_for_hashes(codes, self.old_max_parallelism)
         wrong = np.flatnonzero(stored != key_group)
         if wrong.size:
@@ -158,12 +151,65 @@ class Rekey:
         return batch
 
 
+def _hashed(
+    block: bytes | bytearray | memoryview, found: _Structure, layout: KeyedLayout
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Return every proven entry's key hash code and where its key starts; None where a key is not whole.
+
+    A key must lie inside its entry's key bytes and leave room for a fixed-size namespace after it, as the
+    row route's split requires (a timer's namespace is the rest of its element).
+    """
+    raw = np.frombuffer(block, dtype=np.uint8)
+    timers = np.asarray([s.kind == "timer" for s in layout.states], dtype=bool)[found.state_ids]
+    # A timer's element is the flipped timestamp (8 bytes), then the key, then the namespace.
+    key_at = found.key_starts + layout.prefix_bytes + 8 * timers
+    hashed = _key_hash_codes(block, raw, found, key_at, layout)
+    if hashed is None:
+        return None
+    codes, key_end = hashed
+    sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
+    namespace = np.asarray(sizes, dtype=np.int64)[found.state_ids]
+    if bool((key_end + namespace > found.key_ends).any()):
+        return None
+    return codes, key_at
+
+
+def check_entries(
+    block: bytes | memoryview, key_group: int, layout: KeyedLayout, max_parallelism: int
+) -> int | None:
+    """Return the entry count of a whole uncompressed block if everything ``kg verify`` checks holds.
+
+    The block's structure must be proven (lengths, flags, state ids, prefixes, the END mark as its last
+    bytes) and every key must hash to ``key_group`` under ``max_parallelism``, without a row being made:
+    the check of a block copied as bytes, in the pass that copies it. None if anything does not hold, or
+    if the proof does not take the block (the caller then asks ``flink.verify``'s reference check why).
+    """
+    states = all_states(layout)
+    if not states or len(block) >= 2**31:
+        return None
+    scanned = _scan_block(bytes(block) if isinstance(block, memoryview) else block, states)
+    if scanned is None or scanned[2] != len(block):
+        return None
+    value_ends, run_starts, end = scanned
+    found = _structure(block, states, value_ends, _run_ends(len(value_ends), run_starts), end)
+    if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
+        return None
+    hashed = _hashed(block, found, layout)
+    if hashed is None or bool((key_groups_for_hashes(hashed[0], max_parallelism) != key_group).any()):
+        return None
+    return found.count
+
+
 def _names(state_names: tuple[str, ...]) -> pa.Array:
     return pa.array(state_names, type=pa.string())
 
 
 def _key_hash_codes(
-    block: bytes | bytearray, raw: np.ndarray, found: _Structure, key_at: np.ndarray, layout: KeyedLayout
+    block: bytes | bytearray | memoryview,
+    raw: np.ndarray,
+    found: _Structure,
+    key_at: np.ndarray,
+    layout: KeyedLayout,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Return the Java ``hashCode`` of every entry's key, read at ``key_at``, and where each key ends.
 
@@ -383,4 +429,4 @@ def _encode(entries: Entries, layout: KeyedLayout) -> list[_Block]:
     ]
 
 
-__all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states"]
+__all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states", "check_entries"]
