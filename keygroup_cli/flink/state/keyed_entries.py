@@ -234,10 +234,14 @@ def _key_hash_codes(
     # StringValue: chars + 1 as a varint, then the chars; an ASCII char is one byte, its own UTF-16 unit.
     head = raw[key_at].astype(np.int64)
     simple = (head >= 1) & (head < 0x80) & (key_at + head <= key_ends)
-    high = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.cumsum(raw >= 0x80, out=high[1:])
     first, stop = key_at + 1, np.where(simple, key_at + head, key_at + 1)
-    simple &= high[stop] == high[first]
+    if len(first):
+        # The largest byte of each string's chars (the bounds interleaved: every other range is a string's);
+        # an empty string's range reads one byte, ignored. Every bound lies before its entry's value.
+        bounds = np.empty(2 * len(first), dtype=np.int64)
+        bounds[0::2], bounds[1::2] = first, stop
+        largest = np.maximum.reduceat(raw, bounds)[0::2]
+        simple &= (largest < 0x80) | (first == stop)
     codes = np.zeros(len(key_at), dtype=np.int32)
     ends = key_at + head
     easy = np.flatnonzero(simple)
