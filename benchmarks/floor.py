@@ -10,8 +10,8 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
   as bytes and checked in the same pass;
 - with ``--engines local spark`` also **spark-rekey**: the re-key on an embedded Spark ``local[*]``;
 - with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
-  earlier commit, e.g. ``git archive main | tar -x -C DIR``) first on ``sys.path``: before and after, in
-  the same run.
+  earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
+  one (each result names the package it ran): before and after, in the same run.
 
 The savepoint is the 2M-key ``kg.fixtures.BenchSavepointGen`` one of benchmarks/pipeline.py (String keys,
 p=3, maxParallelism 128, about 206 MB), generated with Flink into ``--work`` (cached there as
@@ -49,6 +49,8 @@ import pipeline  # noqa: E402
 import savepoint_rescale as sr  # noqa: E402
 
 BUFFER = 8 << 20
+#: Set in a child that imports the earlier package (``--before``).
+BEFORE_ENV = "KG_BENCH_BEFORE"
 TITLES = {
     "floor": "fsync'd raw floor: read + write + fsync every file",
     "rekey": "local, 3->4, maxP 128->1024 (re-key)",
@@ -83,7 +85,16 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _use_package(root: str) -> None:
+    """Import ``keygroup_cli`` from ``root``: first on ``sys.path``, and no editable install's finder."""
+    assert "keygroup_cli" not in sys.modules
+    sys.path.insert(0, root)
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__.lower()]
+
+
 def child_main(args: list[str]) -> None:
+    if os.environ.get(BEFORE_ENV):
+        _use_package(os.environ[BEFORE_ENV])
     kind, source, dest = args[0], Path(args[1]), Path(args[2])
     cpu = _cpu_s()
     if kind == "floor":
@@ -106,8 +117,9 @@ def child_main(args: list[str]) -> None:
 def run_child(run: str, source: Path, dest: Path, before: Path | None) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter (with ``before``'s package first for ``*-before``)."""
     env = dict(os.environ)
+    env.pop(BEFORE_ENV, None)
     if run.endswith("-before") and before is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(before), env.get("PYTHONPATH", "")])
+        env[BEFORE_ENV] = str(before.resolve())
     if run == "floor":
         args = ["floor", str(source), str(dest)]
     else:
