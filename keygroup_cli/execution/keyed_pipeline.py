@@ -10,6 +10,9 @@ header, compression) and what routes rows between them (key type, new maxParalle
   under; under a new maxParallelism it re-keys the rows, hashing each key once for both.
 - ``FlinkKeyedWrite`` (a ``KeyedWriteTask``) encodes one new subtask's keyed file (header, then its key
   groups' blocks) and returns its ``WrittenKeyedFile`` (the handle for ``_metadata``, size, rows).
+- Under a new maxParallelism, where the keys can be hashed (``byte_route_applies``), ``FlinkEntryRead`` and
+  ``FlinkEntryWrite`` take their place: entries are re-keyed as bytes (``flink.state.keyed_entries``), never
+  decoded into rows, and the files are byte for byte those the row tasks would write.
 
 No kg snapshot is written in between.
 """
