@@ -21,10 +21,11 @@ from test_block_check import _damage
 from test_keyed_state_columns import STATES, _layout
 
 from keygroup_cli.errors import KgError
+from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.flink.keyed_tasks import require_stored_key_groups
 from keygroup_cli.flink.state.keyed_decode import decode_block_batches
 from keygroup_cli.flink.state.keyed_encode import _Rows, write_keyed_file
-from keygroup_cli.flink.state.keyed_entries import ENTRY_SCHEMA, Entries, Rekey
+from keygroup_cli.flink.state.keyed_entries import ENTRY_SCHEMA, Entries, Rekey, check_entries
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.flink.state.serializers import (
     BOOLEAN_SNAPSHOT,
@@ -32,6 +33,7 @@ from keygroup_cli.flink.state.serializers import (
     LONG_SNAPSHOT,
     STRING_SNAPSHOT,
 )
+from keygroup_cli.flink.verify import _keyed_block, block_finding
 from keygroup_cli.javahash import hash_codes, string_hash_code, unit_run_hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
 from keygroup_cli.rows import keyed_schema
@@ -214,3 +216,23 @@ def test_fixed_size_keys_are_hashed_from_their_bytes(key_type: str) -> None:
     entries = pa.concat_tables(_by_bytes(layout, 128, 300, blocks))
     expected = key_groups_for_hashes(hash_codes(pa.array(rows["key"]), key_type), 300)
     assert entries.column("key_group").to_pylist() == expected.tolist()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_savepoint_rows(), st.data())
+def test_a_copied_block_is_refused_as_kg_verify_refuses_it(
+    case: tuple[KeyedLayout, int, int, pa.RecordBatch], data: st.DataObject
+) -> None:
+    # The copy's one-pass check (check_entries, else verify's reference check) against verify's check.
+    layout, old_max, _new_max, batch = case
+    group, block = data.draw(st.sampled_from(_blocks(layout, batch)))
+    damaged = _damage(block, data, 0, 3)
+    reference = [
+        f.code
+        for f in _keyed_block(damaged, group, False, layout, old_max, "w", "s")
+        if isinstance(f, Finding) and f.severity is Severity.ERROR
+    ]
+    found = block_finding(damaged, group, False, layout, old_max, "w", "s")
+    assert (found.code if found is not None else None) == (reference[0] if reference else None)
+    if check_entries(damaged, group, layout, old_max) is not None:
+        assert not reference
