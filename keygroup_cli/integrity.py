@@ -88,9 +88,9 @@ def require_intact(
 
     With ``blocks=False`` a Flink input's key-group blocks are not decoded here: the caller reads every
     block as strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
-    tasks decode every block (``decode_keyed_file(strict=True)``), and before key groups are copied as
-    bytes the savepoint route checks the whole input (``execution.savepoint``). ``label`` names the input
-    in the message (default: ``path``, or an opened savepoint's directory).
+    tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
+    checked in the pass that copies them (``flink.regroup``, ``flink.verify.block_finding``). ``label``
+    names the input in the message (default: ``path``, or an opened savepoint's directory).
 
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).

@@ -202,6 +202,34 @@ def string_hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike) -> npt.N
 _HORNER_LIMIT = 256
 
 
+def unit_run_hash_codes(
+    units: npt.NDArray[np.uint8] | npt.NDArray[np.uint32],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int32]:
+    """Return ``String.hashCode()`` of the strings whose UTF-16 units are ``units[start:start + length]``.
+
+    The hash of serialized keys where they lie (``StringValue`` bytes of ASCII strings are their units), with
+    no string made: the byte-level re-key route hashes keys inside key-group blocks this way.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    result = np.zeros(len(starts), dtype=np.uint32)
+    if not len(starts):
+        return result.view(np.int32)
+    offsets = np.empty(2 * len(starts), dtype=np.int64)
+    offsets[0::2] = starts
+    offsets[1::2] = starts + lengths
+    long_ones = np.flatnonzero(lengths > _HORNER_LIMIT)
+    if len(long_ones):
+        # _weighted_sums reads string i as units[offsets[i]:offsets[i + 1]]: pairs (start, end) do that.
+        result[long_ones] = _weighted_sums(units, offsets, 2 * long_ones)
+    short_ones = np.flatnonzero((lengths > 0) & (lengths <= _HORNER_LIMIT))
+    if len(short_ones):
+        result[short_ones] = _horner(units, starts[short_ones], lengths[short_ones])
+    return result.view(np.int32)
+
+
 def _horner(
     units: npt.NDArray[np.uint8] | npt.NDArray[np.uint32],
     starts: npt.NDArray[np.int64],

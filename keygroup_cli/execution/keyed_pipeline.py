@@ -10,6 +10,9 @@ header, compression) and what routes rows between them (key type, new maxParalle
   under; under a new maxParallelism it re-keys the rows, hashing each key once for both.
 - ``FlinkKeyedWrite`` (a ``KeyedWriteTask``) encodes one new subtask's keyed file (header, then its key
   groups' blocks) and returns its ``WrittenKeyedFile`` (the handle for ``_metadata``, size, rows).
+- Under a new maxParallelism, where the keys can be hashed (``byte_route_applies``), ``FlinkEntryRead`` and
+  ``FlinkEntryWrite`` take their place: entries are re-keyed as bytes (``flink.state.keyed_entries``), never
+  decoded into rows, and the files are byte for byte those the row tasks would write.
 
 No kg snapshot is written in between.
 """
@@ -29,6 +32,7 @@ from keygroup_cli.flink.keyed_tasks import (
     KeyedReadTask,
     KeyedWriteTask,
     WrittenKeyedFile,
+    read_entries_task,
     read_keyed_task,
     read_tasks,
     require_stored_key_groups,
@@ -37,9 +41,10 @@ from keygroup_cli.flink.keyed_tasks import (
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
+from keygroup_cli.flink.state.keyed_entries import Entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.javahash import hash_codes
+from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
@@ -83,6 +88,24 @@ class FlinkKeyedRead(KeyedReadTask):
 
 
 @dataclass(frozen=True, slots=True)
+class FlinkEntryRead(FlinkKeyedRead):
+    """A key-group range of one keyed file, re-keyed as bytes (``keyed_entries``): no rows are decoded."""
+
+    @classmethod
+    def of(cls, task: KeyedReadTask) -> FlinkEntryRead:
+        """Return ``task`` as a read task of the byte route."""
+        return cls(**{f.name: getattr(task, f.name) for f in fields(task)})
+
+    def read(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[Rows]:
+        """Yield the range's entries as bytes with their new key group (``keyed_entries.ENTRY_SCHEMA``).
+
+        Raises:
+            InvalidSnapshotError: As ``FlinkKeyedRead.read``.
+        """
+        yield from read_entries_task(self, job.state_names, job.new_max_parallelism, batch_rows)
+
+
+@dataclass(frozen=True, slots=True)
 class FlinkKeyedWrite(KeyedWriteTask):
     """One new subtask's keyed file of a savepoint, as the pipeline writes it."""
 
@@ -93,6 +116,34 @@ class FlinkKeyedWrite(KeyedWriteTask):
             InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
         """
         return write_keyed_task(self, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkEntryWrite(KeyedWriteTask):
+    """One new subtask's keyed file, built from entry batches (the byte route)."""
+
+    def write(self, rows: Iterable[Rows]) -> WrittenKeyedFile:
+        """Frame ``rows`` (entry batches) into ``root/name``'s blocks; return its handle, size and entries.
+
+        Raises:
+            InvalidSnapshotError: Entries outside the range, unsorted, or of a state the header lacks.
+        """
+        return write_keyed_task(self, rows, Entries)
+
+
+def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
+    """Return whether an operator's keys can be re-keyed as bytes (``keyed_entries``).
+
+    Its keys must be hashable (not opaque ``binary`` keys) and every old file must lay out each state as
+    the header the new files carry does (entries keep their bytes), which real savepoints always do.
+    """
+    if layout.codec.key_type not in HASHABLE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
+        return False
+    chosen = {s.name: s for s in layout.states}
+    return all(
+        s.layout.codec == layout.codec and all(chosen.get(state.name) == state for state in s.layout.states)
+        for s in streams
+    )
 
 
 def plan_keyed_jobs(
@@ -165,13 +216,16 @@ def _operator_job(
     """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``."""
     raw, parsed, layout = header
     compressed = parsed.compressed if compression is None else compression
+    as_bytes = new_max != op.max_parallelism and byte_route_applies(streams, layout)
+    read_class = FlinkEntryRead if as_bytes else FlinkKeyedRead
+    write_class = FlinkEntryWrite if as_bytes else FlinkKeyedWrite
     reads = [
-        FlinkKeyedRead.of(task)
+        read_class.of(task)
         for index, stream in enumerate(streams)
         for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
     ]
     writes = [
-        FlinkKeyedWrite(
+        write_class(
             output_root,
             str(uuid.uuid4()),
             j,
@@ -196,4 +250,12 @@ def _operator_job(
     )
 
 
-__all__ = ["STAGE", "FlinkKeyedRead", "FlinkKeyedWrite", "plan_keyed_jobs"]
+__all__ = [
+    "STAGE",
+    "FlinkEntryRead",
+    "FlinkEntryWrite",
+    "FlinkKeyedRead",
+    "FlinkKeyedWrite",
+    "byte_route_applies",
+    "plan_keyed_jobs",
+]

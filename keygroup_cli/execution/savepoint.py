@@ -133,6 +133,8 @@ class OpenedInput:
     savepoint: Savepoint
     #: Each keyed operator's shared header when key groups are copied as bytes, else None (re-hashed).
     copy_headers: dict[str, bytes] | None
+    #: How the input is named in messages (a copied block that fails the check names it so).
+    label: str = ""
 
 
 def open_input(
@@ -144,9 +146,10 @@ def open_input(
 ) -> OpenedInput:
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
 
-    Key-group blocks are checked here only when they are copied as bytes; otherwise the read tasks decode
-    every block as strictly as ``kg verify`` does. A heap or RocksDB layout is rewritten in the canonical
-    layout in ``scratch`` and read from there.
+    No key-group block is read here: the read tasks decode every block as strictly as ``kg verify`` does,
+    and key groups copied as bytes are checked as ``kg verify`` checks them in the pass that copies them
+    (``flink.regroup``). A heap or RocksDB layout is rewritten in the canonical layout in ``scratch`` and
+    read from there.
 
     Raises:
         InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
@@ -156,17 +159,18 @@ def open_input(
     canonical = not needs_canonical_view(origin)
     copy = _copyable(origin, new_max_parallelism) if canonical else None
     verify = _stage(report, "verify input")
-    require_intact(origin, blocks=copy is not None, label=label, on_progress=verify)
+    require_intact(origin, blocks=False, label=label, on_progress=verify)
     refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
+    name = label or str(origin.directory)
     if canonical:
-        return OpenedInput(origin, origin, copy)
+        return OpenedInput(origin, origin, copy, name)
     # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the canonical
     # layout first, and the rest of the rescale reads that view.
     view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
     copy = _regroupable(view, new_max_parallelism)
     if copy is not None:
-        require_intact(view, on_progress=verify)
-    return OpenedInput(origin, view, copy)
+        require_intact(view, blocks=False, label=label, on_progress=verify)
+    return OpenedInput(origin, view, copy, name)
 
 
 def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str, bytes] | None:
@@ -399,7 +403,7 @@ class _Keyed:
         if self.jobs is None:
             assert self.opened.copy_headers is not None
             self.files = _regroup_all(
-                self.opened.savepoint, self.opened.copy_headers, self.targets, staging, self.sizes, report
+                self.opened, self.opened.copy_headers, self.targets, staging, self.sizes, report
             )
             return
         jobs = self.jobs if self.keyed_root is not None else [_bind(job, str(staging)) for job in self.jobs]
@@ -518,19 +522,25 @@ def _scratch(dest: Path | str) -> Iterator[Path]:
 
 
 def _regroup_all(
-    savepoint: FlinkSnapshot,
+    opened: OpenedInput,
     headers: dict[str, bytes],
     targets: dict[str, tuple[int, int]],
     staging: Path,
     copied: dict[str, tuple[int, ...]],
     report: OnProgress,
 ) -> dict[str, list[RegroupedFile]]:
-    """Copy every keyed operator's key groups into its new subtasks' files; record bytes in ``copied``."""
+    """Copy every keyed operator's key groups into its new subtasks' files; record bytes in ``copied``.
+
+    Each block is checked as ``kg verify`` checks it in the pass that copies it (the gate read none).
+    """
+    savepoint = opened.savepoint
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
     files = {}
     for done, (op_id, header) in enumerate(headers.items(), 1):
         new_parallelism = targets[op_id][0]
-        files[op_id] = regroup_keyed_state(savepoint, by_id[op_id], header, new_parallelism, staging)
+        files[op_id] = regroup_keyed_state(
+            savepoint, by_id[op_id], header, new_parallelism, staging, check=opened.label
+        )
         copied[op_id] = tuple(f.size for f in files[op_id])
         report("copy key groups", done, len(headers))
     return files

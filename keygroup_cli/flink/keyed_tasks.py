@@ -20,7 +20,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +29,8 @@ from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_encode import write_keyed_file
+from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
+from keygroup_cli.flink.state.keyed_entries import Rekey
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
@@ -186,6 +187,48 @@ def read_keyed_task(
             yield _with_states(batch, state_names)
 
 
+def read_entries_task(
+    task: KeyedReadTask,
+    state_names: tuple[str, ...],
+    new_max_parallelism: int,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the entries of ``task`` as bytes with their key group under ``new_max_parallelism``.
+
+    The byte-level re-key route (``keyed_entries``): every block is read and proven as ``read_keyed_task``
+    reads it (strictly), every key is hashed from its bytes and checked against the key group it is
+    stored under, and each entry's bytes after the prefix are cut out once (``keyed_entries.ENTRY_SCHEMA``,
+    ``state`` over ``state_names``). Entries keep the order rows would have.
+
+    Raises:
+        InvalidSnapshotError: As ``read_keyed_task``.
+    """
+    with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
+        if task.header is not None:
+            header = read_keyed_header(task.header, src.source, len(task.header))
+        else:
+            _raw, header = keyed_header(src, task.handle)
+        layout = KeyedLayout.from_header(header, task.max_parallelism, src.source)
+        lookup = {name: i for i, name in enumerate(state_names)}
+        remap = tuple(lookup.get(s.name, -1) for s in layout.states)
+        if min(remap, default=0) < 0:
+            raise InvalidSnapshotError(
+                f"{src.source}: its header declares states the operator's chosen header lacks",
+                code="FLINK_STATE_INCONSISTENT",
+            )
+        rekey = Rekey(task.max_parallelism, new_max_parallelism, state_names, remap, task.root)
+        yield from decode_keyed_file(
+            src,
+            task.handle,
+            layout,
+            compressed=header.compressed,
+            batch_rows=batch_rows,
+            key_groups=task.key_groups,
+            strict=True,
+            cutter=rekey,
+        )
+
+
 def _with_states(batch: pa.RecordBatch, state_names: tuple[str, ...]) -> pa.RecordBatch:
     """Return ``batch`` with its ``state`` column re-encoded over ``state_names``."""
     state = batch.column("state")
@@ -228,8 +271,14 @@ def require_stored_key_groups(batch: pa.RecordBatch | pa.Table, expected: np.nda
         )
 
 
-def write_keyed_task(task: KeyedWriteTask, batches: Iterable[pa.RecordBatch | pa.Table]) -> WrittenKeyedFile:
+def write_keyed_task(
+    task: KeyedWriteTask,
+    batches: Iterable[pa.RecordBatch | pa.Table],
+    encoding: type[BlockSource[Any]] | None = None,
+) -> WrittenKeyedFile:
     """Encode ``batches`` (ascending by ``key_group`` within ``task.key_groups``) into ``root/name``.
+
+    ``encoding``: what the batches are (default rows; ``keyed_entries.Entries`` for entry batches).
 
     Raises:
         InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
@@ -239,7 +288,7 @@ def write_keyed_task(task: KeyedWriteTask, batches: Iterable[pa.RecordBatch | pa
     layout = KeyedLayout.from_header(header, task.max_parallelism, where)
     with _output(task.root, task.name) as out:
         written = write_keyed_file(
-            out, task.header, layout, batches, task.key_groups, compressed=task.compressed
+            out, task.header, layout, batches, task.key_groups, compressed=task.compressed, encoding=encoding
         )
     handle = KeyGroupsHandle(
         7, task.key_groups.start, written.offsets, RelativeFileHandle(task.name, written.size)
@@ -267,6 +316,7 @@ __all__ = [
     "check_key_groups",
     "directory_of",
     "keyed_header",
+    "read_entries_task",
     "read_keyed_task",
     "read_tasks",
     "require_stored_key_groups",

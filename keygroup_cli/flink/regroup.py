@@ -21,11 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.findings import Finding
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.verify import block_finding
 from keygroup_cli.keygroups import key_group_range_for_operator_index
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
@@ -57,7 +61,13 @@ def shared_keyed_header(savepoint: FlinkSnapshot, op: OperatorState) -> bytes | 
 
 
 def regroup_keyed_state(
-    savepoint: FlinkSnapshot, op: OperatorState, header: bytes, new_parallelism: int, target: Path
+    savepoint: FlinkSnapshot,
+    op: OperatorState,
+    header: bytes,
+    new_parallelism: int,
+    target: Path,
+    *,
+    check: str | None = None,
 ) -> list[RegroupedFile]:
     """Write the keyed file of every new subtask of ``op`` into ``target`` (files named by random UUIDs).
 
@@ -67,11 +77,22 @@ def regroup_keyed_state(
         header: ``shared_keyed_header(savepoint, op)``.
         new_parallelism: The new number of subtasks.
         target: The directory the new savepoint is staged in.
+        check: Check every block as ``kg verify`` does, in the pass that copies it (``verify.block_finding``:
+            read once, nothing decoded into rows), and name the input so in the error; None: copy runs of
+            blocks as they are (a caller that checked them already).
 
     Raises:
-        InvalidSnapshotError: A state file is missing or shorter than its offsets say.
+        InvalidSnapshotError: A state file is missing or shorter than its offsets say; with ``check``, a
+            block ``kg verify`` refuses (``INPUT_FAILS_VERIFY``, its first finding).
     """
     old = sorted(keyed_handles(op), key=lambda h: h.key_group_start)
+    layout = None
+    compressed = False
+    if check is not None:
+        parsed = read_keyed_header(header, check, len(header))
+        layout = KeyedLayout.from_header(parsed, op.max_parallelism, check)
+        compressed = parsed.compressed
+    subtasks = {id(s.managed_keyed_state): s.index for s in op.subtasks}
     written = []
     for index in range(new_parallelism):
         wanted = key_group_range_for_operator_index(op.max_parallelism, new_parallelism, index)
@@ -85,6 +106,7 @@ def regroup_keyed_state(
                     continue
                 with StreamSource(handle.delegate, savepoint.directory) as src:
                     extents = [e for e in key_group_extents(handle, src.size) if e[0] in wanted]
+                    subject = f"{op.label} subtask {subtasks.get(id(handle), 0)}"
                     for run in _contiguous_runs(extents):
                         run_start, run_end = run[0][1], run[-1][2]
                         if run_end > src.size:
@@ -95,12 +117,29 @@ def regroup_keyed_state(
                             )
                         for group, start, _end in run:
                             offsets[group - wanted.start] = position + start - run_start
-                        for chunk_start in range(run_start, run_end, COPY_CHUNK):
-                            out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
+                        if layout is None:
+                            for chunk_start in range(run_start, run_end, COPY_CHUNK):
+                                out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
+                        else:
+                            for group, start, end in run:
+                                raw = src.read(start, end)
+                                problem = block_finding(
+                                    raw, group, compressed, layout, op.max_parallelism, src.source, subject
+                                )
+                                if problem is not None:
+                                    raise _refused(check or "", problem)
+                                out.write(raw)
                         position += run_end - run_start
         handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
         written.append(RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o)))
     return written
+
+
+def _refused(name: str, problem: Finding) -> InvalidSnapshotError:
+    """Return the error the gate (``integrity.require_intact``) raises for ``problem``."""
+    return InvalidSnapshotError(
+        f"{name}: input fails kg verify: {problem.code}: {problem.message}", code="INPUT_FAILS_VERIFY"
+    )
 
 
 def _contiguous_runs(extents: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:

@@ -42,6 +42,7 @@ from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_block_batch, decode_block_columns
+from keygroup_cli.flink.state.keyed_entries import check_entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
@@ -370,6 +371,34 @@ def _keyed_block(
     yield entries
 
 
+def block_finding(
+    raw: bytes,
+    group: int,
+    compressed: bool,
+    layout: KeyedLayout,
+    max_parallelism: int,
+    where: str,
+    subject: str,
+) -> Finding | None:
+    """Return the first error ``kg verify`` finds in one key group's block (as stored), or None.
+
+    For a block copied as bytes, checked in the pass that copies it: snappy CRCs, the structure proven as
+    a whole and every key hashed from its bytes against ``group`` (``keyed_entries.check_entries``), no
+    row made. Only a block that check does not take is checked again by ``_keyed_block``, which names the
+    problem exactly as ``kg verify`` does.
+    """
+    try:
+        block = decode_frames(raw, f"{where} key group {group}", verify=True) if compressed else raw
+    except InvalidSnapshotError:
+        block = None
+    if block is not None and check_entries(block, group, layout, max_parallelism) is not None:
+        return None
+    for item in _keyed_block(raw, group, compressed, layout, max_parallelism, where, subject):
+        if isinstance(item, Finding) and item.severity is Severity.ERROR:
+            return item
+    return None
+
+
 def _misplaced_key(
     batch: pa.RecordBatch, group: int, key_type: str, max_parallelism: int, where: str, subject: str
 ) -> Finding | None:
@@ -487,4 +516,4 @@ def _length(block: bytes, n: int, pos: int, what: str, count: int) -> int:
 _finding = finding
 
 
-__all__ = ["MAX_FINDINGS_PER_STREAM", "verify_flink"]
+__all__ = ["MAX_FINDINGS_PER_STREAM", "block_finding", "verify_flink"]

@@ -3,7 +3,7 @@
 ``kg rescale`` checks a savepoint's metadata-level structure first (sizes, ranges, offsets, headers,
 operator streams: ``require_intact(blocks=False)``) and leaves key-group blocks to the read tasks, which
 decode them strictly (``decode_keyed_file(strict=True)``), on Spark's executors too; blocks copied as
-bytes are all checked before the copy (``kg verify``'s check of the input). Either way a corrupt block is
+bytes are checked as ``kg verify`` checks them in the pass that copies them. Either way a corrupt block is
 exit 3. A snappy frame whose CRC32C does not hold decodes to the right bytes, so only that
 strictness refuses it: Flink itself reads frames unchecked.
 """
@@ -86,7 +86,7 @@ def test_a_rescale_refuses_a_frame_whose_crc_does_not_hold(
     assert code == 3, doc
     error = doc["error"]
     assert isinstance(error, dict) and "CRC" in str(error["message"]), error
-    # Read tasks report the reader's code; a copy checks the whole input first, as kg verify.
+    # Read tasks report the reader's code; a copy reports kg verify's finding for the block it copies.
     assert error["code"] == ("SNAPPY_CRC" if args[-1] == "1024" else "INPUT_FAILS_VERIFY")
     assert not dest.exists()
     assert {p.name: p.read_bytes() for p in broken.iterdir()} == before

@@ -13,6 +13,7 @@ import struct
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -230,6 +231,7 @@ def decode_keyed_file(
     key_groups: KeyGroupRange | None = None,
     strict: bool = False,
     window_bytes: int = WINDOW_BYTES,
+    cutter: BlockCutter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one canonical keyed file as record batches, key group by key group (ascending).
 
@@ -242,7 +244,12 @@ def decode_keyed_file(
     ``window_bytes`` is read and decoded window by window (``_windowed_block``), so memory is bounded by
     a window (or the largest compressed key group) plus one batch, not by the largest key group. With
     ``key_groups`` only the blocks of those key groups are read.
+
+    ``cutter`` says what a proven block becomes (default: rows of the kg keyed schema, ``ROWS``); the
+    byte-level re-key route (``keyed_entries``) cuts each entry's bytes instead, with the same walk, the
+    same proofs and the same errors.
     """
+    cut = ROWS if cutter is None else cutter
     pending: list[pa.RecordBatch] = []
     rows = 0
     for group, start, end in sorted(key_group_extents(handle, source.size)):
@@ -250,13 +257,17 @@ def decode_keyed_file(
             continue
         batches: Iterator[pa.RecordBatch]
         if not compressed and end - start > window_bytes:
-            batches = _windowed_block(source, group, start, end, layout, batch_rows, strict, window_bytes)
+            batches = _windowed_block(
+                source, group, start, end, layout, batch_rows, strict, window_bytes, cut
+            )
         else:
             raw = source.read(start, end)
             where = f"{source.source} key group {group}"
             block = decode_frames(raw, where, verify=strict) if compressed else raw
             del raw
-            batches = decode_block_batches(block, group, layout, source.source, batch_rows, whole=strict)
+            batches = decode_block_batches(
+                block, group, layout, source.source, batch_rows, whole=strict, cutter=cut
+            )
         for batch in batches:
             pending.append(batch)
             rows += batch.num_rows
@@ -276,6 +287,7 @@ def _windowed_block(
     batch_rows: int,
     strict: bool,
     window_bytes: int,
+    cutter: BlockCutter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode the uncompressed block ``[start, end)`` window by window: memory follows the window.
 
@@ -288,7 +300,8 @@ def _windowed_block(
     it) sends the block to the whole-block path, which skips the rows already given and raises what a
     whole-block read raises.
     """
-    states = _vector_states(layout)
+    cutter = ROWS if cutter is None else cutter
+    states = cutter.states(layout)
     given = 0
     if states and batch_rows > 0:
         pos = start
@@ -305,7 +318,7 @@ def _windowed_block(
                     buf, states, value_ends, run_starts, consumed, current, after, ended
                 )
                 taken = True
-                for _lo, batch in _proven_batches(block, window, group, layout, batch_rows):
+                for _lo, batch in _proven_batches(block, window, group, layout, batch_rows, cutter):
                     if batch is None:
                         taken = False
                         break
@@ -326,7 +339,9 @@ def _windowed_block(
                     break  # bytes after the END mark: the whole-block path refuses them
                 return
     whole = source.read(start, end)
-    for batch in decode_block_batches(whole, group, layout, source.source, batch_rows, whole=strict):
+    for batch in decode_block_batches(
+        whole, group, layout, source.source, batch_rows, whole=strict, cutter=cutter
+    ):
         if given >= batch.num_rows:
             given -= batch.num_rows
             continue
@@ -419,7 +434,12 @@ def _window_block(
 
 
 def _proven_batches(
-    block: bytes | bytearray, scanned: _Scanned, key_group: int, layout: KeyedLayout, batch_rows: int
+    block: bytes | bytearray,
+    scanned: _Scanned,
+    key_group: int,
+    layout: KeyedLayout,
+    batch_rows: int,
+    cutter: BlockCutter,
 ) -> Iterator[tuple[int, pa.RecordBatch | None]]:
     """Yield ``(lo, rows of entries [lo, lo + batch_rows))``, each window proven and cut column-wise.
 
@@ -441,7 +461,7 @@ def _proven_batches(
         )
         batch = None
         if found is not None and _prefixes_match(raw, found, key_group, layout):
-            batch = _columns(block, found, key_group, layout)
+            batch = cutter.cut(block, found, key_group, layout)
         yield lo, batch
         if batch is None:
             return
@@ -586,12 +606,15 @@ class _Scanned:
     end: int
 
 
-def _scan(block: bytes, layout: KeyedLayout, *, whole: bool) -> _Scanned | None:
+def _scan(
+    block: bytes, layout: KeyedLayout, *, whole: bool, states: frozenset[int] | None = None
+) -> _Scanned | None:
     """Scan a block for the column-wise path; None where it cannot take it.
 
-    With ``whole``, also None where bytes follow the END mark.
+    With ``whole``, also None where bytes follow the END mark. ``states``: the state ids the path takes
+    (default: ``_vector_states``).
     """
-    states = _vector_states(layout)
+    states = _vector_states(layout) if states is None else states
     scanned = _scan_block(block, states) if states and len(block) < 2**31 else None
     if scanned is None or (whole and scanned[2] != len(block)):
         return None
@@ -667,15 +690,16 @@ def check_block(
     layout: KeyedLayout,
     value_ends: np.ndarray,
     run_end: np.ndarray,
+    states: frozenset[int] | None = None,
 ) -> int | None:
     """Return the entry count of a block as its encoder claims it, if the bytes prove the claim; else None.
 
     ``value_ends`` and ``run_end`` are the encoder's entry ends and run ends (see ``_structure``); the block
     must read as exactly those entries, up to an ``END_OF_KEY_GROUP_MARK`` that is its last byte, and every
     key must carry ``key_group``'s prefix. No Python step per entry: the check of a block a write task has
-    just encoded, before it is written.
+    just encoded, before it is written. ``states``: the state ids allowed (default: ``_vector_states``).
     """
-    states = _vector_states(layout)
+    states = _vector_states(layout) if states is None else states
     found = _structure(block, states, value_ends, run_end, len(block)) if states else None
     if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
         return None
@@ -705,7 +729,14 @@ def decode_block_columns(
 
 
 def decode_block_batches(
-    block: bytes, key_group: int, layout: KeyedLayout, source: str, batch_rows: int, *, whole: bool = False
+    block: bytes,
+    key_group: int,
+    layout: KeyedLayout,
+    source: str,
+    batch_rows: int,
+    *,
+    whole: bool = False,
+    cutter: BlockCutter | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield a block's rows (as ``decode_block_batch``) at most ``batch_rows`` at a time.
 
@@ -717,13 +748,14 @@ def decode_block_batches(
         InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
-    scanned = _scan(block, layout, whole=whole) if batch_rows > 0 else None
+    cut = ROWS if cutter is None else cutter
+    scanned = _scan(block, layout, whole=whole, states=cut.states(layout)) if batch_rows > 0 else None
     if scanned is None:
-        yield _per_entry(block, key_group, layout, source, whole=whole)
+        yield cut.per_entry(block, key_group, layout, source, whole=whole)
         return
-    for lo, batch in _proven_batches(block, scanned, key_group, layout, batch_rows):
+    for lo, batch in _proven_batches(block, scanned, key_group, layout, batch_rows, cut):
         if batch is None:
-            yield _per_entry(block, key_group, layout, source, whole=whole).slice(lo)
+            yield cut.per_entry(block, key_group, layout, source, whole=whole).slice(lo)
             return
         yield batch
 
@@ -842,7 +874,50 @@ def _columns(
     )
 
 
+class BlockCutter(Protocol):
+    """What a proven block becomes: the record batches ``decode_keyed_file`` yields."""
+
+    def states(self, layout: KeyedLayout) -> frozenset[int]:
+        """Return the state ids whose entries ``cut`` takes (others go to ``per_entry``)."""
+        ...
+
+    def cut(
+        self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
+    ) -> pa.RecordBatch | None:
+        """Return the batch of ``found``'s entries (proven against ``block``); None: ``per_entry`` must."""
+        ...
+
+    def per_entry(
+        self, block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool
+    ) -> pa.RecordBatch:
+        """Return the batch of a whole block the reference way, raising what ``decode_block`` raises."""
+        ...
+
+
+class _RowCutter:
+    """Rows of the kg keyed schema: ``_columns``, with ``decode_block`` as the reference."""
+
+    def states(self, layout: KeyedLayout) -> frozenset[int]:
+        return _vector_states(layout)
+
+    def cut(
+        self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
+    ) -> pa.RecordBatch | None:
+        return _columns(block, found, key_group, layout)
+
+    def per_entry(
+        self, block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool
+    ) -> pa.RecordBatch:
+        return _per_entry(block, key_group, layout, source, whole=whole)
+
+
+#: The default cutter: decoded rows.
+ROWS: BlockCutter = _RowCutter()
+
+
 __all__ = [
+    "ROWS",
+    "BlockCutter",
     "check_block",
     "decode_block",
     "decode_block_batch",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -127,6 +127,7 @@ def write_keyed_file(
     key_groups: KeyGroupRange,
     *,
     compressed: bool,
+    encoding: type[BlockSource[Any]] | None = None,
 ) -> EncodedKeyedFile:
     """Write a canonical keyed file: ``header`` (compression flag patched), then one block per key group.
 
@@ -137,6 +138,8 @@ def write_keyed_file(
         batches: Rows in the kg keyed schema, ascending by ``key_group`` across batches.
         key_groups: The file's key-group range; rows outside it are an error.
         compressed: Write each block as its own snappy framed stream (and set the header flag).
+        encoding: What the batches hold and how they become blocks: rows of the kg keyed schema
+            (default), or entries' bytes (``keyed_entries.Entries``, the byte-level re-key route).
 
     Raises:
         InvalidSnapshotError: A row outside the range, unsorted input, or a state missing from the header.
@@ -149,23 +152,23 @@ def write_keyed_file(
     state_ids = layout.state_ids()
     rows_total = 0
     last_group = -1
+    kind: type[BlockSource[Any]] = _Rows if encoding is None else encoding
 
-    def flush(rows: _Rows) -> None:
+    def flush(rows: BlockSource[Any]) -> None:
         nonlocal pos
-        for encoded in _encode_rows(rows, layout):
+        for encoded in rows.blocks(layout):
             group, block = encoded.key_group, encoded.block
-            _check_encoded(encoded, layout)
             data = encode_frames(bytes(block)) if compressed else block
             offsets[group - key_groups.start] = pos
             out.write(data)
             pos += len(data)
 
-    carry: _Rows | None = None
+    carry: BlockSource[Any] | None = None
     for part in batches:
         for batch in part.to_batches() if isinstance(part, pa.Table) else (part,):
             if batch.num_rows == 0:
                 continue
-            rows = _Rows.of(batch, state_ids)
+            rows = kind.of(batch, state_ids)
             groups = rows.groups
             if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
                 raise InvalidSnapshotError(
@@ -178,7 +181,7 @@ def write_keyed_file(
             if carry is not None:
                 # The previous batch's last key group may continue here.
                 if int(groups[0]) == last_group:
-                    rows = _Rows.concat(carry, rows)
+                    rows = kind.concat(carry, rows)
                     groups = rows.groups
                 else:
                     flush(carry)
@@ -191,6 +194,36 @@ def write_keyed_file(
     if carry is not None:
         flush(carry)
     return EncodedKeyedFile(key_groups.start, tuple(offsets), pos, rows_total)
+
+
+S = TypeVar("S", bound="BlockSource[Any]")
+
+
+class BlockSource(Protocol[S]):
+    """Batches on their way to blocks, sorted by key group: what ``write_keyed_file`` cuts and carries."""
+
+    @property
+    def groups(self) -> np.ndarray:
+        """Return each item's key group (int64)."""
+        ...
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch, state_ids: dict[str, int]) -> S:
+        """Take a batch apart; state names become the header's state ids."""
+        ...
+
+    @staticmethod
+    def concat(a: S, b: S) -> S:
+        """Return ``a``'s items followed by ``b``'s."""
+        ...
+
+    def slice(self, start: int, stop: int) -> S:
+        """Return items ``[start, stop)``."""
+        ...
+
+    def blocks(self, layout: KeyedLayout) -> Iterator[_Block]:
+        """Yield the blocks of the complete key groups, each checked against its bytes first."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +311,12 @@ class _Rows:
             self.value.take(indices),
             self.timestamp.take(indices),
         )
+
+    def blocks(self, layout: KeyedLayout) -> Iterator[_Block]:
+        """Yield the blocks of the rows' key groups, each proven to read back as its rows."""
+        for encoded in _encode_rows(self, layout):
+            _check_encoded(encoded, layout)
+            yield encoded
 
     def to_pydict(self) -> dict[str, list[Any]]:
         """Return the rows as ``_entries_of_group`` reads them (state names, Python values)."""
@@ -522,4 +561,4 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
 _EMPTY = pa.scalar(b"", pa.binary())
 
 
-__all__ = ["EncodedKeyedFile", "encode_block", "write_keyed_file"]
+__all__ = ["BlockSource", "EncodedKeyedFile", "encode_block", "write_keyed_file"]

@@ -1,0 +1,232 @@
+"""Benchmark: kg's local savepoint rescale against the fsync'd raw floor of the same bytes (issue #22).
+
+One run on one machine, each measurement in a fresh interpreter, ``--repeat`` times interleaved:
+
+- **floor**: read every file of the savepoint (``_metadata`` too) and write the same bytes into a new
+  directory, 8 MiB buffers, fsyncing each file (kg's commit fsyncs everything it stages);
+- **rekey**: ``rescale(SAVEPOINT, DEST, 4, new_max_parallelism=1024, engine="local")``: 3 -> 4 and
+  maxParallelism 128 -> 1024, every key re-hashed (the byte-level re-key route);
+- **copy**: ``rescale(SAVEPOINT, DEST, 4, engine="local")``: maxParallelism kept, key-group blocks copied
+  as bytes and checked in the same pass;
+- with ``--engines local spark`` also **spark-rekey**: the re-key on an embedded Spark ``local[*]``;
+- with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
+  earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
+  one (each result names the package it ran): before and after, in the same run.
+
+The savepoint is the 2M-key ``kg.fixtures.BenchSavepointGen`` one of benchmarks/pipeline.py (String keys,
+p=3, maxParallelism 128, about 206 MB), generated with Flink into ``--work`` (cached there as
+``savepoint-<keys>``; keep it outside the repository, e.g. /work/bench-cache) or given with ``--savepoint``.
+Reported per run: min / median wall (the ``rescale`` call or the floor's loop, timed inside the child), the
+median's ratio to the floor's median, MB/s (bytes of the savepoint / wall), per core (MB/s divided by the
+cores the child used: its CPU time / wall), the child's CPU seconds (less sensitive than wall to other load on
+a shared machine) and its peak RSS (``VmHWM``). No assertion on timings:
+the figures go to docs/performance.md.
+
+Usage: nice -n 5 python benchmarks/floor.py --work /work/bench-cache [--keys 2000000] [--savepoint DIR]
+    [--repeat 3] [--engines local [spark]] [--before DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCHMARKS))
+
+import pipeline  # noqa: E402
+import savepoint_rescale as sr  # noqa: E402
+
+BUFFER = 8 << 20
+#: Set in a child that imports the earlier package (``--before``).
+BEFORE_ENV = "KG_BENCH_BEFORE"
+TITLES = {
+    "floor": "fsync'd raw floor: read + write + fsync every file",
+    "rekey": "local, 3->4, maxP 128->1024 (re-key)",
+    "copy": "local, 3->4, maxP kept (key groups copied)",
+    "spark-rekey": "spark local[*], 3->4, maxP 128->1024",
+    "rekey-before": "before: local, 3->4, maxP 128->1024",
+    "copy-before": "before: local, 3->4, maxP kept",
+}
+
+
+def fsync_floor(source: Path, dest: Path) -> int:
+    """Copy every file of ``source`` under ``dest``, fsyncing each; return the bytes."""
+    total = 0
+    dest.mkdir(parents=True)
+    buf = bytearray(BUFFER)
+    view = memoryview(buf)
+    for path in sorted(source.rglob("*")):
+        if not path.is_file():
+            continue
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "rb", buffering=0) as src, open(target, "wb", buffering=0) as out:
+            while n := src.readinto(buf):
+                out.write(view[:n])
+                total += n
+            os.fsync(out.fileno())
+    return total
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _use_package(root: str) -> None:
+    """Import ``keygroup_cli`` from ``root``: first on ``sys.path``, and no editable install's finder."""
+    assert "keygroup_cli" not in sys.modules
+    sys.path.insert(0, root)
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__.lower()]
+
+
+def child_main(args: list[str]) -> None:
+    if os.environ.get(BEFORE_ENV):
+        _use_package(os.environ[BEFORE_ENV])
+    kind, source, dest = args[0], Path(args[1]), Path(args[2])
+    cpu = _cpu_s()
+    if kind == "floor":
+        start = time.perf_counter()
+        copied = fsync_floor(source, dest)
+        result: dict[str, Any] = {"wall_s": time.perf_counter() - start, "bytes_copied": copied}
+    else:
+        engine, max_p = args[3], int(args[4])
+        with pipeline.JvmPeak() as jvm:
+            result = sr.child_kg("direct", engine, source, dest, max_p or None)
+        result["jvm_peak_rss_mib"] = jvm.peak
+        import keygroup_cli
+
+        result["package"] = str(Path(keygroup_cli.__file__).parent)
+    result["cpu_s"] = _cpu_s() - cpu
+    result["peak_rss_mib"] = sr.peak_rss_mib()
+    print(json.dumps(result))
+
+
+def run_child(run: str, source: Path, dest: Path, before: Path | None) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (with ``before``'s package first for ``*-before``)."""
+    env = dict(os.environ)
+    env.pop(BEFORE_ENV, None)
+    if run.endswith("-before") and before is not None:
+        env[BEFORE_ENV] = str(before.resolve())
+    if run == "floor":
+        args = ["floor", str(source), str(dest)]
+    else:
+        engine = "spark" if run.startswith("spark") else "local"
+        max_p = sr.NEW_MAX_P if "rekey" in run else 0
+        args = ["kg", str(source), str(dest), engine, str(max_p)]
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=False, env=env
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{run} failed:\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_wall_s"] = time.perf_counter() - start
+    return result
+
+
+def summarise(results: dict[str, list[dict[str, Any]]], size: int) -> dict[str, dict[str, Any]]:
+    floor = statistics.median(r["wall_s"] for r in results["floor"])
+    out = {}
+    for run, rs in results.items():
+        walls = [r["wall_s"] for r in rs]
+        med = statistics.median(walls)
+        cores = statistics.median(r["cpu_s"] / r["wall_s"] for r in rs)
+        out[run] = {
+            "min_s": min(walls),
+            "median_s": med,
+            "ratio": med / floor,
+            "mb_per_s": size / 1e6 / med,
+            "mb_per_s_per_core": size / 1e6 / med / max(cores, 1.0),
+            "cores_used": cores,
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in rs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
+            "jvm_peak_rss_mib": max((r.get("jvm_peak_rss_mib") or 0 for r in rs), default=0) or None,
+        }
+    return out
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| run | wall min / median | ratio to floor | MB/s | MB/s per core | CPU s (median) | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run, s in summary.items():
+        jvm = f" (JVM {s['jvm_peak_rss_mib']:.0f})" if s["jvm_peak_rss_mib"] else ""
+        lines.append(
+            f"| {TITLES[run]} | {s['min_s']:.2f} / {s['median_s']:.2f} s | {s['ratio']:.2f}x | "
+            f"{s['mb_per_s']:.0f} | {s['mb_per_s_per_core']:.0f} | {s['median_cpu_s']:.1f} | "
+            f"{s['peak_rss_mib']:.0f} MiB{jvm} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=2_000_000)
+    parser.add_argument(
+        "--savepoint", type=Path, help="Reuse this BenchSavepointGen savepoint (p=3, maxP=128)."
+    )
+    parser.add_argument("--work", type=Path, help="Cache the savepoint and write outputs here.")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", choices=("local", "spark"), default=["local"])
+    parser.add_argument("--before", type=Path, help="A directory holding an earlier keygroup_cli package.")
+    parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args.child)
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="kg-floor-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    source = args.savepoint or pipeline.savepoint_for(args.keys, work, log)[0]
+    size = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+    runs = ["floor", "rekey", "copy"]
+    if "spark" in args.engines:
+        runs.append("spark-rekey")
+    if args.before is not None:
+        runs += ["rekey-before", "copy-before"]
+    results: dict[str, list[dict[str, Any]]] = {run: [] for run in runs}
+    for i in range(args.repeat):
+        for run in runs:
+            dest = work / f"out-{run}"
+            shutil.rmtree(dest, ignore_errors=True)
+            log(f"[{i + 1}/{args.repeat}] {run} (load {os.getloadavg()[0]:.1f}) ...")
+            r = run_child(run, source, dest, args.before)
+            r["load_average_after"] = os.getloadavg()
+            log(f"  {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB")
+            results[run].append(r)
+            shutil.rmtree(dest, ignore_errors=True)
+    summary = summarise(results, size)
+    figures = {
+        "savepoint": {"path": str(source), "bytes": size, "keys": args.keys},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+        "git": pipeline.git_state(),
+        "summary": summary,
+        "runs": results,
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    print(f"savepoint: {args.keys / 1e6:g}M keys, {size / 1e6:.0f} MB; {args.repeat} repetitions")
+    print(table(summary))
+
+
+if __name__ == "__main__":
+    main()
