@@ -92,6 +92,8 @@ SIMPLE_SNAPSHOTS = frozenset(
     )
 )
 
+#: ``LinkedOptionalMapSerializer.HEADER``.
+_OPTIONAL_MAP_HEADER = struct.pack(">q", 0x4F2C69A3D70)
 _CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -269,6 +271,13 @@ class _Grammar:
         if name in SIMPLE_SNAPSHOTS:
             yield SerializerSnapshot(name, version, self.data[pos:p]), p
             return
+        delimited = _DELIMITED.get((name, version))
+        if delimited is not None:
+            # A body whose end its own bytes give: the only alternative (backtracking over it would also
+            # accept a split inside it, its field snapshots read as the next serializers).
+            q = delimited(self, p)
+            yield SerializerSnapshot(name, version, self.data[pos:q]), q
+            return
         if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
             for nested, q in self._composite(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -349,6 +358,50 @@ class _Grammar:
             for rest, q in self.meta_infos(p, count - 1):
                 yield (info, *rest), q
 
+    def _framed_end(self, pos: int) -> int:
+        # LinkedOptionalMapSerializer.writeFramed: int size, then that many bytes.
+        size = self.int_at(pos)
+        if size < 0 or pos + 4 + size > self.limit:
+            raise _Fail
+        return pos + 4 + size
+
+    def optional_map_end(self, pos: int) -> int:
+        """Return where a ``LinkedOptionalMapSerializer`` map at ``pos`` ends (entries are framed)."""
+        if pos + 12 > self.limit or self.data[pos : pos + 8] != _OPTIONAL_MAP_HEADER:
+            raise _Fail
+        count = self.int_at(pos + 8)
+        if not 0 <= count <= 65535:
+            raise _Fail
+        pos += 12
+        for _ in range(count):
+            _name, pos = self.utf_at(pos)
+            for _part in range(2):  # the key, then the value: a presence flag, then the frame
+                if pos >= self.limit:
+                    raise _Fail
+                present = self.data[pos]
+                pos += 1
+                if present:
+                    pos = self._framed_end(pos)
+        return pos
+
+    def pojo_end(self, pos: int) -> int:
+        """``PojoSerializerSnapshotData``: class name, then fields, registered and other subclasses maps."""
+        _name, pos = self.utf_at(pos)
+        for _ in range(3):
+            pos = self.optional_map_end(pos)
+        return pos
+
+    def enum_end(self, pos: int) -> int:
+        """``EnumSerializerSnapshot`` (version 3): class name, int count, each constant's name."""
+        _name, pos = self.utf_at(pos)
+        count = self.int_at(pos)
+        if not 0 <= count <= 1 << 16:
+            raise _Fail
+        pos += 4
+        for _ in range(count):
+            _constant, pos = self.utf_at(pos)
+        return pos
+
     def short_at(self, pos: int) -> int:
         if pos + 2 > self.limit:
             raise _Fail
@@ -357,6 +410,16 @@ class _Grammar:
 
     def short_at_or(self, pos: int, default: int) -> int:
         return int(_SHORT.unpack_from(self.data, pos)[0]) if pos + 2 <= self.limit else default
+
+
+#: Snapshot bodies whose end their own bytes give, by (class, version).
+_DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
+    ("org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot", 2): _Grammar.pojo_end,
+    (
+        "org.apache.flink.api.common.typeutils.base.EnumSerializer$EnumSerializerSnapshot",
+        3,
+    ): _Grammar.enum_end,
+}
 
 
 def _first(alternatives: Iterator[tuple[_G, int]], end: int | None) -> tuple[_G, int] | None:
@@ -412,6 +475,24 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
     (key, states), pos = found
     _check_keyed_states(states, source)
     return KeyedStateHeader(version, compressed, key, states, pos)
+
+
+def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
+    """Parse one ``writeVersionedSnapshot`` (class name, version, body) that fills ``data`` exactly.
+
+    For snapshots framed with their length, e.g. a POJO field's in ``PojoSerializerSnapshotData``.
+
+    Raises:
+        InvalidSnapshotError: The bytes are not one serializer snapshot.
+    """
+    grammar = _Grammar(data, len(data))
+    try:
+        found = _first(grammar.versioned(0), len(data))
+    except _GiveUp:
+        found = None
+    if found is None:
+        raise InvalidSnapshotError(f"{source}: not a serializer snapshot", code="FLINK_STATE_HEADER_CORRUPT")
+    return found[0]
 
 
 def read_operator_header(data: bytes, source: str, end: int | None = None) -> OperatorStateHeader:
