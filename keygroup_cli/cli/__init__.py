@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "diff": "diff",
     "doctor": "doctor",
     "generate": "generate",
+    "get": "get",
     "inspect": "inspect",
     "key": "key",
     "plan": "plan",

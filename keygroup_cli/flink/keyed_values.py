@@ -21,14 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed_tasks import keyed_header
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_layout import kg_kind
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_code, parse_key
-from keygroup_cli.keygroups import KeyGroupRange, key_group_for_hash, names_operator
+from keygroup_cli.keygroups import (
+    KeyGroupRange,
+    key_group_for_hash,
+    names_operator,
+    operator_index_for_key_group,
+)
 from keygroup_cli.storage.locations import Location
 
 
@@ -159,13 +166,6 @@ def typed_entry(codecs: StateCodecs, row: Mapping[str, Any]) -> StateEntry:
     return StateEntry(codecs.name, codecs.kind, namespace, user_key, value, None, note)
 
 
-def _stream_for(streams: Sequence[KeyedStream], group: int) -> KeyedStream | None:
-    for stream in streams:
-        if stream.handle.key_group_start <= group <= stream.handle.key_group_end:
-            return stream
-    return None
-
-
 def _entries(
     savepoint: Savepoint, stream: KeyedStream, group: int, keys: set[Any]
 ) -> Iterator[tuple[Any, StateEntry]]:
@@ -217,7 +217,7 @@ def lookup_keys(
             )
         with tempfile.TemporaryDirectory(prefix="kg-get-") as scratch:
             view = Savepoint.rewritten(canonical_view(savepoint, Path(scratch) / "canonical"), savepoint)
-            found = _lookup(view, op, key_texts, key_type)
+            found = _lookup(view, find_operator(view, op.operator_id), key_texts, key_type)
         note = "the layout has no per-key-group offsets: every keyed file was rewritten as key groups first"
         return _with(found, str(savepoint.directory), note)
     return _with(_lookup(savepoint, op, key_texts, key_type), str(savepoint.directory), None)
@@ -237,46 +237,66 @@ def _with(found: KeyLookup, where: str, note: str | None) -> KeyLookup:
     )
 
 
+def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedStream | None:
+    """Return subtask ``index``'s keyed file with its header, reading only that file's header."""
+    known = savepoint.keyed_streams_read()
+    if known is not None:
+        return next((s for s in known.get(op.operator_id, ()) if s.subtask == index), None)
+    sub = next((s for s in op.subtasks if s.index == index), None)
+    handle = sub.managed_keyed_state if sub is not None else None
+    if not isinstance(handle, KeyGroupsHandle):
+        return None
+    with StreamSource(handle.delegate, savepoint.directory) as src:
+        raw, header = keyed_header(src, handle)
+        layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+    return KeyedStream(op.operator_id, index, handle, raw, header, layout)
+
+
 def _lookup(
     savepoint: Savepoint, op: OperatorState, key_texts: Sequence[str], key_type: str | None
 ) -> KeyLookup:
-    streams = savepoint.keyed_streams.get(op.operator_id)
-    if not streams:
+    holders = [s.index for s in op.subtasks if isinstance(s.managed_keyed_state, KeyGroupsHandle)]
+    first = _keyed_stream(savepoint, op, holders[0]) if holders else None
+    if first is None:
         raise UnsupportedFormatError(f"operator {op.label!r} holds no keyed state", code="NO_KEYED_STATE")
-    codec = streams[0].layout.codec
+    codec = first.layout.codec
     actual = codec.key_type
+    serializer = codec.serializer_class.rsplit(".", 1)[-1].split("$")[0]
     if actual not in HASHABLE_KEY_TYPES:
         raise UnsupportedFormatError(
-            f"operator {op.label!r}: kg cannot compute the key group of keys written by "
-            f"{codec.serializer_class.rsplit('.', 1)[-1]} (it hashes String, Long, Integer and Boolean keys)",
+            f"operator {op.label!r}: kg cannot compute the key group of keys written by {serializer} "
+            "(it hashes String, Long, Integer and Boolean keys)",
             code="KEY_TYPE_UNSUPPORTED",
         )
     if key_type is not None and key_type != actual:
         raise InvalidArgumentError(
-            f"--key-type {key_type}: operator {op.label!r} has {actual} keys "
-            f"({codec.serializer_class.rsplit('.', 1)[-1]})",
+            f"--key-type {key_type}: operator {op.label!r} has {actual} keys ({serializer})",
             code="KEY_TYPE_MISMATCH",
         )
-    keys = [parse_key(text, actual) for text in key_texts]
+    keys = list(dict.fromkeys(parse_key(text, actual) for text in key_texts))
     groups = {k: key_group_for_hash(hash_code(k, actual), op.max_parallelism) for k in keys}
     by_group: dict[int, set[Any]] = {}
     for k, g in groups.items():
         by_group.setdefault(g, set()).add(k)
     entries: dict[Any, list[StateEntry]] = {k: [] for k in keys}
     subtasks: dict[int, int] = {}
+    streams = {first.subtask: first}
     for group in sorted(by_group):
-        stream = _stream_for(streams, group)
-        subtasks[group] = stream.subtask if stream is not None else -1
-        if stream is not None:
-            for k, entry in _entries(savepoint, stream, group, by_group[group]):
-                entries[k].append(entry)
-    states = state_types(state_codecs(streams[0]))
-    found = tuple(
-        KeyState(k, groups[k], subtasks[groups[k]], tuple(sorted(entries[k], key=_order)))
-        for k in dict.fromkeys(keys)
+        subtask = operator_index_for_key_group(op.max_parallelism, op.parallelism, group)
+        subtasks[group] = subtask
+        if subtask not in streams:
+            found = _keyed_stream(savepoint, op, subtask)
+            if found is None:
+                continue
+            streams[subtask] = found
+        for k, entry in _entries(savepoint, streams[subtask], group, by_group[group]):
+            entries[k].append(entry)
+    found_keys = tuple(
+        KeyState(k, groups[k], subtasks[groups[k]], tuple(sorted(entries[k], key=_order))) for k in keys
     )
+    states = state_types(state_codecs(first))
     return KeyLookup(
-        "", op.uid, op.operator_id, actual, codec.serializer_class, op.max_parallelism, states, found
+        "", op.uid, op.operator_id, actual, codec.serializer_class, op.max_parallelism, states, found_keys
     )
 
 

@@ -1,0 +1,28 @@
+"""``kg get`` on an object store reads one key group's block, not whole state files (moto's request log)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.kg_fixture_state import FLINK_FIXTURES, expected
+
+CASE = "heap-files-p3-maxp128-long"
+
+
+def test_a_key_is_a_few_ranged_reads(kg: Any, s3_server: Any, tmp_path: Path) -> None:
+    uri = s3_server.upload(FLINK_FIXTURES / CASE, f"{s3_server.bucket('kg-get')}/sp")
+    want = expected(CASE)["keyedOperators"][0]["keys"][5]
+    start = s3_server.log.stat().st_size
+    result = kg("get", uri, "-o", "keyed-state", "-k", str(want["key"]), "--json")
+    assert result.exit_code == 0, result.stderr
+    states = result.json()["keys"][0]["states"]
+    assert states["ids"]["entries"][0]["value"] == want["ids"]
+    log = re.sub(r"\x1b\[[0-9;]*m", "", s3_server.log.read_bytes()[start:].decode(errors="replace"))
+    gets = re.findall(r'"GET /kg-get/sp/([^ ?"]+) HTTP/1.1" (\d+)', log)
+    state_gets = [(key, status) for key, status in gets if key != "_metadata"]
+    # The keyed file of the key's subtask: its header, then the key group's block; both ranged (206).
+    assert len({key for key, _ in state_gets}) == 1, gets
+    assert len(state_gets) <= 3 and all(status == "206" for _, status in state_gets), gets
+    assert sum(1 for key, _ in gets if key == "_metadata") <= 1, gets
