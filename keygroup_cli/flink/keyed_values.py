@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -36,6 +39,7 @@ from keygroup_cli.keygroups import (
     names_operator,
     operator_index_for_key_group,
 )
+from keygroup_cli.rows import KEY_ARROW_TYPES
 from keygroup_cli.storage.locations import Location
 
 
@@ -180,10 +184,11 @@ def _entries(
             key_groups=KeyGroupRange(group, group),
             strict=True,
         )
+        wanted = pa.array(sorted(keys), type=KEY_ARROW_TYPES[stream.layout.codec.key_type])
         for batch in batches:
-            for row in batch.to_pylist():
-                if row["key"] in keys:
-                    yield row["key"], typed_entry(codecs[row["state"]], row)
+            # Only the key's rows become Python objects: a key group may hold a million entries.
+            for row in batch.filter(pc.is_in(batch.column("key"), value_set=wanted)).to_pylist():
+                yield row["key"], typed_entry(codecs[row["state"]], row)
 
 
 def lookup_keys(
