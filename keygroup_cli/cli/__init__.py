@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "convert": "convert",
     "diff": "diff",
     "doctor": "doctor",
+    "export": "export",
     "generate": "generate",
     "get": "get",
     "inspect": "inspect",

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.state.keyed_header import SerializerSnapshot, StateMetaInfo, parse_snapshot
@@ -93,6 +95,27 @@ _ROW_KINDS = ("+I", "-U", "+U", "-D")
 #: ``ListDelimitedSerializer``'s separator between list elements.
 LIST_DELIMITER = 0x2C
 
+#: Arrow types of the fixed-size primitives, and the primitive arrays' element type names by format.
+_ARROW_FIXED = {
+    "Long": pa.int64(),
+    "Integer": pa.int32(),
+    "Short": pa.int16(),
+    "Byte": pa.int8(),
+    "Double": pa.float64(),
+    "Float": pa.float32(),
+    "Boolean": pa.bool_(),
+    "Character": pa.string(),
+}
+_ARRAY_ELEMENTS = {
+    "q": "Long",
+    "i": "Integer",
+    "h": "Short",
+    "d": "Double",
+    "f": "Float",
+    "?": "Boolean",
+    "H": "Character",
+}
+
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _USHORT = struct.Struct(">H")
@@ -120,6 +143,14 @@ class Codec:
             NotDecodable: An opaque type, or bytes that end inside the value.
         """
         raise NotImplementedError
+
+    def arrow_type(self) -> pa.DataType:
+        """Return the Arrow type of the decoded values (``binary`` for opaque ones: their bytes)."""
+        return pa.binary()
+
+    def to_arrow(self, value: Any) -> Any:
+        """Return a decoded value as the Python value of ``arrow_type`` (``pa.array`` takes it)."""
+        return value
 
     def decode(self, data: bytes) -> Any:
         """Decode a whole serialized value (every byte must belong to it)."""
@@ -155,9 +186,15 @@ class _Fixed(Codec):
             value = chr(value)
         return value, pos + self._struct.size
 
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW_FIXED[self.type_name]
+
 
 class _String(Codec):
     type_name = "String"
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.string()
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return read_string(data, pos)
@@ -188,9 +225,15 @@ class _PrimitiveArray(Codec):
         values = [chr(c) for c in unpacked] if self._fmt == "H" else list(unpacked)
         return values, end
 
+    def arrow_type(self) -> pa.DataType:
+        return pa.list_(_ARROW_FIXED[_ARRAY_ELEMENTS[self._fmt]])
+
 
 class _StringArray(Codec):
     type_name = "String[]"
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.list_(pa.string())
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         n = _INT.unpack_from(data, pos)[0]
@@ -213,6 +256,9 @@ class _Enum(Codec):
             raise NotDecodable(f"{self.type_name}: constant index {index} out of range")
         return self.constants[index], pos + 4
 
+    def arrow_type(self) -> pa.DataType:
+        return pa.string()
+
 
 class _List(Codec):
     def __init__(self, element: Codec) -> None:
@@ -228,6 +274,12 @@ class _List(Codec):
             value, pos = self.element.read(data, pos)
             out.append(value)
         return out, pos
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.list_(self.element.arrow_type())
+
+    def to_arrow(self, value: Any) -> Any:
+        return None if value is None else [self.element.to_arrow(v) for v in value]
 
 
 class _Map(Codec):
@@ -251,6 +303,14 @@ class _Map(Codec):
             out.append((key, value))
         return out, pos
 
+    def arrow_type(self) -> pa.DataType:
+        return pa.map_(self.key.arrow_type(), self.value.arrow_type())
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return [(self.key.to_arrow(k), None if v is None else self.value.to_arrow(v)) for k, v in value]
+
 
 @dataclass(frozen=True, slots=True)
 class TtlValue:
@@ -270,6 +330,15 @@ class _Ttl(Codec):
         stamp = _LONG.unpack_from(data, pos)[0]
         value, pos = self.value.read(data, pos + 8)
         return TtlValue(value, stamp), pos
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.struct([("value", self.value.arrow_type()), ("ttl_last_access", pa.int64())])
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        inner = None if value.value is None else self.value.to_arrow(value.value)
+        return {"value": inner, "ttl_last_access": value.last_access}
 
 
 class _Fields(Codec):
@@ -291,6 +360,25 @@ class _Fields(Codec):
         if self.layout == "pojo":
             return self._pojo(data, pos)
         return self._row(data, pos)
+
+    def arrow_type(self) -> pa.DataType:
+        fields = [(n, f.arrow_type()) for n, f in zip(self.names, self.fields, strict=True)]
+        if self.layout.startswith("row"):
+            fields.insert(0, ("kind", pa.string()))
+        return pa.struct(fields)
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if self.layout.startswith("row"):
+            items = dict(zip(self.names, value["fields"], strict=True))
+            out: dict[str, Any] = {"kind": value["kind"]}
+        else:
+            items, out = value, {}
+        for name, field in zip(self.names, self.fields, strict=True):
+            item = items[name]
+            out[name] = None if item is None else field.to_arrow(item)
+        return out
 
     def _pojo(self, data: bytes, pos: int) -> tuple[Any, int]:
         flags = data[pos]
@@ -332,6 +420,9 @@ class _Fields(Codec):
 class _VoidNamespace(Codec):
     type_name = "VoidNamespace"
 
+    def arrow_type(self) -> pa.DataType:
+        return pa.null()
+
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return None, pos + 1
 
@@ -342,6 +433,9 @@ class _TimeWindow(Codec):
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         start, end = struct.unpack_from(">qq", data, pos)
         return {"start": start, "end": end}, pos + 16
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.struct([("start", pa.int64()), ("end", pa.int64())])
 
 
 # -- building codecs from snapshots ---------------------------------------------------------------------

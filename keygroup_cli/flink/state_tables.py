@@ -1,0 +1,214 @@
+"""Typed Arrow tables of keyed state: one table per state, typed columns, batch by batch.
+
+``state_batches(savepoint, operator)`` reads every keyed file of an operator, subtask by subtask and block by
+block (``decode_keyed_file``: memory follows a batch, not the state), and yields each batch's rows of each
+state converted to that state's typed schema (``state_schema``):
+
+| column | holds |
+|---|---|
+| ``key_group`` | the entry's key group (int32) |
+| ``key`` | the key, typed by the key serializer |
+| ``namespace`` | the namespace (absent for ``VoidNamespace``, i.e. keyed state outside windows) |
+| ``user_key`` | a map state's user key |
+| ``value`` | a value state's value, a list state's elements (one list), a map entry's value |
+| ``timestamp`` | a timer's timestamp |
+| ``undecoded`` | the raw bytes of an entry that did not decode (a POJO subclass, say); null otherwise |
+
+A part kg cannot decode at all (Kryo, Avro, an unknown serializer) is a ``binary`` column of the raw bytes.
+``read_state(path, operator, state)`` returns one state as a ``pyarrow.Table``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed_values import find_operator, state_codecs, typed_entry
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.state.values import StateCodecs
+from keygroup_cli.storage.locations import Location
+
+OnProgress = Callable[[str, int, "int | None"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TypedState:
+    """One state's typed schema, and why parts of it stay bytes."""
+
+    name: str
+    kind: str
+    schema: pa.Schema
+    notes: tuple[str, ...]
+
+
+def state_schema(codecs: StateCodecs) -> pa.Schema:
+    """Return the typed schema of one state's table (see the module docstring)."""
+    fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", codecs.key.arrow_type())]
+    namespace = codecs.namespace.arrow_type()
+    if not pa.types.is_null(namespace):
+        fields.append(pa.field("namespace", namespace))
+    if codecs.kind == "timer":
+        fields.append(pa.field("timestamp", pa.int64()))
+    else:
+        assert codecs.value is not None
+        if codecs.kind == "map":
+            assert codecs.user_key is not None
+            fields.append(pa.field("user_key", codecs.user_key.arrow_type()))
+        value = codecs.value.arrow_type()
+        fields.append(pa.field("value", pa.list_(value) if codecs.kind == "list" else value))
+    fields.append(pa.field("undecoded", pa.binary()))
+    return pa.schema(fields)
+
+
+def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+    value_codec = codecs.value
+    for row in rows:
+        entry = typed_entry(codecs, row)
+        columns["key_group"].append(row["key_group"])
+        key = row["key"]
+        if isinstance(key, bytes) and not codecs.key.reason:
+            key = codecs.key.to_arrow(codecs.key.decode(key))
+        columns["key"].append(key)
+        if "namespace" in columns:
+            columns["namespace"].append(None if entry.note else codecs.namespace.to_arrow(entry.namespace))
+        if codecs.kind == "timer":
+            columns["timestamp"].append(entry.timestamp)
+            columns["undecoded"].append(None)
+            continue
+        assert value_codec is not None
+        if "user_key" in columns:
+            assert codecs.user_key is not None
+            opaque_key = bool(codecs.user_key.reason)
+            columns["user_key"].append(entry.user_key if opaque_key else _typed(codecs.user_key, entry))
+        opaque = bool(value_codec.reason)
+        if entry.note and not opaque:
+            columns["value"].append(None)
+            columns["undecoded"].append(row["value"])
+            continue
+        if opaque or entry.value is None:
+            columns["value"].append(entry.value)
+        elif codecs.kind == "list":
+            columns["value"].append([value_codec.to_arrow(v) for v in entry.value])
+        else:
+            columns["value"].append(value_codec.to_arrow(entry.value))
+        columns["undecoded"].append(None)
+    return pa.RecordBatch.from_pydict(columns, schema=schema)
+
+
+def _typed(codec: Any, entry: Any) -> Any:
+    return None if entry.note else codec.to_arrow(entry.user_key)
+
+
+def typed_states(savepoint: Savepoint, operator: str) -> tuple[TypedState, ...]:
+    """Return the typed schema of every state of ``operator`` (from its first keyed file's header)."""
+    op = find_operator(savepoint, operator)
+    streams = savepoint.keyed_streams.get(op.operator_id)
+    if not streams:
+        raise UnsupportedFormatError(f"operator {op.label!r} holds no keyed state", code="NO_KEYED_STATE")
+    codecs: dict[str, StateCodecs] = {}
+    for stream in streams:  # a subtask's header lists the states it registered: take every file's
+        for name, c in state_codecs(stream).items():
+            codecs.setdefault(name, c)
+    return tuple(TypedState(name, c.kind, state_schema(c), c.notes) for name, c in sorted(codecs.items()))
+
+
+def state_batches(
+    savepoint: Savepoint,
+    operator: str,
+    states: frozenset[str] | None = None,
+    on_progress: OnProgress | None = None,
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Yield ``(state, typed batch)`` for every keyed file of ``operator``, file by file, block by block.
+
+    ``savepoint`` must be canonical (a rewritten view for NATIVE and checkpoint layouts; ``open_canonical``).
+
+    Raises:
+        InvalidArgumentError: No such operator, or a state in ``states`` it does not have.
+        UnsupportedFormatError: The operator holds no keyed state.
+    """
+    op = find_operator(savepoint, operator)
+    streams = savepoint.keyed_streams.get(op.operator_id) or ()
+    if not streams:
+        raise UnsupportedFormatError(f"operator {op.label!r} holds no keyed state", code="NO_KEYED_STATE")
+    known = {s.name for stream in streams for s in stream.header.states or ()}
+    missing = sorted((states or frozenset()) - known)
+    if missing:
+        raise InvalidArgumentError(
+            f"operator {op.label!r} has no state {missing[0]!r} (states: {', '.join(sorted(known))})",
+            code="STATE_NOT_FOUND",
+        )
+    for done, stream in enumerate(streams):
+        codecs = state_codecs(stream)
+        schemas = {name: state_schema(c) for name, c in codecs.items()}
+        with StreamSource(stream.handle.delegate, savepoint.directory) as src:
+            for batch in decode_keyed_file(
+                src, stream.handle, stream.layout, compressed=stream.header.compressed
+            ):
+                by_state: dict[str, list[dict[str, Any]]] = {}
+                for row in batch.to_pylist():
+                    if states is None or row["state"] in states:
+                        by_state.setdefault(row["state"], []).append(row)
+                for name, rows in by_state.items():
+                    yield name, _typed_batch(codecs[name], schemas[name], rows)
+        if on_progress is not None:
+            on_progress("export", done + 1, len(streams))
+
+
+class open_canonical:  # noqa: N801 - used as a context manager, like ``open``
+    """Open ``path`` as a canonical savepoint: itself, or its rewrite in a scratch directory (removed after).
+
+    A RocksDB NATIVE savepoint or a checkpoint's own layout is rewritten as key groups first (local disk
+    only), which reads every keyed file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | Savepoint) -> None:
+        self._path = path
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> Savepoint:
+        from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+
+        savepoint = self._path if isinstance(self._path, Savepoint) else open_savepoint(self._path)
+        if not needs_canonical_view(savepoint):
+            return savepoint
+        directory = savepoint.directory
+        if isinstance(directory, Location) and directory.local_path is None:
+            raise UnsupportedFormatError(
+                f"{savepoint.metadata_path}: a RocksDB NATIVE savepoint or a checkpoint's own layout is read "
+                "only on local disk (every keyed file is rewritten first); download it, or take a canonical "
+                "savepoint",
+                code="LAYOUT_NEEDS_LOCAL_COPY",
+            )
+        self._scratch = tempfile.TemporaryDirectory(prefix="kg-state-")
+        view = canonical_view(savepoint, Path(self._scratch.name) / "canonical")
+        return Savepoint.rewritten(view, savepoint)
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+
+
+def read_state(path: str | os.PathLike[str] | Savepoint, operator: str, state: str) -> pa.Table:
+    """Return one keyed state of ``operator`` as a typed ``pyarrow.Table`` (columns: module docstring).
+
+    Raises:
+        InvalidArgumentError: No such operator or state.
+        UnsupportedFormatError: The operator holds no keyed state, or a layout kg reads only locally.
+    """
+    with open_canonical(path) as savepoint:
+        batches = [b for _, b in state_batches(savepoint, operator, frozenset({state}))]
+        schema = next(s.schema for s in typed_states(savepoint, operator) if s.name == state)
+        return pa.Table.from_batches(batches, schema=schema)
+
+
+__all__ = ["TypedState", "open_canonical", "read_state", "state_batches", "state_schema", "typed_states"]
