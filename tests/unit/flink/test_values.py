@@ -27,7 +27,13 @@ from keygroup_cli.flink.state.values import NotDecodable, StateCodecs, TtlValue,
 from keygroup_cli.keygroups import operator_id_for_uid
 from tests.kg_fixture_state import FLINK_FIXTURES, expected
 
-TYPED_CASES = ("typed-heap-canonical-p2", "typed-rocksdb-canonical-p2", "typed-rocksdb-native-p2")
+#: TypedJob's cases, written by Flink 2.3 and 1.20 (fixtures/flink/README-typed.md).
+TYPED_CASES = tuple(
+    f"{version}/{case}"
+    for version in ("2.3", "1.20")
+    for case in ("typed-heap-canonical-p2", "typed-rocksdb-canonical-p2", "typed-rocksdb-native-p2")
+)
+ALL_FLINK = FLINK_FIXTURES.parent
 JOB_CASES = (
     "heap-files-p3-maxp128-long",
     "heap-inline-p3-maxp10-string",
@@ -38,8 +44,8 @@ JOB_CASES = (
 )
 
 
-def _opened(case: str, scratch: Path) -> Savepoint:
-    savepoint = open_savepoint(FLINK_FIXTURES / case)
+def _opened(case: str, scratch: Path, root: Path = FLINK_FIXTURES) -> Savepoint:
+    savepoint = open_savepoint(root / case)
     if needs_canonical_view(savepoint):
         return Savepoint.rewritten(canonical_view(savepoint, scratch / "canonical"), savepoint)
     return savepoint
@@ -48,7 +54,7 @@ def _opened(case: str, scratch: Path) -> Savepoint:
 def _entries(savepoint: Savepoint, uid: str) -> dict[Any, dict[str, list[Any]]]:
     """Return key -> state -> decoded entries (file order) of every subtask of operator ``uid``."""
     out: dict[Any, dict[str, list[Any]]] = {}
-    for stream in savepoint.keyed_streams[operator_id_for_uid(uid)]:
+    for stream in savepoint.keyed_streams[operator_id_for_uid(uid)]:  # by id: 1.20 records no uids
         codecs = state_codecs(stream)
         with StreamSource(stream.handle.delegate, savepoint.directory) as src:
             for batch in decode_keyed_file(
@@ -75,8 +81,8 @@ def _json_form(value: Any) -> Any:
 
 @pytest.mark.parametrize("case", TYPED_CASES)
 def test_typed_values_equal_the_jobs_own_values(case: str, tmp_path: Path) -> None:
-    want = json.loads((FLINK_FIXTURES / case / "expected-typed-state.json").read_text(encoding="utf-8"))
-    found = _entries(_opened(case, tmp_path), want["uid"])
+    want = json.loads((ALL_FLINK / case / "expected-typed-state.json").read_text(encoding="utf-8"))
+    found = _entries(_opened(case, tmp_path, ALL_FLINK), want["uid"])
     assert sorted(found) == [k["key"] for k in want["keys"]]
     for key in want["keys"]:
         states = found[key["key"]]
