@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -147,6 +148,7 @@ def state_batches(
             f"operator {op.label!r} has no state {missing[0]!r} (states: {', '.join(sorted(known))})",
             code="STATE_NOT_FOUND",
         )
+    wanted = pa.array(sorted(states or ()), type=pa.string())
     for done, stream in enumerate(streams):
         codecs = state_codecs(stream)
         schemas = {name: state_schema(c) for name, c in codecs.items()}
@@ -154,10 +156,13 @@ def state_batches(
             for batch in decode_keyed_file(
                 src, stream.handle, stream.layout, compressed=stream.header.compressed
             ):
+                if states is not None:
+                    # Only the wanted states' rows become Python objects.
+                    names = batch.column("state").cast(pa.string())
+                    batch = batch.filter(pc.is_in(names, value_set=wanted))
                 by_state: dict[str, list[dict[str, Any]]] = {}
                 for row in batch.to_pylist():
-                    if states is None or row["state"] in states:
-                        by_state.setdefault(row["state"], []).append(row)
+                    by_state.setdefault(row["state"], []).append(row)
                 for name, rows in by_state.items():
                     yield name, _typed_batch(codecs[name], schemas[name], rows)
         if on_progress is not None:

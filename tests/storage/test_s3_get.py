@@ -26,3 +26,18 @@ def test_a_key_is_a_few_ranged_reads(kg: Any, s3_server: Any, tmp_path: Path) ->
     assert len({key for key, _ in state_gets}) == 1, gets
     assert len(state_gets) <= 3 and all(status == "206" for _, status in state_gets), gets
     assert sum(1 for key, _ in gets if key == "_metadata") <= 1, gets
+
+
+def test_export_reads_a_savepoint_in_place_and_native_needs_a_local_copy(
+    kg: Any, s3_server: Any, tmp_path: Path
+) -> None:
+    bucket = s3_server.bucket("kg-get")
+    uri = s3_server.upload(FLINK_FIXTURES / CASE, f"{bucket}/export-in")
+    out = tmp_path / "ids.parquet"
+    result = kg("export", uri, "-o", "keyed-state", "-s", "ids", "--out", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["states"][0]["rows"] == len(expected(CASE)["keyedOperators"][0]["keys"])
+    native = s3_server.upload(FLINK_FIXTURES / "typed-rocksdb-native-p2", f"{bucket}/native")
+    refused = kg("get", native, "-o", "typed-state", "-k", "5", "--json")
+    assert refused.exit_code == 4 and "only on local disk" in refused.stderr
+    assert refused.json()["error"]["code"] == "LAYOUT_NEEDS_LOCAL_COPY"
