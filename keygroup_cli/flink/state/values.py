@@ -438,6 +438,19 @@ class _TimeWindow(Codec):
         return pa.struct([("start", pa.int64()), ("end", pa.int64())])
 
 
+def fixed_width(codec: Codec) -> tuple[str, pa.DataType] | None:
+    """Return (NumPy big-endian dtype, Arrow type) of a fixed-size primitive's values, else None.
+
+    For the column-wise paths: such values are their bytes, nothing else (Character excluded: a UTF-16
+    unit, not a number).
+    """
+    if isinstance(codec, _Fixed) and codec.type_name != "Character":
+        fmt = codec._struct.format
+        dtype = {">q": ">i8", ">i": ">i4", ">h": ">i2", ">b": "i1", ">d": ">f8", ">f": ">f4", ">?": "?"}[fmt]
+        return dtype, codec.arrow_type()
+    return None
+
+
 # -- building codecs from snapshots ---------------------------------------------------------------------
 
 
@@ -680,6 +693,7 @@ __all__ = [
     "Opaque",
     "StateCodecs",
     "TtlValue",
+    "fixed_width",
     "to_plain",
     "type_codec",
 ]
