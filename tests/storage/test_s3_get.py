@@ -6,13 +6,21 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.kg_fixture_state import FLINK_FIXTURES, expected
 
 CASE = "heap-files-p3-maxp128-long"
 
 
-def test_a_key_is_a_few_ranged_reads(kg: Any, s3_server: Any, tmp_path: Path) -> None:
-    uri = s3_server.upload(FLINK_FIXTURES / CASE, f"{s3_server.bucket('kg-get')}/sp")
+@pytest.fixture(scope="module")
+def uploaded(s3_server: Any) -> str:
+    """The canonical case on the S3 server, uploaded once for the module."""
+    return str(s3_server.upload(FLINK_FIXTURES / CASE, f"{s3_server.bucket('kg-get')}/sp"))
+
+
+def test_a_key_is_a_few_ranged_reads(kg: Any, s3_server: Any, uploaded: str) -> None:
+    uri = uploaded
     want = expected(CASE)["keyedOperators"][0]["keys"][5]
     start = s3_server.log.stat().st_size
     result = kg("get", uri, "-o", "keyed-state", "-k", str(want["key"]), "--json")
@@ -29,15 +37,17 @@ def test_a_key_is_a_few_ranged_reads(kg: Any, s3_server: Any, tmp_path: Path) ->
 
 
 def test_export_reads_a_savepoint_in_place_and_native_needs_a_local_copy(
-    kg: Any, s3_server: Any, tmp_path: Path
+    kg: Any, s3_server: Any, uploaded: str, tmp_path: Path
 ) -> None:
-    bucket = s3_server.bucket("kg-get")
-    uri = s3_server.upload(FLINK_FIXTURES / CASE, f"{bucket}/export-in")
     out = tmp_path / "ids.parquet"
-    result = kg("export", uri, "-o", "keyed-state", "-s", "ids", "--out", out, "--json")
+    result = kg("export", uploaded, "-o", "keyed-state", "-s", "ids", "--out", out, "--json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["states"][0]["rows"] == len(expected(CASE)["keyedOperators"][0]["keys"])
-    native = s3_server.upload(FLINK_FIXTURES / "typed-rocksdb-native-p2", f"{bucket}/native")
+    # The refusal comes from _metadata alone (its handles name the database files).
+    native = f"{s3_server.bucket('kg-get')}/native"
+    s3_server.put(
+        f"{native}/_metadata", (FLINK_FIXTURES / "typed-rocksdb-native-p2" / "_metadata").read_bytes()
+    )
     refused = kg("get", native, "-o", "typed-state", "-k", "5", "--json")
     assert refused.exit_code == 4 and "only on local disk" in refused.stderr
     assert refused.json()["error"]["code"] == "LAYOUT_NEEDS_LOCAL_COPY"
