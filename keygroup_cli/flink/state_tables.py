@@ -36,7 +36,7 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_values import find_operator, state_codecs, typed_entry
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.values import LIST_DELIMITER, StateCodecs, fixed_width
+from keygroup_cli.flink.state.values import LIST_DELIMITER, StateCodecs, fixed_width, prefixed_kind
 from keygroup_cli.storage.locations import Location
 
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -122,9 +122,17 @@ def _column_batch(codecs: StateCodecs, schema: pa.Schema, rows: pa.RecordBatch) 
     """
     if codecs.kind not in ("value", "list") or "namespace" in schema.names or codecs.value is None:
         return None
-    fixed = fixed_width(codecs.value)
     values = rows.column("value")
-    if fixed is None or pa.types.is_binary(rows.schema.field("key").type) or values.null_count:
+    if pa.types.is_binary(rows.schema.field("key").type) or values.null_count:
+        return None
+    prefixed = prefixed_kind(codecs.value) if codecs.kind == "value" else None
+    if prefixed is not None:
+        decoded_values = _prefixed_column(values, prefixed)
+        if decoded_values is None:
+            return None
+        return _with_key(rows, schema, decoded_values)
+    fixed = fixed_width(codecs.value)
+    if fixed is None:
         return None
     dtype, arrow_type = fixed
     size = np.dtype(dtype).itemsize
@@ -162,9 +170,67 @@ def _column_batch(codecs: StateCodecs, schema: pa.Schema, rows: pa.RecordBatch) 
     if codecs.kind == "list":
         list_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         decoded = pa.ListArray.from_arrays(pa.array(list_offsets), decoded)
-    columns = [rows.column("key_group"), rows.column("key").cast(schema.field("key").type), decoded]
+    return _with_key(rows, schema, decoded)
+
+
+def _with_key(rows: pa.RecordBatch, schema: pa.Schema, value: pa.Array) -> pa.RecordBatch:
+    columns = [rows.column("key_group"), rows.column("key").cast(schema.field("key").type), value]
     columns.append(pa.nulls(len(rows), pa.binary()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _prefixed_column(values: pa.Array, kind: str) -> pa.Array | None:
+    """Cut ``byte[]`` values (int length, bytes) or short ASCII ``StringValue`` strings column-wise.
+
+    None where a value's prefix does not say exactly its own length (a long or non-ASCII string, say).
+    """
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+        values.offset : values.offset + len(values) + 1
+    ]
+    lengths = np.diff(offsets).astype(np.int64)
+    data = values.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    starts = offsets[:-1].astype(np.int64)
+    if kind == "bytes":
+        if not bool((lengths >= 4).all()):
+            return None
+        prefix = _fixed_bytes(raw, starts, 4).view(">i4").ravel().astype(np.int64)
+        if not bool((prefix == lengths - 4).all()):
+            return None
+        return _cut(data, starts + 4, starts + lengths)
+    # StringValue: chars + 1 as a varint (one byte below 0x80), then one byte per ASCII char.
+    if not bool(((lengths >= 1) & (lengths <= 127)).all()) or not len(lengths):
+        return None if len(lengths) else pa.array([], type=pa.string())
+    if not bool((raw[starts] == lengths).all()):
+        return None
+    sliced = _cut(data, starts + 1, starts + lengths)
+    chars = sliced.buffers()[2]
+    if chars is not None and bool((np.frombuffer(chars, dtype=np.uint8) >= 0x80).any()):
+        return None
+    return sliced.cast(pa.string())
+
+
+def _cut(data: pa.Buffer | None, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """Return the ordered, disjoint byte ranges ``[starts[i], ends[i])`` of ``data`` as one compact array.
+
+    They are every other element of a binary array laid over ``data`` (offsets 0, s0, e0, s1, e1, ...);
+    ``take`` copies the odd ones out.
+    """
+    count = len(starts)
+    if data is None or not count:
+        return pa.array([b""] * count, type=pa.binary())
+    bounds = np.empty(2 * count + 1, dtype=np.int32)
+    bounds[0] = 0
+    bounds[1::2] = starts
+    bounds[2::2] = ends
+    laid = pa.Array.from_buffers(pa.binary(), 2 * count, [None, pa.py_buffer(bounds), data])
+    return laid.take(pa.array(np.arange(1, 2 * count, 2, dtype=np.int64)))
+
+
+def _fixed_bytes(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    if not len(starts):
+        return np.zeros((0, width), dtype=np.uint8)
+    return np.ascontiguousarray(raw[starts[:, None] + np.arange(width, dtype=np.int64)])
 
 
 def _typed(codec: Any, entry: Any) -> Any:

@@ -451,6 +451,18 @@ def fixed_width(codec: Codec) -> tuple[str, pa.DataType] | None:
     return None
 
 
+def prefixed_kind(codec: Codec) -> str | None:
+    """Return ``bytes`` (``byte[]``: int length, bytes) or ``string`` (``StringValue``), else None.
+
+    For the column-wise paths, which cut such values where their length prefix allows it.
+    """
+    if isinstance(codec, _Bytes):
+        return "bytes"
+    if isinstance(codec, _String):
+        return "string"
+    return None
+
+
 # -- building codecs from snapshots ---------------------------------------------------------------------
 
 
@@ -694,6 +706,7 @@ __all__ = [
     "StateCodecs",
     "TtlValue",
     "fixed_width",
+    "prefixed_kind",
     "to_plain",
     "type_codec",
 ]

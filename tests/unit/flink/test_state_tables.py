@@ -27,21 +27,32 @@ def test_ttl_values_keep_their_timestamp() -> None:
     assert table.num_rows == 24 and all(r["value"]["ttl_last_access"] > 0 for r in table.to_pylist())
 
 
-@pytest.mark.parametrize("state", ["sum", "ids", "buckets"])
-def test_the_column_wise_path_gives_the_row_paths_table(state: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "state"),
+    [
+        ("rocksdb-canonical-snappy-p2-maxp256-string", "sum"),
+        ("rocksdb-canonical-snappy-p2-maxp256-string", "ids"),
+        ("rocksdb-canonical-snappy-p2-maxp256-string", "buckets"),
+        ("typed-heap-canonical-p2", "bytes"),
+        ("typed-heap-canonical-p2", "double"),
+        ("typed-heap-canonical-p2", "pojo"),
+    ],
+)
+def test_the_column_wise_path_gives_the_row_paths_table(case: str, state: str) -> None:
     from keygroup_cli.flink.io.stream_source import StreamSource
     from keygroup_cli.flink.keyed_values import state_codecs
     from keygroup_cli.flink.savepoint import open_savepoint
     from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
     from keygroup_cli.flink.state_tables import _column_batch, _split_by_state, _typed_batch, state_schema
 
-    savepoint = open_savepoint(FLINK_FIXTURES / "rocksdb-canonical-snappy-p2-maxp256-string")
+    savepoint = open_savepoint(FLINK_FIXTURES / case)
     taken = 0
     for streams in savepoint.keyed_streams.values():
         for stream in streams:
             codecs = state_codecs(stream)
             with StreamSource(stream.handle.delegate, savepoint.directory) as src:
-                for batch in decode_keyed_file(src, stream.handle, stream.layout, compressed=True):
+                compressed = stream.header.compressed
+                for batch in decode_keyed_file(src, stream.handle, stream.layout, compressed=compressed):
                     for name, rows in _split_by_state(batch):
                         if name != state:
                             continue
@@ -51,5 +62,19 @@ def test_the_column_wise_path_gives_the_row_paths_table(state: str) -> None:
                         if fast is not None:
                             taken += 1
                             assert fast.equals(slow)
-    # Long values and List<Long> go column-wise; a map (user key and null flag) keeps the row path.
-    assert (taken > 0) == (state != "buckets")
+    # Fixed-size values, lists of them and byte[] go column-wise; maps and POJOs keep the row path.
+    assert (taken > 0) == (state not in ("buckets", "pojo"))
+
+
+def test_strings_go_column_wise_only_when_short_and_ascii() -> None:
+    from keygroup_cli.flink.state.serializers import write_string
+    from keygroup_cli.flink.state_tables import _prefixed_column
+
+    short = ["a", "key-42", "x" * 126, ""]
+    assert (
+        _prefixed_column(pa.array([write_string(t) for t in short], pa.binary()), "string").to_pylist()
+        == short
+    )
+    for texts in (["é"], ["x" * 127]):
+        assert _prefixed_column(pa.array([write_string(t) for t in texts], pa.binary()), "string") is None
+    assert _prefixed_column(pa.array([b"\x00\x00\x00\x02ab", b"\x00\x00\x00\x05ab"]), "bytes") is None
