@@ -36,7 +36,14 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_values import find_operator, state_codecs, typed_entry
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.values import LIST_DELIMITER, StateCodecs, fixed_width, prefixed_kind
+from keygroup_cli.flink.state.values import (
+    LIST_DELIMITER,
+    Codec,
+    NotDecodable,
+    StateCodecs,
+    fixed_width,
+    prefixed_kind,
+)
 from keygroup_cli.storage.locations import Location
 
 OnProgress = Callable[[str, int, "int | None"], None]
@@ -82,7 +89,7 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
             key = codecs.key.to_arrow(codecs.key.decode(key))
         columns["key"].append(key)
         if "namespace" in columns:
-            columns["namespace"].append(None if entry.note else codecs.namespace.to_arrow(entry.namespace))
+            columns["namespace"].append(_part(codecs.namespace, row["namespace"]))
         if codecs.kind == "timer":
             columns["timestamp"].append(entry.timestamp)
             columns["undecoded"].append(None)
@@ -91,7 +98,9 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
         if "user_key" in columns:
             assert codecs.user_key is not None
             opaque_key = bool(codecs.user_key.reason)
-            columns["user_key"].append(entry.user_key if opaque_key else _typed(codecs.user_key, entry))
+            columns["user_key"].append(
+                row["user_key"] if opaque_key else _part(codecs.user_key, row["user_key"])
+            )
         opaque = bool(value_codec.reason)
         if entry.note and not opaque:
             columns["value"].append(None)
@@ -233,8 +242,14 @@ def _fixed_bytes(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(raw[starts[:, None] + np.arange(width, dtype=np.int64)])
 
 
-def _typed(codec: Any, entry: Any) -> Any:
-    return None if entry.note else codec.to_arrow(entry.user_key)
+def _part(codec: Codec, raw: bytes | None) -> Any:
+    """Decode a namespace or user key on its own (null where it does not decode: the row keeps its bytes)."""
+    if raw is None:
+        return None
+    try:
+        return codec.to_arrow(codec.decode(raw))
+    except NotDecodable:
+        return None
 
 
 def typed_states(savepoint: Savepoint, operator: str) -> tuple[TypedState, ...]:
