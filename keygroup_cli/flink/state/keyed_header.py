@@ -100,6 +100,7 @@ SIMPLE_SNAPSHOTS = frozenset(
     )
 )
 
+#: ``LinkedOptionalMapSerializer.HEADER``.
 _CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -295,11 +296,21 @@ class _Grammar:
             yield SerializerSnapshot(name, version, self.data[pos:p]), p
             return
         if name == POJO_SNAPSHOT:
+            # The frames make a POJO's and a Kryo snapshot's end certain: the only alternative (backtracking
+            # over it would also accept a split inside it, its field snapshots read as the next serializers).
             for (nested, names), q in self._pojo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested, nested_names=names), q
+            return
         if name == KRYO_SNAPSHOT:
             for q in self._kryo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q]), q
+            return
+        delimited = _DELIMITED.get((name, version))
+        if delimited is not None:
+            # A body whose end its own bytes give (an enum's constants): the only alternative.
+            q = delimited(self, p)
+            yield SerializerSnapshot(name, version, self.data[pos:q]), q
+            return
         if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
             for nested, q in self._composite(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -453,6 +464,17 @@ class _Grammar:
             for rest, q in self.meta_infos(p, count - 1):
                 yield (info, *rest), q
 
+    def enum_end(self, pos: int) -> int:
+        """``EnumSerializerSnapshot`` (version 3): class name, int count, each constant's name."""
+        _name, pos = self.utf_at(pos)
+        count = self.int_at(pos)
+        if not 0 <= count <= 1 << 16:
+            raise _Fail
+        pos += 4
+        for _ in range(count):
+            _constant, pos = self.utf_at(pos)
+        return pos
+
     def short_at(self, pos: int) -> int:
         if pos + 2 > self.limit:
             raise _Fail
@@ -461,6 +483,15 @@ class _Grammar:
 
     def short_at_or(self, pos: int, default: int) -> int:
         return int(_SHORT.unpack_from(self.data, pos)[0]) if pos + 2 <= self.limit else default
+
+
+#: Snapshot bodies whose end their own bytes give, by (class, version).
+_DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
+    (
+        "org.apache.flink.api.common.typeutils.base.EnumSerializer$EnumSerializerSnapshot",
+        3,
+    ): _Grammar.enum_end,
+}
 
 
 def _first(alternatives: Iterator[tuple[_G, int]], end: int | None) -> tuple[_G, int] | None:
@@ -516,6 +547,24 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
     (key, states), pos = found
     _check_keyed_states(states, source)
     return KeyedStateHeader(version, compressed, key, states, pos)
+
+
+def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
+    """Parse one ``writeVersionedSnapshot`` (class name, version, body) that fills ``data`` exactly.
+
+    For snapshots framed with their length, e.g. a POJO field's in ``PojoSerializerSnapshotData``.
+
+    Raises:
+        InvalidSnapshotError: The bytes are not one serializer snapshot.
+    """
+    grammar = _Grammar(data, len(data))
+    try:
+        found = _first(grammar.versioned(0), len(data))
+    except _GiveUp:
+        found = None
+    if found is None:
+        raise InvalidSnapshotError(f"{source}: not a serializer snapshot", code="FLINK_STATE_HEADER_CORRUPT")
+    return found[0]
 
 
 def read_operator_header(data: bytes, source: str, end: int | None = None) -> OperatorStateHeader:

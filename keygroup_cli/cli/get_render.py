@@ -1,0 +1,113 @@
+"""Render ``kg get``'s result: one JSON document, or a block of lines per key."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+
+from keygroup_cli.flink.keyed_values import KeyLookup, KeyState, StateEntry
+from keygroup_cli.flink.state.values import TtlValue
+
+
+def plain(value: Any) -> Any:
+    """Return a decoded value as JSON data: bytes as base64, TTL values as ``{value, ttl_last_access}``.
+
+    Non-finite floats become the strings ``NaN``, ``Infinity`` and ``-Infinity`` (JSON has no such numbers).
+    """
+    if isinstance(value, TtlValue):
+        return {"value": plain(value.value), "ttl_last_access": value.last_access}
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+def _entry(entry: StateEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"namespace": plain(entry.namespace)}
+    if entry.kind == "timer":
+        out["timestamp"] = entry.timestamp
+    else:
+        if entry.kind == "map":
+            out["user_key"] = plain(entry.user_key)
+        out["value"] = plain(entry.value)
+    if entry.note:
+        out["note"] = entry.note
+    return out
+
+
+def _key(state: KeyState) -> dict[str, Any]:
+    states: dict[str, Any] = {}
+    for entry in state.entries:
+        states.setdefault(entry.state, {"kind": entry.kind, "entries": []})["entries"].append(_entry(entry))
+    return {
+        "key": state.key,
+        "key_group": state.key_group,
+        "subtask": state.subtask,
+        "found": state.found,
+        "states": states,
+    }
+
+
+def lookup_document(lookup: KeyLookup) -> dict[str, Any]:
+    """Return ``kg get --json``'s document (without ``schema_version`` and ``command``)."""
+    return {
+        "savepoint": lookup.savepoint,
+        "operator": {"uid": lookup.operator_uid, "operator_id": lookup.operator_id},
+        "key_type": lookup.key_type,
+        "key_serializer": lookup.key_serializer,
+        "max_parallelism": lookup.max_parallelism,
+        "layout_note": lookup.layout_note,
+        "states": [
+            {"name": s.name, "kind": s.kind, "type": s.type_name, "notes": list(s.notes)}
+            for s in lookup.states
+        ],
+        "keys": [_key(k) for k in lookup.keys],
+    }
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return "0x" + value.hex() if value else "0x (empty)"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(plain(value), ensure_ascii=False, default=str)
+
+
+def print_lookup(console: Console, lookup: KeyLookup) -> None:
+    """Print each key's states: one line per value, list, map entry or timer."""
+
+    def line(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    notes = {s.name: s.notes for s in lookup.states}
+    label = lookup.operator_uid or lookup.operator_id
+    for state in lookup.keys:
+        where = f"key group {state.key_group}, subtask {state.subtask}"
+        if not state.found:
+            line(f"{label} key {_text(state.key)} ({lookup.key_type}): no state ({where})")
+            continue
+        line(f"{label} key {_text(state.key)} ({lookup.key_type}), {where}")
+        width = max(len(e.state) for e in state.entries)
+        for entry in state.entries:
+            ns = "" if entry.namespace is None else f" [namespace {_text(entry.namespace)}]"
+            if entry.kind == "timer":
+                shown = f"timer at {entry.timestamp}"
+            elif entry.kind == "map":
+                shown = f"{_text(entry.user_key)} -> {_text(entry.value)}"
+            else:
+                shown = _text(entry.value)
+            line(f"  {entry.state:<{width}}  {entry.kind:<5} {shown}{ns}")
+        for name in dict.fromkeys(e.state for e in state.entries):
+            for note in notes.get(name, ()):
+                line(f"  note: {name}: {note}")
+    if lookup.layout_note:
+        line(f"note: {lookup.layout_note}")
