@@ -31,7 +31,11 @@ from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import ChangelogBackendHandle, IncrementalKeyedHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import (
+    ChangelogBackendHandle,
+    IncrementalKeyedHandle,
+    OperatorStateHandle,
+)
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
@@ -128,8 +132,8 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                     job = job if re.fullmatch(r"[0-9a-f]{32}", job) else "<job id>"
                     raise UnsupportedFormatError(
                         f"{where}: a checkpoint of the changelog state backend (state.changelog.enabled: "
-                        f"operator {op.label!r} has a {kind}), whose state changelog kg does not replay; take a "
-                        f"savepoint of the job instead: flink savepoint --type canonical {job}",
+                        f"operator {op.label!r} has a {kind}), whose state changelog kg does not replay; "
+                        f"take a savepoint of the job instead: flink savepoint --type canonical {job}",
                         code="FLINK_NOT_CANONICAL",
                     )
                 raise UnsupportedFormatError(

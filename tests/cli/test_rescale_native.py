@@ -42,7 +42,8 @@ def test_native_output_of_a_snappy_canonical_savepoint(kg, tmp_path):
     out = tmp_path / "out"
     result = kg("rescale", source, "--to", "4", "--out", out, "--engine", "local", "--format", "native", "-q")
     assert result.exit_code == 0, result.stderr
-    handles = [s.managed_keyed_state for op in read_flink_metadata(out).metadata.operators for s in op.subtasks]
+    operators = read_flink_metadata(out).metadata.operators
+    handles = [s.managed_keyed_state for op in operators for s in op.subtasks]
     native = [h for h in handles if isinstance(h, IncrementalKeyedHandle)]
     assert len(native) == 2 * 4
     result = kg("verify", out)
