@@ -5,9 +5,8 @@ files in ``shared/``, named by absolute paths under the directory Flink wrote th
 savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state (fixtures/flink/README.md).
 
 - ForSt restores each ForSt fixture as it is: what the job's expected-state.json says (ForSt's own restore).
-- A HashMap job restores kg's canonical rescale (p 3 -> 4, maxParallelism 128 -> 256) of a ForSt savepoint
-  and of the ForSt checkpoint.
-- A ForSt job restores kg's NATIVE rescale of ForSt inputs: p 3 -> 4 with maxParallelism 128 -> 256 (keys
+- A HashMap job restores kg's canonical rescale (p 3 -> 4, maxParallelism 128 -> 256) of a ForSt savepoint.
+- A ForSt job restores kg's NATIVE rescale of ForSt inputs (the savepoints and the checkpoint): p 3 -> 4 with maxParallelism 128 -> 256 (keys
   re-hashed) and at the same maxParallelism (key groups copied as bytes); a RocksDB job restores kg's NATIVE
   rescale of the RocksDB input. The same NATIVE output is restored by the other backend as well: one output
   serves both, as Flink's own NATIVE savepoints of the two backends do (the ForSt fixtures are restored by
@@ -44,7 +43,6 @@ RESTORES: dict[str, tuple[str, tuple[str, int | None] | None, str, int, int]] = 
     "rocksdb-restores-forst-savepoint": (FORST_LONG, None, "rocksdb", 3, 128),
     "forst-restores-rocksdb-savepoint": (ROCKSDB_LONG, None, "forst", 3, 128),
     "hashmap-canonical-of-forst": (FORST_STRING, ("canonical", 256), "hashmap", 4, 256),
-    "hashmap-canonical-of-forst-checkpoint": (FORST_CHECKPOINT, ("canonical", 256), "hashmap", 4, 256),
     "forst-native-of-forst-m256": (FORST_STRING, ("native", 256), "forst", 4, 256),
     "rocksdb-native-of-forst-m256": (FORST_STRING, ("native", 256), "rocksdb", 4, 256),
     "forst-native-of-forst-same-maxp": (FORST_LONG, ("native", None), "forst", 4, 128),
