@@ -6,11 +6,11 @@ savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state
 
 - ForSt restores each ForSt fixture as it is: what the job's expected-state.json says (ForSt's own restore).
 - A HashMap job restores kg's canonical rescale (p 3 -> 4, maxParallelism 128 -> 256) of a ForSt savepoint.
-- A ForSt job restores kg's NATIVE rescale of ForSt inputs (the savepoints and the checkpoint): p 3 -> 4 with maxParallelism 128 -> 256 (keys
-  re-hashed) and at the same maxParallelism (key groups copied as bytes); a RocksDB job restores kg's NATIVE
-  rescale of the RocksDB input. The same NATIVE output is restored by the other backend as well: one output
-  serves both, as Flink's own NATIVE savepoints of the two backends do (the ForSt fixtures are restored by
-  RocksDB and the RocksDB one by ForSt too).
+- A ForSt job restores kg's NATIVE rescale of ForSt inputs (the savepoints and the checkpoint): p 3 -> 4
+  with maxParallelism 128 -> 256 (keys re-hashed) and at the same maxParallelism (key groups copied as
+  bytes); a RocksDB job restores kg's NATIVE rescale of the RocksDB input.
+- The same NATIVE output is restored by the other backend as well: one output serves both, as Flink's own
+  NATIVE savepoints of the two backends do (RocksDB restores the ForSt fixture, ForSt the RocksDB one).
 - A job that sets no maxParallelism restores kg's NATIVE output at the savepoint's maxParallelism (256).
 
 Every restore of this module runs in one JVM (marker ``flink``).
