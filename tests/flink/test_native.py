@@ -26,7 +26,14 @@ from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from tests.flink.conftest import RestoreRunner
-from tests.flink.harness import CASES, Dump, RestoreRequest, assert_restored_like_expected, case_json
+from tests.flink.harness import (
+    CASES,
+    Dump,
+    RestoreRequest,
+    assert_restored_like_expected,
+    case_json,
+    relocated_checkpoint,
+)
 
 pytestmark = pytest.mark.flink
 
@@ -72,7 +79,9 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, in
 
 @pytest.fixture(scope="module")
 def restored(
-    restore_savepoints: RestoreRunner, outputs: dict[tuple[str, str, int | None], Path]
+    restore_savepoints: RestoreRunner,
+    outputs: dict[tuple[str, str, int | None], Path],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Dump]:
     requests = []
     for case, kg, backend, p, max_p in RESTORES.values():
@@ -80,6 +89,8 @@ def restored(
             "long" if case_json(case, "flink-report.json")["job"]["keyType"] == "java.lang.Long" else "string"
         )
         source = _input(case) if kg is None else outputs[(case, *kg)]
+        if kg is None and case == FORST_CHECKPOINT:  # Flink reads shared/ only at its absolute paths
+            source = relocated_checkpoint(source, tmp_path_factory.mktemp("relocated") / "chk-2").parent
         requests.append(RestoreRequest(source, p, max_p, key_type, backend))
     return dict(zip(RESTORES, restore_savepoints(requests), strict=True))
 

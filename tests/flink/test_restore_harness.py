@@ -39,7 +39,12 @@ from tests.flink.harness import (
 
 pytestmark = pytest.mark.flink
 
-ALL_CASES = sorted(p.name for p in CASES.iterdir() if (p / "expected-state.json").is_file())
+#: Restored elsewhere: the ForSt checkpoint names its shared/ files by the generator's absolute paths
+#: (tests/flink/test_native.py relocates it), and the changelog checkpoint is there to be refused.
+NOT_HERE = ("forst-checkpoint-p3-maxp128-long", "changelog-checkpoint-p2-maxp128-string")
+ALL_CASES = sorted(
+    p.name for p in CASES.iterdir() if (p / "expected-state.json").is_file() and p.name not in NOT_HERE
+)
 
 
 def _json(case: str, name: str) -> Any:
