@@ -141,7 +141,11 @@ def test_restore_at_own_parallelism_dumps_expected_state_exactly(dumps: dict[str
     dump = _restored(dumps, f"own:{case}")
     expected = _json(case, "expected-state.json")
     job = _json(case, "flink-report.json")["job"]
-    backend = {"hashmap": "HeapKeyedStateBackend", "rocksdb": "RocksDBKeyedStateBackend"}[job["stateBackend"]]
+    backend = {
+        "hashmap": "HeapKeyedStateBackend",
+        "rocksdb": "RocksDBKeyedStateBackend",
+        "forst": "ForStSyncKeyedStateBackend",
+    }[job["stateBackend"]]
 
     for op in KEYED_OPERATORS:
         subtasks = dump["keyedOperators"][op]["subtasks"]
