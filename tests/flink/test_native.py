@@ -6,9 +6,9 @@ savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state
 
 - ForSt restores each ForSt fixture as it is: what the job's expected-state.json says (ForSt's own restore).
 - A HashMap job restores kg's canonical rescale (p 3 -> 4, maxParallelism 128 -> 256) of a ForSt savepoint.
-- A ForSt job restores kg's NATIVE rescale of ForSt inputs (the savepoints and the checkpoint): p 3 -> 4
-  with maxParallelism 128 -> 256 (keys re-hashed) and at the same maxParallelism (key groups copied as
-  bytes); a RocksDB job restores kg's NATIVE rescale of the RocksDB input.
+- A ForSt job restores kg's NATIVE rescale of ForSt inputs (the savepoint and the checkpoint): p 3 -> 4
+  with maxParallelism 128 -> 256 (keys re-hashed; key groups copied as bytes at the same maxParallelism:
+  tests/flink/test_native_versions.py); a RocksDB job restores kg's NATIVE rescale of the RocksDB input.
 - The same NATIVE output is restored by the other backend as well: one output serves both, as Flink's own
   NATIVE savepoints of the two backends do (RocksDB restores the ForSt fixture, ForSt the RocksDB one).
 - A job that sets no maxParallelism restores kg's NATIVE output at the savepoint's maxParallelism (256).
@@ -52,7 +52,6 @@ RESTORES: dict[str, tuple[str, tuple[str, int | None] | None, str, int, int]] = 
     "hashmap-canonical-of-forst": (FORST_STRING, ("canonical", 256), "hashmap", 4, 256),
     "forst-native-of-forst-m256": (FORST_STRING, ("native", 256), "forst", 4, 256),
     "rocksdb-native-of-forst-m256": (FORST_STRING, ("native", 256), "rocksdb", 4, 256),
-    "forst-native-of-forst-same-maxp": (FORST_LONG, ("native", None), "forst", 4, 128),
     "forst-native-of-forst-checkpoint-m256": (FORST_CHECKPOINT, ("native", 256), "forst", 4, 256),
     "rocksdb-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256), "rocksdb", 4, 256),
     "forst-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256), "forst", 4, 256),
