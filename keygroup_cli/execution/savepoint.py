@@ -59,6 +59,7 @@ from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepo
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
@@ -269,6 +270,8 @@ def plan_savepoint_rescale(
         raise InvalidArgumentError(
             "--format native writes into a local staging directory, not to an object store"
         )
+    if native:
+        load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
     preflight(
         savepoint,
         request.new_parallelism,

@@ -7,6 +7,7 @@ option, its refusals (one line, exit code), and a real changelog-backend checkpo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
@@ -48,3 +49,12 @@ def test_native_output_of_a_snappy_canonical_savepoint(kg, tmp_path):
     assert len(native) == 2 * 4
     result = kg("verify", out)
     assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def test_native_without_rocksdict_is_refused_before_anything_is_written(kg, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # an import of it now fails
+    source = FLINK / "heap-files-p3-maxp128-long"  # canonical: reading it needs no binding
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--format", "native", "--json")
+    assert result.exit_code == 6
+    assert result.json()["error"]["code"] == "ROCKSDB_BINDING_MISSING"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging, no scratch
