@@ -100,6 +100,19 @@ _ENVIRONMENT_ERRNOS = {
 }
 
 
+def no_snapshot_error(path: object) -> InvalidSnapshotError:
+    """Return the one error every command gives for a path holding neither a savepoint nor a kg snapshot.
+
+    The Flink and kg formats each look for their own commit file; where neither is there, both say the
+    same (``SNAPSHOT_NOT_FOUND``, exit 3), whichever format the command tried first.
+    """
+    return InvalidSnapshotError(
+        f"{path}: not a Flink savepoint or checkpoint, nor a kg snapshot (no _metadata file, no chk-N "
+        "directory, no _manifest.json; an uncommitted write has none of them)",
+        code="SNAPSHOT_NOT_FOUND",
+    )
+
+
 def environment_error(exc: OSError, dest: object = None) -> KgError | None:
     """Return the ``KgError`` for an ``OSError`` the file system raised, or None if kg should not have.
 

@@ -94,6 +94,24 @@ FINDING_CODES: dict[str, str] = {
     "STATE_UNDECLARED": "A row names a state the operator does not declare with that kind.",
     "UNEVEN_KEY_GROUPS": "The busiest subtask owns clearly more key groups than the mean.",
     "UNION_REPLICAS_DIFFER": "A union state marked replicated holds different lists on different subtasks.",
+    "UPGRADE_KRYO_STATE": (
+        "A 1.x savepoint's state is Kryo-serialized (Kryo 2); Flink 2.x (Kryo 5) restores it wrong or fails."
+    ),
+    "UPGRADE_LEGACY_KAFKA_CONSUMER": (
+        "FlinkKafkaConsumer's offsets: no operator of a Flink 2.x job restores them."
+    ),
+    "UPGRADE_LEGACY_KINESIS_CONSUMER": (
+        "FlinkKinesisConsumer's shard positions: the Flink 2.x Kinesis connector cannot restore them."
+    ),
+    "UPGRADE_NOT_JUDGED": "The upgrade gate could not read an operator's serializer snapshots.",
+    "UPGRADE_POJO_COLLECTION_FIELD": (
+        "A 1.x POJO field declared as a Java collection was Kryo; Flink 2.x refuses the restore."
+    ),
+    "UPGRADE_SAME_MAJOR": (
+        "The savepoint's and the target's Flink major versions leave the upgrade gate nothing to judge."
+    ),
+    "UPGRADE_SCALA_SERIALIZER": "State serialized with Flink's Scala API, which Flink 2.0 removed.",
+    "UPGRADE_SERIALIZER_UNCHECKED": "A serializer snapshot kg cannot see inside (Avro, custom): not judged.",
 }
 
 

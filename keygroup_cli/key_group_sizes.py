@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.keygroups import skew, subtask_ranges
 from keygroup_cli.planning import advise_parallelism, key_group_owners, key_group_weights
 from keygroup_cli.storage.locations import Location
@@ -242,12 +243,16 @@ def parallelism_range(
 
 
 def key_group_sizes(
-    path: str | os.PathLike[str], *, minimum: int | None = None, maximum: int | None = None
+    path: str | os.PathLike[str] | FlinkSnapshot,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
 ) -> KeyGroupSizesReport:
     """Size every key group of every keyed operator of a savepoint, checkpoint or kg snapshot.
 
     Args:
-        path: Anything ``summary.summarize`` accepts.
+        path: Anything ``summary.summarize`` accepts, or a savepoint opened already (``open_savepoint``,
+            ``Summary.savepoint``): its ``_metadata`` is not read again.
         minimum: Smallest parallelism judged (default 2, see ``parallelism_range``).
         maximum: Largest parallelism judged (default ``max(4p, 32)``), clipped to each maxParallelism.
 
@@ -258,6 +263,8 @@ def key_group_sizes(
     """
     from keygroup_cli.summary import is_kg_snapshot
 
+    if isinstance(path, FlinkSnapshot):
+        return _from_flink(path, minimum, maximum)
     if is_kg_snapshot(path):
         from keygroup_cli.snapshot.download import readable_snapshot
 
@@ -267,12 +274,12 @@ def key_group_sizes(
 
 
 def _from_flink(
-    path: str | os.PathLike[str], minimum: int | None, maximum: int | None
+    path: str | os.PathLike[str] | FlinkSnapshot, minimum: int | None, maximum: int | None
 ) -> KeyGroupSizesReport:
-    from keygroup_cli.flink.metadata.locate import read_flink_metadata
+    from keygroup_cli.flink.savepoint import open_savepoint
     from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
 
-    snapshot = read_flink_metadata(path)
+    snapshot = path if isinstance(path, FlinkSnapshot) else open_savepoint(path)
     operators = []
     warnings: list[str] = []
     for op in snapshot.metadata.operators:

@@ -26,7 +26,7 @@ from keygroup_cli.keygroups import (
     subtask_ranges,
 )
 from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
-from keygroup_cli.snapshot.model import Manifest, Operator, Snapshot
+from keygroup_cli.snapshot.model import Operator, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,8 +345,21 @@ class RescalePlan:
         return tuple(op for op in self.operators if op.rescaled)
 
 
+class OperatorSet(Protocol):
+    """What a plan is made from: an input's id and its operators.
+
+    A kg ``Manifest``, or a savepoint's operators as ``convert.operator_tables`` takes them (no manifest).
+    """
+
+    @property
+    def snapshot_id(self) -> int: ...  # noqa: D102
+
+    @property
+    def operators(self) -> tuple[Operator, ...]: ...  # noqa: D102
+
+
 def plan_rescale(
-    snapshot: Snapshot | Manifest,
+    snapshot: Snapshot | OperatorSet,
     new_parallelism: int,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
@@ -358,8 +371,8 @@ def plan_rescale(
     """Plan the rescale of ``snapshot`` to ``new_parallelism`` without reading keyed data.
 
     Args:
-        snapshot: The opened input snapshot, or a manifest alone with ``operator_state_counts`` (a
-            savepoint's operator state held in memory).
+        snapshot: The opened input snapshot, or its operators alone (a ``Manifest``, or a savepoint's
+            operator state held in memory) with ``operator_state_counts``.
         new_parallelism: The new parallelism of the selected operators.
         operators: uids or operator ids to rescale; None rescales every operator. The others are kept.
         new_max_parallelism: A new maxParallelism for the selected operators (keys are re-hashed).
@@ -375,7 +388,7 @@ def plan_rescale(
             ``expected_parallelism``.
         UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
     """
-    manifest = snapshot if isinstance(snapshot, Manifest) else snapshot.manifest
+    manifest = snapshot.manifest if isinstance(snapshot, Snapshot) else snapshot
     if with_state is None:
         with_state = {op.operator_id for op in manifest.operators if op.files}
     selected = select_operators(
@@ -401,7 +414,7 @@ def plan_rescale(
 
 
 def _rescale_operator(
-    snapshot: Snapshot | Manifest,
+    snapshot: Snapshot | OperatorSet,
     op: Operator,
     target: int,
     new_max: int,
@@ -425,7 +438,7 @@ def _rescale_operator(
     if any(not s.is_keyed for s in op.states) and op.operator_files:
         counts = operator_state_counts
         if counts is None:
-            assert isinstance(snapshot, Snapshot), "a manifest alone needs operator_state_counts"
+            assert isinstance(snapshot, Snapshot), "operators alone need operator_state_counts"
             counts = _operator_state_counts(snapshot, op)
         operator_state = redistribute_operator_state(op.states, counts, target)
     return OperatorPlan(

@@ -35,6 +35,7 @@ from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.state.keyed_header import (
     KeyedStateHeader,
+    SerializerSnapshot,
     StateMetaInfo,
     check_handle_states,
     operator_header_end,
@@ -65,6 +66,9 @@ class StateSummary:
     known_serializer: bool = True
     #: Elements of an operator list state, summed over subtasks (None for keyed and broadcast state).
     elements: int | None = None
+    #: The state's serializer snapshots by role (``VALUE_SERIALIZER``, ``NAMESPACE_SERIALIZER``, …) as its
+    #: header records them (Flink only; empty for kg snapshots).
+    serializers: tuple[tuple[str, SerializerSnapshot], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,8 @@ class OperatorSummary:
     states: tuple[StateSummary, ...] | None
     subtasks: tuple[SubtaskSummary, ...]
     key_serializer: str | None = None
+    #: The key serializer's snapshot as a keyed header records it (Flink only).
+    key_serializer_snapshot: SerializerSnapshot | None = None
     files: int = 0
     coordinator_state_bytes: int = 0
     handle_kind: str | None = None
@@ -247,7 +253,7 @@ def _summarize_flink_operator(
     files: set[str] = set()
     subtasks = []
     states: dict[str, StateSummary] = {}
-    key_serializer = None
+    key_serializer: SerializerSnapshot | None = None
     handle_kinds = set()
     for sub in op.subtasks:
         sub_files = _files_of(sub, directory)
@@ -275,7 +281,8 @@ def _summarize_flink_operator(
         has_keyed_state=op.has_keyed_state,
         states=tuple(states.values()) if cache is not None else None,
         subtasks=tuple(subtasks),
-        key_serializer=key_serializer,
+        key_serializer=None if key_serializer is None else key_serializer.serializer_name,
+        key_serializer_snapshot=key_serializer,
         files=len(files),
         coordinator_state_bytes=0 if op.coordinator_state is None else op.coordinator_state.size,
         handle_kind=", ".join(sorted(handle_kinds)) or None,
@@ -361,14 +368,13 @@ def _prefetch_headers(metadata: object, directory: Path | Location, cache: Prefi
 
 def _collect_states(
     sub: object, directory: Path | Location, states: dict[str, StateSummary], cache: PrefixCache
-) -> str | None:
+) -> SerializerSnapshot | None:
     """Add the states named in a subtask's state-file headers to ``states``; return the key serializer."""
     assert isinstance(sub, SubtaskState)
     key_serializer = None
     header = _keyed_header(sub.managed_keyed_state, directory, cache)
     if header is not None:
-        if header.key_serializer is not None:
-            key_serializer = header.key_serializer.serializer_name
+        key_serializer = header.key_serializer
         for info in header.states or ():
             if info.name not in states:
                 value = info.serializer("VALUE_SERIALIZER")
@@ -377,6 +383,7 @@ def _collect_states(
                     info.kind,
                     None if value is None else value.serializer_name,
                     value is None or value.known,
+                    serializers=info.serializers,
                 )
     for op_handle in (sub.managed_operator_state, sub.raw_operator_state):
         if op_handle is not None:
@@ -424,6 +431,7 @@ def _collect_operator_states(
             (previous.serializer if previous else None) or (None if value is None else value.serializer_name),
             value is None or value.known,
             elements,
+            (previous.serializers if previous else ()) or (() if meta is None else meta.serializers),
         )
 
 

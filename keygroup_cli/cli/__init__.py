@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "generate": "generate",
     "inspect": "inspect",
     "key": "key",
+    "migrate": "migrate",
     "plan": "plan",
     "ranges": "ranges",
     "rescale": "rescale",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +37,7 @@ from keygroup_cli.flink.metadata.handles import (
     OperatorStateHandle,
 )
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
@@ -197,7 +197,7 @@ def native_savepoint_kind(snapshot: FlinkSnapshot) -> str:
     return "a NATIVE savepoint holding " + " and ".join(sorted(kinds))
 
 
-def _operator_stream(
+def operator_stream(
     snapshot: Savepoint, operator_id: str, subtask: int, handle: OperatorStateHandle
 ) -> tuple[bytes, OperatorStateHeader, pa.Table]:
     """Return one operator-state stream's header bytes, header and rows, as the opened savepoint has them.
@@ -309,124 +309,8 @@ def decode_savepoint(
     snapshot = Savepoint.of(snapshot)
     origin = origin or snapshot
     meta = snapshot.metadata
-    total = sum(len(op.subtasks) for op in meta.operators)
-    done = 0
-    keyed_rows = operator_rows = keyed_count = operator_count = size = 0
-    operators: list[Operator] = []
-    for op in meta.operators:
-        where = f"{snapshot.metadata_path}: operator {op.label!r}"
-        op_dir: str | None = None
-        keyed_headers: list[tuple[int, bytes]] = []
-        operator_headers: list[tuple[int, bytes]] = []
-        keyed_files: list[KeyedFile] = []
-        operator_files: list[OperatorFile] = []
-        states: dict[str, str] = {}
-        key_type: str | None = None
-        key_serializer: str | None = None
-        keyed_compressed = operator_compressed = False
-        for sub in op.subtasks:
-            handle = sub.managed_keyed_state
-            if keyed and isinstance(handle, KeyGroupsHandle):
-                op_dir = op_dir or sink.operator_dir(op.uid, op.operator_id)
-                with StreamSource(handle.delegate, snapshot.directory) as src:
-                    raw, header = keyed_header(src, handle)
-                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
-                    if key_type is not None and layout.codec.key_type != key_type:
-                        raise InvalidSnapshotError(
-                            f"{where}: subtasks disagree on the key serializer",
-                            code="FLINK_STATE_INCONSISTENT",
-                        )
-                    key_type = layout.codec.key_type
-                    key_serializer = layout.codec.serializer_class
-                    keyed_compressed = header.compressed
-                    keyed_headers.append((sub.index, raw))
-                    for s in layout.states:
-                        states.setdefault(s.name, s.kind)
-                    expected = key_group_range_for_operator_index(
-                        op.max_parallelism, op.parallelism, sub.index
-                    )
-                    if (handle.key_group_start, handle.key_group_end) != (expected.start, expected.end):
-                        raise InvalidSnapshotError(
-                            f"{where}: subtask {sub.index} holds key groups [{handle.key_group_start}, "
-                            f"{handle.key_group_end}], not Flink's range "
-                            f"[{expected.start}, {expected.end}]",
-                            code="KEY_GROUP_RANGE_MISMATCH",
-                        )
-                    batches = _checked(
-                        decode_keyed_file(src, handle, layout, compressed=header.compressed),
-                        layout.codec.key_type,
-                        op.max_parallelism,
-                        src.source,
-                    )
-                    entry = sink.write_keyed(
-                        op_dir,
-                        sub.index,
-                        batches,
-                        key_type=layout.codec.key_type,
-                        key_groups=expected,
-                        state_names=[s.name for s in layout.states],
-                    )
-                keyed_files.append(entry)
-                keyed_rows += entry.rows
-                size += entry.bytes
-            op_handle = sub.managed_operator_state
-            if op_handle is not None:
-                op_dir = op_dir or sink.operator_dir(op.uid, op.operator_id)
-                raw, op_header, table = _operator_stream(snapshot, op.operator_id, sub.index, op_handle)
-                operator_compressed = op_header.compressed
-                operator_headers.append((sub.index, raw))
-                for e in op_handle.states:
-                    states.setdefault(e.name, KIND_BY_MODE[e.mode])
-                for info in (op_header.states or ()) + (op_header.broadcast_states or ()):
-                    states.setdefault(info.name, info.kind)
-                entry_op = sink.write_operator(op_dir, sub.index, table)
-                operator_files.append(entry_op)
-                operator_rows += entry_op.rows
-                size += entry_op.bytes
-            done += 1
-            report("convert", done, total)
-        extension: dict[str, Any] = {
-            "source_parallelism": op.parallelism,
-            "source_max_parallelism": op.max_parallelism,
-            "coordinator_state": None
-            if op.coordinator_state is None
-            else {
-                "handle_name": op.coordinator_state.handle_name,
-                "bytes": _b64(op.coordinator_state.data),
-            },
-        }
-        if op.fully_finished:
-            extension["fully_finished"] = True
-        finished = [s.index for s in op.subtasks if s.finished]
-        if finished:
-            extension["finished_subtasks"] = finished
-        if keyed_headers:
-            extension["keyed"] = {
-                "key_serializer": key_serializer,
-                "compressed": keyed_compressed,
-                "headers": _dedupe(keyed_headers),
-            }
-        if operator_headers:
-            extension["operator_state"] = {
-                "compressed": operator_compressed,
-                "headers": _dedupe(operator_headers),
-            }
-        keyed_count += len(keyed_files)
-        operator_count += len(operator_files)
-        operators.append(
-            Operator(
-                uid=op.uid,
-                operator_id=op.operator_id,
-                name=op.name,
-                parallelism=op.parallelism,
-                max_parallelism=op.max_parallelism,
-                key_type=key_type,
-                states=tuple(StateDescriptor(n, k) for n, k in states.items()),
-                keyed_files=tuple(keyed_files),
-                operator_files=tuple(operator_files),
-                extensions={EXTENSION: extension},
-            )
-        )
+    progress = _Decoded(total=sum(len(op.subtasks) for op in meta.operators), report=report)
+    operators = tuple(_decode_operator(snapshot, op, sink, keyed, progress) for op in meta.operators)
     manifest = Manifest(
         snapshot_id=meta.checkpoint_id,
         created_by=f"kg {__version__}",
@@ -439,7 +323,7 @@ def decode_savepoint(
             if origin.metadata.properties
             else None,
         },
-        operators=tuple(operators),
+        operators=operators,
         extensions={
             EXTENSION: {
                 "version": EXTENSION_VERSION,
@@ -458,12 +342,168 @@ def decode_savepoint(
         str(origin.directory),
         "",
         len(operators),
-        keyed_count,
-        keyed_rows,
-        operator_count,
-        operator_rows,
-        size,
+        progress.keyed_files,
+        progress.keyed_rows,
+        progress.operator_files,
+        progress.operator_rows,
+        progress.bytes,
     )
+
+
+@dataclass
+class _Decoded:
+    """What ``decode_savepoint`` decoded so far, and its progress callback."""
+
+    total: int
+    report: OnProgress
+    done: int = 0
+    keyed_files: int = 0
+    keyed_rows: int = 0
+    operator_files: int = 0
+    operator_rows: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class _OperatorDecode:
+    """One operator's decode under way: its files, states and the headers to save."""
+
+    op: OperatorState
+    where: str
+    directory: str | None = None
+    keyed_headers: list[tuple[int, bytes]] = field(default_factory=list)
+    operator_headers: list[tuple[int, bytes]] = field(default_factory=list)
+    keyed_files: list[KeyedFile] = field(default_factory=list)
+    operator_files: list[OperatorFile] = field(default_factory=list)
+    states: dict[str, str] = field(default_factory=dict)
+    key_type: str | None = None
+    key_serializer: str | None = None
+    keyed_compressed: bool = False
+    operator_compressed: bool = False
+
+    def operator_dir(self, sink: StateSink) -> str:
+        self.directory = self.directory or sink.operator_dir(self.op.uid, self.op.operator_id)
+        return self.directory
+
+
+def _decode_operator(
+    snapshot: Savepoint, op: OperatorState, sink: StateSink, keyed: bool, progress: _Decoded
+) -> Operator:
+    """Decode one operator's subtasks into ``sink``; return its manifest entry, ``flink`` extension too."""
+    decode = _OperatorDecode(op, f"{snapshot.metadata_path}: operator {op.label!r}")
+    for sub in op.subtasks:
+        handle = sub.managed_keyed_state
+        if keyed and isinstance(handle, KeyGroupsHandle):
+            entry = _decode_keyed(snapshot, decode, sub.index, handle, sink)
+            decode.keyed_files.append(entry)
+            progress.keyed_rows += entry.rows
+            progress.bytes += entry.bytes
+        op_handle = sub.managed_operator_state
+        if op_handle is not None:
+            entry_op = _decode_operator_state(snapshot, decode, sub.index, op_handle, sink)
+            decode.operator_files.append(entry_op)
+            progress.operator_rows += entry_op.rows
+            progress.bytes += entry_op.bytes
+        progress.done += 1
+        progress.report("convert", progress.done, progress.total)
+    progress.keyed_files += len(decode.keyed_files)
+    progress.operator_files += len(decode.operator_files)
+    return Operator(
+        uid=op.uid,
+        operator_id=op.operator_id,
+        name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        key_type=decode.key_type,
+        states=tuple(StateDescriptor(n, k) for n, k in decode.states.items()),
+        keyed_files=tuple(decode.keyed_files),
+        operator_files=tuple(decode.operator_files),
+        extensions={EXTENSION: _operator_extension(decode)},
+    )
+
+
+def _decode_keyed(
+    snapshot: Savepoint, decode: _OperatorDecode, index: int, handle: KeyGroupsHandle, sink: StateSink
+) -> KeyedFile:
+    """Decode one subtask's keyed file into ``sink`` (its header kept for the way back)."""
+    op, where = decode.op, decode.where
+    with StreamSource(handle.delegate, snapshot.directory) as src:
+        raw, header = keyed_header(src, handle)
+        layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+        if decode.key_type is not None and layout.codec.key_type != decode.key_type:
+            raise InvalidSnapshotError(
+                f"{where}: subtasks disagree on the key serializer", code="FLINK_STATE_INCONSISTENT"
+            )
+        decode.key_type = layout.codec.key_type
+        decode.key_serializer = layout.codec.serializer_class
+        decode.keyed_compressed = header.compressed
+        decode.keyed_headers.append((index, raw))
+        for s in layout.states:
+            decode.states.setdefault(s.name, s.kind)
+        expected = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
+        if (handle.key_group_start, handle.key_group_end) != (expected.start, expected.end):
+            raise InvalidSnapshotError(
+                f"{where}: subtask {index} holds key groups [{handle.key_group_start}, "
+                f"{handle.key_group_end}], not Flink's range [{expected.start}, {expected.end}]",
+                code="KEY_GROUP_RANGE_MISMATCH",
+            )
+        batches = _checked(
+            decode_keyed_file(src, handle, layout, compressed=header.compressed),
+            layout.codec.key_type,
+            op.max_parallelism,
+            src.source,
+        )
+        return sink.write_keyed(
+            decode.operator_dir(sink),
+            index,
+            batches,
+            key_type=layout.codec.key_type,
+            key_groups=expected,
+            state_names=[s.name for s in layout.states],
+        )
+
+
+def _decode_operator_state(
+    snapshot: Savepoint, decode: _OperatorDecode, index: int, handle: OperatorStateHandle, sink: StateSink
+) -> OperatorFile:
+    """Put one subtask's operator-state rows (decoded when the savepoint was opened) into ``sink``."""
+    raw, header, table = operator_stream(snapshot, decode.op.operator_id, index, handle)
+    decode.operator_compressed = header.compressed
+    decode.operator_headers.append((index, raw))
+    for e in handle.states:
+        decode.states.setdefault(e.name, KIND_BY_MODE[e.mode])
+    for info in (header.states or ()) + (header.broadcast_states or ()):
+        decode.states.setdefault(info.name, info.kind)
+    return sink.write_operator(decode.operator_dir(sink), index, table)
+
+
+def _operator_extension(decode: _OperatorDecode) -> dict[str, Any]:
+    """Return an operator's ``flink`` extension: what the way back needs that kg's rows do not hold."""
+    op = decode.op
+    extension: dict[str, Any] = {
+        "source_parallelism": op.parallelism,
+        "source_max_parallelism": op.max_parallelism,
+        "coordinator_state": None
+        if op.coordinator_state is None
+        else {"handle_name": op.coordinator_state.handle_name, "bytes": _b64(op.coordinator_state.data)},
+    }
+    if op.fully_finished:
+        extension["fully_finished"] = True
+    finished = [s.index for s in op.subtasks if s.finished]
+    if finished:
+        extension["finished_subtasks"] = finished
+    if decode.keyed_headers:
+        extension["keyed"] = {
+            "key_serializer": decode.key_serializer,
+            "compressed": decode.keyed_compressed,
+            "headers": _dedupe(decode.keyed_headers),
+        }
+    if decode.operator_headers:
+        extension["operator_state"] = {
+            "compressed": decode.operator_compressed,
+            "headers": _dedupe(decode.operator_headers),
+        }
+    return extension
 
 
 def _canonical_properties(meta: CheckpointMetadata) -> str | None:

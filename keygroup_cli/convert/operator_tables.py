@@ -1,58 +1,68 @@
 """A savepoint's operator state held in memory: what the savepoint -> savepoint rescale redistributes.
 
 Operator state is small (source offsets, split assignments, broadcast rules), so the rescale of a savepoint
-decodes it on the driver into Arrow tables in the kg operator schema, redistributes those tables as Flink
-does, and encodes the new savepoint's operator-state streams from them. No kg snapshot is written on the
-way (keyed state takes the task pipeline of ``execution.keyed_pipeline``, or is copied as bytes).
+takes it, decoded once when the savepoint was opened (``Savepoint.operator_streams``), as Arrow tables in the
+kg operator schema, redistributes those tables as Flink does, and encodes the new savepoint's operator-state
+streams from them (``flink.rescaled``). No kg snapshot or manifest is made on the way, and headers stay the
+bytes they were read as (keyed state takes the task pipeline of ``execution.keyed_pipeline``, or is copied
+as bytes).
 
-``OperatorTables`` pairs kg's manifest of the savepoint, keyed state left out (``convert.decode_savepoint``
-with ``keyed=False``: states, parallelism, the ``flink`` extension with the operator-state headers), with
-one table per operator-state entry of that manifest. The entries name no file: their ``path`` is the key
-of their table, ``bytes`` the table's Arrow size and ``xxh64`` empty. The savepoint writer reads them
-through the same two calls as a kg snapshot on disk (``operator_table``, ``keyed_batches``).
+``OperatorTables`` holds, per operator, the planner's view of it (``snapshot.model.Operator``: states,
+parallelism, maxParallelism, and one entry per subtask's operator-state rows, keyed state left out) and the
+rows of every entry. The entries name no file: their ``path`` is the key of their table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.convert.from_savepoint import OnProgress, _noop, decode_savepoint
+from keygroup_cli.convert.from_savepoint import OnProgress, _noop, operator_stream
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.findings import first_error
+from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.snapshot import Manifest
-from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
+from keygroup_cli.flink.state.operator_state import KIND_BY_MODE
+from keygroup_cli.snapshot.model import Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.parquet import conform_operator
 
 
 @dataclass(frozen=True, slots=True)
 class OperatorTables:
-    """kg's manifest of a savepoint's operator state and its rows, one table per operator-state entry."""
+    """A savepoint's operators as the planner sees them, and their operator-state rows."""
 
-    manifest: Manifest
+    #: The savepoint's checkpoint id (what a plan names its input by).
+    snapshot_id: int
+    #: Every operator of the savepoint, in ``_metadata``'s order.
+    operators: tuple[Operator, ...]
     #: Rows by ``OperatorFile.path``, in ``OPERATOR_SCHEMA``.
     tables: Mapping[str, pa.Table]
     #: What the rows were read from, for messages.
     label: str
 
+    def operator(self, label: str) -> Operator | None:
+        """Return the operator with this uid or operator id."""
+        return next((op for op in self.operators if label in (op.uid, op.operator_id)), None)
+
     def operator_table(self, operator_file: OperatorFile) -> pa.Table:
         """Return the rows of one subtask's operator state."""
         return self.tables[operator_file.path]
 
-    def keyed_batches(self, keyed_file: KeyedFile) -> Iterator[pa.RecordBatch]:
-        """Keyed state is never held here (see the module docstring)."""
-        raise AssertionError(f"{self.label}: operator tables hold no keyed state ({keyed_file.path})")
+    def subtask_tables(self, operator_id: str) -> dict[int, pa.Table]:
+        """Return one operator's rows by subtask."""
+        op = self.operator(operator_id)
+        assert op is not None
+        return {f.subtask: self.tables[f.path] for f in op.operator_files}
 
     def state_counts(self) -> dict[str, list[dict[str, int]]]:
         """Return, by operator id, per old subtask, how many elements each operator state holds."""
         counts: dict[str, list[dict[str, int]]] = {}
-        for op in self.manifest.operators:
+        for op in self.operators:
             per_subtask: list[dict[str, int]] = [{} for _ in range(op.parallelism)]
             for f in op.operator_files:
                 column = self.tables[f.path].column("state")
@@ -63,42 +73,14 @@ class OperatorTables:
 
 
 def table_entry(operator_dir: str, subtask: int, table: pa.Table) -> OperatorFile:
-    """Return the in-memory manifest entry of ``table`` (conformed), subtask ``subtask`` of an operator."""
+    """Return the in-memory entry of ``table`` (conformed), subtask ``subtask`` of an operator."""
     return OperatorFile(subtask, f"{operator_dir}/operator-{subtask:05d}", table.num_rows, table.nbytes, "")
-
-
-class _MemorySink:
-    """Keeps what ``decode_savepoint`` decodes in memory; operator state only."""
-
-    def __init__(self) -> None:
-        self.tables: dict[str, pa.Table] = {}
-
-    def operator_dir(self, uid: str | None, operator_id: str) -> str:
-        return operator_id
-
-    def write_keyed(
-        self,
-        operator_dir: str,
-        subtask: int,
-        data: Iterator[pa.RecordBatch],
-        *,
-        key_type: str,
-        key_groups: KeyGroupRange,
-        state_names: list[str] | None = None,
-    ) -> KeyedFile:
-        raise AssertionError("operator tables are decoded with keyed=False")
-
-    def write_operator(self, operator_dir: str, subtask: int, data: pa.Table) -> OperatorFile:
-        table = conform_operator(data)
-        entry = table_entry(operator_dir, subtask, table)
-        self.tables[entry.path] = table
-        return entry
 
 
 def read_operator_tables(
     snapshot: FlinkSnapshot, *, origin: FlinkSnapshot | None = None, on_progress: OnProgress | None = None
 ) -> OperatorTables:
-    """Decode every operator-state stream of the canonical savepoint ``snapshot`` into memory.
+    """Take every operator-state stream of the canonical savepoint ``snapshot``, decoded when it was opened.
 
     ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite (heap layouts).
     The caller checked ``convert.check_convertible``. Each stream is checked as ``kg verify`` checks it
@@ -114,9 +96,47 @@ def read_operator_tables(
     """
     savepoint = Savepoint.of(snapshot)
     require_operator_streams_intact(savepoint, origin or savepoint)
-    sink = _MemorySink()
-    manifest, _ = decode_savepoint(savepoint, sink, keyed=False, report=on_progress or _noop, origin=origin)
-    return OperatorTables(manifest, sink.tables, str((origin or snapshot).directory))
+    report = on_progress or _noop
+    tables: dict[str, pa.Table] = {}
+    operators = []
+    total = sum(len(op.subtasks) for op in savepoint.metadata.operators)
+    done = 0
+    for op in savepoint.metadata.operators:
+        operators.append(_operator(savepoint, op, tables))
+        done += len(op.subtasks)
+        report("convert", done, total)
+    return OperatorTables(
+        savepoint.metadata.checkpoint_id, tuple(operators), tables, str((origin or snapshot).directory)
+    )
+
+
+def _operator(savepoint: Savepoint, op: OperatorState, tables: dict[str, pa.Table]) -> Operator:
+    """Return the planner's view of ``op`` and put its subtasks' operator-state rows in ``tables``."""
+    states: dict[str, str] = {}
+    files = []
+    for sub in op.subtasks:
+        handle = sub.managed_operator_state
+        if not isinstance(handle, OperatorStateHandle):
+            continue
+        _raw, header, rows = operator_stream(savepoint, op.operator_id, sub.index, handle)
+        for e in handle.states:
+            states.setdefault(e.name, KIND_BY_MODE[e.mode])
+        for info in (header.states or ()) + (header.broadcast_states or ()):
+            states.setdefault(info.name, info.kind)
+        table = conform_operator(rows)
+        entry = table_entry(op.operator_id, sub.index, table)
+        tables[entry.path] = table
+        files.append(entry)
+    return Operator(
+        uid=op.uid,
+        operator_id=op.operator_id,
+        name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        key_type=None,
+        states=tuple(StateDescriptor(n, k) for n, k in states.items()),
+        operator_files=tuple(files),
+    )
 
 
 def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapshot | None = None) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from keygroup_cli.convert.from_savepoint import (
     EXTENSION,
@@ -40,7 +39,7 @@ from keygroup_cli.flink.metadata.reader import (
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.native_output import to_native
-from keygroup_cli.flink.regroup import RegroupedFile
+from keygroup_cli.flink.rescaled import declared_states, keep_one_union_copy, pick_header
 from keygroup_cli.flink.state.keyed_encode import write_keyed_file
 from keygroup_cli.flink.state.keyed_header import OperatorStateHeader, read_keyed_header, read_operator_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
@@ -50,6 +49,8 @@ from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
 from keygroup_cli.storage.staging import staged_directory
+
+H = TypeVar("H")
 
 
 def _extension(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -64,27 +65,25 @@ def _extension(mapping: Mapping[str, Any], where: str) -> dict[str, Any]:
     return ext
 
 
-def _pick_header(
+def _saved_headers(
     groups: list[dict[str, Any]],
     subtask: int,
     same_parallelism: bool,
-    needed: set[str],
-    parse: Callable[[bytes], Any],
-    names: Callable[[Any], set[str]],
+    parse: Callable[[bytes], H],
     where: str,
-) -> tuple[bytes, Any]:
-    """Return a saved header for ``subtask``: its own at unchanged parallelism, else one naming all states."""
-    candidates: list[bytes] = []
+) -> Iterator[tuple[bytes, H]]:
+    """Yield the saved headers a subtask may take, each parsed when it is reached.
+
+    Its own first at an unchanged parallelism, then every one in the order they were saved.
+    """
     if same_parallelism:
-        candidates += [_unb64(g["bytes"], where) for g in groups if subtask in g.get("subtasks", [])]
-    candidates += [_unb64(g["bytes"], where) for g in groups]
-    for raw in candidates:
-        header = parse(raw)
-        if needed <= names(header):
-            return raw, header
-    raise InvalidSnapshotError(
-        f"{where}: no saved state header declares all of {sorted(needed)}", code="FLINK_STATE_UNKNOWN"
-    )
+        for g in groups:
+            if subtask in g.get("subtasks", []):
+                raw = _unb64(g["bytes"], where)
+                yield raw, parse(raw)
+    for g in groups:
+        raw = _unb64(g["bytes"], where)
+        yield raw, parse(raw)
 
 
 class StateSource(Protocol):
@@ -166,14 +165,12 @@ def snapshot_to_savepoint(
 
 
 def check_finished(state: StateSource) -> None:
-    """Refuse, before anything is written, a finished subtask the rows in hand already show is not kept.
-
-    (Keyed files written elsewhere count once written: ``write_savepoint`` checks again with them.)
+    """Refuse, before anything is staged, a finished subtask the snapshot's rows show is not kept.
 
     Raises:
         InvalidArgumentError: ``FINISHED_SUBTASK_NOT_KEPT``.
     """
-    _finished_markers(state, None)
+    _finished_markers(state)
 
 
 def write_savepoint(
@@ -182,36 +179,20 @@ def write_savepoint(
     *,
     compression: bool | None = None,
     on_progress: OnProgress | None = None,
-    keyed: Mapping[str, Sequence[RegroupedFile]] | None = None,
-    keyed_root: str | None = None,
 ) -> ConvertResult:
-    """Write the state files of ``state`` as a canonical savepoint into ``staging``; describe them.
+    """Write the state files of the kg snapshot ``state`` as a canonical savepoint into ``staging``.
 
     Returns the counts and the ``CheckpointMetadata`` of what was written; ``_metadata`` itself is the
-    commit's (``flink.commit.seal_savepoint``). Nothing here drives an engine: keyed files another step
-    wrote (copied key groups, or an engine's write tasks) come in ``keyed``.
-
-    Every operator is written, those without state included, each with the parallelism and
-    maxParallelism the plan gave it, as Flink writes every operator of a job. Leaving one out is not the
-    same as writing it empty: ``StateAssignmentOperation.assignStates`` gives a missing operator an empty
-    ``OperatorState`` with its vertex's *current* maxParallelism, which in a job that sets none is Flink's
-    default for the new parallelism, and ``checkParallelismPreconditions`` then moves the vertex to each of
-    its states' maxParallelism in turn: a chain whose keyed state has another maxParallelism restores with
-    the wrong key groups or not at all. ``planning.chain_followers`` decides which operators without state
-    move with a changed maxParallelism.
+    commit's (``flink.commit.seal_savepoint``). Every operator is written, those without state included,
+    each with the snapshot's parallelism and maxParallelism, as Flink writes every operator of a job (why
+    that matters: ``flink.rescaled``, which writes a rescaled savepoint straight from the opened input).
 
     Args:
         state: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
-            rescaled since), or any ``StateSource`` (a savepoint's operator state held in memory).
+            rescaled since).
         staging: The directory the savepoint is staged in.
         compression: Snappy-compress keyed and operator state; None keeps what the source savepoint used.
         on_progress: ``(stage, completed, total)`` callback.
-        keyed: Keyed files already written (by operator id, one per subtask), used instead of encoding
-            the snapshot's keyed rows for operators that have none. Every block of them must have been
-            checked already: encoded by ``keyed_encode`` (which checks each block against the entries it
-            encoded, as for the keyed files written here), or copied from an input that passed
-            ``kg verify``. The commit does not decode keyed blocks again.
-        keyed_root: Where the ``keyed`` files are when not in ``staging`` (an object-store prefix).
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -219,6 +200,32 @@ def write_savepoint(
         ExecutionError: The keyed entries written do not add up to the snapshot's.
     """
     report = on_progress or _noop
+    manifest = state.manifest
+    counts = _Counts(total=sum(op.parallelism for op in manifest.operators))
+    markers = _finished_markers(state)
+    operators = [
+        _operator(state, op, markers.get(op.operator_id, ()), compression, staging, counts, report)
+        for op in manifest.operators
+    ]
+    metadata = _metadata(state, tuple(operators))
+    _check_keyed_rows(staging, counts.keyed_rows, manifest)
+    return ConvertResult(
+        "to-flink",
+        state.label,
+        str(staging),
+        len(operators),
+        counts.keyed_files,
+        counts.keyed_rows,
+        counts.operator_files,
+        counts.operator_rows,
+        counts.bytes,
+        counts.compressed,
+        metadata,
+    )
+
+
+def _metadata(state: StateSource, operators: tuple[OperatorState, ...]) -> CheckpointMetadata:
+    """Return the new ``_metadata``'s content: ``operators`` and what the ``flink`` extension saved."""
     manifest = state.manifest
     root = _extension(manifest.extensions, f"{state.label}: manifest")
     version = int(root.get("metadata_version", 6))
@@ -230,130 +237,118 @@ def write_savepoint(
         MasterState(m["name"], int(m["version"]), _unb64(m["payload"], "master state"))
         for m in root.get("master_states", [])
     )
-    total = sum(op.parallelism for op in manifest.operators)
-    done = 0
-    keyed_rows = operator_rows = keyed_count = operator_count = size = 0
-    compressed_any: bool | None = None
-    operators: list[OperatorState] = []
-    regrouped = keyed or {}
-    markers = _finished_markers(state, regrouped)
-    for op in manifest.operators:
-        where = f"{state.label}: operator {op.label!r}"
-        ext = _extension(op.extensions, where)
-        same_p = int(ext.get("source_parallelism", -1)) == op.parallelism
-        keyed_ext = ext.get("keyed")
-        op_ext = ext.get("operator_state")
-        keyed_by_subtask = {f.subtask: f for f in op.keyed_files}
-        op_by_subtask = {f.subtask: f for f in op.operator_files}
-        if keyed_by_subtask and not keyed_ext:
-            raise InvalidSnapshotError(
-                f"{where}: keyed files but no saved keyed-state header", code="FLINK_EXTENSION_INVALID"
-            )
-        if op_by_subtask and not op_ext:
-            raise InvalidSnapshotError(
-                f"{where}: operator files but no saved operator-state header",
-                code="FLINK_EXTENSION_INVALID",
-            )
-        tables = {i: state.operator_table(f) for i, f in op_by_subtask.items()}
-        tables = _collapse_union_state(op, tables, where)
-        subtasks: list[SubtaskState] = []
-        fully_finished = bool(ext.get("fully_finished"))
-        for index in range(0 if fully_finished else op.parallelism):
-            keyed_handle = op_handle = None
-            if index in markers.get(op.operator_id, ()):
-                # FinishedOperatorSubtaskState: no state (this subtask gets none) and no file.
-                subtasks.append(SubtaskState(index, finished=True))
-                _discard(regrouped.get(op.operator_id), index, staging, keyed_root)
-                done += 1
-                report("convert", done, total)
-                continue
-            if op.operator_id in regrouped and not keyed_ext:
-                spliced = regrouped[op.operator_id][index]
-                keyed_handle = spliced.handle
-                keyed_count += 1
-                size += spliced.size
-            elif keyed_ext:
-                use = bool(keyed_ext.get("compressed")) if compression is None else compression
-                compressed_any = use if compressed_any is None else compressed_any or use
-                keyed_handle, rows, nbytes = _write_keyed(
-                    state,
-                    op,
-                    index,
-                    keyed_by_subtask.get(index),
-                    keyed_ext,
-                    same_p,
-                    use,
-                    staging,
-                    where,
-                )
-                keyed_rows += rows
-                keyed_count += 1
-                size += nbytes
-            if op_ext and index in op_by_subtask:
-                use = bool(op_ext.get("compressed")) if compression is None else compression
-                compressed_any = use if compressed_any is None else compressed_any or use
-                op_handle, rows, nbytes = _write_operator(
-                    tables[index], op_ext, index, same_p, use, staging, where
-                )
-                operator_rows += rows
-                operator_count += 1
-                size += nbytes
-            subtasks.append(
-                SubtaskState(index, managed_operator_state=op_handle, managed_keyed_state=keyed_handle)
-            )
-            done += 1
-            report("convert", done, total)
-        # A fully finished operator stays FullyFinishedOperatorState at any parallelism: Flink deploys
-        # every subtask of its vertex FINISHED_ON_RESTORE (flink.finished), as its own rescale does.
-        coordinator = None if fully_finished else ext.get("coordinator_state")
-        if fully_finished:
-            done += op.parallelism
-            report("convert", done, total)
-        operators.append(
-            OperatorState(
-                operator_id=op.operator_id,
-                parallelism=op.parallelism,
-                max_parallelism=op.max_parallelism,
-                name=op.name,
-                uid=op.uid,
-                coordinator_state=None
-                if not coordinator
-                else ByteStreamHandle(coordinator["handle_name"], _unb64(coordinator["bytes"], where)),
-                subtasks=() if fully_finished else tuple(subtasks),
-                fully_finished=fully_finished,
-            )
-        )
-    metadata = CheckpointMetadata(
+    return CheckpointMetadata(
         version=version,
         checkpoint_id=int(root.get("checkpoint_id", manifest.snapshot_id)),
         master_states=masters,
-        operators=tuple(operators),
+        operators=operators,
         properties_bytes=properties_bytes if version >= 4 else None,
     )
-    _check_keyed_rows(staging, keyed_rows, manifest)
-    return ConvertResult(
-        "to-flink",
-        state.label,
-        str(staging),
-        len(operators),
-        keyed_count,
-        keyed_rows,
-        operator_count,
-        operator_rows,
-        size,
-        compressed_any,
-        metadata,
+
+
+@dataclass
+class _Counts:
+    """What ``write_savepoint`` wrote so far."""
+
+    total: int
+    done: int = 0
+    keyed_files: int = 0
+    keyed_rows: int = 0
+    operator_files: int = 0
+    operator_rows: int = 0
+    bytes: int = 0
+    compressed: bool | None = None
+
+    def used(self, compressed: bool) -> None:
+        self.compressed = compressed if self.compressed is None else self.compressed or compressed
+
+
+def _operator(
+    state: StateSource,
+    op: Operator,
+    markers: Sequence[int],
+    compression: bool | None,
+    staging: Path,
+    counts: _Counts,
+    report: OnProgress,
+) -> OperatorState:
+    """Write one operator's keyed and operator-state files; return its ``OperatorState``."""
+    where = f"{state.label}: operator {op.label!r}"
+    ext = _extension(op.extensions, where)
+    keyed_ext, op_ext = _headers_of(op, ext, where)
+    if ext.get("fully_finished"):
+        # A fully finished operator stays FullyFinishedOperatorState at any parallelism: Flink deploys
+        # every subtask of its vertex FINISHED_ON_RESTORE (flink.finished), as its own rescale does.
+        counts.done += op.parallelism
+        report("convert", counts.done, counts.total)
+        return OperatorState(
+            op.operator_id, op.parallelism, op.max_parallelism, op.name, op.uid, None, (), True
+        )
+    same_p = int(ext.get("source_parallelism", -1)) == op.parallelism
+    keyed_by_subtask = {f.subtask: f for f in op.keyed_files}
+    replicated = {s.name for s in op.states if s.replicated}
+    tables = keep_one_union_copy(
+        {f.subtask: state.operator_table(f) for f in op.operator_files}, replicated, where
+    )
+    subtasks: list[SubtaskState] = []
+    for index in range(op.parallelism):
+        if index in markers:
+            # FinishedOperatorSubtaskState: no state (this subtask gets none) and no file.
+            subtasks.append(SubtaskState(index, finished=True))
+        else:
+            keyed_handle = op_handle = None
+            if keyed_ext:
+                use = bool(keyed_ext.get("compressed")) if compression is None else compression
+                keyed_handle = _write_keyed(
+                    state, op, index, keyed_by_subtask.get(index), keyed_ext, same_p, use, staging, counts
+                )
+            if op_ext and index in tables:
+                use = bool(op_ext.get("compressed")) if compression is None else compression
+                op_handle = _write_operator(tables[index], op_ext, index, same_p, use, staging, where, counts)
+            subtasks.append(
+                SubtaskState(index, managed_operator_state=op_handle, managed_keyed_state=keyed_handle)
+            )
+        counts.done += 1
+        report("convert", counts.done, counts.total)
+    coordinator = ext.get("coordinator_state")
+    return OperatorState(
+        operator_id=op.operator_id,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        name=op.name,
+        uid=op.uid,
+        coordinator_state=None
+        if not coordinator
+        else ByteStreamHandle(coordinator["handle_name"], _unb64(coordinator["bytes"], where)),
+        subtasks=tuple(subtasks),
     )
 
 
-def _finished_markers(
-    state: StateSource, regrouped: Mapping[str, Sequence[RegroupedFile]] | None
-) -> dict[str, tuple[int, ...]]:
+def _headers_of(
+    op: Operator, ext: Mapping[str, Any], where: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Return the saved keyed and operator-state headers of ``op``; refuse files without one.
+
+    Raises:
+        InvalidSnapshotError: Keyed or operator files but no saved header (``FLINK_EXTENSION_INVALID``).
+    """
+    keyed_ext = ext.get("keyed")
+    op_ext = ext.get("operator_state")
+    if op.keyed_files and not keyed_ext:
+        raise InvalidSnapshotError(
+            f"{where}: keyed files but no saved keyed-state header", code="FLINK_EXTENSION_INVALID"
+        )
+    if op.operator_files and not op_ext:
+        raise InvalidSnapshotError(
+            f"{where}: operator files but no saved operator-state header", code="FLINK_EXTENSION_INVALID"
+        )
+    return keyed_ext, op_ext
+
+
+def _finished_markers(state: StateSource) -> dict[str, tuple[int, ...]]:
     """Return, by operator id, the subtasks to write as finished (``flink.finished.finished_markers``).
 
-    A subtask gets state if its keyed or operator-state rows are not empty: rows of the snapshot's files,
-    or key groups with data in ``regroup``'s files. With ``regrouped`` None those files are not written
-    yet and count as empty, so that call refuses only what the final one (with them) refuses too.
+    A subtask gets state if its keyed or operator-state rows are not empty.
 
     Raises:
         InvalidArgumentError: ``FINISHED_SUBTASK_NOT_KEPT``.
@@ -364,25 +359,12 @@ def _finished_markers(
         if not isinstance(ext, dict) or not (finished := finished_before(ext)):
             continue
         keyed_rows = {f.subtask: f.rows for f in op.keyed_files}
-        if regrouped and op.operator_id in regrouped and not ext.get("keyed"):
-            keyed_rows = {f.subtask: f.key_groups_with_data for f in regrouped[op.operator_id]}
         op_rows = {f.subtask: f.rows for f in op.operator_files}
         receives = [keyed_rows.get(i, 0) > 0 or op_rows.get(i, 0) > 0 for i in range(op.parallelism)]
         markers[op.operator_id] = finished_markers(
             op.label, finished, receives, max_parallelism=op.max_parallelism
         )
     return markers
-
-
-def _discard(
-    files: Sequence[RegroupedFile] | None, index: int, staging: Path, keyed_root: str | None
-) -> None:
-    """Remove the (empty) keyed file written for a subtask that is written as finished."""
-    if files is None or keyed_root is not None:
-        return
-    delegate = files[index].handle.delegate
-    if isinstance(delegate, RelativeFileHandle):
-        (staging / delegate.relative_path).unlink(missing_ok=True)
 
 
 def _check_keyed_rows(staging: Path, keyed_rows: int, manifest: Manifest) -> None:
@@ -414,18 +396,14 @@ def _write_keyed(
     same_p: bool,
     compressed: bool,
     staging: Path,
-    where: str,
-) -> tuple[KeyGroupsHandle, int, int]:
+    counts: _Counts,
+) -> KeyGroupsHandle:
+    where = f"{state.label}: operator {op.label!r}"
     needed = {s.name for s in op.states if s.is_keyed}
-    raw, header = _pick_header(
-        keyed_ext.get("headers", []),
-        index,
-        same_p,
-        needed,
-        lambda b: read_keyed_header(b, where, len(b)),
-        lambda hd: {s.name for s in hd.states or ()},
-        where,
+    saved = _saved_headers(
+        keyed_ext.get("headers", []), index, same_p, lambda b: read_keyed_header(b, where, len(b)), where
     )
+    raw, header = pick_header(saved, needed, lambda hd: {s.name for s in hd.states or ()}, where)
     layout = KeyedLayout.from_header(header, op.max_parallelism, where)
     key_groups = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
     if keyed_file is not None and (keyed_file.key_group_start, keyed_file.key_group_end) != (
@@ -440,46 +418,11 @@ def _write_keyed(
     name, path = _new_file(staging)
     with open(path, "wb") as out:
         written = write_keyed_file(out, raw, layout, batches, key_groups, compressed=compressed)
-    handle = KeyGroupsHandle(7, key_groups.start, written.offsets, RelativeFileHandle(name, written.size))
-    return handle, written.rows, written.size
-
-
-def _collapse_union_state(op: Operator, tables: dict[int, pa.Table], where: str) -> dict[int, pa.Table]:
-    """Keep each replicated union state's list on the lowest subtask that holds it.
-
-    ``kg rescale`` gives every new subtask every union element (the list Flink hands each subtask at
-    restore) and marks the state ``replicated``; a savepoint stores union state as per-subtask partitions
-    that Flink concatenates when it restores, so one copy restores exactly the list every subtask held.
-
-    Raises:
-        InvalidSnapshotError: A replicated state's copies differ (``UNION_REPLICAS_DIFFER``).
-    """
-    replicated = [s.name for s in op.states if s.replicated]
-    if not replicated or len(tables) < 2:
-        return tables
-    first: dict[str, int] = {}
-    for name in replicated:
-        holders = {i: rows for i, t in sorted(tables.items()) if (rows := _state_rows(t, name))}
-        copies = list(holders.values())
-        if any(rows != copies[0] for rows in copies[1:]):
-            raise InvalidSnapshotError(
-                f"{where}: union state {name!r} is marked replicated but its subtasks hold different lists",
-                code="UNION_REPLICAS_DIFFER",
-            )
-        first[name] = min(holders, default=-1)
-    out = {}
-    for index, table in tables.items():
-        drop = [name for name in replicated if index != first[name]]
-        if drop:
-            keep = pc.invert(pc.is_in(table.column("state"), value_set=pa.array(drop, type=pa.string())))
-            table = table.filter(keep)
-        out[index] = table
-    return out
-
-
-def _state_rows(table: pa.Table, name: str) -> list[tuple[Any, ...]]:
-    rows = table.filter(pc.equal(table.column("state"), name)).sort_by("position")
-    return list(zip(rows.column("position").to_pylist(), rows.column("value").to_pylist(), strict=True))
+    counts.used(compressed)
+    counts.keyed_files += 1
+    counts.keyed_rows += written.rows
+    counts.bytes += written.size
+    return KeyGroupsHandle(7, key_groups.start, written.offsets, RelativeFileHandle(name, written.size))
 
 
 def _write_operator(
@@ -490,21 +433,23 @@ def _write_operator(
     compressed: bool,
     staging: Path,
     where: str,
-) -> tuple[OperatorStateHandle, int, int]:
+    counts: _Counts,
+) -> OperatorStateHandle:
     needed = set(table.column("state").to_pylist())
 
     def parse(raw: bytes) -> OperatorStateHeader:
         return read_operator_header(raw, where, len(raw))
 
-    def names(header: OperatorStateHeader) -> set[str]:
-        return {i.name for i in (header.states or ()) + (header.broadcast_states or ())}
-
-    raw, header = _pick_header(op_ext.get("headers", []), index, same_p, needed, parse, names, where)
+    saved = _saved_headers(op_ext.get("headers", []), index, same_p, parse, where)
+    raw, header = pick_header(saved, needed, declared_states, where)
     name, path = _new_file(staging)
     with open(path, "wb") as out:
         written = write_operator_file(out, raw, header, table, compressed=compressed)
-    handle = OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
-    return handle, table.num_rows, written.size
+    counts.used(compressed)
+    counts.operator_files += 1
+    counts.operator_rows += table.num_rows
+    counts.bytes += written.size
+    return OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
 
 
 __all__ = ["SnapshotSource", "StateSource", "check_finished", "snapshot_to_savepoint", "write_savepoint"]

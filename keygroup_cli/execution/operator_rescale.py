@@ -1,22 +1,24 @@
 """The operator state of a savepoint rescale, planned and redistributed in memory on the driver.
 
 Operator state is small, so the savepoint -> savepoint rescale keeps it in memory from the decoded input
-streams (``flink.operator_tables``) to the encoded output streams: ``rescale_operator_tables`` plans the
-rescale from kg's manifest of it (bounds, ``--from``, operators; keyed state was validated before by
-``savepoint.preflight``), applies Flink's redistribution of every rescaled operator's states (the same
-``tasks.redistribute_operator_tables`` the engines apply to a kg snapshot) and checks the rows each new
-subtask holds against the plan, as the commit of a kg snapshot rescale does.
+streams (``convert.operator_tables``) to the encoded output streams (``flink.rescaled``):
+``rescale_operator_tables`` plans the rescale from the savepoint's operators (bounds, ``--from``, operators;
+keyed state was validated before by ``savepoint.preflight``), applies Flink's redistribution of every
+rescaled operator's states (the same ``tasks.redistribute_operator_tables`` the engines apply to a kg
+snapshot) and checks the rows each new subtask holds against the plan, as the commit of a kg snapshot
+rescale does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 
 from keygroup_cli.convert.operator_tables import OperatorTables, table_entry
 from keygroup_cli.execution import ExecutionResult, WrittenOperator
-from keygroup_cli.execution.snapshot_rescale import build_manifest, check_row_counts
+from keygroup_cli.execution.snapshot_rescale import check_row_counts, rescaled_operators
 from keygroup_cli.execution.tasks import redistribute_operator_tables
 from keygroup_cli.planning import RescalePlan, plan_rescale
 from keygroup_cli.snapshot.model import OperatorFile
@@ -36,16 +38,15 @@ def rescale_operator_tables(
 
     The arguments are those of ``execution.rescale.rescale``, plus ``with_state``: the ids of the
     operators that hold state of any kind in the savepoint (keyed state is not in ``state``). The new
-    ``OperatorTables`` has kg's manifest of the rescaled operators (new parallelism and maxParallelism,
-    union states marked replicated) and the rows of every new subtask; operators that are not rescaled
-    keep theirs.
+    ``OperatorTables`` has the rescaled operators (new parallelism and maxParallelism, union states
+    marked replicated) and the rows of every new subtask; operators that are not rescaled keep theirs.
 
     Raises:
         InvalidArgumentError: Bad arguments (see ``planning.plan_rescale``).
         ExecutionError: The redistributed rows differ from the plan (``OUTPUT_VERIFICATION_FAILED``).
     """
     plan = plan_rescale(
-        state.manifest,
+        state,
         new_parallelism,
         operators,
         new_max_parallelism,
@@ -56,7 +57,7 @@ def rescale_operator_tables(
     tables: dict[str, pa.Table] = {}
     written = []
     for op_plan in plan.operators:
-        op = state.manifest.operator(op_plan.operator_id)
+        op = state.operator(op_plan.operator_id)
         assert op is not None
         files: tuple[OperatorFile, ...] = ()
         state_plan = op_plan.operator_state
@@ -73,9 +74,6 @@ def rescale_operator_tables(
                 new_files.append(entry)
             files = tuple(new_files)
         written.append(WrittenOperator(op.operator_id, (), files))
-    manifest = build_manifest(state.manifest, plan, ExecutionResult("driver", tuple(written)))
-    check_row_counts(state.manifest, plan, manifest)
-    return plan, OperatorTables(manifest, tables, state.label)
-
-
-__all__ = ["rescale_operator_tables"]
+    rescaled = rescaled_operators(state.operators, plan, ExecutionResult("driver", tuple(written)))
+    check_row_counts(state.operators, plan, rescaled)
+    return plan, replace(state, operators=rescaled, tables=tables)

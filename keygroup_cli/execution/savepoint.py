@@ -6,19 +6,20 @@
    canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
    and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
    nothing.
-2. **Operator state** (small) is decoded into memory on the driver (``flink.operator_tables``), planned
-   and redistributed there exactly as for a kg snapshot (``operator_rescale``), and encoded into the new
-   savepoint's operator-state streams at the commit. No kg snapshot is written on the way.
+2. **Operator state** (small) is decoded into memory on the driver when the savepoint is opened
+   (``convert.operator_tables``), planned and redistributed there exactly as for a kg snapshot
+   (``operator_rescale``), and encoded into the new savepoint's operator-state streams at the commit under
+   the header bytes read when it was opened. No kg snapshot or manifest is made on the way.
 3. **Keyed state** never passes through a kg snapshot. With the same maxParallelism the key groups' blocks
    are copied as bytes (``flink.regroup``), after every block of the input passed ``kg verify``'s check.
    With a new one, the engine runs the tasks of ``execution.keyed_pipeline``: read tasks decode key-group
    ranges of the old files into Arrow batches (as strictly as ``kg verify``) and re-key them, a shuffle
    groups them by new subtask, write tasks encode each new subtask's file straight into the staged
    savepoint. On Spark both run on the executors.
-4. **The commit** (``flink.savepoint_writer.snapshot_to_savepoint``): the driver writes ``_metadata`` from the
-   write tasks' handles, checks it (re-read, key-group ranges, file sizes and offsets, every operator
-   stream decodes; keyed blocks were checked as they were encoded or before they were copied), and renames
-   the staging directory to DEST.
+4. **The commit** (``flink.rescaled.write_rescaled``, then ``flink.commit.seal_savepoint``): the driver
+   describes ``_metadata`` from the opened input, the plan and the write tasks' handles, encodes it once,
+   checks it (key-group ranges, file sizes and offsets, every operator stream decodes; keyed blocks were
+   checked as they were encoded or before they were copied), and renames the staging directory to DEST.
 
 Scratch and staging are removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
 absent and the input savepoint untouched.
@@ -32,9 +33,11 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from keygroup_cli import __version__
 from keygroup_cli.convert.from_savepoint import (
     ConvertResult,
     check_convertible,
@@ -42,7 +45,6 @@ from keygroup_cli.convert.from_savepoint import (
     refuse_channel_state,
 )
 from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
-from keygroup_cli.convert.to_savepoint import check_finished, write_savepoint
 from keygroup_cli.errors import InvalidArgumentError, KgError
 from keygroup_cli.execution import (
     Executor,
@@ -54,7 +56,7 @@ from keygroup_cli.execution import (
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.options import EngineOptions
-from keygroup_cli.execution.snapshot_rescale import RescaleResult
+from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_origin
 from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepoint
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
@@ -65,6 +67,7 @@ from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.native_output import to_native
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
+from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.integrity import require_intact
 from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
@@ -216,16 +219,12 @@ def rescale_savepoint(
         written, sealed = _commit(planned, keyed, runner, dest, remote, scratch, report)
     return RescaleResult(
         planned.plan,
-        _with_written_sizes(planned.rescaled.manifest, sealed.metadata),
+        _described(opened, planned, runner.executor().name, sealed.metadata),
         str(dest) if remote is not None else Path(dest),
         runner.executor().name,
         time.monotonic() - started,
         runner.reason,
-        savepoint=replace(
-            written,
-            destination=str(dest),
-            keyed_rows=written.keyed_rows + sum(map(sum, keyed.rows.values())),
-        ),
+        savepoint=_written(opened, dest, written, sealed, keyed),
         regrouped=keyed.sizes or None,
         keyed_rows=keyed.rows or None,
     )
@@ -295,11 +294,8 @@ def plan_savepoint_rescale(
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
     # keyed file is written where none is left (flink.finished).
-    new_rows = {
-        o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
-    }
+    new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
-    check_finished(rescaled)
     if opened.copy_headers is not None:
         return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native)
     # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
@@ -322,7 +318,7 @@ def _commit(
     remote: Location | None,
     scratch: Path,
     report: OnProgress,
-) -> tuple[ConvertResult, SealedSavepoint]:
+) -> tuple[WrittenState, SealedSavepoint]:
     """Stage, write, seal and publish: rename a local DEST into place, or upload with ``_metadata`` last.
 
     Anything that fails leaves DEST as it was: staging is removed, keyed files written on the store
@@ -332,16 +328,16 @@ def _commit(
     try:
         with staged_directory(staged) as staging:
             keyed.write(runner.executor(), staging, scratch, report)
-            written = write_savepoint(
-                planned.rescaled,
+            written = write_rescaled(
+                keyed.opened.savepoint,
+                rescaled_operators(planned),
+                keyed.files,
                 staging,
                 # Copied key groups keep their bytes; the encoder's choice applies to what it encodes.
                 compression=planned.compression,
-                on_progress=_stage(report, "write savepoint"),
-                keyed=keyed.files,
                 keyed_root=planned.keyed_root,
+                on_progress=report,
             )
-            assert written.metadata is not None
             if planned.native:
                 native = to_native(
                     staging,
@@ -349,7 +345,6 @@ def _commit(
                     lambda done, total: report("write NATIVE databases", done, total),
                 )
                 written = replace(written, metadata=native)
-            assert written.metadata is not None
             # An upload checks the operator streams where they will be, beside the keyed files.
             sealed = seal_savepoint(
                 staging, written.metadata, keyed_root=planned.keyed_root, check_streams=remote is None
@@ -444,8 +439,44 @@ def _bind(job: Any, root: str) -> Any:
     return replace(job, writes=writes)
 
 
-def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata) -> Manifest:
-    """Return ``manifest`` with each operator-state entry's bytes those of its stream in the savepoint."""
+def _written(
+    opened: OpenedInput, dest: Path | str, written: WrittenState, sealed: SealedSavepoint, keyed: _Keyed
+) -> ConvertResult:
+    """Return what the rescale wrote at ``dest``, counted as ``kg convert`` counts a savepoint it writes."""
+    return ConvertResult(
+        "to-flink",
+        str(opened.origin.directory),
+        str(dest),
+        len(sealed.metadata.operators),
+        written.keyed_files,
+        sum(map(sum, keyed.rows.values())),
+        written.operator_files,
+        written.operator_rows,
+        written.bytes,
+        written.compressed,
+        sealed.metadata,
+    )
+
+
+def rescaled_operators(planned: SavepointRescalePlan) -> list[RescaledOperator]:
+    """Return every operator of the new savepoint as the plan leaves it, for ``flink.rescaled``."""
+    operators = []
+    for op in planned.rescaled.operators:
+        replicated = frozenset(s.name for s in op.states if s.replicated)
+        tables = planned.rescaled.subtask_tables(op.operator_id)
+        new = RescaledOperator(op.operator_id, op.parallelism, op.max_parallelism, tables, replicated)
+        operators.append(new)
+    return operators
+
+
+def _described(
+    opened: OpenedInput, planned: SavepointRescalePlan, engine: str, metadata: CheckpointMetadata
+) -> Manifest:
+    """Describe what was committed in kg's model (``RescaleResult.manifest``), after the commit.
+
+    Only a description for callers of ``rescale()``: nothing on the rescale's path reads it. Operator-state
+    entries carry the bytes of their stream in the savepoint.
+    """
     sizes = {
         (op.operator_id, sub.index): sub.managed_operator_state.delegate.size
         for op in metadata.operators
@@ -454,12 +485,21 @@ def _with_written_sizes(manifest: Manifest, metadata: CheckpointMetadata) -> Man
         and isinstance(sub.managed_operator_state.delegate, RelativeFileHandle)
     }
     operators = []
-    for op in manifest.operators:
+    for op in planned.rescaled.operators:
         files = tuple(
             replace(f, bytes=sizes.get((op.operator_id, f.subtask), f.bytes)) for f in op.operator_files
         )
         operators.append(replace(op, operator_files=files))
-    return replace(manifest, operators=tuple(operators))
+    origin = opened.origin
+    kind = "flink-savepoint" if origin.is_savepoint else "flink-checkpoint"
+    source = {"kind": kind, "path": str(origin.directory), "metadata_version": origin.metadata.version}
+    return Manifest(
+        snapshot_id=metadata.checkpoint_id,
+        created_by=f"kg {__version__}",
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        origin=rescale_origin(metadata.checkpoint_id, source, engine, planned.plan),
+        operators=tuple(operators),
+    )
 
 
 def _upload(

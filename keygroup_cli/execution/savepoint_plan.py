@@ -71,26 +71,7 @@ def plan_savepoint(
     """
     savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
     refuse_channel_state(savepoint)
-    if needs_canonical_view(savepoint):
-        types = _layout_key_types(savepoint)
-        preflight(
-            _canonical_stand_in(savepoint),
-            new_parallelism,
-            operators,
-            new_max_parallelism,
-            expected_parallelism=expected_parallelism,
-            types=types,
-        )
-    else:
-        types = dict(Savepoint.of(savepoint).key_types)
-        preflight(
-            savepoint,
-            new_parallelism,
-            operators,
-            new_max_parallelism,
-            expected_parallelism=expected_parallelism,
-            types=types,
-        )
+    types = _validated(savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism)
     state = read_operator_tables(savepoint, on_progress=on_progress)
     plan, rescaled = rescale_operator_tables(
         state,
@@ -101,9 +82,7 @@ def plan_savepoint(
         with_state=operators_with_state(savepoint),
     )
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
-    new_rows = {
-        o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.manifest.operators
-    }
+    new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
     planned = tuple(
@@ -111,6 +90,34 @@ def plan_savepoint(
         for op_plan in plan.operators
     )
     return replace(plan, operators=planned)
+
+
+def _validated(
+    savepoint: Savepoint,
+    new_parallelism: int,
+    operators: Sequence[str] | None,
+    new_max_parallelism: int | None,
+    expected_parallelism: int | None,
+) -> dict[str, str]:
+    """Refuse what the rescale refuses before writing (``preflight``); return the key types by operator id.
+
+    A heap or RocksDB layout is judged from its own headers, as the canonical view the rescale reads.
+    """
+    if needs_canonical_view(savepoint):
+        types = _layout_key_types(savepoint)
+        checked: FlinkSnapshot = _canonical_stand_in(savepoint)
+    else:
+        types = dict(savepoint.key_types)
+        checked = savepoint
+    preflight(
+        checked,
+        new_parallelism,
+        operators,
+        new_max_parallelism,
+        expected_parallelism=expected_parallelism,
+        types=types,
+    )
+    return types
 
 
 def _with_keyed(

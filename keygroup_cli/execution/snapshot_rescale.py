@@ -194,10 +194,48 @@ def verify_input(snapshot: Snapshot, report: OnProgress) -> None:
 
 def build_manifest(source: Manifest, plan: RescalePlan, result: ExecutionResult) -> Manifest:
     """Return the manifest of the rescaled ``source``; ``origin`` records what was done to which input."""
+    operators = rescaled_operators(source.operators, plan, result)
+    origin = rescale_origin(source.snapshot_id, source.origin, result.engine, plan)
+    return replace(
+        source,
+        created_by=f"kg {__version__}",
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        origin=origin,
+        operators=tuple(operators),
+    )
+
+
+def rescale_origin(
+    input_id: int, input_origin: Mapping[str, Any], engine: str, plan: RescalePlan
+) -> dict[str, Any]:
+    """Return the ``origin`` of a rescaled manifest: the input, the engine, each operator's change."""
+    return {
+        "kind": "rescale",
+        "input_snapshot_id": input_id,
+        "input_origin": dict(input_origin),
+        "engine": engine,
+        "operators": [
+            {
+                "uid": p.uid,
+                "operator_id": p.operator_id,
+                "old_parallelism": p.old_parallelism,
+                "new_parallelism": p.new_parallelism,
+                "old_max_parallelism": p.old_max_parallelism,
+                "new_max_parallelism": p.new_max_parallelism,
+            }
+            for p in plan.rescaled
+        ],
+    }
+
+
+def rescaled_operators(
+    source: Sequence[Operator], plan: RescalePlan, result: ExecutionResult
+) -> tuple[Operator, ...]:
+    """Return the operators of the rescaled ``source``: the plan's parallelism, the files written."""
+    by_id = {op.operator_id: op for op in source}
     operators = []
     for op_plan in plan.operators:
-        old = source.operator(op_plan.operator_id)
-        assert old is not None
+        old = by_id[op_plan.operator_id]
         written = result.operator(op_plan.operator_id)
         states = old.states
         if op_plan.operator_state is not None and not op_plan.operator_state.unchanged:
@@ -212,30 +250,7 @@ def build_manifest(source: Manifest, plan: RescalePlan, result: ExecutionResult)
                 operator_files=tuple(sorted(written.operator_files, key=lambda f: f.subtask)),
             )
         )
-    origin = {
-        "kind": "rescale",
-        "input_snapshot_id": source.snapshot_id,
-        "input_origin": dict(source.origin),
-        "engine": result.engine,
-        "operators": [
-            {
-                "uid": p.uid,
-                "operator_id": p.operator_id,
-                "old_parallelism": p.old_parallelism,
-                "new_parallelism": p.new_parallelism,
-                "old_max_parallelism": p.old_max_parallelism,
-                "new_max_parallelism": p.new_max_parallelism,
-            }
-            for p in plan.rescaled
-        ],
-    }
-    return replace(
-        source,
-        created_by=f"kg {__version__}",
-        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        origin=origin,
-        operators=tuple(operators),
-    )
+    return tuple(operators)
 
 
 def _mark_replicated(state: StateDescriptor) -> StateDescriptor:
@@ -269,18 +284,18 @@ def verify_output(
         if footer_rows != f.rows:
             _fail(f"{f.path}: the Parquet footer holds {footer_rows} rows; the writer recorded {f.rows}")
         report("verify output", i, len(files))
-    check_row_counts(source.manifest, plan, manifest)
+    check_row_counts(source.manifest.operators, plan, manifest.operators)
 
 
-def check_row_counts(source: Manifest, plan: RescalePlan, manifest: Manifest) -> None:
-    """Check the rows ``manifest`` records against ``source``'s and the plan (see ``verify_output``).
+def check_row_counts(source: Sequence[Operator], plan: RescalePlan, rescaled: Sequence[Operator]) -> None:
+    """Check the rows the ``rescaled`` operators record against ``source``'s and the plan.
 
     Raises:
         ExecutionError: They differ (``OUTPUT_VERIFICATION_FAILED``).
     """
-    for op_plan, new in zip(plan.operators, manifest.operators, strict=True):
-        old = source.operator(op_plan.operator_id)
-        assert old is not None
+    by_id = {op.operator_id: op for op in source}
+    for op_plan, new in zip(plan.operators, rescaled, strict=True):
+        old = by_id[op_plan.operator_id]
         _check_keyed_counts(op_plan, old, new)
         _check_operator_counts(op_plan, old, new)
 
@@ -339,6 +354,8 @@ __all__ = [
     "build_manifest",
     "check_row_counts",
     "execute",
+    "rescale_origin",
+    "rescaled_operators",
     "rescale_snapshot",
     "verify_input",
     "verify_output",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from keygroup_cli.errors import ExecutionError
 from keygroup_cli.findings import first_error
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
@@ -64,16 +64,40 @@ def seal_savepoint(
         ExecutionError: ``OUTPUT_VERIFICATION_FAILED``; nothing is committed.
     """
     where = f"output verification failed: {staging / METADATA_FILE}"
-    encoded = write_metadata(metadata)
-    parsed = parse_metadata(encoded, where)
-    # ``properties`` is what the parser reads out of ``properties_bytes`` (compared as bytes).
-    if parsed != replace(metadata, properties=parsed.properties):
-        raise ExecutionError(f"{where}: does not read back as written", code="OUTPUT_VERIFICATION_FAILED")
+    encoded, parsed = _encode_checked(metadata, where)
     _check_handles(parsed, staging, keyed_root, where)
     if check_streams:
         check_output(FlinkSnapshot(staging / METADATA_FILE, parsed), staging)
     (staging / METADATA_FILE).write_bytes(encoded)
     return SealedSavepoint(staging, encoded, parsed)
+
+
+def seal_in_place(target: Location, metadata: CheckpointMetadata) -> CheckpointMetadata:
+    """Encode, check and write ``_metadata`` at ``target``, where every state file is already written.
+
+    For a savepoint whose files were copied straight to an object store (``kg migrate``): ``_metadata`` is
+    encoded once and parsed back, every operator-state stream is decoded where it is, and only then is
+    ``_metadata`` written, the commit. The caller checked each file's size as it copied it. Returns what
+    was written, as parsed back.
+
+    Raises:
+        ExecutionError: ``OUTPUT_VERIFICATION_FAILED``; ``_metadata`` is not written.
+    """
+    metadata_at = target / METADATA_FILE
+    encoded, parsed = _encode_checked(metadata, f"output verification failed: {metadata_at}")
+    check_output(FlinkSnapshot(metadata_at, parsed), target)
+    metadata_at.write_bytes(encoded)
+    return parsed
+
+
+def _encode_checked(metadata: CheckpointMetadata, where: str) -> tuple[bytes, CheckpointMetadata]:
+    """Encode ``metadata`` once and parse those bytes back: they must say what was meant."""
+    encoded = write_metadata(metadata)
+    parsed = parse_metadata(encoded, where)
+    # ``properties`` is what the parser reads out of ``properties_bytes`` (compared as bytes).
+    if parsed != replace(metadata, properties=parsed.properties):
+        raise ExecutionError(f"{where}: does not read back as written", code="OUTPUT_VERIFICATION_FAILED")
+    return encoded, parsed
 
 
 def check_output(savepoint: FlinkSnapshot, where: Path | Location) -> None:
@@ -121,6 +145,13 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
 
 
 def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], subject: str) -> None:
+    if isinstance(file, ByteStreamHandle):
+        # Inline state (kept as Flink wrote it by ``kg migrate``): its offsets fall inside its bytes.
+        if any(not 0 <= o < file.size for o in offsets):
+            raise ExecutionError(
+                f"{subject}: an offset beyond the {file.size} inline bytes", code="OUTPUT_VERIFICATION_FAILED"
+            )
+        return
     assert isinstance(file, RelativeFileHandle), "kg writes every state file beside _metadata"
     if isinstance(root, Path):
         path = root / file.relative_path
@@ -136,4 +167,4 @@ def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], 
         )
 
 
-__all__ = ["SealedSavepoint", "check_output", "seal_savepoint"]
+__all__ = ["SealedSavepoint", "check_output", "seal_in_place", "seal_savepoint"]

@@ -184,8 +184,7 @@ def _verify_streams(
     are used as they are.
     """
     opened = Savepoint.of(savepoint)
-    known = opened.keyed_streams_read() or {}
-    headers = {(s.operator_id, s.subtask): s.raw_header for streams in known.values() for s in streams}
+    headers = _known_headers(opened) if keyed else {}
     kinds = KeyGroupsHandle | OperatorStateHandle if keyed else OperatorStateHandle
     work = [
         (op, sub.index, handle)
@@ -222,6 +221,21 @@ def _verify_streams(
         findings.extend(found)
         report("verify", done, len(work))
     return files, rows
+
+
+def _known_headers(opened: Savepoint) -> dict[tuple[str, int], bytes]:
+    """Return the keyed headers of ``opened`` by (operator id, subtask), read once and kept on it.
+
+    A plan or rescale after this gate reuses them. Where one does not read, none is returned: each stream's
+    own read then turns what is wrong into its finding.
+    """
+    known = opened.keyed_streams_read()
+    if known is None:
+        try:
+            known = opened.keyed_streams
+        except (UnsupportedFormatError, InvalidSnapshotError):
+            return {}
+    return {(s.operator_id, s.subtask): s.raw_header for streams in known.values() for s in streams}
 
 
 def _keyed_stream(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.errors import InvalidSnapshotError, no_snapshot_error
 from keygroup_cli.snapshot.manifest import check_paths_inside, read_manifest
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,
@@ -31,18 +31,16 @@ def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
     """Open the committed kg snapshot at ``path`` (its directory or its ``_manifest.json``).
 
     Raises:
-        InvalidSnapshotError: The path does not exist, holds no ``_manifest.json`` (not a snapshot, or an
-            uncommitted write), or the manifest is invalid or names a path outside the directory.
+        InvalidSnapshotError: The path does not exist, holds no ``_manifest.json`` (``SNAPSHOT_NOT_FOUND``:
+            not a snapshot, or an uncommitted write), or the manifest is invalid or names a path outside
+            the directory.
         UnsupportedFormatError: The manifest's ``format_version`` is unknown.
     """
     path = Path(path)
     if path.is_dir():
         directory, manifest_path = path, path / MANIFEST_NAME
         if not manifest_path.is_file():
-            raise InvalidSnapshotError(
-                f"not a kg snapshot (no {MANIFEST_NAME}): {path}, maybe an uncommitted write",
-                code="NOT_A_KG_SNAPSHOT",
-            )
+            raise no_snapshot_error(path)
     elif path.is_file():
         directory, manifest_path = path.parent, path
     else:

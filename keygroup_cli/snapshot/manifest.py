@@ -325,23 +325,7 @@ def _validate_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
             f"1 <= parallelism <= max_parallelism <= {UPPER_BOUND_MAX_PARALLELISM}",
             code="PARALLELISM_INVALID",
         ) from None
-    names: set[str] = set()
-    for state in op.states:
-        if state.kind not in STATE_KINDS:
-            raise InvalidSnapshotError(
-                f"{where}: state {state.name!r} has unknown kind {state.kind!r} (expected one of "
-                f"{', '.join(STATE_KINDS)})",
-                code="STATE_KIND_UNKNOWN",
-            )
-        if state.name in names:
-            raise InvalidSnapshotError(f"{where}: state {state.name!r} listed twice", code="STATE_DUPLICATE")
-        marker = state.extensions.get("replicated")
-        if marker is not None and (not isinstance(marker, bool) or state.kind != "operator-union"):
-            raise InvalidSnapshotError(
-                f"{where}: state {state.name!r}: 'replicated' must be a boolean on an operator-union state",
-                code="MANIFEST_FIELD_INVALID",
-            )
-        names.add(state.name)
+    _validate_states(op, where)
     has_keyed = any(s.kind in KEYED_KINDS for s in op.states)
     if op.key_type is not None and op.key_type not in KEY_TYPES:
         raise InvalidSnapshotError(
@@ -362,33 +346,58 @@ def _validate_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
     for kind, files in (("keyed", op.keyed_files), ("operator", op.operator_files)):
         subtasks: set[int] = set()
         for f in files:
-            file_where = f"{where} {kind} file {f.path!r}"
-            if not 0 <= f.subtask < op.parallelism:
-                raise InvalidSnapshotError(
-                    f"{file_where}: subtask {f.subtask} is outside 0..{op.parallelism - 1}",
-                    code="SUBTASK_OUT_OF_RANGE",
-                )
-            if f.subtask in subtasks:
-                raise InvalidSnapshotError(
-                    f"{file_where}: a second {kind} file for subtask {f.subtask}", code="SUBTASK_DUPLICATE"
-                )
-            subtasks.add(f.subtask)
-            check_relative_path(f.path, where=file_where)
-            normalised = posixpath.normpath(f.path)
-            if normalised in seen_paths:
-                raise InvalidSnapshotError(
-                    f"{file_where}: path named twice in the manifest", code="PATH_DUPLICATE"
-                )
-            seen_paths.add(normalised)
-            if f.rows < 0 or f.bytes < 0:
-                raise InvalidSnapshotError(
-                    f"{file_where}: negative rows or bytes", code="MANIFEST_FIELD_INVALID"
-                )
-            if not _XXH64.match(f.xxh64):
-                raise InvalidSnapshotError(
-                    f"{file_where}: xxh64 {f.xxh64!r} is not 16 lowercase hex characters",
-                    code="MANIFEST_FIELD_INVALID",
-                )
+            _validate_file(f, kind, op.parallelism, f"{where} {kind} file {f.path!r}", subtasks, seen_paths)
+
+
+def _validate_states(op: Operator, where: str) -> None:
+    names: set[str] = set()
+    for state in op.states:
+        if state.kind not in STATE_KINDS:
+            raise InvalidSnapshotError(
+                f"{where}: state {state.name!r} has unknown kind {state.kind!r} (expected one of "
+                f"{', '.join(STATE_KINDS)})",
+                code="STATE_KIND_UNKNOWN",
+            )
+        if state.name in names:
+            raise InvalidSnapshotError(f"{where}: state {state.name!r} listed twice", code="STATE_DUPLICATE")
+        marker = state.extensions.get("replicated")
+        if marker is not None and (not isinstance(marker, bool) or state.kind != "operator-union"):
+            raise InvalidSnapshotError(
+                f"{where}: state {state.name!r}: 'replicated' must be a boolean on an operator-union state",
+                code="MANIFEST_FIELD_INVALID",
+            )
+        names.add(state.name)
+
+
+def _validate_file(
+    f: KeyedFile | OperatorFile,
+    kind: str,
+    parallelism: int,
+    file_where: str,
+    subtasks: set[int],
+    seen_paths: set[str],
+) -> None:
+    if not 0 <= f.subtask < parallelism:
+        raise InvalidSnapshotError(
+            f"{file_where}: subtask {f.subtask} is outside 0..{parallelism - 1}", code="SUBTASK_OUT_OF_RANGE"
+        )
+    if f.subtask in subtasks:
+        raise InvalidSnapshotError(
+            f"{file_where}: a second {kind} file for subtask {f.subtask}", code="SUBTASK_DUPLICATE"
+        )
+    subtasks.add(f.subtask)
+    check_relative_path(f.path, where=file_where)
+    normalised = posixpath.normpath(f.path)
+    if normalised in seen_paths:
+        raise InvalidSnapshotError(f"{file_where}: path named twice in the manifest", code="PATH_DUPLICATE")
+    seen_paths.add(normalised)
+    if f.rows < 0 or f.bytes < 0:
+        raise InvalidSnapshotError(f"{file_where}: negative rows or bytes", code="MANIFEST_FIELD_INVALID")
+    if not _XXH64.match(f.xxh64):
+        raise InvalidSnapshotError(
+            f"{file_where}: xxh64 {f.xxh64!r} is not 16 lowercase hex characters",
+            code="MANIFEST_FIELD_INVALID",
+        )
 
 
 def _validate_keyed_files(op: Operator, where: str) -> None:

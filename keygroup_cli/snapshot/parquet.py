@@ -153,6 +153,88 @@ def _writer(
     )
 
 
+def _keyed_parts(
+    data: KeyedData, key_type: str, state_names: Sequence[str] | None
+) -> tuple[Iterable[pa.Table | pa.RecordBatch], bool, Sequence[str]]:
+    """Return the parts to write, whether they are conformed already, and the state names.
+
+    One table or batch is conformed and sorted by key group here (stably); an iterable is taken as it comes.
+
+    Raises:
+        InvalidArgumentError: Streamed data without ``state_names``.
+    """
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        if state_names is None:
+            state_names = _distinct_states(table)
+        table = conform_keyed(table, key_type, state_names)
+        kg = _key_group_numpy(table)
+        if kg.size > 1 and bool(np.any(kg[1:] < kg[:-1])):
+            table = table.take(pc.sort_indices(table, [("key_group", "ascending")]))
+        return [table], True, state_names
+    if state_names is None:
+        raise InvalidArgumentError("streamed keyed data needs state_names", code="STATE_NAMES_REQUIRED")
+    return data, False, state_names
+
+
+def _check_chunk(path: Path, kg: np.ndarray, key_groups: KeyGroupRange, last_group: int) -> int:
+    """Refuse a chunk with a key group outside the file's range or out of order; return its last one.
+
+    Raises:
+        InvalidSnapshotError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
+    """
+    if int(kg.min()) < key_groups.start or int(kg.max()) > key_groups.end:
+        bad = int(kg[(kg < key_groups.start) | (kg > key_groups.end)][0])
+        raise InvalidSnapshotError(
+            f"{path}: a row has key group {bad}, outside the file's range "
+            f"[{key_groups.start}, {key_groups.end}]",
+            code="KEY_GROUP_OUT_OF_RANGE",
+        )
+    if int(kg[0]) < last_group or bool(np.any(kg[1:] < kg[:-1])):
+        raise InvalidSnapshotError(
+            f"{path}: streamed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
+        )
+    return int(kg[-1])
+
+
+class _KeyedWriter:
+    """A keyed file's Parquet writer: row groups of ``row_group_rows`` at most, cut between key groups."""
+
+    def __init__(self, path: Path, row_group_rows: int) -> None:
+        self.path = path
+        self.row_group_rows = row_group_rows
+        self.writer: pq.ParquetWriter | None = None
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+
+    def add(self, chunk: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = _writer(self.path, chunk.schema, ["state", "key", "namespace"], ["key_group"])
+        self.pending.append(chunk)
+        self.pending_rows += chunk.num_rows
+        while self.pending_rows >= self.row_group_rows:
+            block = pa.concat_tables(self.pending)
+            cut = _row_group_cut(_key_group_numpy(block), self.row_group_rows)
+            self.writer.write_table(block.slice(0, cut).combine_chunks(), row_group_size=cut)
+            rest = block.slice(cut)
+            self.pending, self.pending_rows = [rest], rest.num_rows
+
+    def close(self, empty: pa.Table) -> None:
+        """Write what is pending (or ``empty``, for a file without rows) and close the file."""
+        if self.writer is None:
+            self.writer = _writer(self.path, empty.schema, ["state", "key", "namespace"], ["key_group"])
+            self.writer.write_table(empty)
+        elif self.pending_rows:
+            block = pa.concat_tables(self.pending).combine_chunks()
+            self.writer.write_table(block, row_group_size=block.num_rows)
+        self.writer.close()
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.path.unlink(missing_ok=True)
+
+
 def write_keyed_file(
     path: Path | str,
     data: KeyedData,
@@ -178,26 +260,9 @@ def write_keyed_file(
         InvalidArgumentError: The data does not fit the schema.
     """
     path = Path(path)
-    if isinstance(data, (pa.Table, pa.RecordBatch)):
-        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-        if state_names is None:
-            state_names = _distinct_states(table)
-        table = conform_keyed(table, key_type, state_names)
-        kg = _key_group_numpy(table)
-        if kg.size > 1 and bool(np.any(kg[1:] < kg[:-1])):
-            table = table.take(pc.sort_indices(table, [("key_group", "ascending")]))
-        parts: Iterable[pa.Table | pa.RecordBatch] = [table]
-        conformed = True
-    else:
-        conformed = False
-        if state_names is None:
-            raise InvalidArgumentError("streamed keyed data needs state_names", code="STATE_NAMES_REQUIRED")
-        parts = data
+    parts, conformed, state_names = _keyed_parts(data, key_type, state_names)
     counts = np.zeros(key_groups.size, dtype=np.int64)
-    schema: pa.Schema | None = None
-    writer: pq.ParquetWriter | None = None
-    pending: list[pa.Table] = []
-    pending_rows = 0
+    out = _KeyedWriter(path, row_group_rows)
     last_group = -1
     try:
         for part in parts:
@@ -205,43 +270,12 @@ def write_keyed_file(
             if chunk.num_rows == 0:
                 continue
             kg = _key_group_numpy(chunk)
-            if int(kg.min()) < key_groups.start or int(kg.max()) > key_groups.end:
-                bad = int(kg[(kg < key_groups.start) | (kg > key_groups.end)][0])
-                raise InvalidSnapshotError(
-                    f"{path}: a row has key group {bad}, outside the file's range "
-                    f"[{key_groups.start}, {key_groups.end}]",
-                    code="KEY_GROUP_OUT_OF_RANGE",
-                )
-            if int(kg[0]) < last_group or bool(np.any(kg[1:] < kg[:-1])):
-                raise InvalidSnapshotError(
-                    f"{path}: streamed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
-                )
-            last_group = int(kg[-1])
+            last_group = _check_chunk(path, kg, key_groups, last_group)
             counts += np.bincount(kg - key_groups.start, minlength=key_groups.size)
-            if writer is None:
-                schema = chunk.schema
-                writer = _writer(path, schema, ["state", "key", "namespace"], ["key_group"])
-            pending.append(chunk)
-            pending_rows += chunk.num_rows
-            while pending_rows >= row_group_rows:
-                block = pa.concat_tables(pending)
-                cut = _row_group_cut(_key_group_numpy(block), row_group_rows)
-                writer.write_table(block.slice(0, cut).combine_chunks(), row_group_size=cut)
-                rest = block.slice(cut)
-                pending, pending_rows = [rest], rest.num_rows
-        if writer is None:
-            schema = keyed_schema(key_type)
-            empty = conform_keyed(schema.empty_table(), key_type, state_names)
-            writer = _writer(path, empty.schema, ["state", "key", "namespace"], ["key_group"])
-            writer.write_table(empty)
-        elif pending_rows:
-            block = pa.concat_tables(pending).combine_chunks()
-            writer.write_table(block, row_group_size=block.num_rows)
-        writer.close()
+            out.add(chunk)
+        out.close(conform_keyed(keyed_schema(key_type).empty_table(), key_type, state_names))
     except BaseException:
-        if writer is not None:
-            writer.close()
-        path.unlink(missing_ok=True)
+        out.abort()
         raise
     size, digest = file_digest(path)
     return WrittenFile(

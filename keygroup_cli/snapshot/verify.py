@@ -323,9 +323,37 @@ def _check_operator_file(
         findings.append(
             _error("NULL_IN_REQUIRED_COLUMN", entry.path, f"{nulls} null(s) in state, position or value")
         )
-    kinds = {s.name: s.kind for s in op.states if not s.is_keyed}
     states = table.column("state").cast(pa.string()).to_pylist()
     positions = table.column("position").to_pylist()
+    by_state = _positions_by_state(op, entry, table, states, positions, findings)
+    replicated = {st.name for st in op.states if st.replicated}
+    if replicated & by_state.keys():
+        values = table.column("value").to_pylist()
+        for name, position, value in zip(states, positions, values, strict=True):
+            if name in replicated:
+                replicas.setdefault(name, {}).setdefault(entry.subtask, []).append((position, value))
+    for name, got in by_state.items():
+        if sorted(p for p in got if p is not None) != list(range(len(got))):
+            findings.append(
+                _error(
+                    "OPERATOR_STATE_POSITIONS",
+                    entry.path,
+                    f"state {name!r} positions are not 0..{len(got) - 1}",
+                )
+            )
+    return int(table.num_rows)
+
+
+def _positions_by_state(
+    op: Operator,
+    entry: OperatorFile,
+    table: pa.Table,
+    states: list[str],
+    positions: list[int],
+    findings: list[Finding],
+) -> dict[str, list[int]]:
+    """Return the positions of each declared state's rows; add a finding for undeclared or misshapen rows."""
+    kinds = {s.name: s.kind for s in op.states if not s.is_keyed}
     has_entry_key = table.column("entry_key").is_valid().to_pylist()
     by_state: dict[str, list[int]] = {}
     for name, position, keyed in zip(states, positions, has_entry_key, strict=True):
@@ -345,22 +373,7 @@ def _check_operator_file(
             )
             kinds[name] = "?"
         by_state.setdefault(name, []).append(position)
-    replicated = {st.name for st in op.states if st.replicated}
-    if replicated & by_state.keys():
-        values = table.column("value").to_pylist()
-        for name, position, value in zip(states, positions, values, strict=True):
-            if name in replicated:
-                replicas.setdefault(name, {}).setdefault(entry.subtask, []).append((position, value))
-    for name, got in by_state.items():
-        if sorted(p for p in got if p is not None) != list(range(len(got))):
-            findings.append(
-                _error(
-                    "OPERATOR_STATE_POSITIONS",
-                    entry.path,
-                    f"state {name!r} positions are not 0..{len(got) - 1}",
-                )
-            )
-    return int(table.num_rows)
+    return by_state
 
 
 def _replica_findings(op: Operator, replicas: dict[str, dict[int, list[tuple[int, bytes]]]]) -> list[Finding]:

@@ -200,6 +200,16 @@ class Location:
                 written += len(block)
         return written
 
+    def same_store(self, other: Location) -> bool:
+        """Return whether ``other`` is on this file system (same store, endpoint and credentials)."""
+        return bool(self.fs.equals(other.fs))
+
+    def copy_to(self, target: Location) -> None:
+        """Copy this file to ``target`` on the same store; object stores copy server-side (S3 CopyObject)."""
+        target._parents()
+        with storage_errors(self.uri):
+            self.fs.copy_file(self.path, target.path)
+
     def delete(self) -> None:
         """Delete this file; a missing file is not an error."""
         import pyarrow.fs as pafs

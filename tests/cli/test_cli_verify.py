@@ -75,9 +75,9 @@ def test_verify_gapped_ranges_and_escaping_paths(kg, tmp_path: Path) -> None:
 def test_verify_not_a_snapshot(kg, tmp_path: Path) -> None:
     r = kg("verify", tmp_path)
     assert r.exit_code == 3 and r.stdout == ""
-    assert (
-        r.stderr
-        == f"kg: error: not a kg snapshot (no _manifest.json): {tmp_path}, maybe an uncommitted write\n"
+    assert r.stderr == (
+        f"kg: error: {tmp_path}: not a Flink savepoint or checkpoint, nor a kg snapshot (no _metadata file, "
+        "no chk-N directory, no _manifest.json; an uncommitted write has none of them)\n"
     )
 
 

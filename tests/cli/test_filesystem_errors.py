@@ -163,3 +163,30 @@ def test_a_read_only_file_system(command: str, tmp_path: Path, input_digest: str
     mount = f"mount -t tmpfs -o ro none {shlex.quote(str(ro))} && "
     result = _subprocess(WRITERS[command](dest), ["unshare", "-Urm"], mount)
     _assert_refused(result, 2, "DESTINATION_NOT_WRITABLE", dest, "read-only file system (EROFS)")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "{dir}"],
+        ["check", "{dir}", "-p", "2"],
+        ["verify", "{dir}"],
+        ["plan", "{dir}", "--to", "2"],
+        ["rescale", "{dir}", "--to", "2", "--out", "{dir}-out"],
+        ["convert", "{dir}", "--out", "{dir}-out"],
+        ["diff", "{dir}", "{dir}"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_a_directory_of_neither_format_is_the_same_one_line_everywhere(argv, tmp_path, capsys):
+    """A directory with no _metadata, no chk-N and no _manifest.json: one sentence and exit 3 (#25 item 3)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code = run([a.replace("{dir}", str(empty)) for a in argv])
+    captured = capsys.readouterr()
+    assert code == 3 and captured.out == ""
+    assert captured.err == (
+        f"kg: error: {empty}: not a Flink savepoint or checkpoint, nor a kg snapshot (no _metadata file, "
+        "no chk-N directory, no _manifest.json; an uncommitted write has none of them)\n"
+    )
+    assert not (tmp_path / "empty-out").exists()

@@ -62,3 +62,34 @@ def test_a_savepoint_rescale_reads_each_input_file_once(case, to, max_parallelis
     counts = count_rescale(monkeypatch, str(source), str(tmp_path / "out"), to, max_parallelism, names)
     assert_each_once(counts, state_files=files, operator_streams=streams)
     assert (tmp_path / "out" / "_metadata").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "{sp}"],
+        ["inspect", "{sp}", "--key-groups"],
+        ["check", "{sp}", "-p", "4"],
+        ["check", "{sp}", "-p", "4", "--deep"],
+        ["verify", "{sp}"],
+        ["plan", "{sp}", "--to", "4", "-m", "1024"],
+        ["rescale", "{sp}", "--to", "4", "--dry-run", "--out", "{out}"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv if not a.startswith("{")),
+)
+def test_every_command_reads_the_input_metadata_once(argv, monkeypatch, tmp_path):
+    """inspect, check, verify, plan and a dry run work on the savepoint opened once (#21)."""
+    from click.testing import CliRunner
+
+    from keygroup_cli.cli import cli
+    from tests.execution.spine_counter import counting
+
+    source = FIXTURES / "2.3/rocksdb-canonical-p3-maxp128-string"
+    names = frozenset(p.name for p in source.rglob("*") if p.is_file())
+    with counting(monkeypatch, str(source), names) as counts:
+        args = [a.replace("{sp}", str(source)).replace("{out}", str(tmp_path / "out")) for a in argv]
+        result = CliRunner().invoke(cli, ["--json", *args])
+    assert result.exit_code == 0, result.output + result.stderr
+    assert counts.metadata_reads == 1
+    assert all(n == 1 for n in counts.header_reads.values()), counts.header_reads
+    assert all(n == 1 for n in counts.operator_decodes.values()), counts.operator_decodes

@@ -544,6 +544,10 @@ class UidRestoreRequest:
     drop: Sequence[str] = ()
     #: Keyed uid -> uid of a new stateless map chained right after it (between it and its drop filter).
     add_stateless: Mapping[str, str] | None = None
+    #: Uid as generated -> the uid the restoring job sets instead (a job whose uids changed).
+    uids: Mapping[str, str] | None = None
+    #: Uids as generated that the restoring job does not set (Flink hashes the graph for those).
+    no_uid: Sequence[str] = ()
 
     def to_json(self, out: Path) -> dict[str, Any]:
         doc = {
@@ -560,6 +564,10 @@ class UidRestoreRequest:
             doc["drop"] = list(self.drop)
         if self.add_stateless:
             doc["add_stateless"] = dict(self.add_stateless)
+        if self.uids:
+            doc["uids"] = dict(self.uids)
+        if self.no_uid:
+            doc["no_uid"] = list(self.no_uid)
         return doc
 
 

@@ -132,3 +132,16 @@ def test_job_option_and_usage(kg, export):
     assert wrong.exit_code == ExitCode.USAGE and wrong.json()["error"]["code"] == "HA_JOB_NOT_FOUND"
     plain = kg("inspect", CASE, "--job", JOB)
     assert plain.exit_code == 2 and "--job applies only" in plain.stderr
+
+
+def test_migrate_from_the_ha_store_and_refused_while_a_leader_lives(kg, export, tmp_path):
+    no_uid = "9887c2fb29a6e66df7039a0be00a90dd"
+    done = kg("migrate", export("configmap.yaml"), "--out", tmp_path / "sp", "--drop", no_uid, "--json")
+    assert done.exit_code == 0, done.stderr
+    assert done.json()["checkpoint_id"] == 2 and done.json()["changes"][0]["action"] == "drop"
+    inspect = kg("inspect", tmp_path / "sp", "--json").json()
+    assert inspect["checkpoint_id"] == 2
+    assert no_uid not in {op["operator_id"] for op in inspect["operators"]}
+    live = export("configmap.yaml", [_cluster_map(datetime.now(timezone.utc))])
+    refused = kg("migrate", live, "--out", tmp_path / "out", "--drop", no_uid)
+    assert refused.exit_code == ExitCode.LEADER_LIVE and not (tmp_path / "out").exists()

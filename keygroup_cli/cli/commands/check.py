@@ -15,7 +15,10 @@ from keygroup_cli.cli.options import max_parallelism_option, output_options, par
 from keygroup_cli.cli.render import counted, output_for, print_table, table_style
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity, exit_code_for
+from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM
+from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
+from keygroup_cli.upgrade import parse_target, upgrade_findings
 
 EPILOG = """\b
 Examples:
@@ -24,6 +27,7 @@ Examples:
   kg check /checkpoints/<job-id> -p 4 --job-uids new-job-uids.txt --strict --json
   kg check zk://zk1:2181/flink/my-cluster --job <job-id> -p 12   # what the job resumes from
   kg check savepoint/ -p 8 --deep     # also decode every key group and operator-state stream
+  kg check savepoint/ --target-flink 2.2   # what a Flink 2.2 job cannot restore (Kryo, POJOs, ...)
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -41,9 +45,11 @@ def _per_operator(values: tuple[str, ...], flag: str) -> tuple[int | None, dict[
             raise InvalidArgumentError(
                 f"{flag} {value}: expected N or UID=N", code="INVALID_OPTION"
             ) from None
-        if not 0 < n <= 32768:
+        if not 0 < n <= UPPER_BOUND_MAX_PARALLELISM:
+            kind = "maxParallelism" if flag == "--max-parallelism" else "parallelism"
             raise InvalidArgumentError(
-                f"{flag} {value}: Operator parallelism not within bounds: {n}",
+                f"{flag} {value}: Operator parallelism not within bounds: {n} "
+                f"(Flink allows a {kind} of 1 to {UPPER_BOUND_MAX_PARALLELISM})",
                 code="PARALLELISM_OUT_OF_BOUNDS",
             )
         if key:
@@ -96,6 +102,11 @@ def _read_uids(path: Path) -> list[str]:
     is_flag=True,
     help="Also verify every state file as kg verify does (every key group and operator-state stream).",
 )
+@click.option(
+    "--target-flink",
+    metavar="VERSION",
+    help="Also list the states a job on this Flink version (e.g. 2.2) cannot restore (reads state headers).",
+)
 @output_options
 @click.pass_context
 def command(
@@ -108,6 +119,7 @@ def command(
     allow_non_restored_state: bool,
     strict: bool,
     deep: bool,
+    target_flink: str | None,
 ) -> None:
     """Check that a savepoint, checkpoint or kg snapshot restores at the planned parallelism.
 
@@ -121,15 +133,22 @@ def command(
     out = output_for(ctx)
     p_all, p_for = _per_operator(parallelism, "--parallelism")
     m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
-    plan = RestorePlan(
-        p_all, p_for, m_all, m_for, _read_uids(job_uids) if job_uids else None, allow_non_restored_state
-    )
-    summary = summarize(resolve_input(out, path, job).path, read_states=False)
+    uids = _read_uids(job_uids) if job_uids else None
+    plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
+    target = parse_target(target_flink) if target_flink is not None else None
+    summary = summarize(resolve_input(out, path, job).path, read_states=target is not None)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
+    if target is not None:
+        findings += upgrade_findings(summary, target)
     from keygroup_cli.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
     findings = [*findings, *check_input(summary.savepoint or summary.path, deep=deep)]
+    # Unmapped stateful operators: candidates among the job's uids and the kg migrate command (#26).
+    suggestion = None
+    if uids is not None:
+        recorded = summary.metadata_version is None or summary.metadata_version >= 5
+        suggestion = suggest_migration(summary.operators, uids, path, uids_recorded=recorded)
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
@@ -142,11 +161,14 @@ def command(
             for f in findings
         ],
     }
-    out.result("check", document, lambda console: _text(console, findings, checked, code == 0))
+    if uids is not None:
+        document["migrate"] = suggestion.document() if suggestion else None
+    lines = suggestion.lines() if suggestion else []
+    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, lines))
     ctx.exit(int(code))
 
 
-def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> None:
+def _text(console: Console, findings: list[Finding], checked: int, ok: bool, lines: list[str]) -> None:
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
         for f in findings:
@@ -169,3 +191,5 @@ def _text(console: Console, findings: list[Finding], checked: int, ok: bool) -> 
         f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
         f"{counted(warnings, 'warning')}"
     )
+    for line in lines:  # --job-uids: candidates for the unmapped operators, and the kg migrate command
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -32,6 +32,7 @@ from keygroup_cli.summary import (
 )
 
 if TYPE_CHECKING:
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.key_group_sizes import KeyGroupSizes
 
 EPILOG = """\b
@@ -101,7 +102,6 @@ def command(
     source = resolve_input(out, path, job)
     path = source.path
     wanted = key_groups or minimum is not None or maximum is not None or html is not None
-    sizes = _key_group_sizes(out, path, minimum, maximum) if wanted else {}
     if out.progress_enabled:
         # rich.progress is imported only when a bar can be drawn: inspect must stay fast in CI.
         from keygroup_cli.cli.progress import progress
@@ -110,6 +110,8 @@ def command(
             summary = summarize(path, on_progress=on_progress)
     else:
         summary = summarize(path)
+    # Sized from the savepoint the summary opened: _metadata is read once.
+    sizes = _key_group_sizes(out, summary.savepoint or path, minimum, maximum) if wanted else {}
     if operators:
         # Deferred: planning imports pyarrow, which plain inspect does without.
         from keygroup_cli.planning import named_operators
@@ -135,7 +137,7 @@ def command(
 
 
 def _key_group_sizes(
-    out: Output, path: str, minimum: int | None, maximum: int | None
+    out: Output, path: str | FlinkSnapshot, minimum: int | None, maximum: int | None
 ) -> dict[str, KeyGroupSizes]:
     """Return the key-group sizes by operator id; fail (exit 4) when no keyed operator has any."""
     # Deferred: the sizes need planning (numpy, pyarrow), which plain inspect does without.

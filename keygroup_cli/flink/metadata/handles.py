@@ -10,6 +10,7 @@ keyed-state handles (``deserializeKeyedStateHandle``), operator-state handles
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -325,80 +326,95 @@ def read_keyed_handle(reader: DataInput, depth: int = 0) -> KeyedHandle | None:
     tag = reader.read_byte()
     if tag == NULL_HANDLE:
         return None
-    if tag in (KEY_GROUPS_HANDLE, KEY_GROUPS_HANDLE_V2, SAVEPOINT_KEY_GROUPS_HANDLE):
-        start, offsets = _read_key_group_offsets(reader)
-        delegate = read_stream_handle(reader, depth + 1)
-        handle_id = reader.read_utf() if tag == KEY_GROUPS_HANDLE_V2 else None
-        return KeyGroupsHandle(tag, start, offsets, delegate, handle_id)
-    if tag in (INCREMENTAL_KEY_GROUPS_HANDLE, INCREMENTAL_KEY_GROUPS_HANDLE_V2):
-        v2 = tag == INCREMENTAL_KEY_GROUPS_HANDLE_V2
-        checkpoint_id = reader.read_long()
-        backend_id = reader.read_utf()
-        start = reader.read_int()
-        num = reader.read_int()
-        checkpointed_size = reader.read_long() if v2 else None
-        metadata = read_stream_handle(reader, depth + 1)
-        shared = _read_local_handles(reader, depth)
-        private = _read_local_handles(reader, depth)
-        handle_id = reader.read_utf() if v2 else None
-        return IncrementalKeyedHandle(
-            tag,
-            checkpoint_id,
-            backend_id,
-            start,
-            num,
-            checkpointed_size,
-            metadata,
-            shared,
-            private,
-            handle_id,
-        )
-    if tag in (CHANGELOG_HANDLE, CHANGELOG_HANDLE_V2):
-        start = reader.read_int()
-        num = reader.read_int()
-        changelog_size = reader.read_long()
-        base = tuple(
-            read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "materialized handle"))
-        )
-        delta = tuple(read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "changelog handle")))
-        materialization_id = reader.read_long()
-        changelog_checkpoint = reader.read_long() if tag == CHANGELOG_HANDLE_V2 else None
-        return ChangelogBackendHandle(
-            tag,
-            start,
-            num,
-            changelog_size,
-            base,
-            delta,
-            materialization_id,
-            changelog_checkpoint,
-            reader.read_utf(),
-        )
-    if tag == CHANGELOG_BYTE_INCREMENT_HANDLE:
-        start = reader.read_int()
-        num = reader.read_int()
-        seq_from = reader.read_long()
-        seq_to = reader.read_long()
-        changes = []
-        for _ in range(_count(reader, "state change")):
-            key_group = reader.read_int()
-            changes.append((key_group, reader.read_bytes(_count(reader, "change byte"))))
-        return InMemoryChangelogHandle(start, num, seq_from, seq_to, tuple(changes), reader.read_utf())
-    if tag in (CHANGELOG_FILE_INCREMENT_HANDLE, CHANGELOG_FILE_INCREMENT_HANDLE_V2):
-        start = reader.read_int()
-        num = reader.read_int()
-        parts = []
-        for _ in range(_count(reader, "changelog file")):
-            offset = reader.read_long()
-            parts.append((offset, read_stream_handle(reader, depth + 1)))
-        size = reader.read_long()
-        checkpointed_size = reader.read_long()
-        handle_id = reader.read_utf()
-        storage = reader.read_utf() if tag == CHANGELOG_FILE_INCREMENT_HANDLE_V2 else None
-        return ChangelogStreamHandle(
-            tag, start, num, tuple(parts), size, checkpointed_size, handle_id, storage
-        )
-    raise _corrupt(reader, f"Reading invalid KeyedStateHandle, type: {tag}")
+    read = _KEYED_READERS.get(tag)
+    if read is None:
+        raise _corrupt(reader, f"Reading invalid KeyedStateHandle, type: {tag}")
+    return read(reader, tag, depth)
+
+
+def _key_groups_handle(reader: DataInput, tag: int, depth: int) -> KeyGroupsHandle:
+    start, offsets = _read_key_group_offsets(reader)
+    delegate = read_stream_handle(reader, depth + 1)
+    handle_id = reader.read_utf() if tag == KEY_GROUPS_HANDLE_V2 else None
+    return KeyGroupsHandle(tag, start, offsets, delegate, handle_id)
+
+
+def _incremental_handle(reader: DataInput, tag: int, depth: int) -> IncrementalKeyedHandle:
+    v2 = tag == INCREMENTAL_KEY_GROUPS_HANDLE_V2
+    checkpoint_id = reader.read_long()
+    backend_id = reader.read_utf()
+    start = reader.read_int()
+    num = reader.read_int()
+    checkpointed_size = reader.read_long() if v2 else None
+    metadata = read_stream_handle(reader, depth + 1)
+    shared = _read_local_handles(reader, depth)
+    private = _read_local_handles(reader, depth)
+    handle_id = reader.read_utf() if v2 else None
+    return IncrementalKeyedHandle(
+        tag, checkpoint_id, backend_id, start, num, checkpointed_size, metadata, shared, private, handle_id
+    )
+
+
+def _changelog_handle(reader: DataInput, tag: int, depth: int) -> ChangelogBackendHandle:
+    start = reader.read_int()
+    num = reader.read_int()
+    changelog_size = reader.read_long()
+    base = tuple(read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "materialized handle")))
+    delta = tuple(read_keyed_handle(reader, depth + 1) for _ in range(_count(reader, "changelog handle")))
+    materialization_id = reader.read_long()
+    changelog_checkpoint = reader.read_long() if tag == CHANGELOG_HANDLE_V2 else None
+    return ChangelogBackendHandle(
+        tag,
+        start,
+        num,
+        changelog_size,
+        base,
+        delta,
+        materialization_id,
+        changelog_checkpoint,
+        reader.read_utf(),
+    )
+
+
+def _changelog_bytes(reader: DataInput, tag: int, depth: int) -> InMemoryChangelogHandle:
+    start = reader.read_int()
+    num = reader.read_int()
+    seq_from = reader.read_long()
+    seq_to = reader.read_long()
+    changes = []
+    for _ in range(_count(reader, "state change")):
+        key_group = reader.read_int()
+        changes.append((key_group, reader.read_bytes(_count(reader, "change byte"))))
+    return InMemoryChangelogHandle(start, num, seq_from, seq_to, tuple(changes), reader.read_utf())
+
+
+def _changelog_files(reader: DataInput, tag: int, depth: int) -> ChangelogStreamHandle:
+    start = reader.read_int()
+    num = reader.read_int()
+    parts = []
+    for _ in range(_count(reader, "changelog file")):
+        offset = reader.read_long()
+        parts.append((offset, read_stream_handle(reader, depth + 1)))
+    size = reader.read_long()
+    checkpointed_size = reader.read_long()
+    handle_id = reader.read_utf()
+    storage = reader.read_utf() if tag == CHANGELOG_FILE_INCREMENT_HANDLE_V2 else None
+    return ChangelogStreamHandle(tag, start, num, tuple(parts), size, checkpointed_size, handle_id, storage)
+
+
+#: Each keyed-handle tag's reader (``MetadataV2V3SerializerBase.deserializeKeyedStateHandle``).
+_KEYED_READERS: dict[int, Callable[[DataInput, int, int], KeyedHandle]] = {
+    KEY_GROUPS_HANDLE: _key_groups_handle,
+    KEY_GROUPS_HANDLE_V2: _key_groups_handle,
+    SAVEPOINT_KEY_GROUPS_HANDLE: _key_groups_handle,
+    INCREMENTAL_KEY_GROUPS_HANDLE: _incremental_handle,
+    INCREMENTAL_KEY_GROUPS_HANDLE_V2: _incremental_handle,
+    CHANGELOG_HANDLE: _changelog_handle,
+    CHANGELOG_HANDLE_V2: _changelog_handle,
+    CHANGELOG_BYTE_INCREMENT_HANDLE: _changelog_bytes,
+    CHANGELOG_FILE_INCREMENT_HANDLE: _changelog_files,
+    CHANGELOG_FILE_INCREMENT_HANDLE_V2: _changelog_files,
+}
 
 
 def read_operator_handle(reader: DataInput) -> OperatorStateHandle | None:

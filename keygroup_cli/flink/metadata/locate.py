@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.errors import InvalidSnapshotError, no_snapshot_error
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.storage.locations import Location, is_remote, location
 
@@ -75,10 +75,7 @@ def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
             f"{p}: no completed checkpoint (no chk-N directory with a _metadata file)",
             code="NO_COMPLETED_CHECKPOINT",
         )
-    raise InvalidSnapshotError(
-        f"{p}: not a Flink savepoint or checkpoint (no _metadata file and no chk-N directories)",
-        code="SNAPSHOT_NOT_FOUND",
-    )
+    raise no_snapshot_error(p)
 
 
 def _subdirs(p: Path | Location) -> list[Any]:

@@ -175,57 +175,73 @@ def write_keyed_handle(out: DataOutput, handle: h.KeyedHandle | None) -> None:
         if handle.tag == h.KEY_GROUPS_HANDLE_V2:
             out.write_utf(handle.handle_id or "")
     elif isinstance(handle, h.IncrementalKeyedHandle):
-        v2 = handle.tag == h.INCREMENTAL_KEY_GROUPS_HANDLE_V2
-        out.write_byte(handle.tag)
-        out.write_long(handle.checkpoint_id)
-        out.write_utf(handle.backend_identifier)
-        out.write_int(handle.key_group_start)
-        out.write_int(handle.num_key_groups)
-        if v2:
-            out.write_long(handle.checkpointed_size or 0)
-        write_stream_handle(out, handle.metadata)
-        _write_locals(out, handle.shared)
-        _write_locals(out, handle.private)
-        if v2:
-            out.write_utf(handle.handle_id or "")
+        _write_incremental(out, handle)
     elif isinstance(handle, h.ChangelogBackendHandle):
-        out.write_byte(handle.tag)
-        out.write_int(handle.key_group_start)
-        out.write_int(handle.num_key_groups)
-        out.write_long(handle.checkpointed_size)
-        for part in (handle.materialized, handle.non_materialized):
-            out.write_int(len(part))
-            for nested in part:
-                write_keyed_handle(out, nested)
-        out.write_long(handle.materialization_id)
-        if handle.tag == h.CHANGELOG_HANDLE_V2:
-            out.write_long(handle.checkpoint_id or 0)
-        out.write_utf(handle.handle_id)
+        _write_changelog(out, handle)
     elif isinstance(handle, h.InMemoryChangelogHandle):
-        out.write_byte(h.CHANGELOG_BYTE_INCREMENT_HANDLE)
-        out.write_int(handle.key_group_start)
-        out.write_int(handle.num_key_groups)
-        out.write_long(handle.sequence_from)
-        out.write_long(handle.sequence_to)
-        out.write_int(len(handle.changes))
-        for key_group, change in handle.changes:
-            out.write_int(key_group)
-            out.write_int(len(change))
-            out.write_bytes(change)
-        out.write_utf(handle.handle_id)
+        _write_changelog_bytes(out, handle)
     else:
-        out.write_byte(handle.tag)
-        out.write_int(handle.key_group_start)
-        out.write_int(handle.num_key_groups)
-        out.write_int(len(handle.handles))
-        for offset, stream in handle.handles:
-            out.write_long(offset)
-            write_stream_handle(out, stream)
-        out.write_long(handle.state_size)
-        out.write_long(handle.checkpointed_size)
-        out.write_utf(handle.handle_id)
-        if handle.tag == h.CHANGELOG_FILE_INCREMENT_HANDLE_V2:
-            out.write_utf(handle.storage_identifier or "filesystem")
+        _write_changelog_files(out, handle)
+
+
+def _write_incremental(out: DataOutput, handle: h.IncrementalKeyedHandle) -> None:
+    v2 = handle.tag == h.INCREMENTAL_KEY_GROUPS_HANDLE_V2
+    out.write_byte(handle.tag)
+    out.write_long(handle.checkpoint_id)
+    out.write_utf(handle.backend_identifier)
+    out.write_int(handle.key_group_start)
+    out.write_int(handle.num_key_groups)
+    if v2:
+        out.write_long(handle.checkpointed_size or 0)
+    write_stream_handle(out, handle.metadata)
+    _write_locals(out, handle.shared)
+    _write_locals(out, handle.private)
+    if v2:
+        out.write_utf(handle.handle_id or "")
+
+
+def _write_changelog(out: DataOutput, handle: h.ChangelogBackendHandle) -> None:
+    out.write_byte(handle.tag)
+    out.write_int(handle.key_group_start)
+    out.write_int(handle.num_key_groups)
+    out.write_long(handle.checkpointed_size)
+    for part in (handle.materialized, handle.non_materialized):
+        out.write_int(len(part))
+        for nested in part:
+            write_keyed_handle(out, nested)
+    out.write_long(handle.materialization_id)
+    if handle.tag == h.CHANGELOG_HANDLE_V2:
+        out.write_long(handle.checkpoint_id or 0)
+    out.write_utf(handle.handle_id)
+
+
+def _write_changelog_bytes(out: DataOutput, handle: h.InMemoryChangelogHandle) -> None:
+    out.write_byte(h.CHANGELOG_BYTE_INCREMENT_HANDLE)
+    out.write_int(handle.key_group_start)
+    out.write_int(handle.num_key_groups)
+    out.write_long(handle.sequence_from)
+    out.write_long(handle.sequence_to)
+    out.write_int(len(handle.changes))
+    for key_group, change in handle.changes:
+        out.write_int(key_group)
+        out.write_int(len(change))
+        out.write_bytes(change)
+    out.write_utf(handle.handle_id)
+
+
+def _write_changelog_files(out: DataOutput, handle: h.ChangelogStreamHandle) -> None:
+    out.write_byte(handle.tag)
+    out.write_int(handle.key_group_start)
+    out.write_int(handle.num_key_groups)
+    out.write_int(len(handle.handles))
+    for offset, stream in handle.handles:
+        out.write_long(offset)
+        write_stream_handle(out, stream)
+    out.write_long(handle.state_size)
+    out.write_long(handle.checkpointed_size)
+    out.write_utf(handle.handle_id)
+    if handle.tag == h.CHANGELOG_FILE_INCREMENT_HANDLE_V2:
+        out.write_utf(handle.storage_identifier or "filesystem")
 
 
 def write_operator_handle(out: DataOutput, handle: h.OperatorStateHandle | None) -> None:

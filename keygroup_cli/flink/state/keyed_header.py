@@ -32,6 +32,14 @@ COMPOSITE_MAGIC = 911108
 NESTED_MAGIC = 1333245
 #: ``TypeSerializerSnapshotSerializationUtil``'s proxy version (1, the pre-1.7 config snapshot, is refused).
 SNAPSHOT_PROXY_VERSION = 2
+#: ``LinkedOptionalMapSerializer.HEADER``: starts each of the three maps of a POJO serializer snapshot.
+OPTIONAL_MAP_HEADER = 0x4F2C69A3D70
+#: The POJO serializer's snapshot: not composite, but its nested snapshots are length-framed.
+POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
+#: The Kryo serializer's snapshot (``GenericTypeInfo``), in Flink 1.x (Kryo 2) and 2.x (Kryo 5) alike.
+KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
+#: Snapshots whose body starts with the serialized type's class name (``writeUTF``).
+TYPE_CLASS_FIRST = frozenset((POJO_SNAPSHOT, KRYO_SNAPSHOT))
 
 #: ``StateMetaInfoSnapshot.BackendStateType`` by ordinal.
 BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
@@ -94,6 +102,7 @@ SIMPLE_SNAPSHOTS = frozenset(
 
 _CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 _INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _USHORT = struct.Struct(">H")
 #: Upper bound on parse attempts while resolving unknown snapshot bodies (keeps corrupt input fast).
@@ -108,8 +117,11 @@ class SerializerSnapshot:
         class_name: The snapshot class, e.g. ``…LongSerializer$LongSerializerSnapshot``.
         version: The snapshot version.
         raw: The exact bytes from the class name to the end of the body (lossless).
-        nested: Nested snapshots of a composite snapshot, in order.
+        nested: Nested snapshots of a composite snapshot, in order; of a POJO snapshot, its fields' then
+            its subclasses' snapshots (``PojoSerializerSnapshotData``).
         known: False when the body's end was inferred by backtracking rather than understood.
+        nested_names: What each nested snapshot serializes, where the snapshot names it: a POJO's field
+            names, and ``subclass <class>`` for its subclasses (empty for composite snapshots).
     """
 
     class_name: str
@@ -117,6 +129,19 @@ class SerializerSnapshot:
     raw: bytes
     nested: tuple[SerializerSnapshot, ...] = ()
     known: bool = True
+    nested_names: tuple[str, ...] = ()
+
+    @property
+    def type_class(self) -> str | None:
+        """Return the class a POJO or Kryo snapshot serializes (the first string of its body), else None."""
+        if self.class_name not in TYPE_CLASS_FIRST:
+            return None
+        body = 2 + _USHORT.unpack_from(self.raw, 0)[0] + 4
+        try:
+            n = _USHORT.unpack_from(self.raw, body)[0]
+            return decode_modified_utf8(self.raw[body + 2 : body + 2 + n])
+        except (struct.error, ValueError):
+            return None
 
     @property
     def serializer_name(self) -> str:
@@ -269,6 +294,12 @@ class _Grammar:
         if name in SIMPLE_SNAPSHOTS:
             yield SerializerSnapshot(name, version, self.data[pos:p]), p
             return
+        if name == POJO_SNAPSHOT:
+            for (nested, names), q in self._pojo(p):
+                yield SerializerSnapshot(name, version, self.data[pos:q], nested, nested_names=names), q
+        if name == KRYO_SNAPSHOT:
+            for q in self._kryo(p):
+                yield SerializerSnapshot(name, version, self.data[pos:q]), q
         if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
             for nested, q in self._composite(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -296,6 +327,79 @@ class _Grammar:
             if not 0 <= count <= 255:
                 continue
             yield from self._sequence(at + 12, count)
+
+    @_parser
+    def _pojo(self, pos: int) -> Iterator[tuple[tuple[tuple[SerializerSnapshot, ...], tuple[str, ...]], int]]:
+        # PojoSerializerSnapshotData.writeSnapshotData: the POJO class, then three LinkedOptionalMaps
+        # (fields, registered subclasses, other subclasses). Each map: header, size, then per entry its
+        # name, a present flag and a length-framed key (PojoFieldUtils.writeField for a field, nothing
+        # for a subclass), a present flag and a length-framed writeVersionedSnapshot. The frames make
+        # this body's end certain: one alternative at most.
+        _pojo_class, p = self.utf_at(pos)
+        nested: list[SerializerSnapshot] = []
+        names: list[str] = []
+        for field_map in (True, False, False):
+            if p + 12 > self.limit or _LONG.unpack_from(self.data, p)[0] != OPTIONAL_MAP_HEADER:
+                raise _Fail
+            count = self.int_at(p + 8)
+            if not 0 <= count <= 65535:
+                raise _Fail
+            p += 12
+            for _ in range(count):
+                key, p = self.utf_at(p)
+                if self._flag(p):
+                    p = self._frame(p + 1)[1]
+                else:
+                    p += 1
+                present = self._flag(p)
+                p += 1
+                if present:
+                    start, p = self._frame(p)
+                    nested.append(self._framed_snapshot(start, p))
+                    names.append(key if field_map else f"subclass {key}")
+        yield (tuple(nested), tuple(names)), p
+
+    @_parser
+    def _kryo(self, pos: int) -> Iterator[int]:
+        # KryoSerializerSnapshotData.writeSnapshotData: the type class, then three LinkedOptionalMaps
+        # (registrations, default serializers, default serializer classes) whose keys and values are
+        # length-framed: the body's end is certain. Kryo's own bytes stay opaque.
+        _type_class, p = self.utf_at(pos)
+        for _ in range(3):
+            if p + 12 > self.limit or _LONG.unpack_from(self.data, p)[0] != OPTIONAL_MAP_HEADER:
+                raise _Fail
+            count = self.int_at(p + 8)
+            if not 0 <= count <= 65535:
+                raise _Fail
+            p += 12
+            for _ in range(count):
+                _key, p = self.utf_at(p)
+                for _part in range(2):
+                    present = self._flag(p)
+                    p = self._frame(p + 1)[1] if present else p + 1
+        yield p
+
+    def _flag(self, pos: int) -> bool:
+        if pos >= self.limit or self.data[pos] > 1:
+            raise _Fail
+        return self.data[pos] == 1
+
+    def _frame(self, pos: int) -> tuple[int, int]:
+        """Return the start and end of the length-framed bytes at ``pos`` (an int length, then them)."""
+        n = self.int_at(pos)
+        if n < 0 or pos + 4 + n > self.limit:
+            raise _Fail
+        return pos + 4, pos + 4 + n
+
+    def _framed_snapshot(self, start: int, end: int) -> SerializerSnapshot:
+        """Parse the one versioned snapshot that fills ``data[start:end]`` exactly."""
+        inner = _Grammar(self.data, end)
+        inner.steps = self.steps
+        found = _first(inner.versioned(start), end)
+        self.steps = inner.steps
+        if found is None:
+            raise _Fail
+        return found[0]
 
     @_parser
     def _sequence(self, pos: int, count: int) -> Iterator[tuple[tuple[SerializerSnapshot, ...], int]]:

@@ -63,16 +63,10 @@ def decode_operator_file(
     check_handle_states(handle, header, source.source)
     broadcast_infos = {i.name: i for i in header.broadcast_states or ()}
     element_classes = {i.name: _serializer_class(i, "VALUE_SERIALIZER") for i in header.states or ()}
-    # Each element ends where the next one (in file order) begins, or at the end of the stream.
-    starts = sorted((off, n, j) for n, e in enumerate(handle.states) for j, off in enumerate(e.offsets))
-    ends: dict[tuple[int, int], int] = {}
-    for k, (_off, n, j) in enumerate(starts):
-        ends[(n, j)] = starts[k + 1][0] if k + 1 < len(starts) else source.size
-    state: list[str] = []
-    position: list[int] = []
-    entry_key: list[bytes | None] = []
-    value: list[bytes] = []
+    ends = _element_ends(handle, source.size)
+    rows = _OperatorRows()
     for n, entry in enumerate(handle.states):
+        where = f"{source.source} state {entry.name!r}"
         for j, off in enumerate(entry.offsets):
             end = ends[(n, j)]
             if not 0 < off <= end <= source.size:
@@ -81,38 +75,55 @@ def decode_operator_file(
                     code="FLINK_STATE_CORRUPT",
                 )
             raw = source.read(off, end)
-            data = decode_frames(raw, f"{source.source} state {entry.name!r}") if header.compressed else raw
+            data = decode_frames(raw, where) if header.compressed else raw
             if entry.mode_name != "BROADCAST":
-                _check_element(
-                    data, element_classes.get(entry.name), f"{source.source} state {entry.name!r}", j
-                )
-                state.append(entry.name)
-                position.append(j)
-                entry_key.append(None)
-                value.append(data)
+                _check_element(data, element_classes.get(entry.name), where, j)
+                rows.add(entry.name, j, None, data)
                 continue
             info = broadcast_infos.get(entry.name)
-            pairs = _split_broadcast(data, info, f"{source.source} state {entry.name!r}") if info else None
+            pairs = _split_broadcast(data, info, where) if info else None
             if pairs is None:
-                state.append(entry.name)
-                position.append(0)
-                entry_key.append(None)
-                value.append(data)
+                rows.add(entry.name, 0, None, data)
                 continue
             for i, (pair_key, pair_value) in enumerate(pairs):
-                state.append(entry.name)
-                position.append(i)
-                entry_key.append(pair_key)
-                value.append(pair_value)
-    return pa.Table.from_arrays(
-        [
-            pa.array(state, type=pa.string()),
-            pa.array(position, type=pa.int32()),
-            pa.array(entry_key, type=pa.binary()),
-            pa.array(value, type=pa.binary()),
-        ],
-        schema=OPERATOR_SCHEMA,
-    )
+                rows.add(entry.name, i, pair_key, pair_value)
+    return rows.table()
+
+
+def _element_ends(handle: OperatorStateHandle, size: int) -> dict[tuple[int, int], int]:
+    """Return where each element ends: where the next one (in file order) begins, or at the stream's end."""
+    starts = sorted((off, n, j) for n, e in enumerate(handle.states) for j, off in enumerate(e.offsets))
+    ends: dict[tuple[int, int], int] = {}
+    for k, (_off, n, j) in enumerate(starts):
+        ends[(n, j)] = starts[k + 1][0] if k + 1 < len(starts) else size
+    return ends
+
+
+class _OperatorRows:
+    """Columns of the kg operator schema, filled element by element."""
+
+    def __init__(self) -> None:
+        self.state: list[str] = []
+        self.position: list[int] = []
+        self.entry_key: list[bytes | None] = []
+        self.value: list[bytes] = []
+
+    def add(self, state: str, position: int, entry_key: bytes | None, value: bytes) -> None:
+        self.state.append(state)
+        self.position.append(position)
+        self.entry_key.append(entry_key)
+        self.value.append(value)
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_arrays(
+            [
+                pa.array(self.state, type=pa.string()),
+                pa.array(self.position, type=pa.int32()),
+                pa.array(self.entry_key, type=pa.binary()),
+                pa.array(self.value, type=pa.binary()),
+            ],
+            schema=OPERATOR_SCHEMA,
+        )
 
 
 def _check_element(data: bytes, serializer_class: str | None, source: str, index: int) -> None:
@@ -228,9 +239,34 @@ def write_operator_file(
             "operator-state proxy version 5 has no compression flag", code="FLINK_COMPRESSION_UNSUPPORTED"
         )
     order = header_state_order(header)
-    modes = dict(order)
+    by_state = _elements_by_state(rows, [name for name, _ in order])
+    out.write(head)
+    pos = len(head)
+    if compressed:
+        out.write(STREAM_IDENTIFIER)
+        pos += len(STREAM_IDENTIFIER)
+    entries = []
+    for name, mode in order:
+        offsets = []
+        for blob in _blobs(sorted(by_state[name], key=lambda e: e[0]), mode):
+            offsets.append(pos)
+            data = encode_frames(blob, identifier=False) if compressed else blob
+            out.write(data)
+            pos += len(data)
+        entries.append(OperatorStateEntry(name, mode, tuple(offsets)))
+    return EncodedOperatorFile(tuple(entries), pos)
+
+
+def _elements_by_state(
+    rows: pa.Table | Iterable[dict[str, object]], names: list[str]
+) -> dict[str, list[tuple[int, bytes | None, bytes]]]:
+    """Group rows in the kg operator schema by state: ``(position, entry key, value)`` each.
+
+    Raises:
+        InvalidSnapshotError: A row names a state not in ``names`` (``FLINK_STATE_UNKNOWN``).
+    """
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=OPERATOR_SCHEMA)
-    by_state: dict[str, list[tuple[int, bytes | None, bytes]]] = {name: [] for name, _ in order}
+    by_state: dict[str, list[tuple[int, bytes | None, bytes]]] = {name: [] for name in names}
     for name, pos, key, val in zip(
         table.column("state").to_pylist(),
         table.column("position").to_pylist(),
@@ -244,32 +280,19 @@ def write_operator_file(
                 code="FLINK_STATE_UNKNOWN",
             )
         by_state[name].append((pos, key, val))
-    out.write(head)
-    pos = len(head)
-    if compressed:
-        out.write(STREAM_IDENTIFIER)
-        pos += len(STREAM_IDENTIFIER)
-    entries = []
-    for name, mode in order:
-        elements = sorted(by_state[name], key=lambda e: e[0])
-        offsets = []
-        if mode == 2:
-            if len(elements) == 1 and elements[0][1] is None:
-                blobs = [elements[0][2]]
-            else:
-                packed = bytearray(_INT.pack(len(elements)))
-                for _p, key, val in elements:
-                    packed += (key or b"") + val
-                blobs = [bytes(packed)]
-        else:
-            blobs = [val for _p, _k, val in elements]
-        for blob in blobs:
-            offsets.append(pos)
-            data = encode_frames(blob, identifier=False) if compressed else blob
-            out.write(data)
-            pos += len(data)
-        entries.append(OperatorStateEntry(name, modes[name], tuple(offsets)))
-    return EncodedOperatorFile(tuple(entries), pos)
+    return by_state
+
+
+def _blobs(elements: list[tuple[int, bytes | None, bytes]], mode: int) -> list[bytes]:
+    """Return the blobs one state is written as: each list element, or a broadcast state's one map."""
+    if mode != 2:
+        return [val for _p, _k, val in elements]
+    if len(elements) == 1 and elements[0][1] is None:
+        return [elements[0][2]]
+    packed = bytearray(_INT.pack(len(elements)))
+    for _p, key, val in elements:
+        packed += (key or b"") + val
+    return [bytes(packed)]
 
 
 __all__ = [

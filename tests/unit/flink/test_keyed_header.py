@@ -165,3 +165,100 @@ def test_fuzzed_headers_never_raise_anything_but_kg_errors(data: st.DataObject) 
             reader(bytes(buf[:cut]), "file", data.draw(st.sampled_from([None, end, cut])))
         except KgError:
             pass
+
+
+POJO = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
+KRYO = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
+
+
+def _optional_map(out: DataOutput, entries: list[tuple[str, bytes | None, bytes | None]]) -> None:
+    # LinkedOptionalMapSerializer.writeOptionalMap: header, size, then name, framed key, framed value.
+    out.write_long(0x4F2C69A3D70)
+    out.write_int(len(entries))
+    for name, key, value in entries:
+        out.write_utf(name)
+        for part in (key, value):
+            out.write_bool(part is not None)
+            if part is not None:
+                out.write_int(len(part))
+                out.write_bytes(part)
+
+
+def _versioned(cls: str, body: bytes = b"") -> bytes:
+    out = DataOutput()
+    _snapshot(out, cls, 2, body, top=False)
+    return out.getvalue()
+
+
+def test_pojo_snapshot_fields_are_parsed_by_their_frames() -> None:
+    # A Kryo field snapshot whose body holds a class name and bytes that look like more snapshots: the
+    # frame, not backtracking, says where it ends.
+    kryo_body = DataOutput()
+    kryo_body.write_utf("java.util.List")
+    kryo_body.write_bytes(b"\x00\x00\x00\x02\x00\x10VALUE_SERIALIZER\x00\x00\x00\x02")
+    body = DataOutput()
+    body.write_utf("com.acme.Profile")
+    _optional_map(
+        body,
+        [
+            ("name", b"field-bytes", _versioned(STRING)),
+            ("tags", b"field-bytes", _versioned(KRYO, kryo_body.getvalue())),
+            ("gone", None, _versioned(LONG)),  # a field the class no longer has
+            ("lost", b"field-bytes", None),  # a serializer snapshot that did not load
+        ],
+    )
+    _optional_map(body, [("com.acme.Sub", None, _versioned(LONG))])
+    _optional_map(body, [])
+    out = DataOutput()
+    out.write_int(6)
+    out.write_bool(False)
+    _snapshot(out, STRING)
+    out.write_short(1)
+    _state(out, "profile", "VALUE", POJO, body.getvalue())
+    raw = out.getvalue()
+    header = read_keyed_header(raw, "file", end=len(raw))
+    assert header.states is not None
+    value = header.states[0].serializer("VALUE_SERIALIZER")
+    assert value is not None and value.known
+    assert value.type_class == "com.acme.Profile"
+    assert value.nested_names == ("name", "tags", "gone", "subclass com.acme.Sub")
+    assert [n.class_name for n in value.nested] == [STRING, KRYO, LONG, LONG]
+    assert value.nested[1].type_class == "java.util.List"
+    assert value.serializer_name == (
+        "PojoSerializer<StringSerializer, KryoSerializer, LongSerializer, LongSerializer>"
+    )
+    assert header.states[0].serializer("NAMESPACE_SERIALIZER") is not None
+
+
+def test_flink_1_20_pojo_with_a_kryo_list_field_is_read_as_flink_wrote_it() -> None:
+    # Before POJO snapshots were parsed, backtracking took part of this one for another serializer entry.
+    summary = summarize(FLINK_FIXTURES / "1.20" / "upgrade-heap-canonical-p2", read_states=True)
+    states = {s.name: s for op in summary.operators for s in op.states or ()}
+    pojo = dict(states["pojo-list"].serializers)
+    assert set(pojo) == {"VALUE_SERIALIZER", "NAMESPACE_SERIALIZER"}
+    value = pojo["VALUE_SERIALIZER"]
+    assert value.type_class == "kg.versioned.UpgradeJob$PojoWithList"
+    assert dict(zip(value.nested_names, (n.type_class for n in value.nested), strict=True)) == {
+        "name": None,
+        "tags": "java.util.List",
+    }
+    assert states["pojo-plain"].serializer == "PojoSerializer<LongSerializer, StringSerializer>"
+
+
+def test_flink_1_20_kryo_snapshots_are_parsed_by_their_frames() -> None:
+    # Before Kryo snapshots were parsed, backtracking ended the key's Kryo snapshot inside a timer's
+    # serializer early and read the rest as a snapshot of class kg.versioned.UpgradeJob$KeyBag.
+    summary = summarize(FLINK_FIXTURES / "1.20" / "upgrade-heap-canonical-p2", read_states=True)
+    for op in summary.operators:
+        if op.key_serializer == "KryoSerializer":
+            key = op.key_serializer_snapshot
+            assert key is not None and key.known
+            assert key.type_class == "kg.versioned.UpgradeJob$KeyBag"
+            timers = {s.serializer for s in op.states or () if s.kind == "timer"}
+            assert timers == {"TimerSerializer<KryoSerializer, VoidNamespaceSerializer>"}
+            break
+    else:
+        raise AssertionError("no operator keyed by Kryo")
+    states = {s.name: s for op in summary.operators for s in op.states or ()}
+    kryo = dict(states["kryo-value"].serializers)["VALUE_SERIALIZER"]
+    assert kryo.known and kryo.type_class == "kg.versioned.UpgradeJob$Bag"

@@ -201,7 +201,9 @@ def test_open_snapshot_dir_or_manifest(tmp_path: Path) -> None:
 
 
 def test_open_snapshot_without_manifest(tmp_path: Path) -> None:
-    with pytest.raises(InvalidSnapshotError, match=r"not a kg snapshot \(no _manifest.json\).*uncommitted"):
+    with pytest.raises(
+        InvalidSnapshotError, match=r"nor a kg snapshot .*no _manifest.json; an uncommitted write"
+    ):
         open_snapshot(tmp_path)
     with pytest.raises(InvalidSnapshotError, match="no such snapshot") as info:
         open_snapshot(tmp_path / "nope")

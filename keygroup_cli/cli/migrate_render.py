@@ -1,0 +1,60 @@
+"""Render ``kg migrate``'s result: its JSON document, and the text made from that document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from keygroup_cli.cli.render import counted, format_bytes
+from keygroup_cli.execution.migrate import MigrationResult
+
+
+def migrate_document(result: MigrationResult) -> dict[str, Any]:
+    """Return the ``kg migrate`` document (docs/reference/json-output.md)."""
+    return {
+        "source": result.source,
+        "destination": result.destination,
+        "dry_run": result.dry_run,
+        "checkpoint_id": result.checkpoint_id,
+        "changes": [
+            {
+                "action": c.action,
+                "operator_id": c.operator_id,
+                "uid": c.uid,
+                "new_operator_id": c.new_operator_id,
+                "new_uid": c.new_uid,
+                "has_state": c.has_state,
+                "replaces": c.replaces,
+            }
+            for c in result.plan.changes
+        ],
+        "operators": len(result.plan.metadata.operators),
+        "files": len(result.plan.files),
+        "bytes": result.plan.bytes,
+        "copy": result.copy_mode,
+        "wall_seconds": round(result.wall_seconds, 3),
+    }
+
+
+def render_migrate(console: Console, doc: dict[str, Any]) -> None:
+    """Print one line per change, then what was (or would be) written."""
+    for c in doc["changes"]:
+        old = f"{c['uid']} ({c['operator_id']})" if c["uid"] else c["operator_id"]
+        state = "" if c["has_state"] else " [no state]"
+        if c["action"] == "drop":
+            line = f"drop        {old}{state}"
+        else:
+            line = f"{c['action']:<11} {old} -> {c['new_uid']} ({c['new_operator_id']}){state}"
+            if c["replaces"]:
+                line += f", replacing the stateless entry {c['replaces']}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    verb = "would write" if doc["dry_run"] else "wrote"
+    console.print(
+        f"{verb} {doc['destination']}: checkpoint {doc['checkpoint_id']}, "
+        f"{counted(doc['operators'], 'operator')}, {counted(doc['files'], 'state file')} "
+        f"({format_bytes(doc['bytes'])}, {doc['copy']})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
