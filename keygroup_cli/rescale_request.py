@@ -26,6 +26,9 @@ class RescaleRequest:
     new_max_parallelism: int | None = None
     #: Snappy for a new savepoint's state files; None keeps what the input used.
     compression: bool | None = None
+    #: ``--format``: ``"canonical"`` keyed files, or ``"native"``: one RocksDB database per subtask (a NATIVE
+    #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
+    output_format: str = "canonical"
 
     @classmethod
     def of(
@@ -36,6 +39,7 @@ class RescaleRequest:
         operators: Sequence[str] | None = None,
         new_max_parallelism: int | None = None,
         compression: bool | None = None,
+        output_format: str = "canonical",
     ) -> RescaleRequest:
         """Return the request for these arguments (``operators`` empty or None: every operator)."""
         return cls(
@@ -44,6 +48,7 @@ class RescaleRequest:
             tuple(operators) if operators else None,
             new_max_parallelism,
             compression,
+            output_format,
         )
 
 

@@ -16,6 +16,7 @@ checkpoints are refused: their keyed state is not in a key-group stream format, 
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -30,7 +31,11 @@ from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import (
+    ChangelogBackendHandle,
+    IncrementalKeyedHandle,
+    OperatorStateHandle,
+)
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
@@ -119,6 +124,17 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                         "take a canonical savepoint (flink savepoint --type canonical, or "
                         "SavepointFormatType.CANONICAL)",
                         code="FLINK_NATIVE_SAVEPOINT",
+                    )
+                if isinstance(keyed, ChangelogBackendHandle):
+                    # A job's savepoint never holds the changelog: the backend writes its materialized state.
+                    # A retained checkpoint sits in <job id>/chk-N: name the job when the path shows it.
+                    job = Path(str(snapshot.metadata_path)).parent.parent.name
+                    job = job if re.fullmatch(r"[0-9a-f]{32}", job) else "<job id>"
+                    raise UnsupportedFormatError(
+                        f"{where}: a checkpoint of the changelog state backend (state.changelog.enabled: "
+                        f"operator {op.label!r} has a {kind}), whose state changelog kg does not replay; "
+                        f"take a savepoint of the job instead: flink savepoint --type canonical {job}",
+                        code="FLINK_NOT_CANONICAL",
                     )
                 raise UnsupportedFormatError(
                     f"{where}: operator {op.label!r} subtask {sub.index} has a {kind} (tag "

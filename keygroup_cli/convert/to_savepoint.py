@@ -38,6 +38,7 @@ from keygroup_cli.flink.metadata.reader import (
     SubtaskState,
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.native_output import to_native
 from keygroup_cli.flink.rescaled import declared_states, keep_one_union_copy, pick_header
 from keygroup_cli.flink.state.keyed_encode import write_keyed_file
 from keygroup_cli.flink.state.keyed_header import OperatorStateHeader, read_keyed_header, read_operator_header
@@ -134,8 +135,12 @@ def snapshot_to_savepoint(
     *,
     compression: bool | None = None,
     on_progress: OnProgress | None = None,
+    output_format: str = "canonical",
 ) -> ConvertResult:
-    """Write the kg snapshot at ``source`` as a canonical Flink savepoint directory ``dest`` (staged, atomic).
+    """Write the kg snapshot at ``source`` as a Flink savepoint directory ``dest`` (staged, atomic).
+
+    ``output_format="native"`` writes its keyed state as RocksDB databases (``flink.native_output``), which
+    Flink's RocksDB and ForSt backends restore; the default is the canonical format every backend restores.
 
     ``kg convert``'s way back: ``write_savepoint`` into a staging directory, ``flink.commit.seal_savepoint``
     (``_metadata`` encoded once, checked, written last), then the rename.
@@ -150,8 +155,12 @@ def snapshot_to_savepoint(
     check_finished(state)
     with staged_directory(dest) as staging:
         written = write_savepoint(state, staging, compression=compression, on_progress=on_progress)
-        assert written.metadata is not None
-        seal_savepoint(staging, written.metadata)
+        metadata = written.metadata
+        assert metadata is not None
+        if output_format == "native":
+            metadata = to_native(staging, metadata)
+            written = replace(written, metadata=metadata)
+        seal_savepoint(staging, metadata)
     return replace(written, destination=str(dest))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.convert.inputs import readable
+from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.execution import EngineChoice, Executor, OnProgress
 from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.savepoint import rescale_savepoint
@@ -46,6 +47,7 @@ def rescale(
     from_parallelism: int | None = None,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
+    output_format: str = "canonical",
     engine: str | EngineChoice | None = None,
     master: str | None = None,
     spark: Any = None,
@@ -68,6 +70,7 @@ def rescale(
         from_parallelism: If given, the parallelism every selected operator must have now.
         operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
         new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
+        output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases).
         engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
             (``execution.choose_engine``).
         master: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
@@ -89,6 +92,7 @@ def rescale(
         from_parallelism=from_parallelism,
         operators=operators,
         new_max_parallelism=new_max_parallelism,
+        output_format=output_format,
     )
     options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
     return run_rescale(source, dest, request, options, on_progress)
@@ -112,13 +116,25 @@ def run_rescale(
     if not is_remote(dest):
         dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
+        if request.output_format == "native":
+            raise InvalidArgumentError("--format native writes a Flink savepoint; the input is a kg snapshot")
         require_intact(source.path, on_progress=on_progress)
         return _snapshot_route(source, dest, request, options, on_progress)
     if not is_remote(source):
         source = Path(source).absolute()
     refuse_inside_input(source, dest)
     savepoint = try_open_savepoint(source)  # _metadata read once, here
-    if savepoint is not None and (not is_remote(source) or not needs_canonical_view(savepoint)):
+    native_upload = request.output_format == "native" and is_remote(dest)  # staged locally, then uploaded
+    if savepoint is None and request.output_format == "native":
+        raise InvalidArgumentError(
+            f"--format native writes a Flink savepoint; {label} is a kg snapshot (kg rescale writes a kg "
+            "snapshot of it; kg convert turns that into a savepoint)"
+        )
+    if (
+        savepoint is not None
+        and (not is_remote(source) or not needs_canonical_view(savepoint))
+        and not native_upload
+    ):
         # Local or on an object store: read where it is, keyed files written where DEST is. The route
         # runs the input's gate on this opened savepoint.
         return rescale_savepoint(savepoint, dest, request, options, on_progress, label=label)

@@ -45,7 +45,7 @@ from keygroup_cli.convert.from_savepoint import (
     refuse_channel_state,
 )
 from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
-from keygroup_cli.errors import KgError
+from keygroup_cli.errors import InvalidArgumentError, KgError
 from keygroup_cli.execution import (
     Executor,
     OnProgress,
@@ -61,9 +61,11 @@ from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepo
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
+from keygroup_cli.flink.native_output import to_native
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
@@ -248,6 +250,8 @@ class SavepointRescalePlan:
     keyed_root: str | None
     #: Snappy for what is encoded; None keeps the input's (copied key groups keep their bytes anyway).
     compression: bool | None
+    #: ``--format native``: keyed files become RocksDB databases before the seal (``flink.native_output``).
+    native: bool = False
 
 
 def plan_savepoint_rescale(
@@ -264,6 +268,13 @@ def plan_savepoint_rescale(
         UnsupportedFormatError: A maxParallelism change of keys kg cannot re-hash.
     """
     savepoint = opened.savepoint
+    native = request.output_format == "native"
+    if native and remote_dest is not None:  # execution.rescale stages a NATIVE output locally, then uploads
+        raise InvalidArgumentError(
+            "--format native writes into a local staging directory, not to an object store"
+        )
+    if native:
+        load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
     preflight(
         savepoint,
         request.new_parallelism,
@@ -290,7 +301,7 @@ def plan_savepoint_rescale(
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
     if opened.copy_headers is not None:
-        return SavepointRescalePlan(plan, rescaled, targets, None, None, None)
+        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native)
     # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
     # everything else is staged locally and uploaded after them, _metadata last.
     jobs = plan_keyed_jobs(
@@ -300,7 +311,7 @@ def plan_savepoint_rescale(
         compression=request.compression,
         pieces=runner.executor().read_pieces(),
     )
-    return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression)
+    return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression, native)
 
 
 def _commit(
@@ -331,6 +342,13 @@ def _commit(
                 keyed_root=planned.keyed_root,
                 on_progress=report,
             )
+            if planned.native:
+                native = to_native(
+                    staging,
+                    written.metadata,
+                    lambda done, total: report("write NATIVE databases", done, total),
+                )
+                written = replace(written, metadata=native)
             # An upload checks the operator streams where they will be, beside the keyed files.
             sealed = seal_savepoint(
                 staging, written.metadata, keyed_root=planned.keyed_root, check_streams=remote is None

@@ -25,7 +25,7 @@ from pathlib import Path
 from keygroup_cli.errors import ExecutionError
 from keygroup_cli.findings import first_error
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
@@ -128,6 +128,16 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
                         code="OUTPUT_VERIFICATION_FAILED",
                     )
                 _check_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
+            if isinstance(keyed, IncrementalKeyedHandle):
+                want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
+                if (keyed.key_group_start, keyed.key_group_end) != (want.start, want.end):
+                    raise ExecutionError(
+                        f"{subject} covers key groups [{keyed.key_group_start}, {keyed.key_group_end}], "
+                        f"not [{want.start}, {want.end}]",
+                        code="OUTPUT_VERIFICATION_FAILED",
+                    )
+                for file in (keyed.metadata, *(f.handle for f in keyed.private)):
+                    _check_written_file(staging, file, [], subject)
             op_handle = sub.managed_operator_state
             if isinstance(op_handle, OperatorStateHandle):
                 offsets = [o for e in op_handle.states for o in e.offsets]

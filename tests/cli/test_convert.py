@@ -59,3 +59,17 @@ def test_direction_mistakes_are_usage_errors(kg: Kg, tmp_path: Path) -> None:
     assert compression.exit_code == 2 and "only applies with --to-flink" in compression.stderr
     exists = kg("convert", source, "--out", tmp_path / "s.kg")
     assert exists.exit_code == 2 and "destination exists" in exists.stderr
+
+
+def test_to_flink_native_holds_the_savepoints_state(kg, tmp_path):
+    # ForSt NATIVE -> kg snapshot -> NATIVE savepoint (RocksDB databases): kg reads it back as the same state.
+    original = FLINK_FIXTURES / "forst-native-p3-maxp128-long"
+    assert kg("convert", original, "--out", tmp_path / "state.kg", "-q").exit_code == 0
+    native = tmp_path / "native"
+    done = kg("convert", tmp_path / "state.kg", "--to-flink", "--format", "native", "--out", native, "-q")
+    assert done.exit_code == 0, done.stderr
+    assert "(Savepoint, NATIVE)" in kg("inspect", native).stdout
+    diff = kg("diff", native, original)
+    assert diff.exit_code == 0 and "same logical state" in diff.stdout
+    refused = kg("convert", original, "--format", "native", "--out", tmp_path / "x")
+    assert refused.exit_code == 2 and "--format only applies with --to-flink" in refused.stderr

@@ -46,7 +46,12 @@ def test_inspect_json_matches_flink_report(kg: Callable[..., Any], case: Path) -
             assert sub["operator_state_bytes"] == (operator_state[0]["stateSize"] if operator_state else 0)
         if any(s["managedKeyedState"] for s in theirs["subtasks"]):
             assert {s["kind"] for s in ours["states"]} <= {"value", "list", "map", "timer"}
-            assert ours["states"]
+            # A changelog checkpoint declares its states in the state changelog (dstl files), which kg does
+            # not read: it lists none, and says which kind of handle it saw.
+            if ours["handle_kind"] == "changelog":
+                assert ours["states"] == []
+            else:
+                assert ours["states"]
 
 
 def test_inspect_text_lists_operators_states_and_subtasks(kg: Callable[..., Any]) -> None:

@@ -641,3 +641,49 @@ def run_finished_restores(requests: Sequence[Mapping[str, Any]], workdir: Path, 
         if dump.get("batchError"):
             raise FlinkHarnessError(f"FinishedJob could not run {request}: {dump['error']}")
     return dumps
+
+
+# ---------------------------------------------------------------------------------------------
+# Retained checkpoints whose absolute paths name the generator's temp directory
+
+
+def relocated_checkpoint(metadata: Path, dest: Path) -> Path:
+    """Copy a checkpoint into ``dest`` with its absolute file handles pointing at the fixture's copies.
+
+    Flink reads a checkpoint's ``shared/`` files only at the absolute paths in ``_metadata``, and the
+    generator's temp directory (``/tmp/kg-flink-fixtures/...``) is gone on another machine; kg finds them
+    beside the checkpoint (``flink.io.paths``), so kg's metadata writer rewrites the handles to those files
+    for Flink's own reference restore. Returns the new ``_metadata``.
+    """
+    from dataclasses import replace
+
+    from keygroup_cli.flink.io.paths import local_path
+    from keygroup_cli.flink.io.stream_handles import FileHandle
+    from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
+    from keygroup_cli.flink.metadata.locate import read_flink_metadata
+    from keygroup_cli.flink.metadata.writer import write_metadata
+
+    snapshot = read_flink_metadata(metadata)
+    shutil.copytree(snapshot.directory, dest)
+
+    def moved(entry: LocalHandle) -> LocalHandle:
+        if not isinstance(entry.handle, FileHandle):
+            return entry
+        found = local_path(entry.handle, snapshot.directory)
+        return replace(entry, handle=FileHandle(Path(str(found)).resolve().as_uri(), entry.handle.size))
+
+    operators = []
+    for op in snapshot.metadata.operators:
+        subtasks = []
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            if isinstance(keyed, IncrementalKeyedHandle):
+                keyed = replace(
+                    keyed,
+                    shared=tuple(moved(e) for e in keyed.shared),
+                    private=tuple(moved(e) for e in keyed.private),
+                )
+            subtasks.append(replace(sub, managed_keyed_state=keyed))
+        operators.append(replace(op, subtasks=tuple(subtasks)))
+    (dest / "_metadata").write_bytes(write_metadata(replace(snapshot.metadata, operators=tuple(operators))))
+    return dest / "_metadata"

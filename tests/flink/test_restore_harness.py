@@ -39,7 +39,12 @@ from tests.flink.harness import (
 
 pytestmark = pytest.mark.flink
 
-ALL_CASES = sorted(p.name for p in CASES.iterdir() if (p / "expected-state.json").is_file())
+#: Restored elsewhere: the ForSt checkpoint names its shared/ files by the generator's absolute paths
+#: (tests/flink/test_native.py relocates it), and the changelog checkpoint is there to be refused.
+NOT_HERE = ("forst-checkpoint-p3-maxp128-long", "changelog-checkpoint-p2-maxp128-string")
+ALL_CASES = sorted(
+    p.name for p in CASES.iterdir() if (p / "expected-state.json").is_file() and p.name not in NOT_HERE
+)
 
 
 def _json(case: str, name: str) -> Any:
@@ -128,7 +133,7 @@ def _by_key(entries: list[dict[str, Any]]) -> list[str]:
 
 
 def test_fixture_cases_are_present() -> None:
-    assert len(ALL_CASES) == 22
+    assert len(ALL_CASES) == 25  # 27 cases in fixtures/flink/2.3, NOT_HERE left out
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
@@ -136,7 +141,11 @@ def test_restore_at_own_parallelism_dumps_expected_state_exactly(dumps: dict[str
     dump = _restored(dumps, f"own:{case}")
     expected = _json(case, "expected-state.json")
     job = _json(case, "flink-report.json")["job"]
-    backend = {"hashmap": "HeapKeyedStateBackend", "rocksdb": "RocksDBKeyedStateBackend"}[job["stateBackend"]]
+    backend = {
+        "hashmap": "HeapKeyedStateBackend",
+        "rocksdb": "RocksDBKeyedStateBackend",
+        "forst": "ForStSyncKeyedStateBackend",
+    }[job["stateBackend"]]
 
     for op in KEYED_OPERATORS:
         subtasks = dump["keyedOperators"][op]["subtasks"]

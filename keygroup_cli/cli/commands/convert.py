@@ -27,6 +27,7 @@ Examples:
   kg rescale ./state.kg --to 8 --out ./state-p8.kg
   kg convert ./state-p8.kg --to-flink --out /savepoints/rescaled-p8
   kg convert ./state.kg --to-flink --no-compression --out ./plain-savepoint --json
+  kg convert ./state.kg --to-flink --format native --out ./native-savepoint   # for RocksDB / ForSt jobs
   kg convert s3://bkt/savepoints/sp-1a2b --out s3://bkt/kg/sp-1a2b.kg
 """
 
@@ -46,13 +47,28 @@ Examples:
     default=None,
     help="With --to-flink: snappy-compress state (default: as the original savepoint was).",
 )
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["canonical", "native"]),
+    default=None,
+    help="With --to-flink: canonical keyed state (every backend; the default) or native (RocksDB/ForSt "
+    "database files, the [rocksdb] extra).",
+)
 @output_options
 @click.pass_context
-def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compression: bool | None) -> None:
+def command(
+    ctx: click.Context,
+    source: str,
+    dest: str,
+    to_flink: bool,
+    compression: bool | None,
+    output_format: str | None,
+) -> None:
     """Convert a canonical savepoint into a kg snapshot, or a kg snapshot into a savepoint Flink restores.
 
     Besides canonical savepoints, NATIVE savepoints and retained checkpoints (HashMap; RocksDB with the
-    [rocksdb] extra) are read too; what is written is always canonical.
+    [rocksdb] extra) are read too; with --to-flink, --format native writes NATIVE keyed state.
     """
     out = output_for(ctx)
     is_savepoint = is_flink_savepoint(source)
@@ -66,6 +82,8 @@ def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compress
         )
     if compression is not None and not to_flink:
         raise click.UsageError("--compression/--no-compression only applies with --to-flink")
+    if output_format is not None and not to_flink:
+        raise click.UsageError("--format only applies with --to-flink")
     refuse_inside_input(source, dest)
     if not is_remote(dest):
         check_destination(dest)
@@ -78,7 +96,11 @@ def command(ctx: click.Context, source: str, dest: str, to_flink: bool, compress
         local_source = stack.enter_context(readable(source, on_progress=on_progress))
         if to_flink:
             result = snapshot_to_savepoint(
-                Path(local_source), local_dest, compression=compression, on_progress=on_progress
+                Path(local_source),
+                local_dest,
+                compression=compression,
+                on_progress=on_progress,
+                output_format=output_format or "canonical",
             )
         else:
             result = savepoint_to_snapshot(Path(local_source), local_dest, on_progress=on_progress)

@@ -22,6 +22,7 @@ Examples:
   kg rescale snapshot/ --to 4 --out rescaled/ --dry-run                # prints `kg plan`'s output
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
+  kg rescale savepoint-1a2b/ --to 4 --out sp-p4/ --format native       # RocksDB / ForSt database files
   kg rescale zk://zk1:2181/flink/my-cluster --to 8 --out sp-p8/   # refused (exit 7) while a leader is live
   kg rescale s3://bkt/savepoints/sp-1a2b --from 3 --to 4 --out s3://bkt/savepoints/sp-1a2b-p4
   kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
@@ -36,6 +37,9 @@ most common parallelism P and suggests --from P: kg plan and --dry-run before an
 rescale once it has committed. --dry-run validates as the rescale does (same refusals, DEST included)
 and prints `kg plan`'s output; for a savepoint it reads _metadata, the keyed headers and operator
 state, never keyed state.
+--format native writes the keyed state of a savepoint's output as one RocksDB database per subtask, in
+the layout of Flink's NATIVE savepoints, which RocksDB and ForSt jobs (Flink 2.x) restore by ingesting
+the files (needs the [rocksdb] extra); the default, canonical, is what every backend restores.
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://). A savepoint
 or checkpoint in the canonical format is read in place, by ranged reads; one in the HashMap backend's own
@@ -94,6 +98,14 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     callback=lambda _ctx, _param, values: _parse_conf(values),
     help="A Spark setting for the session kg starts (repeatable), e.g. spark.pyspark.python=PATH.",
 )
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["canonical", "native"]),
+    default="canonical",
+    show_default=True,
+    help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database files).",
+)
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
     "--dry-run",
@@ -114,6 +126,7 @@ def command(
     engine: str | None,
     master: str | None,
     spark_conf: dict[str, str],
+    output_format: str,
     verbose: bool,
     dry_run: bool,
 ) -> None:
@@ -143,6 +156,7 @@ def command(
             from_parallelism=from_parallelism,
             operators=operators or None,
             new_max_parallelism=max_parallelism,
+            output_format=output_format,
             engine=engine,
             master=master,
             spark_conf=spark_conf or None,

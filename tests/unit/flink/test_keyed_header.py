@@ -39,6 +39,9 @@ def test_state_names_and_kinds_match_the_job(case: Path) -> None:
     for keyed in expected["keyedOperators"]:
         op_id = keyed["operatorId"] if keyed["uid"] else by_name["count-no-uid"]
         op = by_id[op_id]
+        if op.handle_kind == "changelog":  # its states are declared in the changelog, which kg does not read
+            assert not op.states
+            continue
         assert op.states is not None
         states = {s.name: s.kind for s in op.states}
         # Flink registers the (possibly empty) timer queues of every KeyedProcessFunction.

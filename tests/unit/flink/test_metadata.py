@@ -77,6 +77,12 @@ def _keyed_matches(kg: h.KeyedHandle | None, flink: list[dict[str, Any]]) -> Non
         if kg.tag == h.KEY_GROUPS_HANDLE_V2:
             assert kg.handle_id == f["stateHandleId"]
         _stream_matches(kg.delegate, f["delegate"])
+    elif f["class"] == "ChangelogStateBackendHandleImpl":  # the changelog backend (state.changelog.enabled)
+        assert isinstance(kg, h.ChangelogBackendHandle)
+        assert kg.handle_id == f["stateHandleId"]
+        assert kg.checkpointed_size == f["checkpointedSize"]
+        assert f"basePartSize={len(kg.materialized)}" in f["toString"]
+        assert f"deltaPartSize={len(kg.non_materialized)}" in f["toString"]
     else:
         assert f["class"] == "IncrementalRemoteKeyedStateHandle"
         assert isinstance(kg, h.IncrementalKeyedHandle)

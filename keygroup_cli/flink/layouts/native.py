@@ -1,0 +1,201 @@
+"""Write one subtask's canonical keyed state as the RocksDB database of a NATIVE savepoint.
+
+The reverse of ``layouts.rocksdb``: a canonical keyed file (``KeyGroupsSavepointStateHandle``) holds, per key
+group and state, exactly the entries of the state's RocksDB column family (key-group prefix + key + namespace
+(+ map user key), and the value). ``build_native_handle`` puts them into a new database, one column family
+per state named after it, and returns the ``IncrementalRemoteKeyedStateHandle`` (tag 11) a NATIVE savepoint
+records for the subtask: the database's files as a *private* list under their RocksDB names (``*.sst``,
+``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``) and the metadata stream, which is the canonical file's
+``KeyedBackendSerializationProxy`` header (compression off) byte for byte.
+
+The database is built with the ``rocksdict`` binding (the ``[rocksdb]`` extra), never by hand: one SST file
+per column family from its ``SstFileWriter`` (entries sorted by key), ingested into the family, then a
+RocksDB checkpoint of the database gives the consistent file set Flink's own NATIVE snapshot copies. Tables
+use block-based ``format_version`` 5 and no compression, which FRocksDB 6.20 (Flink 1.x) and 8.10 (Flink 2.x)
+and ForSt read. Flink 2.3's RocksDB and ForSt backends both restore these files (tests/flink/test_native.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
+from keygroup_cli.flink.layouts.rocksdb import load_binding
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+
+#: ``IncrementalRemoteKeyedStateHandle`` with a checkpointed size and a handle id (Flink 1.16+).
+INCREMENTAL_HANDLE_TAG = 11
+#: RocksDB's block-based table format every Flink RocksDB / ForSt version reads.
+TABLE_FORMAT_VERSION = 5
+_END_OF_KEY_GROUP = 0xFFFF
+_FLAG = 0x80
+_INT = struct.Struct(">i")
+_USHORT = struct.Struct(">H")
+
+
+def iter_block_entries(block: bytes, where: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """Yield ``(state id, RocksDB key, value)`` of one uncompressed canonical key-group block.
+
+    The block is the one ``keyed_encode.encode_block`` writes: a state id, then entries of that state (the key
+    carries the key-group prefix, its first bit set on the state's last entry, followed by the next state id
+    or the end mark). The RocksDB key is the block's key with that bit cleared.
+    """
+    pos = 0
+    try:
+        (state,) = _USHORT.unpack_from(block, pos)
+        pos += 2
+        while True:
+            (klen,) = _INT.unpack_from(block, pos)
+            key = bytearray(block[pos + 4 : pos + 4 + klen])
+            pos += 4 + klen
+            (vlen,) = _INT.unpack_from(block, pos)
+            value = block[pos + 4 : pos + 4 + vlen]
+            pos += 4 + vlen
+            if klen <= 0 or len(key) != klen or len(value) != vlen or vlen < 0:
+                raise struct.error("entry truncated")
+            last = bool(key[0] & _FLAG)
+            key[0] &= ~_FLAG & 0xFF
+            yield state, bytes(key), value
+            if last:
+                (state,) = _USHORT.unpack_from(block, pos)
+                pos += 2
+                if state == _END_OF_KEY_GROUP:
+                    return
+    except struct.error:
+        raise InvalidSnapshotError(
+            f"{where}: key-group block truncated", code="FLINK_STATE_CORRUPT"
+        ) from None
+
+
+def _table_options(rocksdict: Any) -> Any:
+    options = rocksdict.Options(raw_mode=True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_format_version(TABLE_FORMAT_VERSION)
+    options.set_block_based_table_factory(table)
+    options.set_compression_type(rocksdict.DBCompressionType.none())
+    return options
+
+
+def build_native_handle(
+    keyed_file: Path, key_group_start: int, offsets: tuple[int, ...], target: Path, *, checkpoint_id: int
+) -> IncrementalKeyedHandle:
+    """Build one subtask's RocksDB database from its canonical keyed file; write its files into ``target``.
+
+    Args:
+        keyed_file: The canonical keyed file with its header (key groups snappy-framed or not).
+        key_group_start: The subtask's first key group.
+        offsets: One offset per key group of the range into ``keyed_file`` (0: no data).
+        target: The savepoint's directory; the database files and the metadata stream go there under new
+            UUID names (``RelativeFileStateHandle``s, as Flink's NATIVE savepoints with threshold 0 write).
+        checkpoint_id: The savepoint's checkpoint id, recorded in the handle.
+
+    Raises:
+        MissingDependencyError: ``rocksdict`` is not installed.
+        UnsupportedFormatError: The binding fails.
+        InvalidSnapshotError: A block is truncated or names a state the header lacks.
+    """
+    rocksdict = load_binding()
+    data = keyed_file.read_bytes()
+    first = min((o for o in offsets if o), default=len(data))
+    header = read_keyed_header(data[:first], str(keyed_file), first)
+    if header.states is None or header.end is None:
+        raise UnsupportedFormatError(
+            f"{keyed_file}: the keyed-state header holds a serializer snapshot kg cannot delimit",
+            code="FLINK_STATE_HEADER_UNKNOWN",
+        )
+    compressed = data[4] != 0
+    names = [info.name for info in header.states]
+    columns: list[list[tuple[bytes, bytes]]] = [[] for _ in names]
+    bounds = sorted({o for o in offsets if o} | {len(data)})
+    ends = dict(zip(bounds, bounds[1:], strict=False))
+    for offset in offsets:
+        if offset:
+            block = data[offset : ends[offset]]
+            if compressed:  # each key group is its own snappy-framed stream
+                block = decode_frames(block, str(keyed_file))
+            for state, key, value in iter_block_entries(block, str(keyed_file)):
+                if state >= len(names):
+                    raise InvalidSnapshotError(
+                        f"{keyed_file}: state id {state} beyond the header's {len(names)}",
+                        code="FLINK_STATE_CORRUPT",
+                    )
+                columns[state].append((key, value))
+    with tempfile.TemporaryDirectory(dir=target, prefix=".native-") as tmp:
+        files = _build_database(rocksdict, Path(tmp), names, columns)
+        private = []
+        for name, path in files:
+            stored = str(uuid.uuid4())
+            shutil.copyfile(path, target / stored)
+            private.append(LocalHandle(name, RelativeFileHandle(stored, path.stat().st_size)))
+    meta_name = str(uuid.uuid4())
+    meta = data[:4] + b"\x00" + data[5 : header.end]  # the files are RocksDB's, not snappy streams
+    (target / meta_name).write_bytes(meta)
+    size = len(meta) + sum(f.handle.size for f in private if isinstance(f.handle, RelativeFileHandle))
+    return IncrementalKeyedHandle(
+        tag=INCREMENTAL_HANDLE_TAG,
+        checkpoint_id=checkpoint_id,
+        backend_identifier=str(uuid.uuid4()),
+        key_group_start=key_group_start,
+        num_key_groups=len(offsets),
+        checkpointed_size=size,
+        metadata=RelativeFileHandle(meta_name, len(meta)),
+        shared=(),
+        private=tuple(private),
+        handle_id=str(uuid.uuid4()),
+    )
+
+
+def _build_database(
+    rocksdict: Any, work: Path, names: list[str], columns: list[list[tuple[bytes, bytes]]]
+) -> list[tuple[str, Path]]:
+    """Create the database in ``work`` and return its checkpoint's files as ``(RocksDB name, path)``."""
+    db_dir, snapshot_dir = work / "db", work / "checkpoint"
+    options = _table_options(rocksdict)
+    options.create_if_missing(True)
+    try:
+        db = rocksdict.Rdict(str(db_dir), options=options)
+        try:
+            for index, (name, entries) in enumerate(zip(names, columns, strict=True)):
+                family = db.create_column_family(name, _table_options(rocksdict))
+                if not entries:
+                    continue
+                entries.sort(key=lambda e: e[0])
+                for (a, _), (b, _) in zip(entries, entries[1:], strict=False):
+                    if a == b:
+                        raise InvalidSnapshotError(
+                            f"state {name!r} holds the key {a!r} twice", code="FLINK_STATE_CORRUPT"
+                        )
+                sst = work / f"{index}.sst"
+                writer = rocksdict.SstFileWriter(options=_table_options(rocksdict))
+                writer.open(str(sst))
+                for key, value in entries:
+                    writer[key] = value
+                writer.finish()
+                family.ingest_external_file([str(sst)])
+            rocksdict.Checkpoint(db).create_checkpoint(str(snapshot_dir))
+        finally:
+            db.close()
+    except InvalidSnapshotError:
+        raise
+    except Exception as exc:  # the binding raises plain Exception with RocksDB's status text
+        raise UnsupportedFormatError(
+            f"rocksdict cannot build the NATIVE database: {exc}", code="ROCKSDB_UNWRITABLE"
+        ) from None
+    keep = ("CURRENT", "MANIFEST-", "OPTIONS-")
+    return sorted(
+        (p.name, p)
+        for p in snapshot_dir.iterdir()
+        if p.is_file() and (p.name.endswith(".sst") or p.name.startswith(keep))
+    )
+
+
+__all__ = ["INCREMENTAL_HANDLE_TAG", "TABLE_FORMAT_VERSION", "build_native_handle", "iter_block_entries"]

@@ -1,0 +1,60 @@
+"""``kg rescale --format native`` and the inputs it refuses, and the changelog checkpoint kg refuses (#23).
+
+Real Flink restores of the NATIVE outputs are in tests/flink/test_native.py; here the CLI's side: the
+option, its refusals (one line, exit code), and a real changelog-backend checkpoint (Flink 2.3,
+``state.changelog.enabled``) refused with the line that says how to get a savepoint instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from tests.execution.snapshots import generate
+
+FLINK = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
+CHANGELOG = FLINK / "changelog-checkpoint-p2-maxp128-string" / "0000000000006b67000000000000001b" / "chk-2"
+
+
+def test_changelog_checkpoint_is_refused_with_how_to_get_a_savepoint(kg, tmp_path):
+    for extra in ((), ("--format", "native")):
+        result = kg("rescale", CHANGELOG, "--to", "3", "--out", tmp_path / "out", "--engine", "local", *extra)
+        assert result.exit_code == 4
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert "changelog state backend (state.changelog.enabled" in lines[0]
+        assert lines[0].endswith("flink savepoint --type canonical 0000000000006b67000000000000001b")
+        assert not (tmp_path / "out").exists()
+
+
+def test_native_needs_a_savepoint_input(kg, tmp_path):
+    snapshot = generate(tmp_path / "snap", ("counter", "string", 50, 2, 128))
+    result = kg("rescale", snapshot, "--to", "3", "--out", tmp_path / "out", "--format", "native")
+    assert result.exit_code == 2
+    assert "--format native writes a Flink savepoint" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_native_output_of_a_snappy_canonical_savepoint(kg, tmp_path):
+    # Copied key groups keep the input's snappy frames: the databases are built from the decoded blocks.
+    source = FLINK / "rocksdb-canonical-snappy-p3-maxp128-long"
+    out = tmp_path / "out"
+    result = kg("rescale", source, "--to", "4", "--out", out, "--engine", "local", "--format", "native", "-q")
+    assert result.exit_code == 0, result.stderr
+    operators = read_flink_metadata(out).metadata.operators
+    handles = [s.managed_keyed_state for op in operators for s in op.subtasks]
+    native = [h for h in handles if isinstance(h, IncrementalKeyedHandle)]
+    assert len(native) == 2 * 4
+    result = kg("verify", out)
+    assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def test_native_without_rocksdict_is_refused_before_anything_is_written(kg, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # an import of it now fails
+    source = FLINK / "heap-files-p3-maxp128-long"  # canonical: reading it needs no binding
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--format", "native", "--json")
+    assert result.exit_code == 6
+    assert result.json()["error"]["code"] == "ROCKSDB_BINDING_MISSING"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging, no scratch
