@@ -49,14 +49,17 @@ def test_both_routes_write_the_same_bytes(
 ) -> None:
     new_p, new_max = TARGETS[SAVEPOINTS.index(savepoint) % len(TARGETS)]
     view = open_input(savepoint, tmp_path / "scratch", new_max, _ignore).savepoint
-    targets = {op.operator_id: (new_p, new_max) for op in view.metadata.operators}
+    # Keys kg cannot hash (an opaque serializer, e.g. Kryo: the 1.20 upgrade-* fixtures) are never
+    # re-keyed on either route (a maxParallelism change of them is refused before planning).
+    hashable = {op_id for op_id, key_type in view.key_types.items() if key_type != "binary"}
+    targets = {op_id: (new_p, new_max) for op_id in hashable}
     results = []
     for as_bytes in (True, False):
         if not as_bytes:
             monkeypatch.setattr(keyed_pipeline, "byte_route_applies", lambda *_args: False)
         out = tmp_path / f"out-{as_bytes}"
         out.mkdir()
-        jobs = plan_keyed_jobs(view, targets, str(out))
+        jobs = [j for j in plan_keyed_jobs(view, targets, str(out)) if j.operator_id in hashable]
         if as_bytes:
             assert all(isinstance(r, FlinkEntryRead) for j in jobs for r in j.reads)
             assert all(isinstance(w, FlinkEntryWrite) for j in jobs for w in j.writes)
