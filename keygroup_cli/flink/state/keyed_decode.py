@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -154,10 +154,8 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
             key group.
     """
     states = layout.states
-    codec = layout.codec
     nprefix = layout.prefix_bytes
     expected_prefix = key_group.to_bytes(nprefix, "big")
-    n = len(block)
     try:
         state_id = _USHORT.unpack_from(block, 0)[0]
         pos = 2
@@ -167,49 +165,7 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
                     f"{source}: key group {key_group}: unknown state id {state_id}",
                     code="FLINK_STATE_CORRUPT",
                 )
-            state = states[state_id]
-            kind = state.kind
-            while True:
-                klen = _INT.unpack_from(block, pos)[0]
-                pos += 4
-                key = block[pos : pos + klen]
-                pos += klen
-                vlen = _INT.unpack_from(block, pos)[0]
-                pos += 4
-                value = block[pos : pos + vlen]
-                pos += vlen
-                if pos > n or klen < nprefix or vlen < 0:
-                    raise InvalidSnapshotError(
-                        f"{source}: key group {key_group}: truncated entry", code="FLINK_STATE_CORRUPT"
-                    )
-                last = key[0] & FIRST_BIT_IN_BYTE_MASK
-                if (bytes((key[0] & 0x7F,)) + key[1:nprefix]) != expected_prefix:
-                    raise InvalidSnapshotError(
-                        f"{source}: an entry in key group {key_group}'s block has another key group's prefix",
-                        code="FLINK_STATE_CORRUPT",
-                    )
-                columns.key_group.append(key_group)
-                columns.state.append(state_id)
-                if kind == "timer":
-                    k, ns, ts = _split_timer(key, nprefix, state, codec, source)
-                    columns.key.append(k)
-                    columns.namespace.append(ns)
-                    columns.user_key.append(None)
-                    columns.value.append(None)
-                    columns.timestamp.append(ts)
-                else:
-                    k, ns, uk = _split_key(key, nprefix, state, codec, source)
-                    columns.key.append(k)
-                    columns.namespace.append(ns)
-                    columns.user_key.append(uk)
-                    if kind == "map":
-                        # MapSerializer entry value: boolean isNull, then the value when present.
-                        columns.value.append(None if value[:1] != b"\x00" else value[1:])
-                    else:
-                        columns.value.append(value)
-                    columns.timestamp.append(None)
-                if last:
-                    break
+            pos = _decode_run(block, pos, key_group, state_id, layout, expected_prefix, columns, source)
             state_id = _USHORT.unpack_from(block, pos)[0]
             pos += 2
             if state_id == END_OF_KEY_GROUP_MARK:
@@ -219,6 +175,65 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
             f"{source}: key group {key_group}: block ends before its END_OF_KEY_GROUP mark",
             code="FLINK_STATE_CORRUPT",
         ) from None
+
+
+def _decode_run(
+    block: bytes,
+    pos: int,
+    key_group: int,
+    state_id: int,
+    layout: KeyedLayout,
+    expected_prefix: bytes,
+    columns: _Columns,
+    source: str,
+) -> int:
+    """Decode state ``state_id``'s run from ``pos`` (one call per run, struct.error left); return its end."""
+    state = layout.states[state_id]
+    kind = state.kind
+    codec = layout.codec
+    nprefix = layout.prefix_bytes
+    n = len(block)
+    while True:
+        klen = _INT.unpack_from(block, pos)[0]
+        pos += 4
+        key = block[pos : pos + klen]
+        pos += klen
+        vlen = _INT.unpack_from(block, pos)[0]
+        pos += 4
+        value = block[pos : pos + vlen]
+        pos += vlen
+        if pos > n or klen < nprefix or vlen < 0:
+            raise InvalidSnapshotError(
+                f"{source}: key group {key_group}: truncated entry", code="FLINK_STATE_CORRUPT"
+            )
+        last = key[0] & FIRST_BIT_IN_BYTE_MASK
+        if (bytes((key[0] & 0x7F,)) + key[1:nprefix]) != expected_prefix:
+            raise InvalidSnapshotError(
+                f"{source}: an entry in key group {key_group}'s block has another key group's prefix",
+                code="FLINK_STATE_CORRUPT",
+            )
+        columns.key_group.append(key_group)
+        columns.state.append(state_id)
+        if kind == "timer":
+            k, ns, ts = _split_timer(key, nprefix, state, codec, source)
+            columns.key.append(k)
+            columns.namespace.append(ns)
+            columns.user_key.append(None)
+            columns.value.append(None)
+            columns.timestamp.append(ts)
+        else:
+            k, ns, uk = _split_key(key, nprefix, state, codec, source)
+            columns.key.append(k)
+            columns.namespace.append(ns)
+            columns.user_key.append(uk)
+            if kind == "map":
+                # MapSerializer entry value: boolean isNull, then the value when present.
+                columns.value.append(None if value[:1] != b"\x00" else value[1:])
+            else:
+                columns.value.append(value)
+            columns.timestamp.append(None)
+        if last:
+            return pos
 
 
 def decode_keyed_file(
@@ -304,40 +319,12 @@ def _windowed_block(
     states = cutter.states(layout)
     given = 0
     if states and batch_rows > 0:
-        pos = start
-        current: int | None = None  # the state id of the run open at ``pos``; None: a state id is next
-        size = window_bytes
-        while pos < end:
-            buf = source.read(pos, min(pos + size, end))
-            scanned = _scan_window(buf, states, current)
-            if scanned is None:
-                break
-            value_ends, run_starts, consumed, after, ended = scanned
-            if len(value_ends):
-                block, window = _window_block(
-                    buf, states, value_ends, run_starts, consumed, current, after, ended
-                )
-                taken = True
-                for _lo, batch in _proven_batches(block, window, group, layout, batch_rows, cutter):
-                    if batch is None:
-                        taken = False
-                        break
-                    given += batch.num_rows
-                    yield batch
-                del block, window, batch  # before the next window is read
-                if not taken:
-                    break
-            elif not ended:
-                if pos + size >= end:
-                    break  # the block ends inside an entry
-                size *= 2  # an entry larger than the window
-                continue
-            del buf
-            pos, current, size = pos + consumed, after, window_bytes
-            if ended:
-                if strict and pos != end:
-                    break  # bytes after the END mark: the whole-block path refuses them
-                return
+        walked = yield from _walk_windows(
+            source, group, start, end, layout, batch_rows, strict, window_bytes, cutter, states
+        )
+        if walked is None:
+            return
+        given = walked
     whole = source.read(start, end)
     for batch in decode_block_batches(
         whole, group, layout, source.source, batch_rows, whole=strict, cutter=cutter
@@ -347,6 +334,60 @@ def _windowed_block(
             continue
         yield batch.slice(given) if given else batch
         given = 0
+
+
+def _walk_windows(
+    source: StreamSource,
+    group: int,
+    start: int,
+    end: int,
+    layout: KeyedLayout,
+    batch_rows: int,
+    strict: bool,
+    window_bytes: int,
+    cutter: BlockCutter,
+    states: frozenset[int],
+) -> Generator[pa.RecordBatch, None, int | None]:
+    """Yield the rows of ``_windowed_block``'s windows, in order; return None once the block is done.
+
+    Else return the rows already given: what no window took goes to the whole-block path.
+    """
+    given = 0
+    pos = start
+    current: int | None = None  # the state id of the run open at ``pos``; None: a state id is next
+    size = window_bytes
+    while pos < end:
+        buf = source.read(pos, min(pos + size, end))
+        scanned = _scan_window(buf, states, current)
+        if scanned is None:
+            break
+        value_ends, run_starts, consumed, after, ended = scanned
+        if len(value_ends):
+            block, window = _window_block(
+                buf, states, value_ends, run_starts, consumed, current, after, ended
+            )
+            taken = True
+            for _lo, batch in _proven_batches(block, window, group, layout, batch_rows, cutter):
+                if batch is None:
+                    taken = False
+                    break
+                given += batch.num_rows
+                yield batch
+            del block, window, batch  # before the next window is read
+            if not taken:
+                break
+        elif not ended:
+            if pos + size >= end:
+                break  # the block ends inside an entry
+            size *= 2  # an entry larger than the window
+            continue
+        del buf
+        pos, current, size = pos + consumed, after, window_bytes
+        if ended:
+            if strict and pos != end:
+                break  # bytes after the END mark: the whole-block path refuses them
+            return None
+    return given
 
 
 def _scan_window(
@@ -567,6 +608,24 @@ def _structure(
         return None
     if bool((((raw[ks] & FIRST_BIT_IN_BYTE_MASK) != 0) != ends).any()):
         return None
+    state_ids = _state_ids(raw, states, all_ve, run_end, ve, ends, lo, hi, run_ends)
+    if state_ids is None:
+        return None
+    return _Structure(ks, ke, ve, state_ids)
+
+
+def _state_ids(
+    raw: np.ndarray,
+    states: frozenset[int],
+    all_ve: np.ndarray,
+    run_end: np.ndarray,
+    ve: np.ndarray,
+    ends: np.ndarray,
+    lo: int,
+    hi: int,
+    run_ends: np.ndarray | None,
+) -> np.ndarray | None:
+    """Check the state ids around entries ``[lo, hi)`` (see ``_structure``); return each entry's, or None."""
     # State ids: one at 0 and one after each run's last entry (END_OF_KEY_GROUP_MARK after the last).
     # The run that holds entry ``lo`` started after the last run end before it.
     if lo == 0:
@@ -581,7 +640,7 @@ def _structure(
     closing = ve[ends]
     ids = (raw[closing].astype(np.int64) << 8) | raw[closing + 1]
     following = ids
-    if hi == count:
+    if hi == len(all_ve):
         if int(ids[-1]) != END_OF_KEY_GROUP_MARK:
             return None
         following = ids[:-1]
@@ -592,8 +651,7 @@ def _structure(
         bounds = np.concatenate([bounds, [hi - lo]])
     run_lengths = np.diff(np.concatenate([[0], bounds]))
     run_ids = np.concatenate([[first_id], following])[: len(run_lengths)]
-    state_ids = np.repeat(run_ids.astype(np.int32), run_lengths)
-    return _Structure(ks, ke, ve, state_ids)
+    return np.repeat(run_ids.astype(np.int32), run_lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -828,22 +886,13 @@ def _columns(
     # Checked before any cut: every range must lie inside its own entry's key.
     if not bool(((ns_start <= ns_end) & (ns_end <= ke)).all()):
         return None
-    key: pa.Array
+    key: pa.Array | None
     if codec.key_type == "string":
-        if not bool(((lengths >= 1) & (lengths <= _MAX_SHORT_STRING + 1)).all()):
+        key = _string_keys(data, pos, ns_start, lengths)
+        if key is None:
             return None
-        key = _slices(data, pos + 1, ns_start)
-        if not _is_ascii(key):
-            return None
-        key = key.view(pa.string())
     else:
-        cut = _fixed_width(raw, pos, codec.fixed_size or 0)
-        if codec.key_type == "long":
-            key = pa.array(cut.view(">i8").ravel().astype(np.int64))
-        elif codec.key_type == "int":
-            key = pa.array(cut.view(">i4").ravel().astype(np.int32))
-        else:
-            key = pa.array(cut.ravel() != 0)
+        key = _fixed_keys(raw, pos, codec)
     namespace = _slices(data, ns_start, ns_end)
     is_map = np.asarray([k == "map" for k in kinds], dtype=bool)[state_ids]
     user_key = _with_validity(_slices(data, np.where(is_map, ns_end, ke), ke), is_map)
@@ -851,26 +900,52 @@ def _columns(
     flag = np.where(vs < ve, raw[np.minimum(vs, len(raw) - 1)], 1)
     present = ~is_timer & (~is_map | (flag == 0))
     value = _with_validity(_slices(data, np.where(is_map, np.minimum(vs + 1, ve), vs), ve), present)
-    timestamp: pa.Array
+    timestamp = _timestamps(raw, ks, nprefix, is_timer, any_timer, count)
+    return _row_batch(layout, key_group, count, state_ids, [key, namespace, user_key, value, timestamp])
+
+
+def _string_keys(
+    data: pa.Buffer, pos: np.ndarray, ns_start: np.ndarray, lengths: np.ndarray
+) -> pa.Array | None:
+    """Cut short ASCII String keys (one length byte at ``pos``); None where one is not."""
+    if not bool(((lengths >= 1) & (lengths <= _MAX_SHORT_STRING + 1)).all()):
+        return None
+    key = _slices(data, pos + 1, ns_start)
+    if not _is_ascii(key):
+        return None
+    return key.view(pa.string())
+
+
+def _fixed_keys(raw: np.ndarray, pos: np.ndarray, codec: KeyCodec) -> pa.Array:
+    """Cut fixed-size keys (Long, Int or Boolean) at ``pos``."""
+    cut = _fixed_width(raw, pos, codec.fixed_size or 0)
+    if codec.key_type == "long":
+        return pa.array(cut.view(">i8").ravel().astype(np.int64))
+    if codec.key_type == "int":
+        return pa.array(cut.view(">i4").ravel().astype(np.int32))
+    return pa.array(cut.ravel() != 0)
+
+
+def _timestamps(
+    raw: np.ndarray, ks: np.ndarray, nprefix: int, is_timer: np.ndarray, any_timer: bool, count: int
+) -> pa.Array:
+    """Return the timestamp column: each timer's flipped timestamp after its prefix, null elsewhere."""
     if any_timer:
         stamp = _fixed_width(raw, np.where(is_timer, ks + nprefix, 0), 8).view(">u8").ravel()
         flipped = (stamp ^ np.uint64(1 << 63)).astype(np.uint64).view(np.int64)
-        timestamp = _with_validity(pa.array(np.where(is_timer, flipped, 0)), is_timer)
-    else:
-        timestamp = pa.nulls(count, pa.int64())
+        return _with_validity(pa.array(np.where(is_timer, flipped, 0)), is_timer)
+    return pa.nulls(count, pa.int64())
+
+
+def _row_batch(
+    layout: KeyedLayout, key_group: int, count: int, state_ids: np.ndarray, columns: list[pa.Array]
+) -> pa.RecordBatch:
+    """Return the kg keyed schema batch of ``columns`` (key to timestamp) with key group and state."""
     names = pa.array([s.name for s in layout.states], type=pa.string())
     state = pa.DictionaryArray.from_arrays(pa.array(state_ids, type=pa.int32()), names)
     return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.full(count, key_group, dtype=np.int32)),
-            state.cast(STATE_TYPE),
-            key,
-            namespace,
-            user_key,
-            value,
-            timestamp,
-        ],
-        schema=keyed_schema(codec.key_type),
+        [pa.array(np.full(count, key_group, dtype=np.int32)), state.cast(STATE_TYPE), *columns],
+        schema=keyed_schema(layout.codec.key_type),
     )
 
 
