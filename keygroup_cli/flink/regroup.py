@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.findings import Finding
@@ -30,7 +31,7 @@ from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.flink.verify import block_finding
-from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
 COPY_CHUNK = 16 * 1024 * 1024
@@ -104,35 +105,58 @@ def regroup_keyed_state(
             for handle in old:
                 if handle.key_group_end < wanted.start or handle.key_group_start > wanted.end:
                     continue
-                with StreamSource(handle.delegate, savepoint.directory) as src:
-                    extents = [e for e in key_group_extents(handle, src.size) if e[0] in wanted]
-                    subject = f"{op.label} subtask {subtasks.get(id(handle), 0)}"
-                    for run in _contiguous_runs(extents):
-                        run_start, run_end = run[0][1], run[-1][2]
-                        if run_end > src.size:
-                            raise InvalidSnapshotError(
-                                f"{src.source}: ends at byte {src.size}, before key group {run[-1][0]}'s "
-                                f"block (offset {run[-1][1]})",
-                                code="FLINK_STATE_CORRUPT",
-                            )
-                        for group, start, _end in run:
-                            offsets[group - wanted.start] = position + start - run_start
-                        if layout is None:
-                            for chunk_start in range(run_start, run_end, COPY_CHUNK):
-                                out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
-                        else:
-                            for group, start, end in run:
-                                raw = src.read(start, end)
-                                problem = block_finding(
-                                    raw, group, compressed, layout, op.max_parallelism, src.source, subject
-                                )
-                                if problem is not None:
-                                    raise _refused(check or "", problem)
-                                out.write(raw)
-                        position += run_end - run_start
+                position = _copy_handle(
+                    savepoint, op, handle, subtasks, wanted, offsets, out, position, layout, compressed, check
+                )
         handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
         written.append(RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o)))
     return written
+
+
+def _copy_handle(
+    savepoint: FlinkSnapshot,
+    op: OperatorState,
+    handle: KeyGroupsHandle,
+    subtasks: dict[int, int],
+    wanted: KeyGroupRange,
+    offsets: list[int],
+    out: BinaryIO,
+    position: int,
+    layout: KeyedLayout | None,
+    compressed: bool,
+    check: str | None,
+) -> int:
+    """Append the blocks of ``handle``'s key groups in ``wanted`` to ``out``; return the new position.
+
+    Sets each copied key group's offset in ``offsets``; with ``layout``, checks each block as it copies it.
+    """
+    with StreamSource(handle.delegate, savepoint.directory) as src:
+        extents = [e for e in key_group_extents(handle, src.size) if e[0] in wanted]
+        subject = f"{op.label} subtask {subtasks.get(id(handle), 0)}"
+        for run in _contiguous_runs(extents):
+            run_start, run_end = run[0][1], run[-1][2]
+            if run_end > src.size:
+                raise InvalidSnapshotError(
+                    f"{src.source}: ends at byte {src.size}, before key group {run[-1][0]}'s "
+                    f"block (offset {run[-1][1]})",
+                    code="FLINK_STATE_CORRUPT",
+                )
+            for group, start, _end in run:
+                offsets[group - wanted.start] = position + start - run_start
+            if layout is None:
+                for chunk_start in range(run_start, run_end, COPY_CHUNK):
+                    out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
+            else:
+                for group, start, end in run:
+                    raw = src.read(start, end)
+                    problem = block_finding(
+                        raw, group, compressed, layout, op.max_parallelism, src.source, subject
+                    )
+                    if problem is not None:
+                        raise _refused(check or "", problem)
+                    out.write(raw)
+            position += run_end - run_start
+    return position
 
 
 def _refused(name: str, problem: Finding) -> InvalidSnapshotError:

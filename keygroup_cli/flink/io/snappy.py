@@ -139,24 +139,7 @@ def decode_frames(data: bytes | memoryview, source: str = "<snappy>", *, verify:
                 f"{source}: truncated snappy chunk at byte {pos}", code="SNAPPY_CORRUPT"
             )
         if kind in (_COMPRESSED, _UNCOMPRESSED):
-            if length < 4:
-                raise InvalidSnapshotError(
-                    f"{source}: snappy chunk too short at byte {pos}", code="SNAPPY_CORRUPT"
-                )
-            payload = bytes(view[body + 4 : body + length])
-            # The framing format caps a chunk's uncompressed data at 65536 bytes (xerial's reader refuses
-            # more): the claim is checked before a decompressor allocates for it.
-            claimed = _uncompressed_length(payload, source) if kind == _COMPRESSED else len(payload)
-            if claimed > BLOCK_SIZE:
-                raise InvalidSnapshotError(
-                    f"{source}: snappy chunk at byte {pos} claims {claimed} uncompressed bytes, more than "
-                    f"the framing format's {BLOCK_SIZE}",
-                    code="SNAPPY_CORRUPT",
-                )
-            chunk = decompress_raw(payload, source) if kind == _COMPRESSED else payload
-            if verify and masked_crc32c(chunk) != _CHUNK_HEADER.unpack_from(view, body)[0]:
-                raise InvalidSnapshotError(f"{source}: snappy CRC mismatch at byte {pos}", code="SNAPPY_CRC")
-            out += chunk
+            out += _data_chunk(view, kind, pos, length, source, verify)
         elif kind == _IDENTIFIER:
             if bytes(view[pos : body + length]) != STREAM_IDENTIFIER:
                 raise InvalidSnapshotError(
@@ -170,6 +153,27 @@ def decode_frames(data: bytes | memoryview, source: str = "<snappy>", *, verify:
         # 0x80-0xFE (skippable, padding): nothing to decode.
         pos = body + length
     return bytes(out)
+
+
+def _data_chunk(view: memoryview, kind: int, pos: int, length: int, source: str, verify: bool) -> bytes:
+    """Return the uncompressed bytes of the data chunk at ``pos`` (body ``length`` bytes), checked."""
+    body = pos + 4
+    if length < 4:
+        raise InvalidSnapshotError(f"{source}: snappy chunk too short at byte {pos}", code="SNAPPY_CORRUPT")
+    payload = bytes(view[body + 4 : body + length])
+    # The framing format caps a chunk's uncompressed data at 65536 bytes (xerial's reader refuses
+    # more): the claim is checked before a decompressor allocates for it.
+    claimed = _uncompressed_length(payload, source) if kind == _COMPRESSED else len(payload)
+    if claimed > BLOCK_SIZE:
+        raise InvalidSnapshotError(
+            f"{source}: snappy chunk at byte {pos} claims {claimed} uncompressed bytes, more than "
+            f"the framing format's {BLOCK_SIZE}",
+            code="SNAPPY_CORRUPT",
+        )
+    chunk = decompress_raw(payload, source) if kind == _COMPRESSED else payload
+    if verify and masked_crc32c(chunk) != _CHUNK_HEADER.unpack_from(view, body)[0]:
+        raise InvalidSnapshotError(f"{source}: snappy CRC mismatch at byte {pos}", code="SNAPPY_CRC")
+    return chunk
 
 
 def encode_chunk(block: bytes) -> bytes:

@@ -112,30 +112,9 @@ def build_native_handle(
             f"{keyed_file}: the keyed-state header holds a serializer snapshot kg cannot delimit",
             code="FLINK_STATE_HEADER_UNKNOWN",
         )
-    compressed = data[4] != 0
     names = [info.name for info in header.states]
-    columns: list[list[tuple[bytes, bytes]]] = [[] for _ in names]
-    bounds = sorted({o for o in offsets if o} | {len(data)})
-    ends = dict(zip(bounds, bounds[1:], strict=False))
-    for offset in offsets:
-        if offset:
-            block = data[offset : ends[offset]]
-            if compressed:  # each key group is its own snappy-framed stream
-                block = decode_frames(block, str(keyed_file))
-            for state, key, value in iter_block_entries(block, str(keyed_file)):
-                if state >= len(names):
-                    raise InvalidSnapshotError(
-                        f"{keyed_file}: state id {state} beyond the header's {len(names)}",
-                        code="FLINK_STATE_CORRUPT",
-                    )
-                columns[state].append((key, value))
-    with tempfile.TemporaryDirectory(dir=target, prefix=".native-") as tmp:
-        files = _build_database(rocksdict, Path(tmp), names, columns)
-        private = []
-        for name, path in files:
-            stored = str(uuid.uuid4())
-            shutil.copyfile(path, target / stored)
-            private.append(LocalHandle(name, RelativeFileHandle(stored, path.stat().st_size)))
+    columns = _collect_columns(keyed_file, data, offsets, names)
+    private = _write_database_files(rocksdict, target, names, columns)
     meta_name = str(uuid.uuid4())
     meta = data[:4] + b"\x00" + data[5 : header.end]  # the files are RocksDB's, not snappy streams
     (target / meta_name).write_bytes(meta)
@@ -152,6 +131,43 @@ def build_native_handle(
         private=tuple(private),
         handle_id=str(uuid.uuid4()),
     )
+
+
+def _collect_columns(
+    keyed_file: Path, data: bytes, offsets: tuple[int, ...], names: list[str]
+) -> list[list[tuple[bytes, bytes]]]:
+    """Return each state's ``(RocksDB key, value)`` entries from the key-group blocks at ``offsets``."""
+    compressed = data[4] != 0
+    columns: list[list[tuple[bytes, bytes]]] = [[] for _ in names]
+    bounds = sorted({o for o in offsets if o} | {len(data)})
+    ends = dict(zip(bounds, bounds[1:], strict=False))
+    for offset in offsets:
+        if offset:
+            block = data[offset : ends[offset]]
+            if compressed:  # each key group is its own snappy-framed stream
+                block = decode_frames(block, str(keyed_file))
+            for state, key, value in iter_block_entries(block, str(keyed_file)):
+                if state >= len(names):
+                    raise InvalidSnapshotError(
+                        f"{keyed_file}: state id {state} beyond the header's {len(names)}",
+                        code="FLINK_STATE_CORRUPT",
+                    )
+                columns[state].append((key, value))
+    return columns
+
+
+def _write_database_files(
+    rocksdict: Any, target: Path, names: list[str], columns: list[list[tuple[bytes, bytes]]]
+) -> list[LocalHandle]:
+    """Build the database and copy its files into ``target`` under UUID names; return their handles."""
+    with tempfile.TemporaryDirectory(dir=target, prefix=".native-") as tmp:
+        files = _build_database(rocksdict, Path(tmp), names, columns)
+        private = []
+        for name, path in files:
+            stored = str(uuid.uuid4())
+            shutil.copyfile(path, target / stored)
+            private.append(LocalHandle(name, RelativeFileHandle(stored, path.stat().st_size)))
+    return private
 
 
 def _build_database(
