@@ -164,36 +164,66 @@ def write_keyed_file(
             pos += len(data)
 
     carry: BlockSource[Any] | None = None
+    for batch in _nonempty_batches(batches):
+        rows = kind.of(batch, state_ids)
+        groups = rows.groups
+        _check_groups(groups, key_groups, last_group)
+        rows_total += len(groups)
+        carry = _carry_over(kind, carry, rows, last_group, flush)
+        last_group = int(groups[-1])
+    if carry is not None:
+        flush(carry)
+    return EncodedKeyedFile(key_groups.start, tuple(offsets), pos, rows_total)
+
+
+def _nonempty_batches(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.RecordBatch]:
+    """Yield the record batches of ``batches`` (tables split into theirs) that hold rows, in order."""
     for part in batches:
         for batch in part.to_batches() if isinstance(part, pa.Table) else (part,):
             if batch.num_rows == 0:
                 continue
-            rows = kind.of(batch, state_ids)
-            groups = rows.groups
-            if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
-                raise InvalidSnapshotError(
-                    f"a row's key group is outside the file's range [{key_groups.start}, {key_groups.end}]",
-                    code="KEY_GROUP_OUT_OF_RANGE",
-                )
-            if int(groups[0]) < last_group or bool(np.any(groups[1:] < groups[:-1])):
-                raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
-            rows_total += len(groups)
-            if carry is not None:
-                # The previous batch's last key group may continue here.
-                if int(groups[0]) == last_group:
-                    rows = kind.concat(carry, rows)
-                    groups = rows.groups
-                else:
-                    flush(carry)
-                carry = None
-            last = int(np.searchsorted(groups, groups[-1], side="left"))
-            if last:
-                flush(rows.slice(0, last))
-            carry = rows.slice(last, len(groups))
-            last_group = int(groups[-1])
+            yield batch
+
+
+def _check_groups(groups: np.ndarray, key_groups: KeyGroupRange, last_group: int) -> None:
+    """Refuse a batch whose key groups leave ``key_groups``, descend, or start below ``last_group``.
+
+    Raises:
+        InvalidSnapshotError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
+    """
+    if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
+        raise InvalidSnapshotError(
+            f"a row's key group is outside the file's range [{key_groups.start}, {key_groups.end}]",
+            code="KEY_GROUP_OUT_OF_RANGE",
+        )
+    if int(groups[0]) < last_group or bool(np.any(groups[1:] < groups[:-1])):
+        raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
+
+
+def _carry_over(
+    kind: type[BlockSource[Any]],
+    carry: BlockSource[Any] | None,
+    rows: BlockSource[Any],
+    last_group: int,
+    flush: Callable[[BlockSource[Any]], None],
+) -> BlockSource[Any]:
+    """Flush the complete key groups of ``carry`` then ``rows``; return the last key group's items, to carry.
+
+    ``carry`` (the previous batch's last key group, ``last_group``) joins ``rows`` when they continue it.
+    """
+    groups = rows.groups
     if carry is not None:
-        flush(carry)
-    return EncodedKeyedFile(key_groups.start, tuple(offsets), pos, rows_total)
+        # The previous batch's last key group may continue here.
+        if int(groups[0]) == last_group:
+            rows = kind.concat(carry, rows)
+            groups = rows.groups
+        else:
+            flush(carry)
+    last = int(np.searchsorted(groups, groups[-1], side="left"))
+    if last:
+        flush(rows.slice(0, last))
+    tail: BlockSource[Any] = rows.slice(last, len(groups))
+    return tail
 
 
 S = TypeVar("S", bound="BlockSource[Any]")
@@ -435,21 +465,16 @@ def _lengths(array: pa.Array) -> np.ndarray:
     return lengths.astype(np.int64)
 
 
-def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
-    """Encode rows column-wise into ``(key group, block)`` pairs; None when a row needs the reference path.
+def _vector_flags(rows: _Rows, layout: KeyedLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Return per row ``(is_map, is_timer, value_null)``; None when a row needs the reference path.
 
-    The bytes are those of ``_entries_of_group`` + ``encode_block``: per key group, the states' runs in
-    order of first appearance, and per entry ``int keyLen, prefix (+0x80 on a run's last entry), key,
-    namespace, user key, int valueLen, value`` (a timer: ``int keyLen, prefix, flipped timestamp, key,
-    namespace, int 0``), with the run's state id before its first entry and the next id (or
-    ``END_OF_KEY_GROUP_MARK``) after its last. All rows are joined by one Arrow kernel.
+    The reference path takes states the column-wise encoder does not handle, null keys or namespaces, and
+    rows missing the value, user key or timestamp their state's kind requires (its errors name them).
     """
-    count = len(rows.groups)
     vector = _vector_states(layout)
     used = np.unique(rows.states)
     if not vector or not all(int(i) in vector for i in used):
         return None
-    codec = layout.codec
     if rows.key.null_count or rows.namespace.null_count:
         return None
     kinds = [s.kind for s in layout.states]
@@ -462,18 +487,30 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
     timestamp_null = rows.timestamp.is_null().to_numpy(zero_copy_only=False)
     if bool((timestamp_null & is_timer).any()):
         return None
+    return is_map, is_timer, value_null
 
-    # Runs: each state's rows of a key group together, in order of first appearance, rows in their order.
+
+def _run_order(rows: _Rows, layout: KeyedLayout) -> np.ndarray | None:
+    """Return the row order that makes runs; None when the rows are in it already.
+
+    Runs: each state's rows of a key group together, in order of first appearance, rows in their order.
+    """
+    count = len(rows.groups)
     nstates = max(len(layout.states), 1)
     run_key = rows.groups * nstates + rows.states
     _, first, inverse = np.unique(run_key, return_index=True, return_inverse=True)
     order = np.argsort(first[inverse], kind="stable")
     if bool((order != np.arange(count)).any()):
-        rows = rows.take(order)
-        is_map = is_map[order]
-        is_timer = is_timer[order]
-        value_null = value_null[order]
-    groups, states = rows.groups, rows.states
+        return order
+    return None
+
+
+def _run_marks(groups: np.ndarray, states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return per entry of ordered rows ``(group_start, run_end, next_state)``.
+
+    ``next_state`` is the id written after a run's last entry (``END_OF_KEY_GROUP_MARK`` at a group's end).
+    """
+    count = len(groups)
     group_start = np.ones(count, dtype=bool)
     group_start[1:] = groups[1:] != groups[:-1]
     group_end = np.ones(count, dtype=bool)
@@ -482,9 +519,17 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
     run_end[:-1] |= states[1:] != states[:-1]
     next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
     next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
+    return group_start, run_end, next_state
 
+
+def _key_cells(rows: _Rows, key_type: str) -> tuple[pa.Array, np.ndarray] | None:
+    """Return the serialized keys and their byte lengths (int64); None when a key needs the reference path.
+
+    The reference path takes string keys that are not ASCII or longer than ``_MAX_SHORT_STRING``.
+    """
+    count = len(rows.groups)
     key: pa.Array
-    if codec.key_type == "string":
+    if key_type == "string":
         key_len = _lengths(rows.key)
         ascii_only = pc.all(pc.string_is_ascii(rows.key)).as_py()
         if ascii_only is False or (count and int(key_len.max()) > _MAX_SHORT_STRING):
@@ -495,49 +540,48 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
         key_len = key_len + 1
     else:
         values = rows.key.to_numpy(zero_copy_only=False)
-        if codec.key_type == "long":
+        if key_type == "long":
             cells = _big_endian(values, ">i8")
-        elif codec.key_type == "int":
+        elif key_type == "int":
             cells = _big_endian(values, ">i4")
         else:
             cells = values.astype(np.uint8).reshape(count, 1)
         key = _fixed_cells(cells)
         key_len = np.full(count, cells.shape[1], dtype=np.int64)
-    namespace = rows.namespace
-    user_key = pc.if_else(pa.array(is_map), rows.user_key.fill_null(b""), _EMPTY)
-    value = rows.value.fill_null(b"")
-    # A timer (TimerSerializer) is: timestamp with its sign bit flipped (8 bytes), key, namespace; no value.
+    return key, key_len
+
+
+def _timer_cells(rows: _Rows, is_timer: np.ndarray, value: pa.Array) -> tuple[pa.Array, tuple[pa.Array, ...]]:
+    """Return ``value`` with timers' values emptied, and the timestamp column to join (none without timers).
+
+    A timer (TimerSerializer) is: timestamp with its sign bit flipped (8 bytes), key, namespace; no value.
+    """
     timestamp: tuple[pa.Array, ...] = ()
     if bool(is_timer.any()):
         value = pc.if_else(pa.array(is_timer), _EMPTY, value)
         stamps = rows.timestamp.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flipped = stamps.view(np.uint64) ^ np.uint64(1 << 63)
         timestamp = (_fixed_cells(_big_endian(flipped, ">u8"), is_timer),)
-    nprefix = layout.prefix_bytes
-    key_bytes = nprefix + 8 * is_timer + key_len + _lengths(namespace) + _lengths(user_key)
-    value_bytes = _lengths(value) + is_map
-    # Key-group prefix (1 or 2 bytes, big-endian), flagged on the last entry of each run.
-    if nprefix == 2:
+    return value, timestamp
+
+
+def _prefix_cells(groups: np.ndarray, run_end: np.ndarray, prefix_bytes: int) -> np.ndarray:
+    """Return each entry's key-group prefix ((n, 1 or 2) uint8, big-endian), flagged on a run's last entry."""
+    count = len(groups)
+    prefix: np.ndarray
+    if prefix_bytes == 2:
         prefix = _big_endian(groups, ">u2").copy()
     else:
         prefix = groups.astype(np.uint8).reshape(count, 1)
     prefix[:, 0] |= np.where(run_end, FIRST_BIT_IN_BYTE_MASK, 0).astype(np.uint8)
-    # MapSerializer entry value: boolean isNull, then the value when present.
-    null_flag = value_null.astype(np.uint8).reshape(count, 1)
-    entries = pc.binary_join_element_wise(
-        _fixed_cells(_big_endian(states, ">u2"), group_start),
-        _fixed_cells(_big_endian(key_bytes, ">i4")),
-        _fixed_cells(prefix),
-        *timestamp,
-        key,
-        namespace,
-        user_key,
-        _fixed_cells(_big_endian(value_bytes, ">i4")),
-        _fixed_cells(null_flag, is_map),
-        value,
-        _fixed_cells(_big_endian(next_state, ">u2"), run_end),
-        _EMPTY,
-    )
+    return prefix
+
+
+def _cut_blocks(
+    entries: pa.Array, groups: np.ndarray, group_start: np.ndarray, run_end: np.ndarray
+) -> list[_Block]:
+    """Return the joined ``entries`` (one binary value per entry) cut into one ``_Block`` per key group."""
+    count = len(groups)
     bounds = np.frombuffer(entries.buffers()[1], dtype=np.int32, count=count + 1)[
         entries.offset : entries.offset + count + 1
     ].astype(np.int64)
@@ -556,6 +600,57 @@ def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
         )
         for lo, hi in zip(starts.tolist(), ends, strict=True)
     ]
+
+
+def _encode_columns(rows: _Rows, layout: KeyedLayout) -> list[_Block] | None:
+    """Encode rows column-wise into ``(key group, block)`` pairs; None when a row needs the reference path.
+
+    The bytes are those of ``_entries_of_group`` + ``encode_block``: per key group, the states' runs in
+    order of first appearance, and per entry ``int keyLen, prefix (+0x80 on a run's last entry), key,
+    namespace, user key, int valueLen, value`` (a timer: ``int keyLen, prefix, flipped timestamp, key,
+    namespace, int 0``), with the run's state id before its first entry and the next id (or
+    ``END_OF_KEY_GROUP_MARK``) after its last. All rows are joined by one Arrow kernel.
+    """
+    count = len(rows.groups)
+    flags = _vector_flags(rows, layout)
+    if flags is None:
+        return None
+    is_map, is_timer, value_null = flags
+    order = _run_order(rows, layout)
+    if order is not None:
+        rows = rows.take(order)
+        is_map = is_map[order]
+        is_timer = is_timer[order]
+        value_null = value_null[order]
+    groups, states = rows.groups, rows.states
+    group_start, run_end, next_state = _run_marks(groups, states)
+    keyed = _key_cells(rows, layout.codec.key_type)
+    if keyed is None:
+        return None
+    key, key_len = keyed
+    namespace = rows.namespace
+    user_key = pc.if_else(pa.array(is_map), rows.user_key.fill_null(b""), _EMPTY)
+    value, timestamp = _timer_cells(rows, is_timer, rows.value.fill_null(b""))
+    key_bytes = layout.prefix_bytes + 8 * is_timer + key_len + _lengths(namespace) + _lengths(user_key)
+    value_bytes = _lengths(value) + is_map
+    prefix = _prefix_cells(groups, run_end, layout.prefix_bytes)
+    # MapSerializer entry value: boolean isNull, then the value when present.
+    null_flag = value_null.astype(np.uint8).reshape(count, 1)
+    entries = pc.binary_join_element_wise(
+        _fixed_cells(_big_endian(states, ">u2"), group_start),
+        _fixed_cells(_big_endian(key_bytes, ">i4")),
+        _fixed_cells(prefix),
+        *timestamp,
+        key,
+        namespace,
+        user_key,
+        _fixed_cells(_big_endian(value_bytes, ">i4")),
+        _fixed_cells(null_flag, is_map),
+        value,
+        _fixed_cells(_big_endian(next_state, ">u2"), run_end),
+        _EMPTY,
+    )
+    return _cut_blocks(entries, groups, group_start, run_end)
 
 
 _EMPTY = pa.scalar(b"", pa.binary())
