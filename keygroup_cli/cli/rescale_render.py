@@ -7,7 +7,7 @@ Shared by ``kg plan SNAPSHOT`` and ``kg rescale`` so that ``kg rescale --dry-run
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +17,10 @@ from keygroup_cli.cli.render import counted, format_bytes, format_count, print_t
 from keygroup_cli.execution.rescale import RescaleResult
 from keygroup_cli.keygroups import skew
 from keygroup_cli.planning import OperatorPlan, RescalePlan
+
+if TYPE_CHECKING:
+    from keygroup_cli.convert.from_savepoint import ConvertResult
+    from keygroup_cli.snapshot.model import Operator
 
 _MODES = {
     "none": "no keyed state",
@@ -220,21 +224,8 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
     rehashed = result.keyed_rows or {}
     for op_plan in result.plan.operators:
         new = result.operator(op_plan.operator_id)
-        keyed = {f.subtask: f for f in new.keyed_files}
-        state = {f.subtask: f for f in new.operator_files}
         copied = regrouped.get(op_plan.operator_id)
-        subtasks: list[dict[str, int | None]] = [
-            {
-                "subtask": i,
-                "key_group_start": rng.start,
-                "key_group_end": rng.end,
-                "keyed_rows": keyed[i].rows if i in keyed else 0,
-                "keyed_bytes": keyed[i].bytes if i in keyed else 0,
-                "operator_state_rows": state[i].rows if i in state else 0,
-                "operator_state_bytes": state[i].bytes if i in state else 0,
-            }
-            for i, rng in enumerate(op_plan.new_ranges)
-        ]
+        subtasks = _subtask_rows(op_plan, new)
         document: dict[str, Any] = {
             "uid": op_plan.uid,
             "operator_id": op_plan.operator_id,
@@ -270,16 +261,37 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         "snapshot_id": result.manifest.snapshot_id,
         "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
         "operators": operators,
-        "savepoint": None
-        if written is None
-        else {
-            "keyed_files": written.keyed_files,
-            "keyed_rows": written.keyed_rows,
-            "operator_state_files": written.operator_files,
-            "operator_state_rows": written.operator_rows,
-            "bytes": written.bytes,
-            "compression": written.compressed,
-        },
+        "savepoint": None if written is None else _savepoint_part(written),
+    }
+
+
+def _subtask_rows(op_plan: OperatorPlan, new: Operator) -> list[dict[str, int | None]]:
+    """Return one operator's new subtasks in ``kg rescale --json``: key groups, rows and bytes."""
+    keyed = {f.subtask: f for f in new.keyed_files}
+    state = {f.subtask: f for f in new.operator_files}
+    return [
+        {
+            "subtask": i,
+            "key_group_start": rng.start,
+            "key_group_end": rng.end,
+            "keyed_rows": keyed[i].rows if i in keyed else 0,
+            "keyed_bytes": keyed[i].bytes if i in keyed else 0,
+            "operator_state_rows": state[i].rows if i in state else 0,
+            "operator_state_bytes": state[i].bytes if i in state else 0,
+        }
+        for i, rng in enumerate(op_plan.new_ranges)
+    ]
+
+
+def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
+    """Return the ``savepoint`` part of ``kg rescale --json``: what was written into the new savepoint."""
+    return {
+        "keyed_files": written.keyed_files,
+        "keyed_rows": written.keyed_rows,
+        "operator_state_files": written.operator_files,
+        "operator_state_rows": written.operator_rows,
+        "bytes": written.bytes,
+        "compression": written.compressed,
     }
 
 

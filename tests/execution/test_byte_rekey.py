@@ -52,7 +52,7 @@ def test_both_routes_write_the_same_bytes(
     # Keys kg cannot hash (an opaque serializer, e.g. Kryo: the 1.20 upgrade-* fixtures) are never
     # re-keyed on either route (a maxParallelism change of them is refused before planning).
     hashable = {op_id for op_id, key_type in view.key_types.items() if key_type != "binary"}
-    targets = {op_id: (new_p, new_max) for op_id in hashable}
+    targets = dict.fromkeys(hashable, (new_p, new_max))
     results = []
     for as_bytes in (True, False):
         if not as_bytes:
