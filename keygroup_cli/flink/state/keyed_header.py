@@ -296,15 +296,16 @@ class _Grammar:
             yield SerializerSnapshot(name, version, self.data[pos:p]), p
             return
         if name == POJO_SNAPSHOT:
-            # The frames make a POJO's and a Kryo snapshot's end certain: the only alternative (backtracking
-            # over it would also accept a split inside it, its field snapshots read as the next serializers).
+            # The frames make a POJO snapshot's end certain: the only alternative (backtracking over it would
+            # also accept a split inside it, its field snapshots read as the next serializers).
             for (nested, names), q in self._pojo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested, nested_names=names), q
             return
         if name == KRYO_SNAPSHOT:
+            # Kryo's own maps give its end first; a body that is not them (inside a POJO field's frame,
+            # which bounds it) falls through to the alternatives below.
             for q in self._kryo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q]), q
-            return
         delimited = _DELIMITED.get((name, version))
         if delimited is not None:
             # A body whose end its own bytes give (an enum's constants): the only alternative.
