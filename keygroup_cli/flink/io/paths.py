@@ -67,7 +67,11 @@ def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
     roots = _state_roots(directory if isinstance(directory, Path) else Path(directory))
     if path.exists() and any(_inside(path, root) for root in roots):
         return path
-    for candidate in (directory / path.name, directory.parent / path.parent.name / path.name):
+    for candidate in (
+        directory / path.name,
+        directory.parent / path.parent.name / path.name,
+        *_under_job(path, directory),
+    ):
         if isinstance(candidate, Path) and candidate.exists() and any(_inside(candidate, r) for r in roots):
             return candidate
     if path.exists():
@@ -76,6 +80,18 @@ def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
             f"there, name its root in {STATE_ROOTS_ENV} (paths separated by {os.pathsep!r})"
         )
     return path
+
+
+def _under_job(path: Path, directory: Path | Location) -> list[Path | Location]:
+    """Return where ``path`` is in this copy of the job's checkpoint directory, if it names that directory.
+
+    The part of ``path`` after the job's directory name (``<job id>/dstl/<job id>/dstl/<file>`` for the
+    changelog backend's files) is taken from the job directory the checkpoint was found in.
+    """
+    job = directory.parent
+    if not isinstance(job, Path) or job.name not in path.parts[:-1]:
+        return []
+    return [job.joinpath(*path.parts[path.parts.index(job.name) + 1 :])]
 
 
 #: Extra directories (``os.pathsep``-separated) whose files a checkpoint's absolute handles may name.
