@@ -24,6 +24,7 @@ KEY_TYPE_CHOICES = ("string", "long", "int", "boolean")
 SHORT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "-f": ("file of keys, one per line", ("--keys-file",)),
     "-h": ("help", ("--help",)),
+    "-k": ("a key, repeatable", ("--key",)),
     "-m": (
         "maxParallelism: the number of key groups (the new one, where there is a new one)",
         ("--max-parallelism",),
@@ -35,6 +36,7 @@ SHORT_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("--parallelism", "--to"),
     ),
     "-q": ("quiet: no progress or warnings on stderr", ("--quiet",)),
+    "-s": ("one state of an operator, by name", ("--state",)),
     "-t": ("Java type of the keys", ("--key-type",)),
 }
 
