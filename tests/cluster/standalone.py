@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -145,6 +146,7 @@ class StandaloneCluster:
         )
         cluster = cls(directory, master_port, master)
         try:
+            cluster.wait_for_master(timeout)
             for index in range(workers):
                 work_dir = directory / f"worker-{index}" / "work"
                 work_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +185,34 @@ class StandaloneCluster:
             data: dict[str, Any] = json.load(response)
         return data
 
+    def wait_for_master(self, timeout: float) -> None:
+        """Wait until the master is ALIVE, then take its ports from its log.
+
+        A port that was free when it was picked may be taken before the master binds it: Spark then binds
+        the next one and says so in its log (``Successfully started service 'MasterUI' on port N``). The
+        log, not the port asked for, says where the master listens, so the workers and the JSON polling
+        use the ports it really bound.
+
+        Raises:
+            ClusterError: The master exited or did not become ALIVE within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.master.process.poll() is not None:
+                code = self.master.process.returncode
+                raise ClusterError(f"master exited with {code} before it was ALIVE\n" + self.log_tails())
+            text = self.master.log.read_text(errors="replace") if self.master.log.exists() else ""
+            if "New state: ALIVE" in text:
+                rpc = re.search(r"started service 'sparkMaster' on port (\d+)", text)
+                ui = re.search(r"started service 'MasterUI' on port (\d+)", text)
+                if rpc is None or ui is None:
+                    raise ClusterError("the master is ALIVE but its log names no ports\n" + self.log_tails())
+                self.master_port = int(rpc.group(1))
+                self.master.webui_port = int(ui.group(1))
+                return
+            time.sleep(0.2)
+        raise ClusterError(f"the master was not ALIVE after {timeout:.0f} s\n" + self.log_tails())
+
     def wait_for_workers(self, count: int, timeout: float) -> None:
         """Wait until the master reports ``count`` ALIVE workers.
 
@@ -201,6 +231,8 @@ class StandaloneCluster:
             with contextlib.suppress(OSError, ValueError):
                 seen = self.status().get("aliveworkers")
                 if seen == count:
+                    for worker in self.workers:
+                        worker.webui_port = _bound_port(worker, "WorkerUI")
                     return
             time.sleep(0.5)
         raise ClusterError(
@@ -269,6 +301,15 @@ def _launch(
             preexec_fn=pin if cpu is not None else None,
         )
     return Daemon(name, process, log, webui_port, work_dir)
+
+
+def _bound_port(daemon: Daemon, service: str) -> int:
+    """Return the port a registered daemon's log says ``service`` bound (Spark moves on from a taken one)."""
+    text = daemon.log.read_text(errors="replace")
+    found = re.findall(rf"started service '{service}' on port (\d+)", text)
+    if not found:
+        raise ClusterError(f"{daemon.name}'s log names no port for {service}\n{daemon.tail()}")
+    return int(found[-1])
 
 
 def _signal_group(pgid: int, signum: int) -> None:
