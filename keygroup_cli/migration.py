@@ -25,6 +25,7 @@ from typing import Any
 from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import FileHandle, RelativeFileHandle, SegmentFileHandle
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.keygroups import names_operator, operator_id_for_uid
 
 #: The three changes, in the order a plan lists them.
@@ -95,15 +96,53 @@ def parse_pair(value: str, flag: str) -> tuple[str, str]:
     return old, new
 
 
-def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> MigrationPlan:
-    """Validate ``request`` against ``metadata`` and plan the new savepoint (see the module docstring).
+@dataclass(frozen=True, slots=True)
+class ChangedMetadata:
+    """The changes of a request, validated, and the ``_metadata`` they give, its file handles untouched."""
+
+    changes: tuple[OperatorChange, ...]
+    metadata: CheckpointMetadata
+
+    def operator_labels(self, labels: Sequence[str], original: CheckpointMetadata) -> tuple[str, ...]:
+        """Return ``labels`` (``--operator`` values) as they name operators after the changes.
+
+        A label that names an operator of the changed metadata stays; one that names only an operator
+        as it was before (its old uid or id) becomes that operator's new id.
+
+        Raises:
+            InvalidArgumentError: ``OPERATOR_DROPPED`` for a label that names a dropped operator only.
+        """
+        changed = {c.operator_id: c for c in self.changes}
+        named = []
+        for label in labels:
+            if any(names_operator(label, op.uid, op.operator_id) for op in self.metadata.operators):
+                named.append(label)
+                continue
+            old = next(
+                (op for op in original.operators if names_operator(label, op.uid, op.operator_id)), None
+            )
+            change = None if old is None else changed.get(old.operator_id)
+            if change is None:
+                named.append(label)  # the plan refuses it as it refuses any unknown operator
+            elif change.new_operator_id is None:
+                raise InvalidArgumentError(
+                    f"--operator {label}: the operator is dropped (--drop)", code="OPERATOR_DROPPED"
+                )
+            else:
+                named.append(change.new_operator_id)
+        return tuple(named)
+
+
+def apply_changes(metadata: CheckpointMetadata, request: MigrationRequest) -> ChangedMetadata:
+    """Validate ``request`` against ``metadata`` and return the changed ``_metadata`` (handles as they were).
+
+    What a rescale plans on: its files are all written anew, so no handle needs to move.
 
     Raises:
         InvalidArgumentError: An option names no operator (``OPERATOR_NOT_IN_SAVEPOINT``), two options name
             the same one (``OPERATOR_CHANGED_TWICE``), an assignment names an operator with a uid
             (``OPERATOR_HAS_UID``), or a new id is another operator's with state (``OPERATOR_ID_TAKEN``);
             all exit 2.
-        UnsupportedFormatError: State in file-merging segments (``MIGRATE_SEGMENT_HANDLE``).
     """
     changes: dict[str, OperatorChange] = {}
     for old, new_uid in request.renames:
@@ -126,10 +165,69 @@ def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> M
         for op in metadata.operators
         if _kept(op, changes)
     )
-    relocated, files = _relocate(operators)
     order = {op.operator_id: i for i, op in enumerate(metadata.operators)}
     listed = sorted(changes.values(), key=lambda c: order[c.operator_id])
-    return MigrationPlan(tuple(listed), replace(metadata, operators=relocated), files)
+    return ChangedMetadata(tuple(listed), replace(metadata, operators=operators))
+
+
+def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> MigrationPlan:
+    """Validate ``request`` against ``metadata`` and plan the new savepoint (see the module docstring).
+
+    Raises:
+        InvalidArgumentError: What ``apply_changes`` refuses (exit 2).
+        UnsupportedFormatError: State in file-merging segments (``MIGRATE_SEGMENT_HANDLE``).
+    """
+    changed = apply_changes(metadata, request)
+    relocated, files = _relocate(changed.metadata.operators)
+    return MigrationPlan(changed.changes, replace(changed.metadata, operators=relocated), files)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatedSavepoint:
+    """An opened savepoint with operator surgery applied (``operate``), for a rescale to plan on."""
+
+    savepoint: Savepoint
+    changes: tuple[OperatorChange, ...]
+    #: The rescale's ``--operator`` labels as they name operators after the changes (None: every operator).
+    operators: tuple[str, ...] | None
+
+
+def refuse_kg_snapshot(request: MigrationRequest | None, label: str) -> None:
+    """Refuse surgery on a kg snapshot: Flink never reads its manifest (``MIGRATE_KG_SNAPSHOT``, exit 4)."""
+    if request is not None and not request.empty:
+        raise UnsupportedFormatError(
+            f"{label}: a kg snapshot; --rename, --assign-uid and --drop rewrite Flink savepoints and "
+            "checkpoints",
+            code="MIGRATE_KG_SNAPSHOT",
+        )
+
+
+def operate(
+    savepoint: Savepoint, request: MigrationRequest | None, operators: Sequence[str] | None = None
+) -> OperatedSavepoint:
+    """Apply ``request`` to the opened ``savepoint`` in memory: the surgery of a rescale, planned in its pass.
+
+    Nothing is read: the result has the changed ``_metadata`` and the same state files (a rescale writes
+    every file anew), and keeps what ``savepoint`` read already (``Savepoint.with_operators``).
+
+    Raises:
+        InvalidArgumentError: What ``apply_changes`` refuses, or an ``--operator`` that names a dropped
+            operator (``OPERATOR_DROPPED``); exit 2.
+    """
+    labels = tuple(operators) if operators else None
+    if request is None or request.empty:
+        return OperatedSavepoint(savepoint, (), labels)
+    changed = apply_changes(savepoint.metadata, request)
+    new_ids = {c.operator_id: c.new_operator_id for c in changed.changes}
+    replaced = {c.replaces for c in changed.changes if c.replaces is not None}
+    ids = {}
+    for op in savepoint.metadata.operators:
+        new_id = new_ids.get(op.operator_id, op.operator_id)
+        if new_id is not None and op.operator_id not in replaced:
+            ids[op.operator_id] = new_id
+    if labels is not None:
+        labels = changed.operator_labels(labels, savepoint.metadata)
+    return OperatedSavepoint(savepoint.with_operators(changed.metadata, ids), changed.changes, labels)
 
 
 def _find(metadata: CheckpointMetadata, label: str, flag: str, *, by_id_only: bool = False) -> OperatorState:
@@ -259,10 +357,15 @@ __all__ = [
     "ASSIGN",
     "DROP",
     "RENAME",
+    "ChangedMetadata",
     "FileCopy",
     "MigrationPlan",
     "MigrationRequest",
+    "OperatedSavepoint",
     "OperatorChange",
+    "apply_changes",
+    "operate",
     "parse_pair",
     "plan_migration",
+    "refuse_kg_snapshot",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from keygroup_cli.keygroups import (
 )
 from keygroup_cli.redistribution import OperatorStatePlan, redistribute_operator_state
 from keygroup_cli.snapshot.model import Operator, Snapshot
+
+if TYPE_CHECKING:
+    from keygroup_cli.migration import OperatorChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +341,9 @@ class RescalePlan:
     new_parallelism: int
     new_max_parallelism: int | None
     operators: tuple[OperatorPlan, ...]
+    #: Operator surgery done in the same pass (``kg rescale --rename/--assign-uid/--drop``): the
+    #: operators above are named as the surgery leaves them.
+    surgery: tuple[OperatorChange, ...] = ()
 
     @property
     def rescaled(self) -> tuple[OperatorPlan, ...]:

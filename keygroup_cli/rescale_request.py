@@ -1,7 +1,8 @@
 """What a rescale is asked to do, as one value: the plan is a pure function of the opened input and this.
 
 ``RescaleRequest`` replaces the keywords every route used to copy and forward (``--to``, ``--from``,
-``--operator``, ``--max-parallelism``, compression). How the work runs (engine, Spark master, a session,
+``--operator``, ``--max-parallelism``, compression, and the operator surgery of ``--rename``,
+``--assign-uid`` and ``--drop``). How the work runs (engine, Spark master, a session,
 an executor) is ``execution.options.EngineOptions``, apart: a plan never depends on it.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from keygroup_cli.migration import MigrationRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,9 @@ class RescaleRequest:
     #: ``--format``: ``"canonical"`` keyed files, or ``"native"``: one RocksDB database per subtask (a NATIVE
     #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
     output_format: str = "canonical"
+    #: Operator surgery (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
+    #: the opened savepoint (``migration.operate``); None or empty: none.
+    surgery: MigrationRequest | None = None
 
     @classmethod
     def of(
@@ -40,6 +46,7 @@ class RescaleRequest:
         new_max_parallelism: int | None = None,
         compression: bool | None = None,
         output_format: str = "canonical",
+        surgery: MigrationRequest | None = None,
     ) -> RescaleRequest:
         """Return the request for these arguments (``operators`` empty or None: every operator)."""
         return cls(
@@ -49,6 +56,7 @@ class RescaleRequest:
             new_max_parallelism,
             compression,
             output_format,
+            None if surgery is None or surgery.empty else surgery,
         )
 
 

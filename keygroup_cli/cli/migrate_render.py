@@ -1,13 +1,46 @@
-"""Render ``kg migrate``'s result: its JSON document, and the text made from that document."""
+"""Render ``kg migrate``'s result: its JSON document, and the text made from that document.
+
+``change_document`` and ``render_changes`` also render the surgery of ``kg rescale --rename/--assign-uid/
+--drop`` (``cli.rescale_render``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 
 from keygroup_cli.cli.render import counted, format_bytes
 from keygroup_cli.execution.migrate import MigrationResult
+from keygroup_cli.migration import OperatorChange
+
+
+def change_document(c: OperatorChange) -> dict[str, Any]:
+    """Return one operator change as ``kg migrate --json`` lists it (``changes``)."""
+    return {
+        "action": c.action,
+        "operator_id": c.operator_id,
+        "uid": c.uid,
+        "new_operator_id": c.new_operator_id,
+        "new_uid": c.new_uid,
+        "has_state": c.has_state,
+        "replaces": c.replaces,
+    }
+
+
+def render_changes(console: Console, changes: Iterable[dict[str, Any]]) -> None:
+    """Print one line per change document (``change_document``)."""
+    for c in changes:
+        old = f"{c['uid']} ({c['operator_id']})" if c["uid"] else c["operator_id"]
+        state = "" if c["has_state"] else " [no state]"
+        if c["action"] == "drop":
+            line = f"drop        {old}{state}"
+        else:
+            line = f"{c['action']:<11} {old} -> {c['new_uid']} ({c['new_operator_id']}){state}"
+            if c["replaces"]:
+                line += f", replacing the stateless entry {c['replaces']}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def migrate_document(result: MigrationResult) -> dict[str, Any]:
@@ -17,18 +50,7 @@ def migrate_document(result: MigrationResult) -> dict[str, Any]:
         "destination": result.destination,
         "dry_run": result.dry_run,
         "checkpoint_id": result.checkpoint_id,
-        "changes": [
-            {
-                "action": c.action,
-                "operator_id": c.operator_id,
-                "uid": c.uid,
-                "new_operator_id": c.new_operator_id,
-                "new_uid": c.new_uid,
-                "has_state": c.has_state,
-                "replaces": c.replaces,
-            }
-            for c in result.plan.changes
-        ],
+        "changes": [change_document(c) for c in result.plan.changes],
         "operators": len(result.plan.metadata.operators),
         "files": len(result.plan.files),
         "bytes": result.plan.bytes,
@@ -39,16 +61,7 @@ def migrate_document(result: MigrationResult) -> dict[str, Any]:
 
 def render_migrate(console: Console, doc: dict[str, Any]) -> None:
     """Print one line per change, then what was (or would be) written."""
-    for c in doc["changes"]:
-        old = f"{c['uid']} ({c['operator_id']})" if c["uid"] else c["operator_id"]
-        state = "" if c["has_state"] else " [no state]"
-        if c["action"] == "drop":
-            line = f"drop        {old}{state}"
-        else:
-            line = f"{c['action']:<11} {old} -> {c['new_uid']} ({c['new_operator_id']}){state}"
-            if c["replaces"]:
-                line += f", replacing the stateless entry {c['replaces']}"
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    render_changes(console, doc["changes"])
     verb = "would write" if doc["dry_run"] else "wrote"
     console.print(
         f"{verb} {doc['destination']}: checkpoint {doc['checkpoint_id']}, "

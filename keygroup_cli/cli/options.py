@@ -8,12 +8,15 @@ One short flag has one meaning in every command (``tests/cli/test_options.py`` e
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from keygroup_cli.cli.render import TABLE_STYLES, Output
 from keygroup_cli.keygroups import explain_bounds
+
+if TYPE_CHECKING:
+    from keygroup_cli.migration import MigrationRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -189,6 +192,38 @@ def to_parallelism_option(help: str = "New parallelism.") -> Callable[[F], F]:
 def operator_option(help: str = "Only this operator (repeatable).", metavar: str = "UID") -> Callable[[F], F]:
     """``-o/--operator UID`` (repeatable): the operators a command works on."""
     return click.option("--operator", "-o", "operators", multiple=True, metavar=metavar, help=help)
+
+
+def surgery_options(func: F) -> F:
+    """``--rename OLD=NEW``, ``--assign-uid ID=UID``, ``--drop UID|ID`` (repeatable): operator surgery.
+
+    ``kg migrate`` and ``kg rescale`` spell, parse (``surgery_request``) and refuse them alike.
+    """
+    func = click.option(
+        "--drop", multiple=True, metavar="UID|ID", help="Drop an operator and its state; repeatable."
+    )(func)
+    func = click.option(
+        "--assign-uid",
+        multiple=True,
+        metavar="ID=UID",
+        help="Give the operator with 32-hex id ID (and no uid) the uid UID; repeatable.",
+    )(func)
+    return click.option(
+        "--rename", multiple=True, metavar="OLD=NEW", help="Rename uid OLD (or id) to NEW; repeatable."
+    )(func)
+
+
+def surgery_request(
+    rename: tuple[str, ...], assign_uid: tuple[str, ...], drop: tuple[str, ...]
+) -> MigrationRequest:
+    """Return the ``migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
+    from keygroup_cli.migration import MigrationRequest, parse_pair
+
+    return MigrationRequest(
+        tuple(parse_pair(v, "--rename") for v in rename),
+        tuple(parse_pair(v, "--assign-uid") for v in assign_uid),
+        drop,
+    )
 
 
 def key_type_option(

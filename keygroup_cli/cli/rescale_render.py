@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.cli.migrate_render import change_document, render_changes
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import counted, format_bytes, format_count, print_table
 from keygroup_cli.execution.rescale import RescaleResult
@@ -95,6 +96,7 @@ def plan_snapshot_document(
         "snapshot_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
+        "surgery": [change_document(c) for c in plan.surgery],
         "operators": [operator_plan_document(op) for op in plan.operators],
     }
 
@@ -102,8 +104,10 @@ def plan_snapshot_document(
 def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
     """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state.
 
-    Operators without state (a savepoint lists every operator of the job) are counted, not shown.
+    Operators without state (a savepoint lists every operator of the job) are counted, not shown. The
+    operator surgery done in the same pass, if any, comes first, one line per change.
     """
+    render_changes(console, (change_document(c) for c in plan.surgery))
     stateless = 0
     for op in plan.operators:
         if not op.holds_state:
@@ -259,6 +263,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
         "snapshot_id": result.manifest.snapshot_id,
+        "surgery": [change_document(c) for c in result.plan.surgery],
         "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
         "operators": operators,
         "savepoint": None if written is None else _savepoint_part(written),
@@ -296,7 +301,8 @@ def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
 
 
 def render_rescale(console: Console, document: dict[str, Any]) -> None:
-    """Print the summary table of a finished rescale."""
+    """Print the operator surgery done in the same pass (if any), then the summary table of a rescale."""
+    render_changes(console, document["surgery"])
     table = Table()
     for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "op state rows"):
         label = name == "operator"

@@ -32,6 +32,7 @@ from keygroup_cli.execution.snapshot_rescale import (
 from keygroup_cli.flink.layouts.heap import needs_canonical_view
 from keygroup_cli.flink.savepoint import Savepoint, try_open_savepoint
 from keygroup_cli.integrity import require_intact
+from keygroup_cli.migration import MigrationRequest, apply_changes, refuse_kg_snapshot
 from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
@@ -48,6 +49,7 @@ def rescale(
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
     output_format: str = "canonical",
+    surgery: MigrationRequest | None = None,
     engine: str | EngineChoice | None = None,
     master: str | None = None,
     spark: Any = None,
@@ -71,6 +73,9 @@ def rescale(
         operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
         new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
         output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases).
+        surgery: Operator surgery (rename, assign a uid, drop) applied in the same pass, as ``kg migrate``
+            plans it; a Flink savepoint or checkpoint only. ``operators`` may name an operator by its uid
+            before or after it.
         engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
             (``execution.choose_engine``).
         master: Spark master URL (default: an embedded ``local[*]``); ``spark`` only.
@@ -93,6 +98,7 @@ def rescale(
         operators=operators,
         new_max_parallelism=new_max_parallelism,
         output_format=output_format,
+        surgery=surgery,
     )
     options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
     return run_rescale(source, dest, request, options, on_progress)
@@ -116,6 +122,7 @@ def run_rescale(
     if not is_remote(dest):
         dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
+        refuse_kg_snapshot(request.surgery, label)
         if request.output_format == "native":
             raise InvalidArgumentError("--format native writes a Flink savepoint; the input is a kg snapshot")
         require_intact(source.path, on_progress=on_progress)
@@ -124,7 +131,12 @@ def run_rescale(
         source = Path(source).absolute()
     refuse_inside_input(source, dest)
     savepoint = try_open_savepoint(source)  # _metadata read once, here
+    if savepoint is not None and request.surgery is not None:
+        # Refused before anything is downloaded or staged; the route applies it to this opened savepoint.
+        apply_changes(savepoint.metadata, request.surgery)
     native_upload = request.output_format == "native" and is_remote(dest)  # staged locally, then uploaded
+    if savepoint is None:
+        refuse_kg_snapshot(request.surgery, label)
     if savepoint is None and request.output_format == "native":
         raise InvalidArgumentError(
             f"--format native writes a Flink savepoint; {label} is a kg snapshot (kg rescale writes a kg "

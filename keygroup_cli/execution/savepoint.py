@@ -70,6 +70,7 @@ from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, share
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.integrity import require_intact
+from keygroup_cli.migration import OperatorChange, operate
 from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
 from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Manifest
@@ -137,6 +138,10 @@ class OpenedInput:
     copy_headers: dict[str, bytes] | None
     #: How the input is named in messages (a copied block that fails the check names it so).
     label: str = ""
+    #: The operator surgery applied to ``origin`` (``migration.operate``): what the plan reports.
+    changes: tuple[OperatorChange, ...] = ()
+    #: ``--operator`` as it names operators after the surgery (None: every operator).
+    operators: tuple[str, ...] | None = None
 
 
 def open_input(
@@ -145,8 +150,13 @@ def open_input(
     new_max_parallelism: int | None,
     report: OnProgress,
     label: str | None = None,
+    request: RescaleRequest | None = None,
 ) -> OpenedInput:
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
+
+    The request's operator surgery (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
+    savepoint first, in memory (``migration.operate``): what follows reads, plans and writes the
+    operators as the surgery leaves them, from the same files, in the same pass.
 
     No key-group block is read here: the read tasks decode every block as strictly as ``kg verify`` does,
     and key groups copied as bytes are checked as ``kg verify`` checks them in the pass that copies them
@@ -156,8 +166,13 @@ def open_input(
     Raises:
         InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
         UnsupportedFormatError: A format kg does not read, or channel state at a parallelism change.
+        InvalidArgumentError: A change the surgery refuses (``migration.apply_changes``); nothing read
+            beyond ``_metadata``.
     """
     origin = source if isinstance(source, Savepoint) else open_savepoint(source)
+    operated = operate(origin, request.surgery, request.operators) if request else operate(origin, None)
+    origin = operated.savepoint
+    changes, operators = operated.changes, operated.operators
     canonical = not needs_canonical_view(origin)
     copy = _copyable(origin, new_max_parallelism) if canonical else None
     verify = _stage(report, "verify input")
@@ -165,14 +180,14 @@ def open_input(
     refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
     name = label or str(origin.directory)
     if canonical:
-        return OpenedInput(origin, origin, copy, name)
+        return OpenedInput(origin, origin, copy, name, changes, operators)
     # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the canonical
     # layout first, and the rest of the rescale reads that view.
     view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
     copy = _regroupable(view, new_max_parallelism)
     if copy is not None:
         require_intact(view, blocks=False, label=label, on_progress=verify)
-    return OpenedInput(origin, view, copy, name)
+    return OpenedInput(origin, view, copy, name, changes, operators)
 
 
 def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str, bytes] | None:
@@ -215,7 +230,8 @@ def rescale_savepoint(
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        opened = open_input(source, scratch, request.new_max_parallelism, report, label)
+        opened = open_input(source, scratch, request.new_max_parallelism, report, label, request)
+        request = replace(request, operators=opened.operators)
         runner = _Runner.start(opened, options or EngineOptions(), report)
         remote_dest = str(dest) if remote is not None else None
         planned = plan_savepoint_rescale(opened, request, runner, remote_dest, report)
@@ -295,6 +311,7 @@ def plan_savepoint_rescale(
         new_max_parallelism=request.new_max_parallelism,
         with_state=set(savepoint.with_state),
     )
+    plan = replace(plan, surgery=opened.changes)
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
     # keyed file is written where none is left (flink.finished).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -32,7 +32,7 @@ from keygroup_cli.flink.metadata.locate import (
     flink_metadata_file,
     read_metadata_bytes,
 )
-from keygroup_cli.flink.metadata.reader import parse_metadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, OperatorStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.storage.locations import Location
@@ -100,6 +100,35 @@ class Savepoint(FlinkSnapshot):
         if known is not None:
             opened.__dict__["operator_streams"] = known
         return opened
+
+    def with_operators(self, metadata: CheckpointMetadata, ids: Mapping[str, str]) -> Savepoint:
+        """Return this savepoint as ``metadata`` describes it: operators renamed or left out, same files.
+
+        ``ids`` maps the id of every operator ``metadata`` keeps to its id there (operator surgery planned
+        on the opened savepoint, ``migration.apply_changes``). What was read already (keyed headers,
+        operator-state streams) is kept under the new ids, not read again; the ``_metadata`` bytes are
+        not, since they no longer describe the result.
+        """
+        changed = Savepoint(self.metadata_path, metadata, self.view)
+        keyed = self.keyed_streams_read()
+        if keyed is not None:
+            changed.__dict__["keyed_streams"] = MappingProxyType(
+                {
+                    ids[op_id]: tuple(replace(s, operator_id=ids[op_id]) for s in streams)
+                    for op_id, streams in keyed.items()
+                    if op_id in ids
+                }
+            )
+        known = self.__dict__.get("operator_streams")
+        if known is not None:
+            changed.__dict__["operator_streams"] = MappingProxyType(
+                {
+                    (ids[op_id], sub): replace(s, operator_id=ids[op_id])
+                    for (op_id, sub), s in known.items()
+                    if op_id in ids
+                }
+            )
+        return changed
 
     @cached_property
     def keyed_streams(self) -> Mapping[str, tuple[KeyedStream, ...]]:

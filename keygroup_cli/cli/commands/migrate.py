@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import output_options, surgery_options, surgery_request
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -15,7 +15,7 @@ Examples:
   kg migrate savepoint/ --out fixed/ --assign-uid 6cdc5bb954874d922eaee11a8e7ca5e2=my-window
   kg migrate savepoint/ --out fixed/ --drop old-dedup --dry-run
   kg migrate s3://bkt/sp-1a2b --out s3://bkt/sp-1a2b-v2 --rename a=b --drop c --json
-  kg migrate sp/ --out sp-v2/ --rename a=b && kg rescale sp-v2/ --to 8 --out sp-v2-p8/   # and rescale
+  kg rescale sp/ --to 8 --out sp-v2-p8/ --rename a=b    # rescale in the same pass (kg rescale)
 
 \b
 Flink maps state to operators by OperatorID = murmur3_128(uid); a new uid is a new id. The new
@@ -28,14 +28,7 @@ OPERATOR_NOT_IN_SAVEPOINT, OPERATOR_ID_TAKEN, OPERATOR_HAS_UID or OPERATOR_CHANG
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--out", "dest", required=True, metavar="DEST", help="The new savepoint (must not exist).")
-@click.option("--rename", multiple=True, metavar="OLD=NEW", help="Rename uid OLD (or id) to NEW; repeatable.")
-@click.option(
-    "--assign-uid",
-    multiple=True,
-    metavar="ID=UID",
-    help="Give the operator with 32-hex id ID (and no uid) the uid UID; repeatable.",
-)
-@click.option("--drop", multiple=True, metavar="UID|ID", help="Drop an operator and its state; repeatable.")
+@surgery_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; write nothing.")
 @job_option
 @output_options
@@ -52,15 +45,10 @@ def command(
 ) -> None:
     """Rename, assign or drop operators' state in a savepoint or checkpoint; write a new savepoint."""
     from keygroup_cli.execution.migrate import run_migration
-    from keygroup_cli.migration import MigrationRequest, parse_pair
 
     out = output_for(ctx)
     source = resolve_input(out, path, job, refuse_live_leader=not dry_run).path
-    request = MigrationRequest(
-        tuple(parse_pair(v, "--rename") for v in rename),
-        tuple(parse_pair(v, "--assign-uid") for v in assign_uid),
-        drop,
-    )
+    request = surgery_request(rename, assign_uid, drop)
     with progress(out) as on_progress:
         result = run_migration(source, dest, request, dry_run=dry_run, on_progress=on_progress)
     from keygroup_cli.cli.migrate_render import migrate_document, render_migrate

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +25,9 @@ from keygroup_cli.cli.options import (
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import Output, output_for
+
+if TYPE_CHECKING:
+    from keygroup_cli.migration import MigrationRequest
 
 EPILOG = """\b
 Examples:
@@ -46,8 +50,14 @@ def show_snapshot_plan(
     from_parallelism: int | None = None,
     operators: Sequence[str] = (),
     max_parallelism: int | None = None,
+    *,
+    surgery: MigrationRequest | None = None,
 ) -> None:
-    """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``)."""
+    """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
+
+    ``surgery`` (``kg rescale --rename/--assign-uid/--drop``) is applied to the opened savepoint first, as
+    the rescale applies it; the plan names the operators as it leaves them and lists the changes.
+    """
     # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
     from keygroup_cli.cli.progress import progress
     from keygroup_cli.cli.rescale_render import (
@@ -62,23 +72,32 @@ def show_snapshot_plan(
     # As kg rescale names it (rescale() reads a local input by its absolute path).
     opened = try_open_savepoint(snapshot if is_remote(snapshot) else Path(snapshot).absolute())
     if opened is not None:
+        from dataclasses import replace
+
         from keygroup_cli.execution.savepoint_plan import plan_savepoint
         from keygroup_cli.integrity import require_intact
+        from keygroup_cli.migration import operate
 
+        # The surgery first, as kg rescale applies it: refused before anything but _metadata is read.
+        operated = operate(opened, surgery, operators)
         with progress(out) as on_progress:
             # What kg rescale checks first (no key-group block is decoded), then its own validation; both
             # on the savepoint opened once.
-            require_intact(opened, on_progress=on_progress, blocks=False, label=str(snapshot))
+            require_intact(operated.savepoint, on_progress=on_progress, blocks=False, label=str(snapshot))
             plan = plan_savepoint(
-                opened,
+                operated.savepoint,
                 to_parallelism,
-                operators,
+                operated.operators,
                 max_parallelism,
                 expected_parallelism=from_parallelism,
                 on_progress=on_progress,
             )
+        plan = replace(plan, surgery=operated.changes)
         input_format = "flink-savepoint"
     else:
+        from keygroup_cli.migration import refuse_kg_snapshot
+
+        refuse_kg_snapshot(surgery, str(snapshot))
         from keygroup_cli.convert.inputs import readable
 
         # A plan needs the manifest and the (small) operator-state files: on an object store only those

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import operator_option, output_options, to_parallelism_option
+from keygroup_cli.cli.options import (
+    operator_option,
+    output_options,
+    surgery_options,
+    surgery_request,
+    to_parallelism_option,
+)
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -23,6 +29,7 @@ Examples:
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
   kg rescale savepoint-1a2b/ --to 4 --out sp-p4/ --format native       # RocksDB / ForSt database files
+  kg rescale savepoint-1a2b/ --to 8 --out sp-p8/ --rename counter=counter-v2 --drop old-dedup
   kg rescale zk://zk1:2181/flink/my-cluster --to 8 --out sp-p8/   # refused (exit 7) while a leader is live
   kg rescale s3://bkt/savepoints/sp-1a2b --from 3 --to 4 --out s3://bkt/savepoints/sp-1a2b-p4
   kg rescale snap/ --to 4 --out r/ --master spark://host:7077 --conf spark.pyspark.python=/opt/kg/bin/python
@@ -40,6 +47,9 @@ state, never keyed state.
 --format native writes the keyed state of a savepoint's output as one RocksDB database per subtask, in
 the layout of Flink's NATIVE savepoints, which RocksDB and ForSt jobs (Flink 2.x) restore by ingesting
 the files (needs the [rocksdb] extra); the default, canonical, is what every backend restores.
+--rename, --assign-uid and --drop are kg migrate's operator surgery, done in the same pass on a savepoint
+(same refusals, exit 2; the checkpoint id is kept); --operator names an operator by its uid before or
+after it; --dry-run prints the surgery above the plan.
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://). A savepoint
 or checkpoint in the canonical format is read in place, by ranged reads; one in the HashMap backend's own
@@ -106,6 +116,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     show_default=True,
     help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database files).",
 )
+@surgery_options
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
     "--dry-run",
@@ -127,17 +138,23 @@ def command(
     master: str | None,
     spark_conf: dict[str, str],
     output_format: str,
+    rename: tuple[str, ...],
+    assign_uid: tuple[str, ...],
+    drop: tuple[str, ...],
     verbose: bool,
     dry_run: bool,
 ) -> None:
     """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
     snapshot = resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
+    surgery = surgery_request(rename, assign_uid, drop)
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
         refuse_destination(snapshot, dest)
-        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        show_snapshot_plan(
+            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, surgery=surgery
+        )
         return
     from keygroup_cli.cli.rescale_render import (
         mixed_parallelism_warning,
@@ -157,6 +174,7 @@ def command(
             operators=operators or None,
             new_max_parallelism=max_parallelism,
             output_format=output_format,
+            surgery=surgery,
             engine=engine,
             master=master,
             spark_conf=spark_conf or None,
