@@ -140,10 +140,21 @@ def count_rescale(
     new_parallelism: int,
     new_max_parallelism: int | None,
     input_names: frozenset[str],
+    surgery: Any = None,
 ) -> SpineCounts:
-    """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring)."""
+    """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
+
+    ``surgery`` is a ``migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
+    """
     with counting(monkeypatch, source, input_names) as counts:
-        rescale(source, dest, new_parallelism, new_max_parallelism=new_max_parallelism, engine="local")
+        rescale(
+            source,
+            dest,
+            new_parallelism,
+            new_max_parallelism=new_max_parallelism,
+            surgery=surgery,
+            engine="local",
+        )
     monkeypatch.undo()
     return counts
 

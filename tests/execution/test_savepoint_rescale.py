@@ -257,3 +257,33 @@ def test_no_kg_snapshot_is_written_on_the_way(originals, tmp_path, monkeypatch, 
     assert [f.bytes for f in view.operator_files] == [
         s.managed_operator_state.delegate.size for s in op.subtasks if s.managed_operator_state
     ]
+
+
+def test_surgery_in_the_pass_is_the_same_on_spark_and_local(spark, tmp_path):
+    """``--rename``/``--drop`` with a new maxParallelism: Spark's tasks write what the local engine writes."""
+    from keygroup_cli.keygroups import operator_id_for_uid
+    from keygroup_cli.migration import MigrationRequest
+
+    source = FIXTURES / "uid-heap-canonical-p3"
+    surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
+    runs = {
+        engine: rescale(
+            source,
+            tmp_path / engine,
+            4,
+            new_max_parallelism=256,
+            surgery=surgery,
+            engine=engine,
+            spark=session,
+        )  # fmt: skip
+        for engine, session in (("local", None), ("spark", spark))
+    }
+    assert runs["spark"].engine == "spark"
+    assert [c.action for c in runs["spark"].plan.surgery] == ["drop", "rename"]
+    for engine in runs:
+        ops = read_flink_metadata(tmp_path / engine).metadata.operators
+        assert {o.uid for o in ops if o.has_state} == {"uid-source", "keyed-long-v2"}
+        assert operator_id_for_uid("keyed-string") not in {o.operator_id for o in ops}
+        savepoint_to_snapshot(tmp_path / engine, tmp_path / f"{engine}.kg")
+    diff = diff_snapshots(tmp_path / "local.kg", tmp_path / "spark.kg")
+    assert diff.operators and all(op.same for op in diff.operators)

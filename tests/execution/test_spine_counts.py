@@ -38,13 +38,15 @@ ROUTES = [
 ]
 
 
-def state_files(savepoint: Path) -> tuple[int, int, frozenset[str]]:
+def state_files(savepoint: Path, without: frozenset[str] = frozenset()) -> tuple[int, int, frozenset[str]]:
     """Return how many state files (keyed and operator) and operator-state streams ``savepoint`` has,
-    and the names of its files."""
+    and the names of its files; ``without``: operator ids whose files are left out of the counts."""
     metadata = read_flink_metadata(savepoint).metadata
     files: set[str] = set()
     streams = 0
     for op in metadata.operators:
+        if op.operator_id in without:
+            continue
         for sub in op.subtasks:
             for handle in (sub.managed_keyed_state, sub.managed_operator_state):
                 if isinstance(handle, KeyGroupsHandle | OperatorStateHandle):
@@ -93,3 +95,56 @@ def test_every_command_reads_the_input_metadata_once(argv, monkeypatch, tmp_path
     assert counts.metadata_reads == 1
     assert all(n == 1 for n in counts.header_reads.values()), counts.header_reads
     assert all(n == 1 for n in counts.operator_decodes.values()), counts.operator_decodes
+
+
+SURGERY_ROUTES = [
+    # Operator surgery in the rescale's pass, on each route: copy as bytes, re-hash, a layout rewritten.
+    ("2.3/uid-heap-canonical-p3", 4, None),
+    ("2.3/uid-heap-canonical-p3", 4, 256),
+    ("2.3/uid-heap-checkpoint-p3", 2, 64),
+    ("2.3/uid-rocksdb-native-p3", 4, None),
+]
+
+
+@pytest.mark.parametrize(("case", "to", "max_parallelism"), SURGERY_ROUTES)
+def test_a_rescale_with_surgery_reads_the_input_once_and_a_dropped_operator_never(
+    case, to, max_parallelism, tmp_path, monkeypatch
+):
+    """``kg rescale --rename --drop``: planned on the opened input; no second read, no second savepoint."""
+    from keygroup_cli.keygroups import operator_id_for_uid
+    from keygroup_cli.migration import MigrationRequest
+
+    source = FIXTURES / case
+    dropped = operator_id_for_uid("keyed-string")
+    files, streams, names = state_files(source, without=frozenset({dropped}))
+    surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
+    dest = str(tmp_path / "out")
+    counts = count_rescale(monkeypatch, str(source), dest, to, max_parallelism, names, surgery)
+    assert_each_once(counts, state_files=files, operator_streams=streams)
+    kept = {n.rsplit("/", 1)[-1] for n in counts.header_reads}
+    assert not kept & _files_of(source, dropped), "a dropped operator's state is never read"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no intermediate savepoint
+    ids = {op.operator_id for op in read_flink_metadata(tmp_path / "out").metadata.operators}
+    assert operator_id_for_uid("keyed-long-v2") in ids and dropped not in ids
+
+
+def _files_of(savepoint: Path, operator_id: str) -> set[str]:
+    """Return the names of the files ``operator_id``'s handles name (RocksDB database files included)."""
+    (op,) = (o for o in read_flink_metadata(savepoint).metadata.operators if o.operator_id == operator_id)
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        for attr in ("relative_path", "path"):
+            name = getattr(value, attr, None)
+            if isinstance(name, str):
+                found.add(name.rsplit("/", 1)[-1])
+        if isinstance(value, tuple):
+            for v in value:
+                walk(v)
+        elif hasattr(value, "__dataclass_fields__"):
+            for f in value.__dataclass_fields__:
+                walk(getattr(value, f))
+
+    walk(op)
+    assert found, operator_id
+    return found
