@@ -6,6 +6,10 @@
 ``CheckpointMetadata`` of the new savepoint together with the state files to copy. Nothing is read from or
 written to storage here; ``execution.migrate`` copies the files and commits.
 
+``operate(savepoint, request)`` is the same surgery for ``kg rescale --rename/--assign-uid/--drop``: the
+changed ``_metadata`` (``apply_changes``, handles untouched) on the savepoint the rescale opened, which the
+rescale then plans on and writes anew in its one pass.
+
 Flink matches savepoint state to a job's operators by OperatorID alone, so a rename is a new id (and, in
 ``_metadata`` V5+, the recorded uid and a name that was the uid). The checkpoint id is kept: sinks'
 committables (Kafka transactions) are tied to it. Every state file the kept operators name becomes a

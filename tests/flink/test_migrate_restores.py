@@ -17,6 +17,14 @@ uids changed:
   pass of ``--assign-uid``, ``--rename`` and ``--drop string-sink``, restored into RocksDB by a job with both
   new uids and no string-sink.
 
+``kg rescale`` with the same surgery options, in the rescale's one pass (the same JVM batch):
+
+- ``rescaled-renamed``: ``--from 3 --to 4 --rename`` (same maxParallelism: key groups copied as bytes),
+  restored by the renamed job at parallelism 4 that sets no maxParallelism;
+- ``rescaled-combined``: the hashed savepoint, ``--operator HASHED_LONG --to 4 -m 256`` (keys re-hashed)
+  with ``--assign-uid``, ``--rename`` and ``--drop string-sink``, restored by a job with both new uids, no
+  string-sink and no maxParallelism set (Flink adopts 256 from the state).
+
 ``kg check --job-uids`` is run for the job the untouched savepoint is refused by, and must print the
 ``kg migrate`` command that fixes it.
 """
@@ -60,6 +68,11 @@ VERSIONS = ("1.20.3", "2.3.0")
 HASHED_LONG = "ac2917d481fa2956de9c11d0ea7a0737"
 LONG, STRING = "keyed-long", "keyed-string"
 REFUSED = "Cannot map checkpoint/savepoint state for operator"
+#: The restoring jobs of kg rescale's outputs: parallelism per keyed operator, and the maxParallelism the
+#: state then has (the jobs set none; Flink adopts it).
+RESCALED_P = {STRING: 4, LONG: 4}
+COMBINED_P = {STRING: 3, LONG: 4}
+COMBINED_M = {STRING: 10, LONG: 256}
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,14 @@ def _build(version: str, work: Path) -> Migrated:
         "migrate", hashed_incremental, "--out", combined, "--assign-uid", f"{HASHED_LONG}={LONG}-v2",
         "--rename", f"{STRING}={STRING}-v2", "--drop", "string-sink",
     )  # fmt: skip
+    rescaled_renamed, rescaled_combined = work / "rescaled-renamed", work / "rescaled-combined"
+    _kg("rescale", original, "--from", 3, "--to", 4, "--out", rescaled_renamed, "--engine", "local",
+        "--rename", f"{LONG}={LONG}-v2")  # fmt: skip
+    _kg(
+        "rescale", hashed, "--operator", HASHED_LONG, "--to", 4, "-m", 256, "--out", rescaled_combined,
+        "--engine", "local", "--assign-uid", f"{HASHED_LONG}={LONG}-v2", "--rename", f"{STRING}={STRING}-v2",
+        "--drop", "string-sink",
+    )  # fmt: skip
     renamed_uids = {LONG: f"{LONG}-v2"}
     both_uids = {LONG: f"{LONG}-v2", STRING: f"{STRING}-v2"}
     requests = {
@@ -116,6 +137,10 @@ def _build(version: str, work: Path) -> Migrated:
         "undropped": UidRestoreRequest(original, UID_OWN_P, {}, drop=[STRING]),
         "combined": UidRestoreRequest(
             combined, UID_OWN_P, {}, backend="rocksdb", uids=both_uids, drop=["string-sink"]
+        ),
+        "rescaled-renamed": UidRestoreRequest(rescaled_renamed, RESCALED_P, {}, uids=renamed_uids),
+        "rescaled-combined": UidRestoreRequest(
+            rescaled_combined, COMBINED_P, {}, uids=both_uids, drop=["string-sink"]
         ),
     }
     classpath = build_versioned_classpath(version)
@@ -139,7 +164,12 @@ def migrated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return _RUNS[request.param]
 
 
-def _assert_restored(dump: Dump, operators: Sequence[str] = (STRING, LONG)) -> None:
+def _assert_restored(
+    dump: Dump,
+    operators: Sequence[str] = (STRING, LONG),
+    parallelism: Mapping[str, int] = UID_OWN_P,
+    max_parallelism: Mapping[str, int] = UID_OWN_M,
+) -> None:
     """Every key of ``operators`` restored once with its value, in Flink's key group for the state's maxP."""
     error = restore_error(dump)
     assert error is None, f"Flink refused the restore:\n{error}"
@@ -151,9 +181,11 @@ def _assert_restored(dump: Dump, operators: Sequence[str] = (STRING, LONG)) -> N
         for key, entry in keys.items():
             assert entry["restored"] == uid_expected_value(op, key), (op, key)
             value: str | int = key if key_type == "string" else int(key)
-            group = key_group_for_hash(hash_code(value, key_type), UID_OWN_M[op])
+            group = key_group_for_hash(hash_code(value, key_type), max_parallelism[op])
             assert entry["keyGroup"] == group, (op, key)
-            assert entry["subtask"] == operator_index_for_key_group(UID_OWN_M[op], UID_OWN_P[op], group)
+            assert entry["subtask"] == operator_index_for_key_group(
+                max_parallelism[op], parallelism[op], group
+            )
 
 
 def _assert_refused(dump: Dump, operator_id: str) -> None:
@@ -164,6 +196,14 @@ def _assert_refused(dump: Dump, operator_id: str) -> None:
 @pytest.mark.parametrize("name", ["renamed-none", "assigned", "combined"])
 def test_migrated_savepoint_restores_every_key(migrated: Migrated, name: str) -> None:
     _assert_restored(migrated.dumps[name])
+
+
+def test_rescaled_with_surgery_in_one_pass_restores_every_key(migrated: Migrated) -> None:
+    """kg rescale --rename (same maxParallelism), and --assign-uid --rename --drop with a new one."""
+    for name in ("rescaled-renamed", "rescaled-combined"):
+        assert migrated.dumps[name]["request"]["allow_non_restored_state"] is False
+    _assert_restored(migrated.dumps["rescaled-renamed"], parallelism=RESCALED_P)
+    _assert_restored(migrated.dumps["rescaled-combined"], parallelism=COMBINED_P, max_parallelism=COMBINED_M)
 
 
 def test_dropped_operator_restores_without_allow_non_restored_state(migrated: Migrated) -> None:
