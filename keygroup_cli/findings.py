@@ -87,6 +87,14 @@ FINDING_CODES: dict[str, str] = {
     "NULL_IN_REQUIRED_COLUMN": "A column the kg format declares non-null holds nulls.",
     "OPERATOR_ID_NOT_UID_HASH": "An operator's id is not Flink's id for its uid.",
     "OPERATOR_NOT_IN_JOB": "A stateful operator of the snapshot is not in the new job.",
+    "OPERATOR_STATE_AMBIGUOUS": (
+        "With --against: an unmapped stateful operator's state equals that of several new operators; "
+        "kg does not choose."
+    ),
+    "OPERATOR_STATE_CANDIDATE": (
+        "With --against: an unmapped stateful operator's state equals one new operator's; the kg migrate "
+        "option maps it."
+    ),
     "OPERATOR_STATE_POSITIONS": "An operator state's positions in a file are not 0..n-1.",
     "OPTION_OPERATOR_NOT_IN_SNAPSHOT": "A per-operator option names an operator the snapshot lacks.",
     "PARALLELISM_EXCEEDS_MAX_PARALLELISM": "The new parallelism is above the state's maxParallelism.",

@@ -84,3 +84,100 @@ def test_dissimilar_uids_are_not_paired_while_others_remain(new: str) -> None:
     }
     doc = s.document()
     assert doc["command"] is None and len(doc["candidates"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# --against: candidates by state names and serializers
+
+
+def _renamed(ops, **uids: str):
+    """The operators as a new job version with these uids (keyed_long="x") would write them."""
+    out = []
+    for op in ops:
+        new_uid = uids.get((op.uid or "").replace("-", "_"))
+        out.append(
+            op if new_uid is None else replace(op, uid=new_uid, operator_id=operator_id_for_uid(new_uid))
+        )
+    return out
+
+
+def _with_states(path):
+    return summarize(path, read_states=True).operators
+
+
+def _suggest(old, new, job_uids=None, recorded=True):
+    uids = job_uids if job_uids is not None else [o.uid or o.operator_id for o in new]
+    return suggest_migration(old, uids, "sp/", uids_recorded=recorded, job_operators=new)
+
+
+def test_against_pairs_each_operator_with_the_one_whose_state_equals_whatever_its_uid() -> None:
+    old = _with_states(V6)
+    new = _renamed(old, keyed_long="unlike-anything", keyed_string="zz")
+    s = _suggest(old, new)
+    assert s is not None
+    assert {c.uid: (c.argument, c.state_matches) for c in s.candidates} == {
+        "keyed-string": ("keyed-string=zz", (operator_id_for_uid("zz"),)),
+        "keyed-long": ("keyed-long=unlike-anything", (operator_id_for_uid("unlike-anything"),)),
+    }
+    assert s.candidates[1].reason == "state names and serializers equal (sum: LongSerializer, 2 timer states)"
+    assert [(f.code, f.severity.value, f.subject) for f in s.findings()] == [
+        ("OPERATOR_STATE_CANDIDATE", "info", "keyed-string"),
+        ("OPERATOR_STATE_CANDIDATE", "info", "keyed-long"),
+    ]
+    assert (
+        s.command
+        == "kg migrate sp/ --out sp-migrated --rename keyed-string=zz --rename keyed-long=unlike-anything"
+    )
+
+
+def test_against_never_pairs_a_similar_uid_whose_state_differs() -> None:
+    old = _with_states(V6)
+    # keyed-long-v2 is 87 % alike by name, but holds keyed-string's state: no candidate by name then.
+    new = [op for op in old if op.uid != "keyed-long"]
+    (string,) = (op for op in old if op.uid == "keyed-string")
+    new = [replace(string, uid="keyed-long-v2", operator_id=operator_id_for_uid("keyed-long-v2"))] + [
+        op for op in new if op.uid != "keyed-string"
+    ]
+    s = _suggest(old, new)
+    assert s is not None
+    by_uid = {c.uid: c for c in s.candidates}
+    assert by_uid["keyed-long"].new_uid is None and by_uid["keyed-long"].state_matches == ()
+    assert "no operator of the new job that the savepoint lacks has its state" in by_uid["keyed-long"].reason
+    assert by_uid["keyed-string"].argument == "keyed-string=keyed-long-v2"
+
+
+def test_against_reports_ambiguity_and_never_guesses() -> None:
+    old = _with_states(V6)
+    (long_op,) = (op for op in old if op.uid == "keyed-long")
+    twins = [replace(long_op, uid=u, operator_id=operator_id_for_uid(u)) for u in ("sum-a", "sum-b")]
+    new = [op for op in old if op.uid != "keyed-long"] + twins
+    s = _suggest(old, new)
+    assert s is not None and s.command is None
+    (c,) = s.candidates
+    assert c.new_uid is None and c.option is None
+    assert c.state_matches == tuple(operator_id_for_uid(u) for u in ("sum-a", "sum-b"))
+    assert "ambiguous" in c.reason and "'sum-a', 'sum-b'" in c.reason
+    assert [(f.code, f.severity.value) for f in s.findings()] == [("OPERATOR_STATE_AMBIGUOUS", "warning")]
+    assert s.lines() == [f"keyed-long: {c.reason}"]
+    # One new operator claimed by two old ones with equal state is ambiguous for both.
+    (twin,) = twins[:1]
+    old_twins = [replace(long_op, uid=u, operator_id=operator_id_for_uid(u)) for u in ("old-a", "old-b")]
+    s2 = _suggest([*old, *old_twins], [op for op in old if op.uid != "keyed-long"] + [twin])
+    assert s2 is not None and s2.command is None
+    assert {f.code for f in s2.findings()} == {"OPERATOR_STATE_AMBIGUOUS"} and len(s2.findings()) == 3
+
+
+def test_against_v4_names_the_new_operator_by_a_listed_uid_only() -> None:
+    old = _with_states(V4)
+    new = [
+        replace(op, operator_id=operator_id_for_uid("long-new")) if op.operator_id == LONG else op
+        for op in old
+    ]
+    ids = [op.operator_id for op in new]
+    s = _suggest(old, new, job_uids=ids, recorded=False)
+    assert s is not None and s.command is None
+    (c,) = s.candidates
+    assert c.state_matches == (operator_id_for_uid("long-new"),) and "set .uid() on it" in c.reason
+    named = _suggest(old, new, job_uids=_job(keyed_long="long-new"), recorded=False)
+    assert named is not None
+    assert named.command == f"kg migrate sp/ --out sp-migrated --rename {LONG}=long-new"

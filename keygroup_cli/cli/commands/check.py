@@ -28,6 +28,7 @@ Examples:
   kg check zk://zk1:2181/flink/my-cluster --job <job-id> -p 12   # what the job resumes from
   kg check savepoint/ -p 8 --deep     # also decode every key group and operator-state stream
   kg check savepoint/ --target-flink 2.2   # what a Flink 2.2 job cannot restore (Kryo, POJOs, ...)
+  kg check savepoint/ --against new-job-savepoint/   # map unmapped state by state names and serializers
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -92,6 +93,12 @@ def _read_uids(path: Path) -> list[str]:
     help="File with the new job's operator uids (or 32-hex ids), one per line; # comments.",
 )
 @click.option(
+    "--against",
+    metavar="NEW_SAVEPOINT",
+    help="A savepoint or checkpoint of the new job version: its operators are the job's, and unmapped "
+    "state is matched to them by state names and serializers.",
+)
+@click.option(
     "--allow-non-restored-state",
     is_flag=True,
     help="Stateful operators missing from --job-uids are warnings, not errors (Flink's -n).",
@@ -116,6 +123,7 @@ def command(
     parallelism: tuple[str, ...],
     max_parallelism: tuple[str, ...],
     job_uids: Path | None,
+    against: str | None,
     allow_non_restored_state: bool,
     strict: bool,
     deep: bool,
@@ -134,9 +142,14 @@ def command(
     p_all, p_for = _per_operator(parallelism, "--parallelism")
     m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
     uids = _read_uids(job_uids) if job_uids else None
+    # --against: the new job's operators, with their states, from a savepoint of it.
+    new_job = summarize(against).operators if against is not None else None
+    if new_job is not None and uids is None:
+        uids = [op.uid or op.operator_id for op in new_job]
     plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
     target = parse_target(target_flink) if target_flink is not None else None
-    summary = summarize(resolve_input(out, path, job).path, read_states=target is not None)
+    read_states = target is not None or new_job is not None
+    summary = summarize(resolve_input(out, path, job).path, read_states=read_states)
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
     if target is not None:
         findings += upgrade_findings(summary, target)
@@ -148,7 +161,10 @@ def command(
     suggestion = None
     if uids is not None:
         recorded = summary.metadata_version is None or summary.metadata_version >= 5
-        suggestion = suggest_migration(summary.operators, uids, path, uids_recorded=recorded)
+        suggestion = suggest_migration(
+            summary.operators, uids, path, uids_recorded=recorded, job_operators=new_job
+        )
+        findings += suggestion.findings() if suggestion else []
     code = exit_code_for(findings, strict=strict)
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
