@@ -27,15 +27,22 @@ NEW = operator_id_for_uid("keyed-long-v2")
 CASES = {
     # Same maxParallelism (key groups copied as bytes), V6 metadata: rename and drop.
     "copy-v6": (V6, ["--to", "4", "--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string"]),
-    # A new maxParallelism for keyed-long alone, named by its old uid (keys re-hashed).
-    "rehash-v6": (
-        V6,
-        ["--to", "4", "-m", "256", "--operator", "keyed-long", "--rename", "keyed-long=keyed-long-v2"],
-    ),
-    # V4 metadata records no uid: keyed-long is given one by its id, keyed-string renamed by its uid's hash.
+    # A new maxParallelism for keyed-long alone, named by its old id (keys re-hashed); V4 metadata records
+    # no uid: keyed-long is given one by its id, keyed-string renamed by its uid's hash.
     "rehash-v4": (
         V4,
-        ["--to", "2", "-m", "64", "--assign-uid", f"{LONG}=keyed-long-v2", "--rename", "keyed-string=s2"],
+        [
+            "--to",
+            "2",
+            "-m",
+            "64",
+            "--operator",
+            LONG,
+            "--assign-uid",
+            f"{LONG}=keyed-long-v2",
+            "--rename",
+            "keyed-string=s2",
+        ],
     ),
 }
 
@@ -55,7 +62,7 @@ def _rescale_args(args: list[str]) -> list[str]:
             next(it)
         elif a == "--operator":
             # After kg migrate the operator has its new uid.
-            keep += [a, {"keyed-long": "keyed-long-v2"}.get(next(it), "")]
+            keep += [a, {LONG: "keyed-long-v2"}.get(next(it), "")]
         else:
             keep.append(a)
     return keep
