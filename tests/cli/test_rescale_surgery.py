@@ -159,3 +159,15 @@ def test_a_kg_snapshot_takes_no_surgery(kg, tmp_path: Path, dry_run: bool) -> No
     r = kg("--json", "rescale", source, "--to", "3", "--out", tmp_path / "o", "--drop", "x")
     doc = json.loads(r.stdout)
     assert doc["error"]["code"] == "MIGRATE_KG_SNAPSHOT"
+
+
+def test_kg_plan_takes_the_surgery_and_prints_what_the_dry_run_prints(kg, tmp_path: Path) -> None:
+    surgery = ["--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string"]
+    plan = kg("--json", "plan", V6, "--from", "3", "--to", "4", *surgery)
+    dry = kg(
+        "--json", "rescale", V6, "--from", "3", "--to", "4", "--out", tmp_path / "o", *surgery, "--dry-run"
+    )
+    assert plan.exit_code == dry.exit_code == 0, plan.stderr + dry.stderr
+    assert plan.json() == dry.json() and [c["action"] for c in plan.json()["surgery"]] == ["drop", "rename"]
+    pure = kg("plan", "--from", "3", "--to", "4", "-m", "128", "--drop", "keyed-string")
+    assert pure.exit_code == 2 and "--drop" in pure.stderr

@@ -21,6 +21,8 @@ from keygroup_cli.cli.options import (
     operator_option,
     output_options,
     require_bounds,
+    surgery_options,
+    surgery_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
@@ -36,6 +38,7 @@ Examples:
   kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
   kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
+  kg plan savepoint-1a2b/ --to 8 --rename counter=counter-v2   # with kg rescale's operator surgery
 
 With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
 same messages) from _metadata, the keyed headers and the operator state; keyed state is never read, so
@@ -127,6 +130,7 @@ def show_snapshot_plan(
     required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
 )
 @operator_option()
+@surgery_options
 @output_options
 @click.pass_context
 def command(
@@ -137,18 +141,27 @@ def command(
     to_parallelism: int,
     max_parallelism: int | None,
     operators: tuple[str, ...],
+    rename: tuple[str, ...],
+    assign_uid: tuple[str, ...],
+    drop: tuple[str, ...],
 ) -> None:
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
 
     SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (planned from its _metadata).
     """
     out = output_for(ctx)
+    surgery = surgery_request(rename, assign_uid, drop)
     if snapshot is not None:
         snapshot = resolve_input(out, snapshot, job).path
-        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        show_snapshot_plan(
+            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, surgery=surgery
+        )
         return
-    if from_parallelism is None or max_parallelism is None or operators:
-        raise click.UsageError("Without SNAPSHOT, give --from and --max-parallelism (and no --operator).")
+    if from_parallelism is None or max_parallelism is None or operators or not surgery.empty:
+        raise click.UsageError(
+            "Without SNAPSHOT, give --from and --max-parallelism (and no --operator, --rename, "
+            "--assign-uid or --drop)."
+        )
     require_bounds(max_parallelism, from_parallelism, parallelism_option="--from")
     require_bounds(max_parallelism, to_parallelism, parallelism_option="--to")
     plan = planning.plan_key_groups(max_parallelism, from_parallelism, to_parallelism)
