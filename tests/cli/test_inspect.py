@@ -65,6 +65,19 @@ def test_inspect_text_lists_operators_states_and_subtasks(kg: Callable[..., Any]
     assert "86-127" in result.stdout
 
 
+@pytest.mark.parametrize("version", ["2.3", "1.20"])
+def test_inspect_names_a_sql_jobs_key_fields(kg: Callable[..., Any], version: str) -> None:
+    case = FLINK / version / "sql-heap-canonical-p2"
+    uid = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))["queries"][3]["uid"]
+    result = kg("inspect", case, "-o", uid)
+    assert result.exit_code == 0, result.stderr
+    assert "(canonical, SQL key RowData<INTEGER, VARCHAR, BOOLEAN>)" in result.stdout
+    assert "accState: value RowDataSerializer<LongSerializer, LongSerializer>" in result.stdout
+    doc = kg("inspect", case, "-o", uid, "--json").json()
+    (op,) = doc["operators"]
+    assert op["key_serializer"] == "RowDataSerializer<IntSerializer, StringDataSerializer, BooleanSerializer>"
+
+
 def test_inspect_native_savepoint_reads_rocksdb_metadata_file(kg: Callable[..., Any]) -> None:
     case = next(c for c in CASES if "native" in c.name)
     doc = kg("inspect", case, "--json").json()

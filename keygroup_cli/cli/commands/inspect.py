@@ -23,6 +23,8 @@ from keygroup_cli.cli.render import (
     table_style,
 )
 from keygroup_cli.errors import UnsupportedFormatError
+from keygroup_cli.flink.state.binary_row import RowFields
+from keygroup_cli.flink.state.keyed_header import ROW_DATA_SNAPSHOT
 from keygroup_cli.summary import (
     OperatorSummary,
     SnapshotSummary,
@@ -204,6 +206,10 @@ def _text(
 
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
     key = f", key {op.key_serializer}" if op.key_serializer else ""
+    snapshot = op.key_serializer_snapshot
+    if snapshot is not None and snapshot.class_name == ROW_DATA_SNAPSHOT:
+        # A SQL job's key: its fields' SQL types say what to give kg get --key.
+        key = f", SQL key {RowFields.of(snapshot).type_name}"
     title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
     if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
