@@ -37,8 +37,8 @@ from keygroup_cli.flink.state.binary_row import (
     serialized_row,
 )
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_header import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
@@ -337,9 +337,9 @@ def _sql_key_fields(stream: KeyedStream, label: str, serializer: str) -> RowFiel
             code="KEY_TYPE_UNSUPPORTED",
         )
     fields = RowFields.of(snapshot)
-    if fields.undecodable:
+    if fields.unbuildable:
         raise UnsupportedFormatError(
-            f"operator {label!r}: its SQL key {fields.type_name} has a {fields.undecodable} field; kg "
+            f"operator {label!r}: its SQL key {fields.type_name} has a {fields.unbuildable} field; kg "
             "builds keys of BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, STRING and BYTES fields",
             code="KEY_TYPE_UNSUPPORTED",
         )

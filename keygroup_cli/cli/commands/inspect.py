@@ -24,7 +24,7 @@ from keygroup_cli.cli.render import (
 )
 from keygroup_cli.errors import UnsupportedFormatError
 from keygroup_cli.flink.state.binary_row import RowFields
-from keygroup_cli.flink.state.keyed_header import ROW_DATA_SNAPSHOT
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.summary import (
     OperatorSummary,
     SnapshotSummary,

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.flink.state.keyed_header import ROW_DATA_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 
 if TYPE_CHECKING:
     from keygroup_cli.keys import KeyLocations
@@ -51,6 +52,9 @@ FIELD_KINDS: dict[str, tuple[str, str | None]] = {
     f"{_BASE}DoubleSerializer$DoubleSerializerSnapshot": ("double", "<d"),
     f"{_TABLE}StringDataSerializer$StringDataSerializerSnapshot": ("string", None),
     f"{_BASE}array.BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot": ("bytes", None),
+    # RAW fields (an aggregate's data-view placeholders): the raw serializer's bytes, always in the
+    # variable part (``writeRawValue``), so kg decodes them as bytes but never builds them into a key.
+    f"{_TABLE}RawValueDataSerializer$RawValueDataSerializerSnapshot": ("raw", None),
 }
 #: SQL type names a user may give for a key field (``kg key --sql-key``) -> field kind.
 SQL_TYPE_KINDS = {
@@ -123,6 +127,13 @@ class RowFields:
     def undecodable(self) -> str | None:
         """Return the first field type kg does not decode, else None."""
         return next((k[1:] for k in self.kinds if k.startswith("?")), None)
+
+    @property
+    def unbuildable(self) -> str | None:
+        """Return the first field type kg does not build keys of (undecodable ones and RAW), else None."""
+        return self.undecodable or next(
+            (s for k, s in zip(self.kinds, self.sql_types, strict=True) if k == "raw"), None
+        )
 
     @property
     def type_name(self) -> str:
@@ -223,7 +234,7 @@ def decode_row(fields: RowFields, row: bytes) -> tuple[str, list[Any]]:
             values.append(struct.unpack_from(fmt, row, slot)[0])
         else:
             data = _var_bytes(row, slot)
-            values.append(data.decode("utf-8") if kind == "string" else data)
+            values.append(data.decode("utf-8") if kind == "string" else data)  # bytes and raw: bytes
     return ROW_KINDS[row[0]], values
 
 
@@ -309,9 +320,9 @@ def parse_row_key(text: str, fields: RowFields) -> tuple[Any, ...]:
         InvalidArgumentError: The text is not such a key (``KEY_PARSE_ERROR``), or a value is out of its
             field's range (``KEY_OUT_OF_RANGE``).
     """
-    if fields.undecodable:
+    if fields.unbuildable:
         raise InvalidArgumentError(
-            f"kg cannot build keys of {fields.type_name}: a {fields.undecodable} field",
+            f"kg cannot build keys of {fields.type_name}: a {fields.unbuildable} field",
             code="KEY_TYPE_UNSUPPORTED",
         )
     stripped = text.strip()

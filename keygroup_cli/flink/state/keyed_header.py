@@ -25,6 +25,7 @@ from typing import TypeVar
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.metadata.handles import DISTRIBUTION_MODES, OperatorStateHandle
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108
@@ -38,10 +39,9 @@ OPTIONAL_MAP_HEADER = 0x4F2C69A3D70
 POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
 #: The Kryo serializer's snapshot (``GenericTypeInfo``), in Flink 1.x (Kryo 2) and 2.x (Kryo 5) alike.
 KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
-#: The Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows): not composite, but its
-#: nested snapshots follow the fields' logical types (``writeSnapshot``: int arity, each ``LogicalType``
-#: Java-serialized, then ``NestedSerializersSnapshotDelegate``).
-ROW_DATA_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
+#: ``ROW_DATA_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows), is
+#: not composite, but its nested snapshots follow the fields' logical types (``writeSnapshot``: int arity,
+#: each ``LogicalType`` Java-serialized, then ``NestedSerializersSnapshotDelegate``).
 #: Snapshots whose body starts with the serialized type's class name (``writeUTF``).
 TYPE_CLASS_FIRST = frozenset((POJO_SNAPSHOT, KRYO_SNAPSHOT))
 

@@ -42,12 +42,11 @@ from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, decode_row
 from keygroup_cli.flink.state.keyed_header import (
     OPTIONAL_MAP_HEADER,
-    ROW_DATA_SNAPSHOT,
     SerializerSnapshot,
     StateMetaInfo,
     parse_snapshot,
 )
-from keygroup_cli.flink.state.serializers import read_string
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT, read_string
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
 _ARRAY = f"{_BASE}array."
@@ -75,6 +74,11 @@ _ARRAYS = {
     f"{_ARRAY}CharPrimitiveArraySerializer$CharPrimitiveArraySerializerSnapshot": ("char[]", "H"),
 }
 STRING = f"{_BASE}StringSerializer$StringSerializerSnapshot"
+#: The Table runtime's ``ExternalSerializer``: converts to the internal type, then writes its one nested
+#: (internal) serializer's bytes.
+EXTERNAL = "org.apache.flink.table.runtime.typeutils.ExternalSerializer$ExternalSerializerSnapshot"
+#: The Table runtime's ``StringDataSerializer`` (SQL strings outside rows): int length, then UTF-8 bytes.
+STRING_DATA = "org.apache.flink.table.runtime.typeutils.StringDataSerializer$StringDataSerializerSnapshot"
 BYTES = f"{_ARRAY}BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot"
 STRING_ARRAY = f"{_ARRAY}StringArraySerializer$StringArraySerializerSnapshot"
 ENUM = f"{_BASE}EnumSerializer$EnumSerializerSnapshot"
@@ -205,6 +209,20 @@ class _String(Codec):
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return read_string(data, pos)
+
+
+class _StringData(Codec):
+    type_name = "StringData"
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.string()
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        n = _INT.unpack_from(data, pos)[0]
+        end = pos + 4 + n
+        if n < 0 or end > len(data):
+            raise NotDecodable("StringData: length runs past the value")
+        return bytes(data[pos + 4 : end]).decode("utf-8"), end
 
 
 class _Bytes(Codec):
@@ -435,6 +453,7 @@ _ROW_FIELD_ARROW = {
     "double": pa.float64(),
     "string": pa.string(),
     "bytes": pa.binary(),
+    "raw": pa.binary(),
 }
 
 
@@ -623,6 +642,10 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
             return _Fixed(*_PRIMITIVES[name])
         if name == STRING:
             return _String()
+        if name == STRING_DATA:
+            return _StringData()
+        if name == EXTERNAL and len(nested) == 1:
+            return nested[0]
         if name == BYTES:
             return _Bytes()
         if name in _ARRAYS:

@@ -1,9 +1,10 @@
 """SQL jobs' ``BinaryRowData`` keys and rows (flink/state/binary_row.py) against real Flink 2.3 and 1.20.
 
-The SqlJob fixtures (fixtures/flink/README-sql.md) hold four GROUP BY aggregates keyed by an INT, a BIGINT, a
-STRING (empty, inline, long and non-ASCII strings) and a composite INT, nullable STRING, BOOLEAN key. Every
-key in them is decoded, must re-encode to the exact bytes Flink wrote, and must hash to the key group Flink
-stored it under; every aggregate's value must equal the last result the job itself emitted for that key.
+The SqlJob fixtures (fixtures/flink/README-sql.md) hold five GROUP BY aggregates keyed by an INT, a BIGINT, a
+STRING (empty, inline, long and non-ASCII strings), a composite INT, nullable STRING, BOOLEAN key, and an INT
+key whose COUNT(DISTINCT) keeps a MapState. Every key in them is decoded, must re-encode to the exact bytes
+Flink wrote, and must hash to the key group Flink stored it under; every aggregate's value must equal the
+last result the job itself emitted for that key, and the distinct values must be as many as it counted.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ KEY_TYPES = {
     "bigint": ("BIGINT",),
     "string": ("VARCHAR",),
     "composite": ("INTEGER", "VARCHAR", "BOOLEAN"),
+    "distinct": ("INTEGER",),
 }
+#: SqlJob's k_str values (SqlJob.STRINGS).
+STRINGS = {"a", "bb", "seven77", "eight888", "a-longer-key-with-more-than-16-bytes", "é€😀", ""}
 
 
 def _expected(case: str) -> dict[str, Any]:
@@ -49,11 +53,13 @@ def _expected(case: str) -> dict[str, Any]:
 def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str) -> None:
     savepoint = open_savepoint(ALL_FLINK / case)
     want = _expected(case)
+    assert [q["name"] for q in want["queries"]] == [*KEY_TYPES]
     for query in want["queries"]:
         streams = savepoint.keyed_streams[operator_id_for_uid(query["uid"])]  # by id: 1.20 records no uids
         fields = RowFields.of(streams[0].header.key_serializer)
         assert fields.sql_types == KEY_TYPES[query["name"]]
-        found: dict[str, Any] = {}
+        acc: dict[str, Any] = {}
+        distinct: dict[str, set[str]] = {}
         for stream in streams:
             codecs = state_codecs(stream)
             with StreamSource(stream.handle.delegate, savepoint.directory) as src:
@@ -69,9 +75,19 @@ def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str
                     group = key_group_for_hash(row_hash_code(raw[4:]), want["maxParallelism"])
                     assert group == row["key_group"], values
                     entry = typed_entry(codecs[row["state"]], row)
-                    assert row["state"] == "accState" and entry.note is None
-                    found[json.dumps(values)] = entry.value["fields"]
-        assert found == {json.dumps(k["key"]): k["result"] for k in query["keys"]}, query["name"]
+                    if row["state"] == "accState":
+                        acc[json.dumps(values)] = entry.value["fields"]
+                    else:  # COUNT(DISTINCT k_str): the distinct strings, a MapState under the key row
+                        assert (row["state"], entry.note, entry.value) == ("distinctAcc_0", None, 1)
+                        distinct.setdefault(json.dumps(values), set()).add(entry.user_key)
+        results = {json.dumps(k["key"]): k["result"] for k in query["keys"]}
+        if query["name"] == "distinct":
+            # The accumulators: COUNT(*), COUNT(DISTINCT), the data view's RAW placeholder.
+            assert {k: v[:2] for k, v in acc.items()} == results
+            assert {k: len(v) for k, v in distinct.items()} == {k: r[1] for k, r in results.items()}
+            assert set().union(*distinct.values()) == set(STRINGS)
+        else:
+            assert acc == results, query["name"]
 
 
 def test_the_value_rows_are_typed_from_their_snapshot() -> None:
@@ -150,3 +166,16 @@ def test_bad_keys_are_named(text: str, kinds: tuple[str, ...], code: str, messag
     with pytest.raises(InvalidArgumentError) as raised:
         parse_row_key(text, _fields(*kinds))
     assert raised.value.code == code and message in raised.value.message
+
+
+def test_a_key_rows_length_prefix_delimits_it() -> None:
+    from keygroup_cli.errors import InvalidSnapshotError
+    from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT, key_codec
+
+    codec = key_codec(ROW_DATA_SNAPSHOT)
+    row = encode_row(_fields("int"), [7])
+    data = struct.pack(">i", len(row)) + row + b"\x00namespace"
+    assert (codec.key_type, codec.self_delimiting) == ("binary", True)
+    assert codec.read(data, 0) == (data[: 4 + len(row)], 4 + len(row))
+    with pytest.raises(InvalidSnapshotError, match="runs past"):
+        codec.read(struct.pack(">i", 64) + row, 0)
