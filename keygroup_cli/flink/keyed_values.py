@@ -4,7 +4,9 @@
 it (``javahash`` and ``keygroups``), the subtask file holding that key group is found from the keyed handles
 in ``_metadata``, and only that key group's block is read (one ``pread`` locally, one ranged GET on an object
 store; ``decode_keyed_file`` with ``key_groups``). Its rows are filtered to the key and decoded with the
-serializers of the file's header (``state.values``).
+serializers of the file's header (``state.values``). A SQL job's key (``RowDataSerializer``) is given as a
+JSON array of its fields: kg builds the ``BinaryRowData`` Flink would (``state.binary_row``), hashes it as
+``BinaryRowData.hashCode()`` and matches the rows' key bytes against it.
 
 A layout without per-key-group offsets (a RocksDB NATIVE savepoint or incremental checkpoint, a HashMap
 checkpoint) is first rewritten as canonical key groups in a scratch directory
@@ -207,14 +209,15 @@ def lookup_keys(
     Args:
         savepoint: The opened savepoint or checkpoint.
         operator: The operator's uid (or id).
-        key_texts: Keys as text, parsed as the key serializer's type.
+        key_texts: Keys as text, parsed as the key serializer's type (a SQL key: a JSON array of fields).
         key_type: The key type the caller expects (``string``, ``long``, ``int``, ``boolean``), checked
-            against the key serializer; None takes the serializer's.
+            against the key serializer; None takes the serializer's (a SQL key takes none).
 
     Raises:
         InvalidArgumentError: No such operator, a key that does not parse, or a ``key_type`` that is not
             the key serializer's.
-        UnsupportedFormatError: The operator has no keyed state, or keys kg cannot hash (``binary``).
+        UnsupportedFormatError: The operator has no keyed state, or keys kg cannot hash (a POJO or Tuple
+            key, a SQL key with a field type kg does not build).
     """
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
