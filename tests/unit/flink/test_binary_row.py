@@ -19,7 +19,8 @@ import pytest
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_values import state_codecs, typed_entry
-from keygroup_cli.flink.savepoint import open_savepoint
+from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.binary_row import (
     RowDecodeError,
     RowFields,
@@ -32,7 +33,12 @@ from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid
 
 ALL_FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
-SQL_CASES = ("2.3/sql-heap-canonical-p2", "2.3/sql-rocksdb-canonical-p2", "1.20/sql-heap-canonical-p2")
+SQL_CASES = (
+    "2.3/sql-heap-canonical-p2",
+    "2.3/sql-rocksdb-canonical-p2",
+    "2.3/sql-rocksdb-native-p2",
+    "1.20/sql-heap-canonical-p2",
+)
 #: The SQL types of each query's key, as the key serializer's snapshot names them.
 KEY_TYPES = {
     "int": ("INTEGER",),
@@ -50,8 +56,10 @@ def _expected(case: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", SQL_CASES)
-def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str) -> None:
+def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str, tmp_path: Path) -> None:
     savepoint = open_savepoint(ALL_FLINK / case)
+    if needs_canonical_view(savepoint):  # NATIVE: its RocksDB files rewritten as key groups first
+        savepoint = Savepoint.rewritten(canonical_view(savepoint, tmp_path / "canonical"), savepoint)
     want = _expected(case)
     assert [q["name"] for q in want["queries"]] == [*KEY_TYPES]
     for query in want["queries"]:
