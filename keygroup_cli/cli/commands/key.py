@@ -90,7 +90,7 @@ def command(
         from keygroup_cli.flink.state.binary_row import locate_row_keys, row_fields_from_sql
 
         fields = row_fields_from_sql(sql_key)
-        rows = [t.decode("utf-8", "replace") for t in texts]
+        rows = [t.decode("utf-8", "surrogateescape") for t in texts]
         located = locate_row_keys(rows, fields, max_parallelism, parallelism)
     else:
         parsed = keys_core.parse_keys(texts, key_type, source=source)

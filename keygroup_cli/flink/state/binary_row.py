@@ -325,6 +325,12 @@ def parse_row_key(text: str, fields: RowFields) -> tuple[Any, ...]:
             f"kg cannot build keys of {fields.type_name}: a {fields.unbuildable} field",
             code="KEY_TYPE_UNSUPPORTED",
         )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8, carried as surrogate escapes
+        raise InvalidArgumentError(
+            f"key {text.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8", code="KEY_PARSE_ERROR"
+        ) from None
     stripped = text.strip()
     values: list[Any]
     if stripped.startswith("["):

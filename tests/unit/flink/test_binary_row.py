@@ -168,6 +168,7 @@ def test_keys_parse_from_json_arrays_or_one_bare_field() -> None:
         ("[2147483648]", ("int",), "KEY_OUT_OF_RANGE", "out of int range"),
         ("[1, 2", ("int", "int"), "KEY_PARSE_ERROR", "not a JSON array"),
         ("abc", ("int",), "KEY_PARSE_ERROR", "not an int value"),
+        (b'["\xff"]'.decode("utf-8", "surrogateescape"), ("string",), "KEY_PARSE_ERROR", "not valid UTF-8"),
     ],
 )
 def test_bad_keys_are_named(text: str, kinds: tuple[str, ...], code: str, message: str) -> None:
