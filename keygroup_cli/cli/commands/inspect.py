@@ -34,6 +34,7 @@ from keygroup_cli.summary import (
 )
 
 if TYPE_CHECKING:
+    from keygroup_cli.flink.connectors import KafkaSourceState
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.key_group_sizes import KeyGroupSizes
 
@@ -49,6 +50,7 @@ Examples:
   kg inspect zk://zk1:2181,zk2:2181/flink/my-cluster     # the checkpoint the job resumes from
   kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
   kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
+  kg inspect savepoint/ --kafka-source orders-source      # a KafkaSource's partitions and offsets
 """
 
 
@@ -80,6 +82,14 @@ Examples:
     "script needed (implies --key-groups).",
 )
 @operator_option("Only this operator: uid (by its hash where _metadata stores none) or id; repeatable.")
+@click.option(
+    "--kafka-source",
+    "kafka_sources",
+    multiple=True,
+    metavar="UID",
+    help="Also decode this KafkaSource operator's state: each reader's partitions and offsets, and the "
+    "enumerator's partitions; repeatable.",
+)
 @output_options
 @click.pass_context
 def command(
@@ -92,6 +102,7 @@ def command(
     maximum: int | None,
     html: str | None,
     operators: tuple[str, ...],
+    kafka_sources: tuple[str, ...],
 ) -> None:
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
@@ -129,13 +140,37 @@ def command(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
+    kafka = _kafka_states(summary, kafka_sources)
+    if kafka_sources:
+        from keygroup_cli.cli.connectors_render import kafka_document
+
+        document["kafka_sources"] = [kafka_document(k) for k in kafka]
     if html is not None:
         from keygroup_cli import __version__
         from keygroup_cli.cli.skew_html import skew_page, write_page
 
         keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
         write_page(html, skew_page(str(summary.path), summary.format, keyed, __version__))
-    out.result("inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes)))
+    out.result(
+        "inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes, kafka))
+    )
+
+
+def _kafka_states(summary: SnapshotSummary, labels: tuple[str, ...]) -> list[KafkaSourceState]:
+    """Return the KafkaSource state of each operator ``labels`` names (a Flink savepoint or checkpoint)."""
+    if not labels:
+        return []
+    from keygroup_cli.flink.connectors import kafka_source_state
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+    from keygroup_cli.flink.savepoint import Savepoint
+
+    if not isinstance(summary.savepoint, FlinkSnapshot):
+        raise UnsupportedFormatError(
+            "--kafka-source reads a Flink savepoint or checkpoint, not a kg snapshot",
+            code="CONNECTOR_STATE_UNKNOWN",
+        )
+    savepoint = Savepoint.of(summary.savepoint)
+    return [kafka_source_state(savepoint, label) for label in labels]
 
 
 def _key_group_sizes(
@@ -158,7 +193,11 @@ def _key_group_sizes(
 
 
 def _text(
-    console: Console, summary: SnapshotSummary, subtasks: bool, sizes: dict[str, KeyGroupSizes]
+    console: Console,
+    summary: SnapshotSummary,
+    subtasks: bool,
+    sizes: dict[str, KeyGroupSizes],
+    kafka: list[KafkaSourceState],
 ) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
@@ -202,6 +241,11 @@ def _text(
         _operator_text(console, op, subtasks)
         if op.operator_id in sizes:
             render_key_group_sizes(console, sizes[op.operator_id])
+    if kafka:
+        from keygroup_cli.cli.connectors_render import print_kafka
+
+        for state in kafka:
+            print_kafka(console, state)
 
 
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
