@@ -12,6 +12,13 @@ A ``KafkaSource`` (``flink-connector-kafka``) keeps two things:
   ``KafkaSourceEnumStateSerializer`` version 2: int count, then per partition topic, int partition, int
   ``AssignmentStatus`` code (0 assigned, 1 unassigned initial), then a boolean (initial discovery finished).
 
+A ``KafkaSink``'s writers keep, under exactly-once only, their ``KafkaWriterState`` in the operator list state
+``writer_raw_states`` (``SinkWriterOperator``; ``byte[]`` elements as above, ``SimpleVersionedSerialization``
+of ``KafkaWriterStateSerializer`` version 2): the transactional id prefix (``writeUTF``), int owned subtask
+id, int total number of owned subtasks, int ``TransactionOwnership`` ordinal (0 implicit by subtask id, 1
+explicit by writer state), int count, then per precommitted transaction its id (``writeUTF``) and long
+checkpoint id.
+
 Nothing in these bytes names the connector, so kg decodes them only for an operator the user names as a
 Kafka source, and refuses bytes that do not parse to their last byte as the layouts above.
 """
@@ -31,6 +38,10 @@ READER_STATE = "SourceReaderState"
 #: ``KafkaPartitionSplit`` offset markers.
 OFFSET_MARKERS = {-1: "latest", -2: "earliest", -3: "committed"}
 NO_STOPPING_OFFSET = -(2**63)
+#: ``SinkWriterOperator``'s list state of serialized writer states.
+WRITER_STATE = "writer_raw_states"
+#: ``TransactionOwnership`` by ordinal.
+OWNERSHIPS = ("implicit-by-subtask-id", "explicit-by-writer-state")
 #: ``AssignmentStatus`` by status code.
 ASSIGNMENT_STATUSES = {0: "assigned", 1: "unassigned-initial"}
 
@@ -67,6 +78,32 @@ class KafkaSourceState:
     splits: tuple[KafkaSplit, ...]
     partitions: tuple[KafkaPartitionStatus, ...] | None
     initial_discovery_finished: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaWriterStatus:
+    """One exactly-once KafkaSink writer's state: its transactional id prefix and open transactions."""
+
+    subtask: int
+    transactional_id_prefix: str
+    owned_subtask: int
+    owned_subtasks: int
+    ownership: str
+    precommitted: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSinkState:
+    """A KafkaSink's writers' states (empty: an at-least-once or none sink keeps none)."""
+
+    operator_uid: str | None
+    operator_id: str
+    writers: tuple[KafkaWriterStatus, ...]
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """Return the transactional id prefixes the writers use (one, unless the state was merged)."""
+        return tuple(sorted({w.transactional_id_prefix for w in self.writers}))
 
 
 class _Reader:
@@ -106,9 +143,9 @@ class _Reader:
             raise ValueError(f"{len(self.data) - self.pos} byte(s) left over")
 
 
-def _not_kafka(label: str, what: str, why: str) -> UnsupportedFormatError:
+def _not_kafka(label: str, what: str, why: str, kind: str = "Source") -> UnsupportedFormatError:
     return UnsupportedFormatError(
-        f"operator {label!r}: its {what} is not a KafkaSource's ({why})", code="CONNECTOR_STATE_UNKNOWN"
+        f"operator {label!r}: its {what} is not a Kafka{kind}'s ({why})", code="CONNECTOR_STATE_UNKNOWN"
     )
 
 
@@ -118,19 +155,71 @@ def parse_kafka_split(element: bytes, subtask: int) -> KafkaSplit:
     Raises:
         ValueError: The bytes are not one (another version, another connector, trailing bytes).
     """
+    reader = _Reader(_versioned(element, 0, "split"), "split")
+    topic, partition, offset, stopping = reader.utf(), reader.int32(), reader.int64(), reader.int64()
+    reader.end()
+    return KafkaSplit(subtask, topic, partition, offset, None if stopping == NO_STOPPING_OFFSET else stopping)
+
+
+def _versioned(element: bytes, want: int, what: str) -> bytes:
+    """Return the payload of a ``byte[]`` element: ``SimpleVersionedSerialization`` of version ``want``."""
     outer = _Reader(element, "element")
     n = outer.int32()
     if n != len(element) - 4:
         raise ValueError(f"element length {n} for {len(element) - 4} bytes")
     version, size = outer.int32(), outer.int32()
-    if version != 0:
-        raise ValueError(f"split serializer version {version} (kg reads version 0)")
+    if version != want:
+        raise ValueError(f"{what} serializer version {version} (kg reads version {want})")
     if size != len(element) - 12:
-        raise ValueError(f"split length {size} for {len(element) - 12} bytes")
-    reader = _Reader(element[12:], "split")
-    topic, partition, offset, stopping = reader.utf(), reader.int32(), reader.int64(), reader.int64()
+        raise ValueError(f"{what} length {size} for {len(element) - 12} bytes")
+    return element[12:]
+
+
+def parse_kafka_writer(element: bytes, subtask: int) -> KafkaWriterStatus:
+    """Decode one ``writer_raw_states`` element as a ``KafkaWriterState``.
+
+    Raises:
+        ValueError: The bytes are not one (another version, another sink, trailing bytes).
+    """
+    reader = _Reader(_versioned(element, 2, "writer state"), "writer state")
+    prefix, owned, total, ownership = reader.utf(), reader.int32(), reader.int32(), reader.int32()
+    if not 0 <= ownership < len(OWNERSHIPS):
+        raise ValueError(f"transaction ownership {ownership}")
+    count = reader.int32()
+    if not 0 <= count <= len(element):
+        raise ValueError(f"transaction count {count}")
+    precommitted = tuple((reader.utf(), reader.int64()) for _ in range(count))
     reader.end()
-    return KafkaSplit(subtask, topic, partition, offset, None if stopping == NO_STOPPING_OFFSET else stopping)
+    return KafkaWriterStatus(subtask, prefix, owned, total, OWNERSHIPS[ownership], precommitted)
+
+
+def kafka_sink_state(savepoint: Savepoint, label: str) -> KafkaSinkState:
+    """Return the KafkaSink writer state of operator ``label`` (uid or id).
+
+    Raises:
+        InvalidArgumentError: No such operator (``OPERATOR_NOT_FOUND``).
+        UnsupportedFormatError: Its state is not a KafkaSink writer's (``CONNECTOR_STATE_UNKNOWN``).
+    """
+    op = find_operator(savepoint, label)
+    writers: list[KafkaWriterStatus] = []
+    for (op_id, subtask), stream in sorted(savepoint.operator_streams.items()):
+        if op_id != op.operator_id:
+            continue
+        table = stream.table
+        if table is None:
+            raise _not_kafka(
+                op.label, f"operator state of subtask {subtask}", "kg could not decode it", "Sink"
+            )
+        for row in table.to_pylist():
+            if row["state"] != WRITER_STATE:
+                raise _not_kafka(op.label, "operator state", f"a state {row['state']!r}", "Sink")
+            try:
+                writers.append(parse_kafka_writer(row["value"], subtask))
+            except (ValueError, struct.error, IndexError) as exc:
+                raise _not_kafka(
+                    op.label, f"{WRITER_STATE} element of subtask {subtask}", str(exc), "Sink"
+                ) from None
+    return KafkaSinkState(op.uid, op.operator_id, tuple(writers))
 
 
 def parse_kafka_enumerator(data: bytes) -> tuple[tuple[KafkaPartitionStatus, ...], bool]:
@@ -205,10 +294,14 @@ def offset_text(offset: int) -> str:
 
 __all__ = [
     "KafkaPartitionStatus",
+    "KafkaSinkState",
+    "KafkaWriterStatus",
     "KafkaSourceState",
     "KafkaSplit",
+    "kafka_sink_state",
     "kafka_source_state",
     "offset_text",
     "parse_kafka_enumerator",
     "parse_kafka_split",
+    "parse_kafka_writer",
 ]

@@ -78,8 +78,8 @@ def test_inspect_names_a_sql_jobs_key_fields(kg: Callable[..., Any], version: st
     assert op["key_serializer"] == "RowDataSerializer<IntSerializer, StringDataSerializer, BooleanSerializer>"
 
 
-def test_inspect_kafka_source_offsets(kg: Callable[..., Any]) -> None:
-    case = FLINK / "2.0" / "kafka-source-p2"
+def test_inspect_kafka_source_offsets_and_sink_prefix(kg: Callable[..., Any]) -> None:
+    case = FLINK / "2.0" / "kafka-p2"
     want = json.loads((case / "expected-connector-state.json").read_text(encoding="utf-8"))
     doc = kg("inspect", case, "--kafka-source", "kafka-source", "--json").json()
     (source,) = doc["kafka_sources"]
@@ -92,7 +92,11 @@ def test_inspect_kafka_source_offsets(kg: Callable[..., Any]) -> None:
     assert text.exit_code == 0 and "orders partition 0: offset 10 (subtask 1)" in text.stdout
     assert "enumerator: 3 partitions (3 assigned); initial discovery finished" in text.stdout
     plain = kg("inspect", case, "--json").json()
-    assert "kafka_sources" not in plain
+    assert "kafka_sources" not in plain and "kafka_sinks" not in plain
+    sink = kg("inspect", case, "--kafka-sink", "kafka-sink", "--json").json()
+    (writer_state,) = sink["kafka_sinks"]
+    assert writer_state["transactional_id_prefixes"] == [want["sink"]["transactionalIdPrefix"]]
+    assert "kafka_sources" not in sink
     other = kg("inspect", FLINK / "2.3" / "uid-heap-canonical-p3", "--kafka-source", "uid-source")
     assert other.exit_code == 4 and "is not a KafkaSource's" in other.stderr
 

@@ -34,7 +34,7 @@ from keygroup_cli.summary import (
 )
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink.connectors import KafkaSourceState
+    from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.key_group_sizes import KeyGroupSizes
 
@@ -51,6 +51,7 @@ Examples:
   kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
   kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
   kg inspect savepoint/ --kafka-source orders-source      # a KafkaSource's partitions and offsets
+  kg inspect savepoint/ --kafka-sink orders-sink          # a KafkaSink's transactional id prefix
 """
 
 
@@ -90,6 +91,14 @@ Examples:
     help="Also decode this KafkaSource operator's state: each reader's partitions and offsets, and the "
     "enumerator's partitions; repeatable.",
 )
+@click.option(
+    "--kafka-sink",
+    "kafka_sinks",
+    multiple=True,
+    metavar="UID",
+    help="Also decode this exactly-once KafkaSink writer's state: its transactional id prefix and each "
+    "writer's precommitted transactions; repeatable.",
+)
 @output_options
 @click.pass_context
 def command(
@@ -103,6 +112,7 @@ def command(
     html: str | None,
     operators: tuple[str, ...],
     kafka_sources: tuple[str, ...],
+    kafka_sinks: tuple[str, ...],
 ) -> None:
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
@@ -140,11 +150,12 @@ def command(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
-    kafka = _kafka_states(summary, kafka_sources)
-    if kafka_sources:
-        from keygroup_cli.cli.connectors_render import kafka_document
+    kafka = _kafka_states(summary, kafka_sources, kafka_sinks)
+    if kafka:
+        # Deferred: connector state is read with the state tables (pyarrow), which plain inspect does without.
+        from keygroup_cli.cli.connectors_render import connector_documents
 
-        document["kafka_sources"] = [kafka_document(k) for k in kafka]
+        document.update(connector_documents(kafka, bool(kafka_sources), bool(kafka_sinks)))
     if html is not None:
         from keygroup_cli import __version__
         from keygroup_cli.cli.skew_html import skew_page, write_page
@@ -156,21 +167,24 @@ def command(
     )
 
 
-def _kafka_states(summary: SnapshotSummary, labels: tuple[str, ...]) -> list[KafkaSourceState]:
-    """Return the KafkaSource state of each operator ``labels`` names (a Flink savepoint or checkpoint)."""
-    if not labels:
+def _kafka_states(
+    summary: SnapshotSummary, sources: tuple[str, ...], sinks: tuple[str, ...]
+) -> list[KafkaSourceState | KafkaSinkState]:
+    """Return the KafkaSource and KafkaSink states of the operators named (of a Flink savepoint)."""
+    if not sources and not sinks:
         return []
-    from keygroup_cli.flink.connectors import kafka_source_state
+    from keygroup_cli.flink.connectors import kafka_sink_state, kafka_source_state
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.flink.savepoint import Savepoint
 
     if not isinstance(summary.savepoint, FlinkSnapshot):
         raise UnsupportedFormatError(
-            "--kafka-source reads a Flink savepoint or checkpoint, not a kg snapshot",
+            "--kafka-source and --kafka-sink read a Flink savepoint or checkpoint, not a kg snapshot",
             code="CONNECTOR_STATE_UNKNOWN",
         )
     savepoint = Savepoint.of(summary.savepoint)
-    return [kafka_source_state(savepoint, label) for label in labels]
+    found: list[KafkaSourceState | KafkaSinkState] = [kafka_source_state(savepoint, s) for s in sources]
+    return found + [kafka_sink_state(savepoint, s) for s in sinks]
 
 
 def _key_group_sizes(
@@ -197,7 +211,7 @@ def _text(
     summary: SnapshotSummary,
     subtasks: bool,
     sizes: dict[str, KeyGroupSizes],
-    kafka: list[KafkaSourceState],
+    kafka: list[KafkaSourceState | KafkaSinkState],
 ) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
@@ -242,10 +256,9 @@ def _text(
         if op.operator_id in sizes:
             render_key_group_sizes(console, sizes[op.operator_id])
     if kafka:
-        from keygroup_cli.cli.connectors_render import print_kafka
+        from keygroup_cli.cli.connectors_render import print_connectors
 
-        for state in kafka:
-            print_kafka(console, state)
+        print_connectors(console, kafka)
 
 
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:

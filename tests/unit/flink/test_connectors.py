@@ -1,6 +1,6 @@
 """KafkaSource state (flink/connectors.py) against a real KafkaSource's savepoint and the broker's offsets.
 
-fixtures/flink/2.0/kafka-source-p2 (fixtures/flink/README-kafka.md) was written by Flink 2.0.1 with Apache's
+fixtures/flink/2.0/kafka-p2 (fixtures/flink/README-kafka.md) was written by Flink 2.0.1 with Apache's
 flink-connector-kafka 4.0.1-2.0 after reading every record of a 3-partition topic; the offsets the broker
 acknowledged are in its expected-connector-state.json.
 """
@@ -14,11 +14,17 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.flink.connectors import kafka_source_state, parse_kafka_enumerator, parse_kafka_split
+from keygroup_cli.flink.connectors import (
+    kafka_sink_state,
+    kafka_source_state,
+    parse_kafka_enumerator,
+    parse_kafka_split,
+    parse_kafka_writer,
+)
 from keygroup_cli.flink.savepoint import open_savepoint
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
-CASE = FLINK / "2.0" / "kafka-source-p2"
+CASE = FLINK / "2.0" / "kafka-p2"
 
 
 def test_the_splits_resume_where_the_broker_says_each_partition_ends() -> None:
@@ -64,3 +70,25 @@ def test_markers_and_an_old_enumerator_version() -> None:
     assert (split.offset, split.stopping_offset) == (-2, -1)  # earliest, until the latest offset
     with pytest.raises(ValueError, match="version 1"):
         parse_kafka_enumerator(struct.pack(">iii", 1, 1, 0))
+
+
+def test_the_sink_keeps_its_transactional_id_prefix_per_writer() -> None:
+    want = json.loads((CASE / "expected-connector-state.json").read_text(encoding="utf-8"))["sink"]
+    state = kafka_sink_state(open_savepoint(CASE), want["uid"])
+    assert state.prefixes == (want["transactionalIdPrefix"],)
+    assert [(w.subtask, w.owned_subtask, w.owned_subtasks) for w in state.writers] == [
+        (i, i, want["parallelism"]) for i in range(want["parallelism"])
+    ]
+    # Each writer's open transaction is named prefix-subtask-checkpoint (the savepoint is checkpoint 1).
+    for w in state.writers:
+        assert w.ownership == "implicit-by-subtask-id"
+        assert w.precommitted == ((f"{want['transactionalIdPrefix']}-{w.subtask}-1", 1),)
+    with pytest.raises(UnsupportedFormatError, match="not a KafkaSink's"):
+        kafka_sink_state(open_savepoint(CASE), "kafka-source")
+
+
+def test_a_writer_state_that_does_not_parse_exactly_is_refused() -> None:
+    body = struct.pack(">H", 1) + b"p" + struct.pack(">iiii", 0, 1, 7, 0)
+    inner = struct.pack(">ii", 2, len(body)) + body
+    with pytest.raises(ValueError, match="transaction ownership 7"):
+        parse_kafka_writer(struct.pack(">i", len(inner)) + inner, 0)
