@@ -49,7 +49,7 @@ def _key(state: KeyState) -> dict[str, Any]:
     for entry in state.entries:
         states.setdefault(entry.state, {"kind": entry.kind, "entries": []})["entries"].append(_entry(entry))
     return {
-        "key": state.key,
+        "key": plain(state.key),
         "key_group": state.key_group,
         "subtask": state.subtask,
         "found": state.found,

@@ -4,7 +4,9 @@
 it (``javahash`` and ``keygroups``), the subtask file holding that key group is found from the keyed handles
 in ``_metadata``, and only that key group's block is read (one ``pread`` locally, one ranged GET on an object
 store; ``decode_keyed_file`` with ``key_groups``). Its rows are filtered to the key and decoded with the
-serializers of the file's header (``state.values``).
+serializers of the file's header (``state.values``). A SQL job's key (``RowDataSerializer``) is given as a
+JSON array of its fields: kg builds the ``BinaryRowData`` Flink would (``state.binary_row``), hashes it as
+``BinaryRowData.hashCode()`` and matches the rows' key bytes against it.
 
 A layout without per-key-group offsets (a RocksDB NATIVE savepoint or incremental checkpoint, a HashMap
 checkpoint) is first rewritten as canonical key groups in a scratch directory
@@ -29,8 +31,16 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
+from keygroup_cli.flink.state.binary_row import (
+    RowFields,
+    encode_row,
+    parse_row_key,
+    row_hash_code,
+    serialized_row,
+)
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
@@ -199,14 +209,15 @@ def lookup_keys(
     Args:
         savepoint: The opened savepoint or checkpoint.
         operator: The operator's uid (or id).
-        key_texts: Keys as text, parsed as the key serializer's type.
+        key_texts: Keys as text, parsed as the key serializer's type (a SQL key: a JSON array of fields).
         key_type: The key type the caller expects (``string``, ``long``, ``int``, ``boolean``), checked
-            against the key serializer; None takes the serializer's.
+            against the key serializer; None takes the serializer's (a SQL key takes none).
 
     Raises:
         InvalidArgumentError: No such operator, a key that does not parse, or a ``key_type`` that is not
             the key serializer's.
-        UnsupportedFormatError: The operator has no keyed state, or keys kg cannot hash (``binary``).
+        UnsupportedFormatError: The operator has no keyed state, or keys kg cannot hash (a POJO or Tuple
+            key, a SQL key with a field type kg does not build).
     """
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
@@ -267,19 +278,32 @@ def _lookup(
     codec = first.layout.codec
     actual = codec.key_type
     serializer = codec.serializer_class.rsplit(".", 1)[-1].split("$")[0]
-    if actual not in HASHABLE_KEY_TYPES:
-        raise UnsupportedFormatError(
-            f"operator {op.label!r}: kg cannot compute the key group of keys written by {serializer} "
-            "(it hashes String, Long, Integer and Boolean keys)",
-            code="KEY_TYPE_UNSUPPORTED",
-        )
-    if key_type is not None and key_type != actual:
-        raise InvalidArgumentError(
-            f"--key-type {key_type}: operator {op.label!r} has {actual} keys ({serializer})",
-            code="KEY_TYPE_MISMATCH",
-        )
-    keys = list(dict.fromkeys(parse_key(text, actual) for text in key_texts))
-    groups = {k: key_group_for_hash(hash_code(k, actual), op.max_parallelism) for k in keys}
+    # What the key column of the decoded rows holds for each key -> (the key as shown, its key group).
+    located: dict[Any, tuple[Any, int]] = {}
+    if actual in HASHABLE_KEY_TYPES:
+        if key_type is not None and key_type != actual:
+            raise InvalidArgumentError(
+                f"--key-type {key_type}: operator {op.label!r} has {actual} keys ({serializer})",
+                code="KEY_TYPE_MISMATCH",
+            )
+        for k in dict.fromkeys(parse_key(text, actual) for text in key_texts):
+            located[k] = (k, key_group_for_hash(hash_code(k, actual), op.max_parallelism))
+    else:
+        fields = _sql_key_fields(first, op.label, serializer)
+        actual = fields.type_name
+        if key_type is not None:
+            raise InvalidArgumentError(
+                f"--key-type {key_type}: operator {op.label!r} has SQL keys ({actual}); give each key "
+                "as a JSON array of its fields, without --key-type",
+                code="KEY_TYPE_MISMATCH",
+            )
+        for text in key_texts:
+            values = parse_row_key(text, fields)
+            row = encode_row(fields, values)
+            group = key_group_for_hash(row_hash_code(row), op.max_parallelism)
+            located[serialized_row(row)] = (list(values), group)
+    keys = list(located)
+    groups = {k: located[k][1] for k in keys}
     by_group: dict[int, set[Any]] = {}
     for k, g in groups.items():
         by_group.setdefault(g, set()).add(k)
@@ -297,12 +321,32 @@ def _lookup(
         for k, entry in _entries(savepoint, streams[subtask], group, by_group[group]):
             entries[k].append(entry)
     found_keys = tuple(
-        KeyState(k, groups[k], subtasks[groups[k]], tuple(sorted(entries[k], key=_order))) for k in keys
+        KeyState(located[k][0], groups[k], subtasks[groups[k]], tuple(sorted(entries[k], key=_order)))
+        for k in keys
     )
     states = state_types(state_codecs(first))
     return KeyLookup(
         "", op.uid, op.operator_id, actual, codec.serializer_class, op.max_parallelism, states, found_keys
     )
+
+
+def _sql_key_fields(stream: KeyedStream, label: str, serializer: str) -> RowFields:
+    """Return the fields of a SQL job's key rows, or refuse a key serializer kg cannot hash."""
+    snapshot = stream.header.key_serializer
+    if snapshot is None or snapshot.class_name != ROW_DATA_SNAPSHOT:
+        raise UnsupportedFormatError(
+            f"operator {label!r}: kg cannot compute the key group of keys written by {serializer} "
+            "(it hashes String, Long, Integer and Boolean keys, and SQL jobs' BinaryRowData keys)",
+            code="KEY_TYPE_UNSUPPORTED",
+        )
+    fields = RowFields.of(snapshot)
+    if fields.unbuildable:
+        raise UnsupportedFormatError(
+            f"operator {label!r}: its SQL key {fields.type_name} has a {fields.unbuildable} field; kg "
+            "builds keys of BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, STRING and BYTES fields",
+            code="KEY_TYPE_UNSUPPORTED",
+        )
+    return fields
 
 
 def _order(entry: StateEntry) -> tuple[str, int]:

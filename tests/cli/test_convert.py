@@ -73,3 +73,23 @@ def test_to_flink_native_holds_the_savepoints_state(kg, tmp_path):
     assert diff.exit_code == 0 and "same logical state" in diff.stdout
     refused = kg("convert", original, "--format", "native", "--out", tmp_path / "x")
     assert refused.exit_code == 2 and "--format only applies with --to-flink" in refused.stderr
+
+
+def test_a_sql_jobs_map_state_under_key_rows_converts_and_back(kg: Kg, tmp_path: Path) -> None:
+    # COUNT(DISTINCT) keeps a MapState under the BinaryRowData key: its length prefix delimits the key.
+    import json
+
+    source = FLINK_FIXTURES / "sql-heap-canonical-p2"
+    query = json.loads((source / "expected-sql-state.json").read_text(encoding="utf-8"))["queries"][4]
+    assert query["name"] == "distinct"
+    result = kg("convert", source, "--out", tmp_path / "s.kg", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert kg("verify", tmp_path / "s.kg").exit_code == 0
+    back = kg("convert", tmp_path / "s.kg", "--to-flink", "--out", tmp_path / "sp")
+    assert back.exit_code == 0, back.stderr
+    keys = [a for k in query["keys"] for a in ("-k", json.dumps(k["key"]))]
+    got = kg("get", tmp_path / "sp", "-o", query["uid"], *keys, "--json")
+    assert got.exit_code == 0, got.stderr
+    for found, want in zip(got.json()["keys"], query["keys"], strict=True):
+        assert found["states"]["accState"]["entries"][0]["value"]["fields"][:2] == want["result"]
+        assert len(found["states"]["distinctAcc_0"]["entries"]) == want["result"][1]

@@ -62,3 +62,18 @@ def test_refusals(kg, tmp_path: Path) -> None:
     missing = kg("export", case, "-o", "keyed-state", "-s", "nope", "--out", tmp_path / "x.parquet")
     assert missing.exit_code == 2 and "no state 'nope'" in missing.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]
+
+
+def test_a_sql_jobs_keys_are_struct_columns(kg, tmp_path: Path) -> None:
+    case = FLINK_FIXTURES / "sql-rocksdb-canonical-p2"
+    doc = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))
+    query = next(q for q in doc["queries"] if q["name"] == "composite")
+    out = tmp_path / "acc.parquet"
+    result = kg("export", case, "-o", query["uid"], "-s", "accState", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    table = pq.read_table(out)
+    assert str(table.schema.field("key").type) == "struct<f0: int32, f1: string, f2: bool>"
+    rows = {(r["key"]["f0"], r["key"]["f1"], r["key"]["f2"]): r["value"] for r in table.to_pylist()}
+    assert rows == {
+        tuple(k["key"]): {"kind": "+I", "f0": k["result"][0], "f1": k["result"][1]} for k in query["keys"]
+    }

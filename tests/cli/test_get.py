@@ -75,3 +75,62 @@ def test_bad_requests_are_one_line_errors(kg, args, code, message) -> None:
     result = kg("get", FLINK_FIXTURES / "heap-inline-p3-maxp10-string", *args)
     assert result.exit_code == code, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def _sql_query(case: Path, name: str) -> dict:
+    doc = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))
+    return next(q for q in doc["queries"] if q["name"] == name)
+
+
+@pytest.mark.parametrize("version", ["2.3", "1.20"])
+def test_a_sql_jobs_composite_keys_hold_the_jobs_results(kg, version: str) -> None:
+    case = FLINK_FIXTURES.parent / version / "sql-heap-canonical-p2"
+    query = _sql_query(case, "composite")
+    wanted = [k for k in query["keys"] if k["key"][1] is None or len(k["key"][1]) > 7][:3]  # null, long
+    wanted.append(next(k for k in query["keys"] if k["key"][1] is not None and len(k["key"][1]) <= 7))
+    args = [a for k in wanted for a in ("-k", json.dumps(k["key"]))]
+    result = kg("get", case, "-o", query["uid"], *args, "-k", '[7, "no such key", true]', "--json")
+    assert result.exit_code == 1, result.stderr  # the last key holds no state
+    doc = result.json()
+    assert doc["key_type"] == "RowData<INTEGER, VARCHAR, BOOLEAN>"
+    *found, missing = doc["keys"]
+    assert [k["key"] for k in found] == [k["key"] for k in wanted]
+    for got, want in zip(found, wanted, strict=True):
+        assert got["states"]["accState"]["entries"] == [
+            {"namespace": None, "value": {"kind": "+I", "fields": want["result"]}}
+        ]
+    assert (missing["key"], missing["found"]) == ([7, "no such key", True], False)
+    text = kg("get", case, "-o", query["uid"], "-k", json.dumps(wanted[0]["key"]))
+    assert (
+        text.exit_code == 0
+        and f"(RowData<INTEGER, VARCHAR, BOOLEAN>), key group {found[0]['key_group']}" in text.stdout
+    )
+
+
+def test_a_one_field_sql_key_may_be_given_bare(kg) -> None:
+    case = FLINK_FIXTURES / "sql-rocksdb-canonical-p2"
+    query = _sql_query(case, "string")
+    want = next(k for k in query["keys"] if k["key"] == ["é€😀"])
+    result = kg("get", case, "-o", query["uid"], "-k", "é€😀", "-k", '[""]', "--json")
+    assert result.exit_code == 0, result.stderr
+    bare, empty = result.json()["keys"]
+    assert (
+        bare["key"] == ["é€😀"]
+        and bare["states"]["accState"]["entries"][0]["value"]["fields"] == want["result"]
+    )
+    assert empty["key"] == [""] and empty["found"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("-k", "42"), 'a JSON array of 3 fields, e.g. [42, "abc", true]'),
+        (("-k", "[1, 2, 3]"), "is not a string"),
+        (("-k", '[1, "a", true]', "-t", "int"), "has SQL keys (RowData<INTEGER, VARCHAR, BOOLEAN>)"),
+    ],
+)
+def test_bad_sql_keys_are_one_line_errors(kg, args, message) -> None:
+    case = FLINK_FIXTURES / "sql-heap-canonical-p2"
+    result = kg("get", case, "-o", _sql_query(case, "composite")["uid"], *args)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr

@@ -65,6 +65,42 @@ def test_inspect_text_lists_operators_states_and_subtasks(kg: Callable[..., Any]
     assert "86-127" in result.stdout
 
 
+@pytest.mark.parametrize("version", ["2.3", "1.20"])
+def test_inspect_names_a_sql_jobs_key_fields(kg: Callable[..., Any], version: str) -> None:
+    case = FLINK / version / "sql-heap-canonical-p2"
+    uid = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))["queries"][3]["uid"]
+    result = kg("inspect", case, "-o", uid)
+    assert result.exit_code == 0, result.stderr
+    assert "(canonical, SQL key RowData<INTEGER, VARCHAR, BOOLEAN>)" in result.stdout
+    assert "accState: value RowDataSerializer<LongSerializer, LongSerializer>" in result.stdout
+    doc = kg("inspect", case, "-o", uid, "--json").json()
+    (op,) = doc["operators"]
+    assert op["key_serializer"] == "RowDataSerializer<IntSerializer, StringDataSerializer, BooleanSerializer>"
+
+
+def test_inspect_kafka_source_offsets_and_sink_prefix(kg: Callable[..., Any]) -> None:
+    case = FLINK / "2.0" / "kafka-p2"
+    want = json.loads((case / "expected-connector-state.json").read_text(encoding="utf-8"))
+    doc = kg("inspect", case, "--kafka-source", "kafka-source", "--json").json()
+    (source,) = doc["kafka_sources"]
+    assert source["operator"]["uid"] == "kafka-source"
+    assert [(s["partition"], s["offset"]) for s in source["splits"]] == [
+        (p["partition"], p["nextOffset"]) for p in want["partitions"]
+    ]
+    assert source["enumerator"]["initial_discovery_finished"] is True
+    text = kg("inspect", case, "--kafka-source", "kafka-source")
+    assert text.exit_code == 0 and "orders partition 0: offset 10 (subtask 1)" in text.stdout
+    assert "enumerator: 3 partitions (3 assigned); initial discovery finished" in text.stdout
+    plain = kg("inspect", case, "--json").json()
+    assert "kafka_sources" not in plain and "kafka_sinks" not in plain
+    sink = kg("inspect", case, "--kafka-sink", "kafka-sink", "--json").json()
+    (writer_state,) = sink["kafka_sinks"]
+    assert writer_state["transactional_id_prefixes"] == [want["sink"]["transactionalIdPrefix"]]
+    assert "kafka_sources" not in sink
+    other = kg("inspect", FLINK / "2.3" / "uid-heap-canonical-p3", "--kafka-source", "uid-source")
+    assert other.exit_code == 4 and "is not a KafkaSource's" in other.stderr
+
+
 def test_inspect_native_savepoint_reads_rocksdb_metadata_file(kg: Callable[..., Any]) -> None:
     case = next(c for c in CASES if "native" in c.name)
     doc = kg("inspect", case, "--json").json()

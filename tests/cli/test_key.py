@@ -89,3 +89,40 @@ def test_keys_and_file_together_is_usage_error(kg, tmp_path):
     path.write_text("a\n")
     assert kg("key", "x", "-f", str(path), "-m", "10").exit_code == 2
     assert kg("key", "-m", "10").exit_code == 2
+
+
+@pytest.mark.parametrize("version", ["2.3", "1.20"])
+def test_sql_keys_land_where_flink_stored_them(kg, version, tmp_path):
+    from pathlib import Path
+
+    from keygroup_cli import read_state
+
+    case = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / version / "sql-heap-canonical-p2"
+    doc = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))
+    uid = next(q["uid"] for q in doc["queries"] if q["name"] == "composite")
+    stored = {
+        (r["key"]["f0"], r["key"]["f1"], r["key"]["f2"]): r["key_group"]
+        for r in read_state(case, uid, "accState").to_pylist()
+    }
+    keys = tmp_path / "keys.jsonl"
+    keys.write_text("".join(json.dumps(list(k)) + "\n" for k in stored), encoding="utf-8")
+    result = kg("key", "-f", keys, "--sql-key", "INT,VARCHAR(10),boolean", "-m", "128", "-p", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    found = result.json()
+    assert found["key_type"] == "RowData<INT, VARCHAR, BOOLEAN>"
+    assert {tuple(k["key"]): k["key_group"] for k in found["keys"]} == stored
+    assert all(k["subtask"] == (k["key_group"] >= 64) for k in found["keys"])
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("[1, 2]", "--sql-key", "INT,STRING"), 2, "is not a string"),
+        (("1", "--sql-key", "DECIMAL"), 2, "DECIMAL is not a key field type"),
+        (("1", "--sql-key", "INT", "-t", "long"), 2, "not both"),
+    ],
+)
+def test_bad_sql_keys(kg, args, code, message):
+    result = kg("key", *args, "-m", "128")
+    assert result.exit_code == code
+    assert message in result.stderr and "Traceback" not in result.stderr

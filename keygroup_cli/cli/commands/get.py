@@ -16,12 +16,15 @@ Examples:
   kg get savepoint/ -o keyed-state -k 42 -k 43 --key-type long --json
   kg get s3://bucket/savepoints/sp-1a2b -o keyed-state -k user-42
   kg get savepoint/ -o keyed-state --keys-file keys.txt --json | jq '.keys[].found'
+  kg get savepoint/ -o 4_group-aggregate -k '[42, "abc", true]'
 
 \b
 The key's key group is computed as Flink does (murmurHash(key.hashCode()) % maxParallelism), and only
 that key group's block of the subtask file holding it is read (one ranged read on an object store).
+A SQL job's key (a BinaryRowData of its key columns) is a JSON array of its fields, in the order
+kg inspect shows ('[42, "abc"]'; a one-field key may be bare).
 Values are decoded with the serializers of the state file's header: primitives, String, byte[], enums,
-List, Map, TTL, Tuple, Row, POJOs, timers; Kryo and other serializers stay bytes, with a note.
+List, Map, TTL, Tuple, Row, SQL rows, POJOs, timers; Kryo and other serializers stay bytes, with a note.
 RocksDB NATIVE savepoints and checkpoints have no per-key-group offsets: their keyed files are
 rewritten as key groups first (local disk only; as costly as kg convert).
 Exit codes: 0 every key holds state, 1 a key holds none, 2 usage, 3 invalid savepoint,

@@ -23,6 +23,8 @@ from keygroup_cli.cli.render import (
     table_style,
 )
 from keygroup_cli.errors import UnsupportedFormatError
+from keygroup_cli.flink.state.binary_row import RowFields
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.summary import (
     OperatorSummary,
     SnapshotSummary,
@@ -32,6 +34,7 @@ from keygroup_cli.summary import (
 )
 
 if TYPE_CHECKING:
+    from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.key_group_sizes import KeyGroupSizes
 
@@ -47,6 +50,8 @@ Examples:
   kg inspect zk://zk1:2181,zk2:2181/flink/my-cluster     # the checkpoint the job resumes from
   kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
   kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
+  kg inspect savepoint/ --kafka-source orders-source      # a KafkaSource's partitions and offsets
+  kg inspect savepoint/ --kafka-sink orders-sink          # a KafkaSink's transactional id prefix
 """
 
 
@@ -78,6 +83,22 @@ Examples:
     "script needed (implies --key-groups).",
 )
 @operator_option("Only this operator: uid (by its hash where _metadata stores none) or id; repeatable.")
+@click.option(
+    "--kafka-source",
+    "kafka_sources",
+    multiple=True,
+    metavar="UID",
+    help="Also decode this KafkaSource operator's state: each reader's partitions and offsets, and the "
+    "enumerator's partitions; repeatable.",
+)
+@click.option(
+    "--kafka-sink",
+    "kafka_sinks",
+    multiple=True,
+    metavar="UID",
+    help="Also decode this exactly-once KafkaSink writer's state: its transactional id prefix and each "
+    "writer's precommitted transactions; repeatable.",
+)
 @output_options
 @click.pass_context
 def command(
@@ -90,6 +111,8 @@ def command(
     maximum: int | None,
     html: str | None,
     operators: tuple[str, ...],
+    kafka_sources: tuple[str, ...],
+    kafka_sinks: tuple[str, ...],
 ) -> None:
     """Show the operators, state and key-group ranges of a savepoint, checkpoint or kg snapshot.
 
@@ -127,13 +150,41 @@ def command(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
+    kafka = _kafka_states(summary, kafka_sources, kafka_sinks)
+    if kafka:
+        # Deferred: connector state is read with the state tables (pyarrow), which plain inspect does without.
+        from keygroup_cli.cli.connectors_render import connector_documents
+
+        document.update(connector_documents(kafka, bool(kafka_sources), bool(kafka_sinks)))
     if html is not None:
         from keygroup_cli import __version__
         from keygroup_cli.cli.skew_html import skew_page, write_page
 
         keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
         write_page(html, skew_page(str(summary.path), summary.format, keyed, __version__))
-    out.result("inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes)))
+    out.result(
+        "inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes, kafka))
+    )
+
+
+def _kafka_states(
+    summary: SnapshotSummary, sources: tuple[str, ...], sinks: tuple[str, ...]
+) -> list[KafkaSourceState | KafkaSinkState]:
+    """Return the KafkaSource and KafkaSink states of the operators named (of a Flink savepoint)."""
+    if not sources and not sinks:
+        return []
+    from keygroup_cli.flink.connectors import kafka_sink_state, kafka_source_state
+    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+    from keygroup_cli.flink.savepoint import Savepoint
+
+    if not isinstance(summary.savepoint, FlinkSnapshot):
+        raise UnsupportedFormatError(
+            "--kafka-source and --kafka-sink read a Flink savepoint or checkpoint, not a kg snapshot",
+            code="CONNECTOR_STATE_UNKNOWN",
+        )
+    savepoint = Savepoint.of(summary.savepoint)
+    found: list[KafkaSourceState | KafkaSinkState] = [kafka_source_state(savepoint, s) for s in sources]
+    return found + [kafka_sink_state(savepoint, s) for s in sinks]
 
 
 def _key_group_sizes(
@@ -156,7 +207,11 @@ def _key_group_sizes(
 
 
 def _text(
-    console: Console, summary: SnapshotSummary, subtasks: bool, sizes: dict[str, KeyGroupSizes]
+    console: Console,
+    summary: SnapshotSummary,
+    subtasks: bool,
+    sizes: dict[str, KeyGroupSizes],
+    kafka: list[KafkaSourceState | KafkaSinkState],
 ) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
@@ -200,10 +255,18 @@ def _text(
         _operator_text(console, op, subtasks)
         if op.operator_id in sizes:
             render_key_group_sizes(console, sizes[op.operator_id])
+    if kafka:
+        from keygroup_cli.cli.connectors_render import print_connectors
+
+        print_connectors(console, kafka)
 
 
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
     key = f", key {op.key_serializer}" if op.key_serializer else ""
+    snapshot = op.key_serializer_snapshot
+    if snapshot is not None and snapshot.class_name == ROW_DATA_SNAPSHOT:
+        # A SQL job's key: its fields' SQL types say what to give kg get --key.
+        key = f", SQL key {RowFields.of(snapshot).type_name}"
     title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
     if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):

@@ -30,6 +30,12 @@ Examples:
   kg key 42 -9000000000 --key-type long -m 4096 -p 7
   kg key --keys-file keys.txt -m 128 -p 3 > placement.tsv
   cut -f1 users.csv | kg key --keys-file - -m 128 -p 3 --json
+  kg key '[42, "abc"]' --sql-key INT,STRING -m 128 -p 4
+
+\b
+--sql-key: the keys of a SQL job (GROUP BY, PARTITION BY, join keys), whose key is a BinaryRowData of
+the key columns; give its field types in order and each key as a JSON array ('42' for one field).
+kg get and kg inspect read the types from a savepoint.
 
 Keys files are UTF-8, one key per line (\\n or \\r\\n); '-' reads stdin.
 More than 50 keys print as tab-separated lines instead of a table (--table plain: aligned columns).
@@ -45,6 +51,11 @@ TABLE_LIMIT = 50
     "--keys-file", "-f", type=click.File("rb"), help="Read keys from FILE, one per line ('-' = stdin)."
 )
 @key_type_option()
+@click.option(
+    "--sql-key",
+    metavar="TYPES",
+    help="Keys of a SQL job: the key row's field types in order (INT,STRING,BOOLEAN); keys as JSON arrays.",
+)
 @max_parallelism_option(required=True)
 @parallelism_option("Also show the owning subtask at parallelism P.")
 @output_options
@@ -54,6 +65,7 @@ def command(
     key_args: tuple[str, ...],
     keys_file: BinaryIO | None,
     key_type: str,
+    sql_key: str | None,
     max_parallelism: int,
     parallelism: int | None,
 ) -> None:
@@ -64,16 +76,25 @@ def command(
         raise click.UsageError("Give keys as arguments or with --keys-file, not both.")
     if keys_file is None and not key_args:
         raise click.UsageError("Give at least one KEY, or --keys-file FILE.")
+    if sql_key is not None and ctx.get_parameter_source("key_type") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("Give --key-type or --sql-key, not both.")
+    source = "argument"
     if keys_file is not None:
         name = str(getattr(keys_file, "name", "<stdin>"))
         source = "stdin" if name in ("<stdin>", "-") else name
         texts = keys_core.split_lines(keys_file.read())
-        parsed = keys_core.parse_keys(texts, key_type, source=source)
     else:
         # Arguments that were not valid UTF-8 arrive surrogate-escaped; re-encode so parsing names them.
         texts = [a.encode("utf-8", "surrogateescape") for a in key_args]
-        parsed = keys_core.parse_keys(texts, key_type)
-    located = keys_core.locate_keys(parsed, key_type, max_parallelism, parallelism)
+    if sql_key is not None:
+        from keygroup_cli.flink.state.binary_row import locate_row_keys, row_fields_from_sql
+
+        fields = row_fields_from_sql(sql_key)
+        rows = [t.decode("utf-8", "surrogateescape") for t in texts]
+        located = locate_row_keys(rows, fields, max_parallelism, parallelism)
+    else:
+        parsed = keys_core.parse_keys(texts, key_type, source=source)
+        located = keys_core.locate_keys(parsed, key_type, max_parallelism, parallelism)
     if out.json:
         _write(_json_document(located))
     elif out.table == "plain":

@@ -25,6 +25,7 @@ from typing import TypeVar
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.metadata.handles import DISTRIBUTION_MODES, OperatorStateHandle
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108
@@ -38,6 +39,9 @@ OPTIONAL_MAP_HEADER = 0x4F2C69A3D70
 POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
 #: The Kryo serializer's snapshot (``GenericTypeInfo``), in Flink 1.x (Kryo 2) and 2.x (Kryo 5) alike.
 KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
+#: ``ROW_DATA_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows), is
+#: not composite, but its nested snapshots follow the fields' logical types (``writeSnapshot``: int arity,
+#: each ``LogicalType`` Java-serialized, then ``NestedSerializersSnapshotDelegate``).
 #: Snapshots whose body starts with the serialized type's class name (``writeUTF``).
 TYPE_CLASS_FIRST = frozenset((POJO_SNAPSHOT, KRYO_SNAPSHOT))
 
@@ -312,6 +316,10 @@ class _Grammar:
             q = delimited(self, p)
             yield SerializerSnapshot(name, version, self.data[pos:q]), q
             return
+        if name == ROW_DATA_SNAPSHOT:
+            # The arity bounds the search for the nested snapshots after the Java-serialized logical types.
+            for nested, q in self._nested_after(p + 4, self.int_at(p)):
+                yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
         if p + 4 <= self.limit and _INT.unpack_from(self.data, p)[0] == COMPOSITE_MAGIC:
             for nested, q in self._composite(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -338,6 +346,20 @@ class _Grammar:
                 return
             if not 0 <= count <= 255:
                 continue
+            yield from self._sequence(at + 12, count)
+
+    @_parser
+    def _nested_after(self, pos: int, count: int) -> Iterator[tuple[tuple[SerializerSnapshot, ...], int]]:
+        # A NestedSerializersSnapshotDelegate of ``count`` snapshots somewhere at or after ``pos``.
+        if not 0 <= count <= 255:
+            return
+        marker = _INT.pack(NESTED_MAGIC) + _INT.pack(1) + _INT.pack(count)
+        start = pos
+        while True:
+            at = self.data.find(marker, start, self.limit)
+            if at < 0:
+                return
+            start = at + 1
             yield from self._sequence(at + 12, count)
 
     @_parser

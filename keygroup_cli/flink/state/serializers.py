@@ -38,6 +38,10 @@ GLOBAL_WINDOW_SNAPSHOT = (
     "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot"
 )
 
+#: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): opaque ``binary`` keys to this module, but
+#: self-delimiting: an int length (big-endian), then the row's bytes.
+ROW_DATA_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
+
 #: kg key type per key-serializer snapshot class; any other class is carried as ``binary``.
 KEY_TYPE_BY_SNAPSHOT = {
     STRING_SNAPSHOT: "string",
@@ -177,7 +181,12 @@ class KeyCodec:
     @property
     def self_delimiting(self) -> bool:
         """Return whether a key's end can be found from its bytes alone."""
-        return self.fixed_size is not None or self.key_type == "string"
+        return self.fixed_size is not None or self.key_type == "string" or self.length_prefixed
+
+    @property
+    def length_prefixed(self) -> bool:
+        """Return whether each key starts with its byte length (``RowDataSerializer``'s int)."""
+        return self.serializer_class == ROW_DATA_SNAPSHOT
 
     def read(self, data: bytes, pos: int, source: str = "<bytes>") -> tuple[object, int]:
         """Decode the key at ``pos``; return the value and the end position (self-delimiting codecs only)."""
@@ -186,6 +195,14 @@ class KeyCodec:
             if value is None:
                 raise _corrupt(source, "null String key")
             return value, end
+        if self.length_prefixed:
+            # The key stays the bytes the serializer wrote (length and row), as opaque keys always are.
+            if pos + 4 > len(data):
+                raise _corrupt(source, f"key runs past the end of its bytes (at {pos})")
+            end = pos + 4 + _INT.unpack_from(data, pos)[0]
+            if end > len(data) or end < pos + 4:
+                raise _corrupt(source, f"key runs past the end of its bytes (at {pos})")
+            return bytes(data[pos:end]), end
         size = self.fixed_size
         if size is None:
             raise UnsupportedFormatError(

@@ -39,13 +39,14 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
+from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, decode_row
 from keygroup_cli.flink.state.keyed_header import (
     OPTIONAL_MAP_HEADER,
     SerializerSnapshot,
     StateMetaInfo,
     parse_snapshot,
 )
-from keygroup_cli.flink.state.serializers import read_string
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT, read_string
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
 _ARRAY = f"{_BASE}array."
@@ -73,6 +74,11 @@ _ARRAYS = {
     f"{_ARRAY}CharPrimitiveArraySerializer$CharPrimitiveArraySerializerSnapshot": ("char[]", "H"),
 }
 STRING = f"{_BASE}StringSerializer$StringSerializerSnapshot"
+#: The Table runtime's ``ExternalSerializer``: converts to the internal type, then writes its one nested
+#: (internal) serializer's bytes.
+EXTERNAL = "org.apache.flink.table.runtime.typeutils.ExternalSerializer$ExternalSerializerSnapshot"
+#: The Table runtime's ``StringDataSerializer`` (SQL strings outside rows): int length, then UTF-8 bytes.
+STRING_DATA = "org.apache.flink.table.runtime.typeutils.StringDataSerializer$StringDataSerializerSnapshot"
 BYTES = f"{_ARRAY}BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot"
 STRING_ARRAY = f"{_ARRAY}StringArraySerializer$StringArraySerializerSnapshot"
 ENUM = f"{_BASE}EnumSerializer$EnumSerializerSnapshot"
@@ -203,6 +209,20 @@ class _String(Codec):
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return read_string(data, pos)
+
+
+class _StringData(Codec):
+    type_name = "StringData"
+
+    def arrow_type(self) -> pa.DataType:
+        return pa.string()
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        n = _INT.unpack_from(data, pos)[0]
+        end = pos + 4 + n
+        if n < 0 or end > len(data):
+            raise NotDecodable("StringData: length runs past the value")
+        return bytes(data[pos + 4 : end]).decode("utf-8"), end
 
 
 class _Bytes(Codec):
@@ -422,6 +442,64 @@ class _Fields(Codec):
         return {"kind": kind, "fields": values}, pos
 
 
+#: Arrow types of ``BinaryRowData`` field kinds (``binary_row.FIELD_KINDS``).
+_ROW_FIELD_ARROW = {
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "raw": pa.binary(),
+}
+
+
+class _RowData(Codec):
+    """A SQL job's ``BinaryRowData`` (``RowDataSerializer``): int length, then the row (``binary_row``).
+
+    As a key it decodes to the list of its fields (``[42, "abc"]``); as a value to ``{"kind", "fields"}``
+    like a ``Row``.
+    """
+
+    def __init__(self, fields: RowFields, as_key: bool) -> None:
+        self.fields = fields
+        self.as_key = as_key
+        self.type_name = fields.type_name
+        if fields.undecodable:
+            self.reason = (
+                f"{fields.type_name}: a {fields.undecodable} field; kg does not decode it, kept as bytes"
+            )
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        if self.reason:
+            raise NotDecodable(self.reason)
+        n = _INT.unpack_from(data, pos)[0]
+        end = pos + 4 + n
+        if n < 0 or end > len(data):
+            raise NotDecodable(f"{self.type_name}: length runs past the value")
+        try:
+            kind, values = decode_row(self.fields, data[pos + 4 : end])
+        except RowDecodeError as exc:
+            raise NotDecodable(f"{self.type_name}: {exc}") from None
+        return (values if self.as_key else {"kind": kind, "fields": values}), end
+
+    def arrow_type(self) -> pa.DataType:
+        if self.reason:
+            return pa.binary()
+        fields = [(f"f{i}", _ROW_FIELD_ARROW[k]) for i, k in enumerate(self.fields.kinds)]
+        return pa.struct(fields if self.as_key else [("kind", pa.string()), *fields])
+
+    def to_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        items = value if self.as_key else value["fields"]
+        out = {f"f{i}": v for i, v in enumerate(items)}
+        return out if self.as_key else {"kind": value["kind"], **out}
+
+
 class _VoidNamespace(Codec):
     type_name = "VoidNamespace"
 
@@ -564,6 +642,10 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
             return _Fixed(*_PRIMITIVES[name])
         if name == STRING:
             return _String()
+        if name == STRING_DATA:
+            return _StringData()
+        if name == EXTERNAL and len(nested) == 1:
+            return nested[0]
         if name == BYTES:
             return _Bytes()
         if name in _ARRAYS:
@@ -591,6 +673,8 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
             return _Fields(
                 f"Row<{', '.join(c.type_name for c in nested)}>", names, nested, _row_layout(snapshot)
             )
+        if name == ROW_DATA_SNAPSHOT:
+            return _RowData(RowFields.of(snapshot), as_key=False)
         if name == VOID_NAMESPACE or name == GLOBAL_WINDOW:
             return _VoidNamespace()
         if name == TIME_WINDOW:
@@ -603,6 +687,16 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
     if "avro" in name.lower():
         return Opaque(short, f"{short}: Avro values are kept as bytes (not decoded yet)")
     return Opaque(short, f"{short}: no decoder for this serializer; kept as bytes")
+
+
+def key_type_codec(snapshot: SerializerSnapshot) -> Codec:
+    """Return the decoder of keys a key serializer snapshot describes: a SQL key row as its field list."""
+    if snapshot.class_name == ROW_DATA_SNAPSHOT:
+        try:
+            return _RowData(RowFields.of(snapshot), as_key=True)
+        except (struct.error, ValueError) as exc:
+            return Opaque("RowData", f"RowData: kg cannot read its serializer snapshot ({exc})")
+    return type_codec(snapshot)
 
 
 # -- per state -------------------------------------------------------------------------------------------
@@ -631,7 +725,7 @@ class StateCodecs:
     @classmethod
     def of(cls, info: StateMetaInfo, kind: str, key_snapshot: SerializerSnapshot) -> StateCodecs:
         """Build the decoders of state ``info`` of kg kind ``kind`` under the key serializer's snapshot."""
-        key = type_codec(key_snapshot)
+        key = key_type_codec(key_snapshot)
         value_snapshot = info.serializer("VALUE_SERIALIZER")
         namespace_snapshot = info.serializer("NAMESPACE_SERIALIZER")
         unknown = Opaque("?", f"state {info.name!r}: no serializer snapshot")
@@ -711,6 +805,7 @@ __all__ = [
     "StateCodecs",
     "TtlValue",
     "fixed_width",
+    "key_type_codec",
     "prefixed_kind",
     "to_plain",
     "type_codec",
