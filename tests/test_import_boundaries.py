@@ -32,19 +32,65 @@ def _core_modules() -> list[str]:
     return names
 
 
-def _loaded_after_import(module: str) -> set[str]:
-    code = (
-        f"import importlib, sys, json; importlib.import_module({module!r}); "
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+#: Imported before the fork in which each module is imported: libraries that never import click, rich,
+#: pyspark or py4j, so having them loaded already cannot hide one of those (checked in the child).
+_PRELOADED = ("numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pyarrow.fs", "xxhash", "mmh3")
+_FORBIDDEN = ("click", "rich", "pyspark", "py4j")
+
+#: One interpreter preloads ``_PRELOADED`` and then forks once per module: each child imports its module
+#: into a sys.modules that holds none of kg's modules and none of the forbidden ones, and reports the
+#: top-level packages it then holds (a fresh interpreter per module took about a second each).
+_FORKING_CHILD = """
+import importlib, json, os, sys
+for name in PRELOADED:
+    importlib.import_module(name)
+assert not set(FORBIDDEN) & {m.split('.')[0] for m in sys.modules}, 'a preloaded library imports one'
+assert not any(m.startswith('keygroup_cli') for m in sys.modules)
+result = {}
+for module in json.loads(sys.stdin.read()):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(module)
+            text = json.dumps(sorted({m.split('.')[0] for m in sys.modules}))
+        except BaseException as exc:
+            text = json.dumps({'error': repr(exc)})
+        os.write(write, text.encode())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    result[module] = json.loads(b''.join(chunks))
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded_after_import() -> dict[str, object]:
+    """Return, per core module, the top-level packages loaded after importing it (or its import error)."""
+    code = f"PRELOADED = {_PRELOADED!r}\nFORBIDDEN = {_FORBIDDEN!r}\n" + _FORKING_CHILD
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(_core_modules()),
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return set(json.loads(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
 
 
 @pytest.mark.parametrize("module", _core_modules())
-def test_core_module_imports_no_ui_or_spark(module):
-    loaded = _loaded_after_import(module)
-    assert not loaded & {"click", "rich", "pyspark", "py4j"}, module
+def test_core_module_imports_no_ui_or_spark(module, loaded_after_import):
+    loaded = loaded_after_import[module]
+    assert isinstance(loaded, list), (module, loaded)
+    assert not set(loaded) & set(_FORBIDDEN), module
 
 
 @pytest.mark.parametrize("command", ["ranges", "key", "plan", "advise", "inspect", "check"])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.reliability.corrupt_harness import (
     CI_CORPUS,
     COMMANDS,
@@ -132,16 +133,40 @@ def _limit_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
-def _kg(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run kg in a fresh interpreter under a 3 GB address-space limit and a timeout."""
-    return subprocess.run(
-        [sys.executable, "-m", "keygroup_cli", "--no-color", *argv],
+#: The child that runs a batch of kg commands in one interpreter, each through kg's error boundary with
+#: stdout and stderr captured (corrupt_harness.run_kg, which also turns a hang into a None status).
+_BATCH_CHILD = """
+import json, sys
+from tests.reliability.corrupt_harness import run_kg
+done = [run_kg(argv) for argv in json.loads(sys.stdin.read())]
+print(json.dumps([[r.code, r.stdout, r.stderr] for r in done]))
+"""
+
+
+def _kg_batch(argvs: list[list[str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Run kg commands in one fresh interpreter under a 3 GB address-space limit, one result each.
+
+    The limit holds for the whole batch: one command that allocates from an untrusted size fails there
+    as it would alone (a fresh interpreter per command took about a second each).
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", _BATCH_CHILD],
+        input=json.dumps(argvs),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120 + 60 * len(argvs),
         preexec_fn=_limit_address_space,
         env={**os.environ, "KG_QUIET": "1"},
+        cwd=ROOT,
+        check=False,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.splitlines()[-1])
+    assert len(results) == len(argvs)
+    return [
+        subprocess.CompletedProcess(argv, code if code is not None else -9, out, err)
+        for argv, (code, out, err) in zip(argvs, results, strict=True)
+    ]
 
 
 def _assert_one_line_error(proc: subprocess.CompletedProcess[str], what: str) -> None:
@@ -166,21 +191,22 @@ def test_a_metadata_claiming_huge_counts_fails_fast(tmp_path: Path, claim: int) 
     positions = _count_positions(data, 8, len(data))
     sample = positions if full_run() else sorted(rng.sample(positions, 12))
     outcomes: Counter[int] = Counter()
+    argvs: list[list[str]] = []
     for pos in sample:
         work = tmp_path / f"m{pos}"
         shutil.copytree(source, work)
         mutated = bytearray(data)
         struct.pack_into(">i", mutated, pos, claim)
         (work / "_metadata").write_bytes(bytes(mutated))
-        for argv in (
+        argvs += [
             ["inspect", str(work)],
             ["verify", str(work)],
             ["rescale", str(work), "--to", "2", "--out", str(tmp_path / f"o{pos}"), "--engine", "local"],
-        ):
-            proc = _kg(argv)
-            outcomes[proc.returncode] += 1
-            if proc.returncode != 0:
-                _assert_one_line_error(proc, f"{argv[0]} with {claim:#x} at byte {pos}")
+        ]
+    for argv, proc in zip(argvs, _kg_batch(argvs), strict=True):
+        outcomes[proc.returncode] += 1
+        if proc.returncode != 0:
+            _assert_one_line_error(proc, f"{argv[0]} with {claim:#x} in {Path(argv[1]).name}")
     assert outcomes[3] > 0
 
 
@@ -192,14 +218,14 @@ def test_a_manifest_claiming_2_62_rows_fails_fast(tmp_path: Path) -> None:
     keyed["key_group_rows"][0] += 2**62 - keyed["rows"]
     keyed["rows"] = 2**62
     (work / "_manifest.json").write_text(json.dumps(manifest))
-    for argv in (
+    argvs = [
         ["inspect", str(work)],
         ["verify", str(work)],
         ["check", str(work), "-p", "2"],
         ["plan", str(work), "--to", "3"],
         ["rescale", str(work), "--to", "3", "--out", str(tmp_path / "out"), "--engine", "local"],
-    ):
-        proc = _kg(argv)
+    ]
+    for argv, proc in zip(argvs, _kg_batch(argvs), strict=True):
         if proc.returncode != 0:
             _assert_one_line_error(proc, argv[0])
         assert argv[0] not in ("verify", "rescale") or proc.returncode == 3, (
