@@ -84,6 +84,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = os.pathsep.join([str(decoy), os.environ.get("PATH", "")])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test the xdist group its module runs in (``-n`` with ``--dist loadgroup``, see pyproject).
+
+    A module runs whole on one worker, so its module-scoped fixtures (a JVM batch of restores, a cluster)
+    are built once. Every module that uses the SparkSession runs on one worker too, so the run keeps one
+    SparkSession. Without xdist the marks do nothing.
+    """
+    uses_spark: set[str] = set()
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            uses_spark.add(str(item.path))
+    for item in items:
+        module = str(item.path)
+        group = "spark" if module in uses_spark else Path(module).relative_to(ROOT).as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",

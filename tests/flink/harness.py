@@ -12,13 +12,15 @@ Import it from tests as ``from tests.flink.harness import ...``; the session fix
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,19 @@ def _tool_env() -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """Hold the lock on fixtures/java/build: test workers (pytest -n) compile and fetch jars one at a time."""
+    lock = ROOT / "fixtures" / "java" / "build" / ".lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build_classpath() -> str:
     """Compile fixtures/java (once; build.sh skips up-to-date builds) and return the classpath.
 
@@ -98,9 +113,10 @@ def build_classpath() -> str:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise FlinkHarnessError(f"the flink tests need `{tool}` (Java 17) on PATH; {INSTALL_HINT}")
-    proc = subprocess.run(
-        ["bash", str(BUILD_SH)], capture_output=True, text=True, env=_tool_env(), timeout=600, check=False
-    )
+    with _build_lock():
+        proc = subprocess.run(
+            ["bash", str(BUILD_SH)], capture_output=True, text=True, env=_tool_env(), timeout=600, check=False
+        )
     if proc.returncode == 6:
         raise FlinkHarnessError(f"the Flink 2.3.0 jars are missing: {INSTALL_HINT}")
     if proc.returncode != 0:
@@ -513,9 +529,10 @@ def build_versioned_classpath(version: str) -> str:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise FlinkHarnessError(f"the flink tests need `{tool}` (Java 17) on PATH; {INSTALL_HINT}")
-    lib = flink_lib(version)
-    cmd = ["bash", str(VERSIONED_BUILD_SH), version] + ([str(lib)] if lib is not None else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_tool_env(), timeout=600, check=False)
+    with _build_lock():
+        lib = flink_lib(version)
+        cmd = ["bash", str(VERSIONED_BUILD_SH), version] + ([str(lib)] if lib is not None else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_tool_env(), timeout=600, check=False)
     if proc.returncode != 0:
         raise FlinkHarnessError(
             f"{VERSIONED_BUILD_SH} {version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
