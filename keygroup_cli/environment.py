@@ -79,7 +79,8 @@ ENVIRONMENT: dict[str, str] = {
     "KG_TABLE": "default of --table",
     "KG_ENGINE": "default of kg rescale --engine",
     "KG_MASTER": "default of kg rescale --master (and kg doctor --master)",
-    "KG_CACHE_DIR": "kg's cache: Spark's class-data-sharing archive, logs of failed Spark runs",
+    "KG_CACHE_DIR": "kg's cache: Spark's class-data-sharing archive, logs of failed Spark runs, numba's cache",
+    "KG_NATIVE": "0: pure Python; 1: the [native] extra's numba kernels; auto (default): them when importable",
     "KG_SPARK_CDS": "0: no class-data-sharing archive of Spark's classes",
     "KG_SCRATCH_DIR": "where object-store inputs are downloaded and remote outputs staged",
     "KG_STATE_ROOTS": "more directories a checkpoint's absolute state paths may lead to",
@@ -94,6 +95,14 @@ ENVIRONMENT: dict[str, str] = {
     "COLUMNS": "width of the text output",
     "SOURCE_DATE_EPOCH": "kg generate: the manifest's created_at",
 }
+
+
+def cache_directory() -> Path:
+    """Return kg's cache directory: ``$KG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kg``, else ``~/.cache/kg``."""
+    if os.environ.get("KG_CACHE_DIR"):
+        return Path(os.environ["KG_CACHE_DIR"])
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(home) / "kg"
 
 
 @dataclass(frozen=True, slots=True)
