@@ -198,7 +198,9 @@ def test_a_false_claim_of_entry_boundaries_is_judged_as_the_reference_judges_it(
     keys=st.lists(st.text(max_size=12) | st.binary(max_size=14), min_size=1, max_size=20),
     noise=st.binary(max_size=8),
 )
-def test_string_keys_hash_as_the_reference_hashes_them(keys: list[Any], noise: bytes) -> None:
+def test_string_keys_hash_as_the_reference_hashes_them(
+    keys: list[Any], noise: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # StringValue-like bytes (a length byte, then the chars), non-ASCII and ill-formed ones among them.
     raw, key_at, key_ends = bytearray(noise), [], []
     for key in keys:
@@ -209,6 +211,7 @@ def test_string_keys_hash_as_the_reference_hashes_them(keys: list[Any], noise: b
         raw += b"\x00\x00\x00\x01"  # the value's int length: a key never ends its block
     buf = np.frombuffer(bytes(raw), dtype=np.uint8)
     at, ends = np.asarray(key_at, dtype=np.int64), np.asarray(key_ends, dtype=np.int64)
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
     found = native_kernels.kernels()
     assert found is not None
     assert _same(found.string_hashes(buf, at, ends), keyed_entries._short_string_hash_codes(buf, at, ends))
