@@ -97,14 +97,6 @@ ENVIRONMENT: dict[str, str] = {
 }
 
 
-def cache_directory() -> Path:
-    """Return kg's cache directory: ``$KG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kg``, else ``~/.cache/kg``."""
-    if os.environ.get("KG_CACHE_DIR"):
-        return Path(os.environ["KG_CACHE_DIR"])
-    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(home) / "kg"
-
-
 @dataclass(frozen=True, slots=True)
 class Package:
     """One distribution kg uses: its version (None: not installed) and whether its module imports."""

@@ -227,7 +227,7 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 
 #: The package's layers, bottom up (#21). A module may import its own layer and those below, never above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows")),
+    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows", "cache")),
     ("storage", ("storage",)),
     ("formats", ("flink", "snapshot", "ha")),
     (

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 import keygroup_cli
-from keygroup_cli.environment import cache_directory
+from keygroup_cli.cache import cache_directory
 from keygroup_cli.errors import (
     ExecutionError,
     InvalidArgumentError,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from keygroup_cli.environment import cache_directory
+from keygroup_cli.cache import cache_directory
 from keygroup_cli.errors import MissingDependencyError
 
 #: The environment switch: 0 (Python), 1 (kernels, or an error), auto (kernels when numba imports).
