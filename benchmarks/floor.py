@@ -9,6 +9,10 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
 - **copy**: ``rescale(SAVEPOINT, DEST, 4, engine="local")``: maxParallelism kept, key-group blocks copied
   as bytes and checked in the same pass;
 - with ``--engines local spark`` also **spark-rekey**: the re-key on an embedded Spark ``local[*]``;
+- with ``--native``, **rekey-native** and **copy-native**: the same with kg's numba kernels (``KG_NATIVE=1``,
+  the ``[native]`` extra; **rekey** and **copy** then run with ``KG_NATIVE=0``, the pure-Python reference).
+  The kernels' compile cache is warmed by one untimed run first: each timed run pays the import of numba
+  and the load of the cached kernels, as every kg process does;
 - with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
   earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
   one (each result names the package it ran): before and after, in the same run.
@@ -23,7 +27,7 @@ a shared machine) and its peak RSS (``VmHWM``). No assertion on timings:
 the figures go to docs/performance.md.
 
 Usage: nice -n 5 python benchmarks/floor.py --work /work/bench-cache [--keys 2000000] [--savepoint DIR]
-    [--repeat 3] [--engines local [spark]] [--before DIR] [--json]
+    [--repeat 3] [--engines local [spark]] [--native] [--before DIR] [--json]
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ TITLES = {
     "rekey": "local, 3->4, maxP 128->1024 (re-key)",
     "copy": "local, 3->4, maxP kept (key groups copied)",
     "spark-rekey": "spark local[*], 3->4, maxP 128->1024",
+    "rekey-native": "native kernels: local, 3->4, maxP 128->1024 (re-key)",
+    "copy-native": "native kernels: local, 3->4, maxP kept (key groups copied)",
     "rekey-before": "before: local, 3->4, maxP 128->1024",
     "copy-before": "before: local, 3->4, maxP kept",
 }
@@ -114,10 +120,17 @@ def child_main(args: list[str]) -> None:
     print(json.dumps(result))
 
 
-def run_child(run: str, source: Path, dest: Path, before: Path | None) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter (with ``before``'s package first for ``*-before``)."""
+def run_child(
+    run: str, source: Path, dest: Path, before: Path | None, native: bool = False
+) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (with ``before``'s package first for ``*-before``).
+
+    With ``native`` (a ``--native`` run) kg's kernels are on in ``*-native`` runs and off in the others.
+    """
     env = dict(os.environ)
     env.pop(BEFORE_ENV, None)
+    if native:
+        env["KG_NATIVE"] = "1" if run.endswith("-native") else "0"
     if run.endswith("-before") and before is not None:
         env[BEFORE_ENV] = str(before.resolve())
     if run == "floor":
@@ -139,6 +152,7 @@ def run_child(run: str, source: Path, dest: Path, before: Path | None) -> dict[s
 
 def summarise(results: dict[str, list[dict[str, Any]]], size: int) -> dict[str, dict[str, Any]]:
     floor = statistics.median(r["wall_s"] for r in results["floor"])
+    floor_min = min(r["wall_s"] for r in results["floor"])
     out = {}
     for run, rs in results.items():
         walls = [r["wall_s"] for r in rs]
@@ -148,10 +162,13 @@ def summarise(results: dict[str, list[dict[str, Any]]], size: int) -> dict[str, 
             "min_s": min(walls),
             "median_s": med,
             "ratio": med / floor,
+            "min_ratio": min(walls) / floor_min,
             "mb_per_s": size / 1e6 / med,
             "mb_per_s_per_core": size / 1e6 / med / max(cores, 1.0),
             "cores_used": cores,
             "median_cpu_s": statistics.median(r["cpu_s"] for r in rs),
+            # Throughput per CPU second: what a core would do alone, less disturbed by load than MB/s.
+            "mb_per_cpu_s": size / 1e6 / statistics.median(r["cpu_s"] for r in rs),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
             "jvm_peak_rss_mib": max((r.get("jvm_peak_rss_mib") or 0 for r in rs), default=0) or None,
         }
@@ -160,14 +177,17 @@ def summarise(results: dict[str, list[dict[str, Any]]], size: int) -> dict[str, 
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| run | wall min / median | ratio to floor | MB/s | MB/s per core | CPU s (median) | peak RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | wall min / median | ratio to floor (min / median) | MB/s | MB/s per core | CPU s (median) "
+        "| MB per CPU s | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run, s in summary.items():
         jvm = f" (JVM {s['jvm_peak_rss_mib']:.0f})" if s["jvm_peak_rss_mib"] else ""
         lines.append(
-            f"| {TITLES[run]} | {s['min_s']:.2f} / {s['median_s']:.2f} s | {s['ratio']:.2f}x | "
+            f"| {TITLES[run]} | {s['min_s']:.2f} / {s['median_s']:.2f} s | "
+            f"{s['min_ratio']:.2f}x / {s['ratio']:.2f}x | "
             f"{s['mb_per_s']:.0f} | {s['mb_per_s_per_core']:.0f} | {s['median_cpu_s']:.1f} | "
+            f"{s['mb_per_cpu_s']:.0f} | "
             f"{s['peak_rss_mib']:.0f} MiB{jvm} |"
         )
     return "\n".join(lines)
@@ -183,6 +203,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--engines", nargs="+", choices=("local", "spark"), default=["local"])
     parser.add_argument("--before", type=Path, help="A directory holding an earlier keygroup_cli package.")
+    parser.add_argument(
+        "--native", action="store_true", help="Also run with the native kernels (KG_NATIVE=1)."
+    )
     parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -202,13 +225,20 @@ def main() -> None:
         runs.append("spark-rekey")
     if args.before is not None:
         runs += ["rekey-before", "copy-before"]
+    if args.native:
+        runs += ["rekey-native", "copy-native"]
+        log("warming the native kernels' compile cache (one untimed re-key) ...")
+        warm = work / "out-warm"
+        shutil.rmtree(warm, ignore_errors=True)
+        run_child("rekey-native", source, warm, None, native=True)
+        shutil.rmtree(warm, ignore_errors=True)
     results: dict[str, list[dict[str, Any]]] = {run: [] for run in runs}
     for i in range(args.repeat):
         for run in runs:
             dest = work / f"out-{run}"
             shutil.rmtree(dest, ignore_errors=True)
             log(f"[{i + 1}/{args.repeat}] {run} (load {os.getloadavg()[0]:.1f}) ...")
-            r = run_child(run, source, dest, args.before)
+            r = run_child(run, source, dest, args.before, native=args.native)
             r["load_average_after"] = os.getloadavg()
             log(f"  {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB")
             results[run].append(r)
@@ -217,6 +247,7 @@ def main() -> None:
     figures = {
         "savepoint": {"path": str(source), "bytes": size, "keys": args.keys},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+        "native": args.native,
         "git": pipeline.git_state(),
         "summary": summary,
         "runs": results,

@@ -30,9 +30,15 @@ OTHER_ENVIRONMENT = [
     ("_KG_COMPLETE", "`bash_source`, `zsh_source` or `fish_source`: print the shell completion script"),
     (
         "KG_CACHE_DIR",
-        "kg's cache (Spark's class-data-sharing archive, Spark logs of failed runs); default `~/.cache/kg`",
+        "kg's cache (Spark's class-data-sharing archive, Spark logs of failed runs, the native kernels' "
+        "compile cache); default `~/.cache/kg`",
     ),
     ("KG_SPARK_CDS", "`0`: no class-data-sharing archive of Spark's classes"),
+    (
+        "KG_NATIVE",
+        "`0`: pure Python; `1`: the native kernels of the `[native]` extra (exit 6 without numba); "
+        "`auto` (default): the kernels when numba imports",
+    ),
     ("PYSPARK_PYTHON", "the Python of Spark's workers (default in local mode: kg's own interpreter)"),
     ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),
     ("KG_SCRATCH_DIR", "where inputs from object stores are downloaded and remote outputs staged"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -100,6 +101,21 @@ def test_metadata_commands_never_import_pyspark(command):
         "sys.exit(1 if 'pyspark' in sys.modules or 'py4j' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "flink" / "2.3" / "heap-files-p3-maxp128-long"
+
+
+@pytest.mark.parametrize("command", ["check", "inspect"])
+def test_metadata_commands_never_import_the_native_kernels(command):
+    # KG_NATIVE=1 asks for them; a command that decodes no key group still never imports numba.
+    code = (
+        "import sys\nfrom keygroup_cli.cli import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\nsys.exit(1 if 'numba' in sys.modules else 0)"
+    )
+    env = {**os.environ, "KG_NATIVE": "1"}
+    result = subprocess.run([sys.executable, "-c", code, command, str(FIXTURE)], capture_output=True, env=env)
     assert result.returncode == 0, result.stderr
 
 
@@ -257,7 +273,7 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 
 #: The package's layers, bottom up (#21). A module may import its own layer and those below, never above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows")),
+    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows", "cache")),
     ("storage", ("storage",)),
     ("formats", ("flink", "snapshot", "ha")),
     (

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 import keygroup_cli
+from keygroup_cli.cache import cache_directory
 from keygroup_cli.errors import (
     ExecutionError,
     InvalidArgumentError,
@@ -299,14 +300,6 @@ def _worker_fix(master: str | None) -> str:
         "install kg on the executors (the kg wheel with [spark], docs/how-to/install.md#extras) and point "
         "--conf spark.pyspark.python=... (or PYSPARK_PYTHON) at that Python"
     )
-
-
-def cache_directory() -> Path:
-    """Return kg's cache directory: ``$KG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kg``, else ``~/.cache/kg``."""
-    if os.environ.get("KG_CACHE_DIR"):
-        return Path(os.environ["KG_CACHE_DIR"])
-    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(home) / "kg"
 
 
 _console_logs: dict[str, Path | bool] = {}

@@ -34,6 +34,7 @@ from keygroup_cli.flink.state.keyed_layout import (
     StateLayout,
     _vector_states,
 )
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels, scan_window
 from keygroup_cli.flink.state.serializers import (
     KeyCodec,
     flip_sign_bit,
@@ -399,7 +400,11 @@ def _scan_window(
     each entry's end, the entries that open a run (after a state id in ``buf``), the bytes consumed (to
     the last whole entry, or the END mark), the state id of the run open there (None if a state id is
     next) and whether the END mark was read; None for a state outside ``states`` or negative lengths.
+    With the native kernels (``native_kernels``), their scan: the same result.
     """
+    native = kernels()
+    if native is not None:
+        return scan_window(native, buf, states, current)
     unpack = _INT.unpack_from
     value_ends = array("q")
     add = value_ends.append
@@ -589,6 +594,23 @@ def _structure(
     if int(all_ve[-1]) + 2 != end or bool((np.diff(all_ve[max(lo - 1, 0) : hi]) <= 0).any()):
         return None
     raw = np.frombuffer(block, dtype=np.uint8, count=end)
+    native = kernels()
+    if native is not None and int(all_ve[max(lo - 1, 0)]) >= 0:
+        # The same checks, entry by entry, by the native kernel (it defers where a read would wrap).
+        mask = np.zeros(0x10000, dtype=np.bool_)
+        mask[list(states)] = True
+        status, ks, ke, ids = native.structure(
+            raw,
+            mask,
+            all_ve,
+            np.asarray(run_end, dtype=np.bool_),
+            end,
+            lo,
+            hi,
+            _opened(all_ve, run_end, lo, run_ends),
+        )
+        if status != DEFER:
+            return _Structure(ks, ke, all_ve[lo:hi], ids) if status else None
     ve = all_ve[lo:hi]
     ends = np.asarray(run_end[lo:hi], dtype=bool)
     ks = np.empty(hi - lo, dtype=np.int64)
@@ -627,15 +649,7 @@ def _state_ids(
 ) -> np.ndarray | None:
     """Check the state ids around entries ``[lo, hi)`` (see ``_structure``); return each entry's, or None."""
     # State ids: one at 0 and one after each run's last entry (END_OF_KEY_GROUP_MARK after the last).
-    # The run that holds entry ``lo`` started after the last run end before it.
-    if lo == 0:
-        opened = 0
-    elif bool(run_end[lo - 1]):
-        opened = int(all_ve[lo - 1])
-    else:
-        closed = np.flatnonzero(run_end) if run_ends is None else run_ends
-        k = int(np.searchsorted(closed, lo)) - 1
-        opened = int(all_ve[closed[k]]) if k >= 0 else 0
+    opened = _opened(all_ve, run_end, lo, run_ends)
     first_id = (int(raw[opened]) << 8) | int(raw[opened + 1])
     closing = ve[ends]
     ids = (raw[closing].astype(np.int64) << 8) | raw[closing + 1]
@@ -652,6 +666,17 @@ def _state_ids(
     run_lengths = np.diff(np.concatenate([[0], bounds]))
     run_ids = np.concatenate([[first_id], following])[: len(run_lengths)]
     return np.repeat(run_ids.astype(np.int32), run_lengths)
+
+
+def _opened(all_ve: np.ndarray, run_end: np.ndarray, lo: int, run_ends: np.ndarray | None) -> int:
+    """Return where the state id of the run holding entry ``lo`` lies: after the last run end before it."""
+    if lo == 0:
+        return 0
+    if bool(run_end[lo - 1]):
+        return int(all_ve[lo - 1])
+    closed = np.flatnonzero(run_end) if run_ends is None else run_ends
+    k = int(np.searchsorted(closed, lo)) - 1
+    return int(all_ve[closed[k]]) if k >= 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from keygroup_cli.flink.state.keyed_layout import (
     FIRST_BIT_IN_BYTE_MASK,
     KeyedLayout,
 )
+from keygroup_cli.flink.state.native_kernels import kernels
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
 from keygroup_cli.keygroups import key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
@@ -231,6 +232,33 @@ def _key_hash_codes(
         return codes, key_at + size
     if bool((key_at + 1 > key_ends).any()):
         return None
+    native = kernels()
+    if native is not None:
+        codes, ends, simple = native.string_hashes(raw, key_at, key_ends)
+    else:
+        codes, ends, simple = _short_string_hash_codes(raw, key_at, key_ends)
+    for i in np.flatnonzero(~simple).tolist():
+        # Longer or non-ASCII strings: decoded one by one (StringValue's varint chars).
+        key = bytes(block[int(key_at[i]) : int(key_ends[i])])
+        try:
+            text, end = codec.read(key, 0)
+        except InvalidSnapshotError:
+            return None
+        if end > len(key):
+            return None
+        assert isinstance(text, str)
+        codes[i] = string_hash_code(text)
+        ends[i] = key_at[i] + end
+    return codes, ends
+
+
+def _short_string_hash_codes(
+    raw: np.ndarray, key_at: np.ndarray, key_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the hash codes of the short ASCII String keys at ``key_at``, where each key ends, and which are.
+
+    The others (longer, or not ASCII) have code 0: the caller decodes them one by one.
+    """
     # StringValue: chars + 1 as a varint, then the chars; an ASCII char is one byte, its own UTF-16 unit.
     head = raw[key_at].astype(np.int64)
     simple = (head >= 1) & (head < 0x80) & (key_at + head <= key_ends)
@@ -246,19 +274,7 @@ def _key_hash_codes(
     ends = key_at + head
     easy = np.flatnonzero(simple)
     codes[easy] = unit_run_hash_codes(raw, first[easy], head[easy] - 1)
-    for i in np.flatnonzero(~simple).tolist():
-        # Longer or non-ASCII strings: decoded one by one (StringValue's varint chars).
-        key = bytes(block[int(key_at[i]) : int(key_ends[i])])
-        try:
-            text, end = codec.read(key, 0)
-        except InvalidSnapshotError:
-            return None
-        if end > len(key):
-            return None
-        assert isinstance(text, str)
-        codes[i] = string_hash_code(text)
-        ends[i] = key_at[i] + end
-    return codes, ends
+    return codes, ends, simple
 
 
 def _walk(block: bytes) -> _Structure:

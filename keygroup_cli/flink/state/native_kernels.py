@@ -1,0 +1,98 @@
+"""Native kernels for the per-entry loops of the keyed-state walk: numba, optional (the ``[native]`` extra).
+
+The walk of a key-group block (``keyed_decode._scan_window``), the proof of its entry boundaries
+(``keyed_decode._structure``) and the hash of its String keys (``keyed_entries._key_hash_codes``) step
+through the block one entry at a time. In Python that costs about 250 ns per entry; compiled by numba, a
+few ns. The Python code stays the reference: each kernel here returns exactly what its Python counterpart
+returns, for any bytes, and where a kernel meets a case it does not cover it answers ``DEFER`` and the
+Python code decides (so every error message stays the reference's).
+
+``KG_NATIVE`` chooses: ``0`` the Python code, ``1`` the kernels (an error, ``NATIVE_KERNELS_MISSING``, if
+numba cannot be imported), ``auto`` (the default) the kernels when numba imports. numba is imported here
+only, on the first block a decode walks, never by commands that read metadata only. Its compile cache
+lives in kg's cache directory (``$KG_CACHE_DIR/numba`` unless ``NUMBA_CACHE_DIR`` is set), so a machine
+compiles once and Spark workers on it share the result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from keygroup_cli.cache import cache_directory
+from keygroup_cli.errors import MissingDependencyError
+
+#: The environment switch: 0 (Python), 1 (kernels, or an error), auto (kernels when numba imports).
+NATIVE_ENV = "KG_NATIVE"
+#: A kernel's answer for bytes it does not decide: the Python reference takes them.
+DEFER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """The compiled kernels of ``numba_kernels``."""
+
+    scan: Any
+    structure: Any
+    string_hashes: Any
+
+
+_compiled: dict[str, Kernels | None] = {}
+
+
+def mode() -> str:
+    """Return ``KG_NATIVE``'s setting: ``0``, ``1`` or ``auto`` (anything else reads as ``auto``)."""
+    value = os.environ.get(NATIVE_ENV, "auto").strip().lower()
+    return value if value in ("0", "1") else "auto"
+
+
+def kernels() -> Kernels | None:
+    """Return the kernels ``KG_NATIVE`` asks for; None: the Python reference.
+
+    Raises:
+        MissingDependencyError: ``KG_NATIVE=1`` and numba cannot be imported (``NATIVE_KERNELS_MISSING``).
+    """
+    setting = mode()
+    if setting == "0":
+        return None
+    if "numba" not in _compiled:
+        _compiled["numba"] = _load()
+    loaded = _compiled["numba"]
+    if loaded is None and setting == "1":
+        raise MissingDependencyError(
+            "KG_NATIVE=1 asks for kg's native kernels, but numba cannot be imported; install the [native] "
+            "extra (pip install 'keygroup-cli[native]') or set KG_NATIVE=0",
+            code="NATIVE_KERNELS_MISSING",
+        )
+    return loaded
+
+
+def _load() -> Kernels | None:
+    # numba reads NUMBA_CACHE_DIR once, when it is first imported.
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_directory() / "numba"))
+    try:
+        compiled = importlib.import_module("keygroup_cli.flink.state.numba_kernels")
+    except ImportError:
+        return None
+    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes)
+
+
+def scan_window(
+    found: Kernels, buf: bytes | bytearray | memoryview, states: frozenset[int], current: int | None
+) -> tuple[np.ndarray, list[int], int, int | None, bool] | None:
+    """``keyed_decode._scan_window`` by the scan kernel: the same result for the same bytes."""
+    mask = np.zeros(0x10000, dtype=np.bool_)
+    mask[list(states)] = True
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    opened = -1 if current is None else current
+    status, value_ends, run_starts, consumed, after = found.scan(raw, mask, opened)
+    if status < 0:
+        return None
+    return value_ends, run_starts.tolist(), int(consumed), None if after < 0 else int(after), bool(status)
+
+
+__all__ = ["DEFER", "NATIVE_ENV", "Kernels", "kernels", "mode", "scan_window"]

@@ -1,0 +1,200 @@
+"""The numba kernels of ``native_kernels`` (imported by it only, and only when ``KG_NATIVE`` allows).
+
+Each mirrors a Python function of ``keyed_decode`` / ``keyed_entries`` step for step; ``native_kernels``
+says which, and the tests hold them byte for byte to it. Compiled on first use, cached (``cache=True``) in
+``NUMBA_CACHE_DIR``, which ``native_kernels`` points at kg's cache directory before this module is imported.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+#: A kernel's answer for bytes it does not decide (``native_kernels.DEFER``).
+DEFER = 2
+_END_OF_KEY_GROUP_MARK = 0xFFFF
+
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+
+@_jit
+def _int_at(raw: npt.NDArray[np.uint8], pos: int) -> int:
+    """Return the big-endian Java int at ``pos``."""
+    value: int = (np.int64(raw[pos]) << 24) | (np.int64(raw[pos + 1]) << 16)
+    value |= (np.int64(raw[pos + 2]) << 8) | np.int64(raw[pos + 3])
+    return value - (1 << 32) if value >= (1 << 31) else value
+
+
+@_jit
+def _grow(array: npt.NDArray[np.int64], count: int) -> npt.NDArray[np.int64]:
+    """Return ``array``, or a larger copy of its first ``count`` items when it is full."""
+    if count < len(array):
+        return array
+    bigger = np.empty(2 * len(array) + 16, dtype=np.int64)
+    bigger[:count] = array[:count]
+    return bigger
+
+
+@_jit
+def scan(
+    raw: npt.NDArray[np.uint8], states: npt.NDArray[np.bool_], current: int
+) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]:
+    """``keyed_decode._scan_window``, step for step (struct's bounds: a negative offset counts from the end).
+
+    ``current`` -1 is None. Returns a status (-1: refused, 0: no END mark read, 1: END read), each entry's
+    end, the entries opening a run, the bytes consumed and the state id of the run open there (-1: none).
+    """
+    n = len(raw)
+    ends = np.empty(n // 64 + 16, dtype=np.int64)
+    count = 0
+    runs = np.empty(16, dtype=np.int64)
+    nruns = 0
+    pos = 0
+    ended = False
+    while True:
+        if current < 0:
+            if pos + 2 > n:
+                break
+            state_id = (np.int64(raw[pos]) << 8) | np.int64(raw[pos + 1])
+            if state_id == _END_OF_KEY_GROUP_MARK:
+                ended = True
+                break
+            if not states[state_id]:
+                return -1, ends[:0], runs[:0], 0, -1
+            pos += 2
+            current = state_id
+            runs = _grow(runs, nruns)
+            runs[nruns] = count
+            nruns += 1
+        stop = False
+        while True:
+            begin = pos + 4
+            if pos + 4 > n:
+                stop = True
+                break
+            key_end = begin + _int_at(raw, pos)
+            at = key_end + n if key_end < 0 else key_end
+            if at < 0 or at + 4 > n:
+                stop = True
+                break
+            following = key_end + 4 + _int_at(raw, at)
+            if following <= begin:
+                return -1, ends[:0], runs[:0], 0, -1
+            if following > n:
+                stop = True
+                break
+            ends = _grow(ends, count)
+            ends[count] = following
+            count += 1
+            pos = following
+            if raw[begin] > 0x7F:
+                current = -1
+                break
+        if stop:
+            break
+    if nruns and runs[nruns - 1] == count:
+        nruns -= 1
+        current = -1
+    if ended:
+        consumed = pos + 2
+    else:
+        consumed = ends[count - 1] if count else 0
+    return np.int64(ended), ends[:count].copy(), runs[:nruns].copy(), consumed, current
+
+
+@_jit
+def structure(
+    raw: npt.NDArray[np.uint8],
+    states: npt.NDArray[np.bool_],
+    all_ve: npt.NDArray[np.int64],
+    run_end: npt.NDArray[np.bool_],
+    end: int,
+    lo: int,
+    hi: int,
+    opened: int,
+) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """``keyed_decode._structure``'s checks after its preliminaries, entry by entry.
+
+    ``opened`` is where the state id of the run holding entry ``lo`` lies. Returns a status (1: the claim
+    holds, 0: it does not, DEFER: a read would leave ``[0, end)``, where numpy's indexes would wrap: the
+    reference decides), each entry's key start and key end, and its state id.
+    """
+    size = hi - lo
+    ks = np.empty(size, dtype=np.int64)
+    ke = np.empty(size, dtype=np.int64)
+    ids = np.empty(size, dtype=np.int32)
+    if opened < 0 or opened + 2 > end:
+        return DEFER, ks, ke, ids
+    current = (np.int64(raw[opened]) << 8) | np.int64(raw[opened + 1])
+    if not states[current]:
+        return 0, ks, ke, ids
+    count = len(all_ve)
+    for j in range(size):
+        i = lo + j
+        if i == 0:
+            start = 6
+        else:
+            start = all_ve[i - 1] + 4 + (2 if run_end[i - 1] else 0)
+        ve = all_ve[i]
+        if start + 4 > ve:
+            return 0, ks, ke, ids
+        if start - 4 < 0 or start + 4 > end:
+            return DEFER, ks, ke, ids
+        key_end = start + _int_at(raw, start - 4)
+        if key_end < start + 1 or key_end + 4 > ve:
+            return 0, ks, ke, ids
+        if key_end + 4 + _int_at(raw, key_end) != ve:
+            return 0, ks, ke, ids
+        if (raw[start] > 0x7F) != run_end[i]:
+            return 0, ks, ke, ids
+        ks[j] = start
+        ke[j] = key_end
+        ids[j] = current
+        if run_end[i]:
+            if ve + 2 > end:
+                return DEFER, ks, ke, ids
+            following = (np.int64(raw[ve]) << 8) | np.int64(raw[ve + 1])
+            if i == count - 1:
+                if following != _END_OF_KEY_GROUP_MARK:
+                    return 0, ks, ke, ids
+            elif not states[following]:
+                return 0, ks, ke, ids
+            current = following
+    return 1, ks, ke, ids
+
+
+@_jit
+def string_hashes(
+    raw: npt.NDArray[np.uint8], key_at: npt.NDArray[np.int64], key_ends: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``keyed_entries._short_string_hash_codes``: the String.hashCode of each short ASCII key.
+
+    A short ASCII ``StringValue`` is chars + 1 as one varint byte, then one byte per char. Returns each
+    key's code (0 where it is not one), where it ends, and whether it is one.
+    """
+    count = len(key_at)
+    codes = np.zeros(count, dtype=np.int32)
+    ends = np.empty(count, dtype=np.int64)
+    simple = np.zeros(count, dtype=np.bool_)
+    for i in range(count):
+        at = key_at[i]
+        head = np.int64(raw[at])
+        ends[i] = at + head
+        if head < 1 or head >= 0x80 or at + head > key_ends[i]:
+            continue
+        h = np.uint32(0)
+        ascii_only = True
+        for p in range(at + 1, at + head):
+            b = raw[p]
+            if b >= 0x80:
+                ascii_only = False
+                break
+            h = np.uint32(h * np.uint32(31) + np.uint32(b))
+        if ascii_only:
+            simple[i] = True
+            codes[i] = np.int32(h)
+    return codes, ends, simple
+
+
+__all__ = ["scan", "string_hashes", "structure"]

@@ -1,0 +1,243 @@
+"""The native kernels (``KG_NATIVE=1``) give exactly what the pure-Python reference (``KG_NATIVE=0``) gives.
+
+The largest key-group blocks of every real Flink fixture in the canonical layout are walked, proven and
+re-keyed both ways (whole, and cut in windows); hypothesis then fuzzes windows cut anywhere, damaged
+blocks, claims of entry boundaries and String keys. Equal results, or the same error with the same message.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_block_check import _damage
+
+from keygroup_cli.errors import KgError, MissingDependencyError
+from keygroup_cli.flink.io.snappy import decode_frames
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.state import keyed_decode, keyed_entries, native_kernels
+from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = sorted(p.parent for p in (ROOT / "fixtures" / "flink").glob("*/*/_metadata"))
+T = TypeVar("T")
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, call: Callable[[], T]) -> tuple[Any, Any]:
+    """Return ``call()``'s result (or the error it raised) with the kernels and with the reference."""
+    out = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv(native_kernels.NATIVE_ENV, setting)
+        try:
+            out.append(call())
+        except KgError as exc:
+            out.append((type(exc), str(exc), getattr(exc, "code", None)))
+    return out[0], out[1]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and np.array_equal(a, b)
+            and a.dtype == b.dtype
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
+        return all(_same(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    if hasattr(a, "equals"):
+        return type(a) is type(b) and bool(a.equals(b))
+    return bool(a == b)
+
+
+def _fixture_blocks() -> Iterator[tuple[str, KeyedLayout, int, bytes]]:
+    for savepoint in FIXTURES:
+        name = f"{savepoint.parent.name}/{savepoint.name}"
+        snapshot = read_flink_metadata(savepoint)
+        for op in snapshot.metadata.operators:
+            for subtask in op.subtasks:
+                handle = subtask.managed_keyed_state
+                if not isinstance(handle, KeyGroupsHandle):
+                    continue
+                with StreamSource(handle.delegate, snapshot.directory) as src:
+                    data = src.read(0, src.size)
+                extents = key_group_extents(handle, len(data))
+                header = read_keyed_header(data[: extents[0][1]], name, extents[0][1])
+                layout = KeyedLayout.from_header(header, op.max_parallelism, name)
+                for group, start, end in extents:
+                    raw = data[start:end]
+                    yield name, layout, group, decode_frames(raw, name) if header.compressed else raw
+
+
+def _largest(per_fixture: int) -> list[tuple[str, KeyedLayout, int, bytes]]:
+    """Return every fixture's ``per_fixture`` largest blocks (the rest add time, not cases)."""
+    by_fixture: dict[str, list[tuple[str, KeyedLayout, int, bytes]]] = {}
+    for found in _fixture_blocks():
+        by_fixture.setdefault(found[0], []).append(found)
+    return [
+        b for blocks in by_fixture.values() for b in sorted(blocks, key=lambda b: -len(b[3]))[:per_fixture]
+    ]
+
+
+BLOCKS = _largest(12)
+
+
+def _rekey(layout: KeyedLayout, old_max: int) -> keyed_entries.Rekey:
+    names = tuple(s.name for s in layout.states)
+    return keyed_entries.Rekey(old_max, 300 if old_max <= 128 else 64, names, tuple(range(len(names))), "t")
+
+
+def _decoded(block: bytes, group: int, layout: KeyedLayout, old_max: int, rows: int) -> list[Any]:
+    cutter = _rekey(layout, old_max) if keyed_entries.all_states(layout) else None
+    return list(keyed_decode.decode_block_batches(block, group, layout, "t", rows, whole=True, cutter=cutter))
+
+
+def _max_parallelism(layout: KeyedLayout) -> int:
+    return 128 if layout.prefix_bytes == 1 else 256
+
+
+def test_every_fixtures_blocks_are_walked_proven_and_re_keyed_as_the_reference_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert len({name for name, *_ in BLOCKS}) > 20
+    walked = 0
+    for _name, layout, group, block in BLOCKS:
+        states = keyed_entries.all_states(layout) or frozenset(range(len(layout.states)))
+        native, reference = _both(
+            monkeypatch, lambda b=block, s=states: keyed_decode._scan_window(b, s, None)
+        )
+        assert _same(native, reference)
+        walked += native is not None and len(native[0]) > 0
+        # Windows of 50 entries (the proof cut window by window); the byte route where it applies.
+        rekey = bool(keyed_entries.all_states(layout))
+        a, b = _both(
+            monkeypatch,
+            lambda bl=block, g=group, la=layout, r=rekey: (
+                _decoded(bl, g, la, _max_parallelism(la), 50)
+                if r
+                else list(keyed_decode.decode_block_batches(bl, g, la, "t", 50, whole=True))
+            ),
+        )
+        assert _same(a, b)
+    assert walked > 200
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_window_cut_anywhere_and_damaged_scans_as_the_reference_scans_it(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, _group, block = data.draw(st.sampled_from(BLOCKS))
+    lo = data.draw(st.integers(0, len(block)))
+    hi = data.draw(st.integers(lo, len(block)))
+    window = _damage(block[lo:hi], data, 0, 3) if hi > lo else b""
+    states = frozenset(data.draw(st.sets(st.integers(0, 4), max_size=4)) | {0})
+    current = data.draw(st.none() | st.integers(0, 4))
+    native, reference = _both(monkeypatch, lambda: keyed_decode._scan_window(window, states, current))
+    assert _same(native, reference)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_block_is_refused_or_read_as_the_reference_does(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, group, block = data.draw(st.sampled_from(BLOCKS))
+    damaged = _damage(block, data, 1, 4)
+    rows = data.draw(st.sampled_from([1, 3, 1000]))
+    native, reference = _both(
+        monkeypatch, lambda: _decoded(damaged, group, layout, _max_parallelism(layout), rows)
+    )
+    assert _same(native, reference)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_false_claim_of_entry_boundaries_is_judged_as_the_reference_judges_it(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, _group, block = data.draw(st.sampled_from(BLOCKS))
+    states = keyed_entries.all_states(layout) or frozenset(range(len(layout.states)))
+    scanned = keyed_decode._scan_block(block, states)
+    if scanned is None:
+        return
+    value_ends, run_starts, end = scanned
+    value_ends = value_ends.copy()
+    run_end = keyed_decode._run_ends(len(value_ends), run_starts)
+    if data.draw(st.booleans()) and len(value_ends) > 1:
+        i = data.draw(st.integers(0, len(value_ends) - 2))
+        value_ends[i] += data.draw(st.integers(-12, 12))
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(run_end) - 1))
+        run_end[i] = not run_end[i]
+    claimed = _damage(block, data, 0, 2)
+    lo = data.draw(st.integers(0, len(value_ends) - 1))
+    hi = data.draw(st.integers(lo + 1, len(value_ends)))
+    native, reference = _both(
+        monkeypatch,
+        lambda: keyed_decode._structure(claimed, states, value_ends, run_end, end, lo, hi),
+    )
+    assert _same(native, reference)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.lists(st.text(max_size=12) | st.binary(max_size=14), min_size=1, max_size=20),
+    noise=st.binary(max_size=8),
+)
+def test_string_keys_hash_as_the_reference_hashes_them(
+    keys: list[Any], noise: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # StringValue-like bytes (a length byte, then the chars), non-ASCII and ill-formed ones among them.
+    raw, key_at, key_ends = bytearray(noise), [], []
+    for key in keys:
+        body = key.encode("utf-8") if isinstance(key, str) else key
+        key_at.append(len(raw))
+        raw += bytes([min(len(body) + 1, 255) if isinstance(key, str) else (body[:1] or b"\x00")[0]]) + body
+        key_ends.append(len(raw))
+        raw += b"\x00\x00\x00\x01"  # the value's int length: a key never ends its block
+    buf = np.frombuffer(bytes(raw), dtype=np.uint8)
+    at, ends = np.asarray(key_at, dtype=np.int64), np.asarray(key_ends, dtype=np.int64)
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+    found = native_kernels.kernels()
+    assert found is not None
+    assert _same(found.string_hashes(buf, at, ends), keyed_entries._short_string_hash_codes(buf, at, ends))
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, check=False
+    )
+
+
+def test_the_switch_without_numba_falls_back_or_names_the_extra(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "from keygroup_cli.flink.state.native_kernels import kernels\n"
+        "try:\n    print(kernels())\nexcept Exception as exc:\n    print(type(exc).__name__, exc.code)\n"
+    )
+    assert _python(code, KG_NATIVE="auto").stdout.strip() == "None"
+    assert _python(code, KG_NATIVE="1").stdout.strip() == "MissingDependencyError NATIVE_KERNELS_MISSING"
+    assert MissingDependencyError.exit_code == 6
+
+
+def test_the_compile_cache_lives_in_kgs_cache_directory(tmp_path: Path) -> None:
+    code = (
+        "import os; os.environ.pop('NUMBA_CACHE_DIR', None)\n"
+        "from keygroup_cli.flink.state.native_kernels import kernels\n"
+        "kernels(); import numba; print(numba.config.CACHE_DIR)\n"
+    )
+    assert _python(code, KG_NATIVE="1", KG_CACHE_DIR=str(tmp_path)).stdout.strip() == str(tmp_path / "numba")
