@@ -241,8 +241,14 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         }
         rows = rehashed.get(op_plan.operator_id)
         if copied is not None and rows is not None:
-            # A savepoint's keys re-hashed for a new maxParallelism: every entry decoded, so counted.
-            document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+            # A savepoint's keyed state written by the engine's tasks (keys re-hashed for a new
+            # maxParallelism, or --format native's databases): every entry decoded, so counted. At the same
+            # maxParallelism key groups keep their numbers (entries that change subtask are not counted).
+            if op_plan.new_max_parallelism != op_plan.old_max_parallelism:
+                document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+            else:
+                same = op_plan.new_parallelism == op_plan.old_parallelism
+                document.update(mode="copy" if same else "move", keyed_rows=sum(rows), moved_rows=None)
             for subtask, size, count in zip(subtasks, copied, rows, strict=True):
                 subtask.update(keyed_rows=count, keyed_bytes=size)
         elif copied is not None:
@@ -255,6 +261,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
     return {
         "output": str(result.output),
         "output_format": "kg-snapshot" if written is None else "flink-savepoint",
+        "savepoint_format": result.savepoint_format if written is not None else None,
         "engine": result.engine,
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
@@ -295,6 +302,10 @@ def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
     }
 
 
+#: What ``kg rescale`` committed, by ``savepoint_format``.
+_OUTPUTS = {None: "kg snapshot", "canonical": "Flink savepoint", "native": "NATIVE Flink savepoint"}
+
+
 def render_rescale(console: Console, document: dict[str, Any]) -> None:
     """Print the summary table of a finished rescale."""
     table = Table()
@@ -322,10 +333,15 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     print_table(console, table)
     if stateless:
         console.print(_without_state(len(document["operators"]), stateless))
-    what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"
+    what = _OUTPUTS[document.get("savepoint_format")]
     moved = f"{format_count(document['moved_rows'])} keyed rows moved"
     if any(op["mode"] == "regroup" for op in document["operators"]):
         moved = "keyed state copied key group by key group (same maxParallelism; entries not decoded: -)"
+    elif document.get("savepoint_format") == "native" and not any(
+        op["mode"] == "rehash" for op in document["operators"]
+    ):
+        entries = sum(op["keyed_rows"] or 0 for op in document["operators"])
+        moved = f"{format_count(entries)} keyed entries written into one RocksDB database per subtask"
     console.print(
         f"{moved}; engine {document['engine']} ({document['engine_reason']}), "
         f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",

@@ -140,10 +140,18 @@ def count_rescale(
     new_parallelism: int,
     new_max_parallelism: int | None,
     input_names: frozenset[str],
+    output_format: str = "canonical",
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring)."""
     with counting(monkeypatch, source, input_names) as counts:
-        rescale(source, dest, new_parallelism, new_max_parallelism=new_max_parallelism, engine="local")
+        rescale(
+            source,
+            dest,
+            new_parallelism,
+            new_max_parallelism=new_max_parallelism,
+            output_format=output_format,
+            engine="local",
+        )
     monkeypatch.undo()
     return counts
 
