@@ -86,12 +86,19 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
 
 
 def plan_snapshot_document(
-    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot"
+    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot", output_format: str = "canonical"
 ) -> dict[str, Any]:
-    """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``)."""
+    """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``).
+
+    ``output_format`` is ``--format``; a savepoint input leads to a savepoint of that format, a kg
+    snapshot to a kg snapshot.
+    """
+    savepoint = input_format == "flink-savepoint"
     return {
         "snapshot": snapshot,
         "input_format": input_format,
+        "output_format": "flink-savepoint" if savepoint else "kg-snapshot",
+        "savepoint_format": output_format if savepoint else None,
         "snapshot_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
@@ -99,10 +106,11 @@ def plan_snapshot_document(
     }
 
 
-def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
+def render_snapshot_plan(console: Console, plan: RescalePlan, document: dict[str, Any] | None = None) -> None:
     """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state.
 
-    Operators without state (a savepoint lists every operator of the job) are counted, not shown.
+    Operators without state (a savepoint lists every operator of the job) are counted, not shown. With the
+    plan's ``document``, a last line names the output the rescale writes.
     """
     stateless = 0
     for op in plan.operators:
@@ -136,6 +144,16 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
             console.print(f"  operator state {what}: rows per new subtask {counts}")
     if stateless:
         console.print(_without_state(len(plan.operators), stateless))
+    if document is not None:
+        console.print(f"output: {_PLANNED[document['savepoint_format']]}", soft_wrap=True)
+
+
+#: What ``kg rescale`` of the plan writes, by ``savepoint_format``.
+_PLANNED = {
+    None: "a kg snapshot",
+    "canonical": "a canonical Flink savepoint (every state backend restores it)",
+    "native": "a NATIVE Flink savepoint, one RocksDB database per new subtask (RocksDB and ForSt restore it)",
+}
 
 
 def _without_state(operators: int, stateless: int) -> str:

@@ -20,6 +20,7 @@ from keygroup_cli.cli.options import (
     operator_option,
     output_options,
     require_bounds,
+    savepoint_format_option,
     to_parallelism_option,
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
@@ -32,6 +33,7 @@ Examples:
   kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
   kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
+  kg plan savepoint-1a2b/ --to 4 --format native   # the plan of kg rescale ... --format native
 
 With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
 same messages) from _metadata, the keyed headers and the operator state; keyed state is never read, so
@@ -46,8 +48,13 @@ def show_snapshot_plan(
     from_parallelism: int | None = None,
     operators: Sequence[str] = (),
     max_parallelism: int | None = None,
+    output_format: str = "canonical",
 ) -> None:
-    """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``)."""
+    """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
+
+    ``output_format`` is ``--format``: the plan names the output it leads to, and refuses what the
+    rescale refuses for it (a kg snapshot input or a missing binding with ``native``).
+    """
     # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
     from keygroup_cli.cli.progress import progress
     from keygroup_cli.cli.rescale_render import (
@@ -76,10 +83,16 @@ def show_snapshot_plan(
                 max_parallelism,
                 expected_parallelism=from_parallelism,
                 on_progress=on_progress,
+                output_format=output_format,
             )
         input_format = "flink-savepoint"
     else:
         from keygroup_cli.convert.inputs import readable
+
+        if output_format == "native":
+            from keygroup_cli.execution.rescale import require_savepoint_for
+
+            require_savepoint_for(output_format, str(snapshot))
 
         # A plan needs the manifest and the (small) operator-state files: on an object store only those
         # are fetched, never keyed state.
@@ -95,8 +108,11 @@ def show_snapshot_plan(
     warnings = mixed_parallelism_warning(plan, from_parallelism, operators)
     for warning in warnings:
         out.warn(warning)
-    document = {**plan_snapshot_document(str(snapshot), plan, input_format), "warnings": warnings}
-    out.result("plan", document, lambda console: render_snapshot_plan(console, plan))
+    document = {
+        **plan_snapshot_document(str(snapshot), plan, input_format, output_format),
+        "warnings": warnings,
+    }
+    out.result("plan", document, lambda console: render_snapshot_plan(console, plan, document))
 
 
 @click.command(epilog=EPILOG)
@@ -108,6 +124,7 @@ def show_snapshot_plan(
     required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
 )
 @operator_option()
+@savepoint_format_option()
 @output_options
 @click.pass_context
 def command(
@@ -118,6 +135,7 @@ def command(
     to_parallelism: int,
     max_parallelism: int | None,
     operators: tuple[str, ...],
+    output_format: str,
 ) -> None:
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
 
@@ -126,10 +144,14 @@ def command(
     out = output_for(ctx)
     if snapshot is not None:
         snapshot = resolve_input(out, snapshot, job).path
-        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        show_snapshot_plan(
+            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, output_format
+        )
         return
-    if from_parallelism is None or max_parallelism is None or operators:
-        raise click.UsageError("Without SNAPSHOT, give --from and --max-parallelism (and no --operator).")
+    if from_parallelism is None or max_parallelism is None or operators or output_format != "canonical":
+        raise click.UsageError(
+            "Without SNAPSHOT, give --from and --max-parallelism (and no --operator or --format)."
+        )
     require_bounds(max_parallelism, from_parallelism, parallelism_option="--from")
     require_bounds(max_parallelism, to_parallelism, parallelism_option="--to")
     plan = planning.plan_key_groups(max_parallelism, from_parallelism, to_parallelism)

@@ -9,7 +9,12 @@ from pathlib import Path
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import operator_option, output_options, to_parallelism_option
+from keygroup_cli.cli.options import (
+    operator_option,
+    output_options,
+    savepoint_format_option,
+    to_parallelism_option,
+)
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -98,14 +103,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     callback=lambda _ctx, _param, values: _parse_conf(values),
     help="A Spark setting for the session kg starts (repeatable), e.g. spark.pyspark.python=PATH.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["canonical", "native"]),
-    default="canonical",
-    show_default=True,
-    help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database files).",
-)
+@savepoint_format_option()
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
     "--dry-run",
@@ -137,7 +135,9 @@ def command(
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
         refuse_destination(snapshot, dest)
-        show_snapshot_plan(out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism)
+        show_snapshot_plan(
+            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, output_format
+        )
         return
     from keygroup_cli.cli.rescale_render import (
         mixed_parallelism_warning,
