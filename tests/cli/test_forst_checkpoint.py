@@ -5,7 +5,9 @@
 the absolute path Flink wrote it to (``/tmp/kg-flink-fixtures/…/<job id>/shared/…``), gone here:
 
 - moved, as it is in the repository, the files are found in the job's directory the checkpoint sits in
-  (``<job id>/shared``): ``kg inspect``, ``kg check`` and ``kg rescale`` read it;
+  (``<job id>/shared``): ``kg inspect``, ``kg check`` and ``kg rescale`` read it, and Flink 2.0.1's
+  ``fixtures/flink/2.0/uid-forst-incremental-p3`` alike (ForSt 2.0.1 restores kg's NATIVE rescale of it:
+  tests/flink/test_native_versions.py);
 - where the absolute paths exist but lie outside the checkpoint's own directories (the checkpoint copied
   elsewhere, its handles naming the repository's files), kg refuses them (``kg check``: a finding per
   file; ``kg rescale``: exit 3 ``INPUT_FAILS_VERIFY``; both naming ``KG_STATE_ROOTS``) until
@@ -20,13 +22,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from keygroup_cli.flink.io.stream_handles import FileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from tests.flink.harness import CASES, relocated_checkpoint
+from tests.flink.harness import CASES, relocated_checkpoint, uid_case
 
 JOB = CASES / "forst-checkpoint-p3-maxp128-long" / "0000000000006b670000000000000019"
 CHECKPOINT = JOB / "chk-2"
+#: UidJob's second retained incremental ForSt checkpoint, written by Flink 2.0.1 (fixtures/flink/2.0).
+FLINK_2_0 = uid_case("2.0.1", "uid-forst-incremental-p3") / "0000000000006b670000000000007569" / "chk-2"
 
 
 def _shared_paths(checkpoint: Path) -> list[str]:
@@ -40,13 +46,14 @@ def _shared_paths(checkpoint: Path) -> list[str]:
     return paths
 
 
-def test_a_moved_forst_checkpoint_reads_its_shared_files_from_the_job_directory(kg):
-    shared = _shared_paths(CHECKPOINT)
+@pytest.mark.parametrize("checkpoint", [CHECKPOINT, FLINK_2_0], ids=["2.3", "2.0.1"])
+def test_a_moved_forst_checkpoint_reads_its_shared_files_from_the_job_directory(kg, checkpoint):
+    shared = _shared_paths(checkpoint)
     assert shared and all("/shared/" in p and not Path(p.removeprefix("file:")).exists() for p in shared)
-    inspected = kg("inspect", CHECKPOINT, "--json")
+    inspected = kg("inspect", checkpoint, "--json")
     assert inspected.exit_code == 0, inspected.stderr
     assert inspected.json()["format"] == "flink-checkpoint"
-    checked = kg("check", CHECKPOINT, "-p", "4", "--json")
+    checked = kg("check", checkpoint, "-p", "4", "--json")
     assert checked.exit_code == 0 and checked.json()["ok"] is True, checked.stdout
 
 
