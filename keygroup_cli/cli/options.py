@@ -189,6 +189,19 @@ def to_parallelism_option(help: str = "New parallelism.") -> Callable[[F], F]:
     return click.option("--to", "-p", "to_parallelism", type=int, required=True, metavar="Q", help=help)
 
 
+def savepoint_format_option() -> Callable[[F], F]:
+    """``--format canonical|native``: the keyed state of the savepoint a rescale writes."""
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(["canonical", "native"]),
+        default="canonical",
+        show_default=True,
+        help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database "
+        "files).",
+    )
+
+
 def operator_option(help: str = "Only this operator (repeatable).", metavar: str = "UID") -> Callable[[F], F]:
     """``-o/--operator UID`` (repeatable): the operators a command works on."""
     return click.option("--operator", "-o", "operators", multiple=True, metavar=metavar, help=help)

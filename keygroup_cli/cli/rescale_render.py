@@ -87,12 +87,19 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
 
 
 def plan_snapshot_document(
-    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot"
+    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot", output_format: str = "canonical"
 ) -> dict[str, Any]:
-    """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``)."""
+    """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``).
+
+    ``output_format`` is ``--format``; a savepoint input leads to a savepoint of that format, a kg
+    snapshot to a kg snapshot.
+    """
+    savepoint = input_format == "flink-savepoint"
     return {
         "snapshot": snapshot,
         "input_format": input_format,
+        "output_format": "flink-savepoint" if savepoint else "kg-snapshot",
+        "savepoint_format": output_format if savepoint else None,
         "snapshot_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
@@ -101,11 +108,12 @@ def plan_snapshot_document(
     }
 
 
-def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
+def render_snapshot_plan(console: Console, plan: RescalePlan, document: dict[str, Any] | None = None) -> None:
     """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state.
 
     Operators without state (a savepoint lists every operator of the job) are counted, not shown. The
-    operator surgery done in the same pass, if any, comes first, one line per change.
+    operator surgery done in the same pass, if any, comes first, one line per change. With the plan's
+    ``document``, a last line names the output the rescale writes.
     """
     render_changes(console, (change_document(c) for c in plan.surgery))
     stateless = 0
@@ -140,6 +148,16 @@ def render_snapshot_plan(console: Console, plan: RescalePlan) -> None:
             console.print(f"  operator state {what}: rows per new subtask {counts}")
     if stateless:
         console.print(_without_state(len(plan.operators), stateless))
+    if document is not None:
+        console.print(f"output: {_PLANNED[document['savepoint_format']]}", soft_wrap=True)
+
+
+#: What ``kg rescale`` of the plan writes, by ``savepoint_format``.
+_PLANNED = {
+    None: "a kg snapshot",
+    "canonical": "a canonical Flink savepoint (every state backend restores it)",
+    "native": "a NATIVE Flink savepoint, one RocksDB database per new subtask (RocksDB and ForSt restore it)",
+}
 
 
 def _without_state(operators: int, stateless: int) -> str:
@@ -245,8 +263,14 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
         }
         rows = rehashed.get(op_plan.operator_id)
         if copied is not None and rows is not None:
-            # A savepoint's keys re-hashed for a new maxParallelism: every entry decoded, so counted.
-            document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+            # A savepoint's keyed state written by the engine's tasks (keys re-hashed for a new
+            # maxParallelism, or --format native's databases): every entry decoded, so counted. At the same
+            # maxParallelism key groups keep their numbers (entries that change subtask are not counted).
+            if op_plan.new_max_parallelism != op_plan.old_max_parallelism:
+                document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+            else:
+                same = op_plan.new_parallelism == op_plan.old_parallelism
+                document.update(mode="copy" if same else "move", keyed_rows=sum(rows), moved_rows=None)
             for subtask, size, count in zip(subtasks, copied, rows, strict=True):
                 subtask.update(keyed_rows=count, keyed_bytes=size)
         elif copied is not None:
@@ -259,6 +283,7 @@ def rescale_document(result: RescaleResult) -> dict[str, Any]:
     return {
         "output": str(result.output),
         "output_format": "kg-snapshot" if written is None else "flink-savepoint",
+        "savepoint_format": result.savepoint_format if written is not None else None,
         "engine": result.engine,
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
@@ -300,6 +325,10 @@ def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
     }
 
 
+#: What ``kg rescale`` committed, by ``savepoint_format``.
+_OUTPUTS = {None: "kg snapshot", "canonical": "Flink savepoint", "native": "NATIVE Flink savepoint"}
+
+
 def render_rescale(console: Console, document: dict[str, Any]) -> None:
     """Print the operator surgery done in the same pass (if any), then the summary table of a rescale."""
     render_changes(console, document["surgery"])
@@ -328,10 +357,15 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
     print_table(console, table)
     if stateless:
         console.print(_without_state(len(document["operators"]), stateless))
-    what = "Flink savepoint" if document["output_format"] == "flink-savepoint" else "kg snapshot"
+    what = _OUTPUTS[document.get("savepoint_format")]
     moved = f"{format_count(document['moved_rows'])} keyed rows moved"
     if any(op["mode"] == "regroup" for op in document["operators"]):
         moved = "keyed state copied key group by key group (same maxParallelism; entries not decoded: -)"
+    elif document.get("savepoint_format") == "native" and not any(
+        op["mode"] == "rehash" for op in document["operators"]
+    ):
+        entries = sum(op["keyed_rows"] or 0 for op in document["operators"])
+        moved = f"{format_count(entries)} keyed entries written into one RocksDB database per subtask"
     console.print(
         f"{moved}; engine {document['engine']} ({document['engine_reason']}), "
         f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",

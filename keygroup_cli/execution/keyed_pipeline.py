@@ -13,6 +13,11 @@ header, compression) and what routes rows between them (key type, new maxParalle
 - Under a new maxParallelism, where the keys can be hashed (``byte_route_applies``), ``FlinkEntryRead`` and
   ``FlinkEntryWrite`` take their place: entries are re-keyed as bytes (``flink.state.keyed_entries``), never
   decoded into rows, and the files are byte for byte those the row tasks would write.
+- ``--format native``: ``FlinkNativeWrite`` builds the new subtask's RocksDB database in the same task
+  (``flink.native_output.write_native_task``), so each database is built by one task wherever the engine
+  runs it. An operator that keeps its maxParallelism is then a *narrow* job: each new subtask's read tasks
+  are the overlaps of the old files with its key-group range (``intersecting_tasks``) and stream straight
+  into its write task, with no shuffle (entries as bytes where keys can be hashed).
 
 No kg snapshot is written in between.
 """
@@ -32,6 +37,7 @@ from keygroup_cli.flink.keyed_tasks import (
     KeyedReadTask,
     KeyedWriteTask,
     WrittenKeyedFile,
+    intersecting_tasks,
     read_entries_task,
     read_keyed_task,
     read_tasks,
@@ -40,6 +46,7 @@ from keygroup_cli.flink.keyed_tasks import (
 )
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.native_output import WrittenDatabase, write_native_task
 from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
 from keygroup_cli.flink.state.keyed_entries import Entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
@@ -49,6 +56,8 @@ from keygroup_cli.keygroups import key_group_range_for_operator_index, key_group
 
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
 STAGE = "re-hash keyed state (bytes)"
+#: The stage of ``--format native`` jobs: each new subtask's database is built by its write task.
+NATIVE_STAGE = "build NATIVE databases (bytes)"
 
 _Header = tuple[bytes, KeyedStateHeader, KeyedLayout]
 
@@ -131,6 +140,26 @@ class FlinkEntryWrite(KeyedWriteTask):
         return write_keyed_task(self, rows, Entries)
 
 
+@dataclass(frozen=True, slots=True)
+class FlinkNativeWrite(KeyedWriteTask):
+    """One new subtask's RocksDB database of a NATIVE savepoint (``--format native``), built by this task."""
+
+    #: The savepoint's checkpoint id, recorded in the handle.
+    checkpoint_id: int = 0
+    #: The rows are entry batches (the byte route), not decoded rows.
+    entries: bool = False
+
+    def write(self, rows: Iterable[Rows]) -> WrittenDatabase:
+        """Encode ``rows`` into ``root/name``, build the database from it, remove it; return the handle.
+
+        Raises:
+            InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
+            MissingDependencyError: ``rocksdict`` is not installed where the task runs.
+            UnsupportedFormatError: The binding cannot build the database.
+        """
+        return write_native_task(self, rows, self.checkpoint_id, Entries if self.entries else None)
+
+
 def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
     """Return whether an operator's keys can be re-keyed as bytes (``keyed_entries``).
 
@@ -154,7 +183,8 @@ def plan_keyed_jobs(
     compression: bool | None = None,
     pieces: int = 1,
     source_root: str | None = None,
-) -> list[KeyedJob[WrittenKeyedFile]]:
+    native_checkpoint: int | None = None,
+) -> list[KeyedJob[Any]]:
     """Plan the rescale of every keyed operator of ``savepoint`` (reads only ``_metadata`` and headers).
 
     Args:
@@ -165,21 +195,30 @@ def plan_keyed_jobs(
         compression: Snappy for the new files; None keeps what the old files used.
         pieces: Cut each old file into up to this many read tasks (more tasks than cores on a cluster).
         source_root: The savepoint directory as executors should open it (default: where it was read).
+        native_checkpoint: ``--format native``: write tasks build RocksDB databases whose handles record
+            this checkpoint id (``FlinkNativeWrite``), and operators that keep their maxParallelism are
+            narrow jobs; None: canonical keyed files.
 
     Raises:
         InvalidSnapshotError: Subtasks disagree on the key serializer, or no header declares every state.
     """
     root = source_root or str(savepoint.directory)
     opened = Savepoint.of(savepoint)
-    jobs = []
+    jobs: list[KeyedJob[Any]] = []
     for op in savepoint.metadata.operators:
         streams = sorted(opened.keyed_streams.get(op.operator_id, ()), key=lambda s: s.handle.key_group_start)
         if streams:
             header = _operator_header(f"{savepoint.metadata_path}: operator {op.label!r}", streams)
             new_p, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
-            jobs.append(
-                _operator_job(op, streams, header, root, output_root, new_p, new_max, compression, pieces)
-            )
+            target = (new_p, new_max)
+            if native_checkpoint is not None:
+                jobs.append(
+                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, pieces)
+                )
+            else:
+                jobs.append(
+                    _operator_job(op, streams, header, root, output_root, target, compression, pieces)
+                )
     return jobs
 
 
@@ -208,12 +247,12 @@ def _operator_job(
     header: _Header,
     root: str,
     output_root: str,
-    new_p: int,
-    new_max: int,
+    target: tuple[int, int],
     compression: bool | None,
     pieces: int,
 ) -> KeyedJob[WrittenKeyedFile]:
     """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``."""
+    new_p, new_max = target
     raw, parsed, layout = header
     compressed = parsed.compressed if compression is None else compression
     as_bytes = new_max != op.max_parallelism and byte_route_applies(streams, layout)
@@ -250,12 +289,76 @@ def _operator_job(
     )
 
 
+def _native_job(
+    op: OperatorState,
+    streams: list[KeyedStream],
+    header: _Header,
+    root: str,
+    output_root: str,
+    target: tuple[int, int],
+    checkpoint_id: int,
+    pieces: int,
+) -> KeyedJob[WrittenDatabase]:
+    """Return the job that writes ``op``'s keyed state as one RocksDB database per new subtask.
+
+    The canonical blocks a write task encodes (and builds its database from) are uncompressed: the
+    database files are RocksDB's, and its metadata stream says so.
+    """
+    new_p, new_max = target
+    raw, _parsed, layout = header
+    same_max = new_max == op.max_parallelism
+    as_bytes = byte_route_applies(streams, layout)
+    ranges = [key_group_range_for_operator_index(new_max, new_p, j) for j in range(new_p)]
+    read_class = FlinkEntryRead if as_bytes else FlinkKeyedRead
+    feeds: tuple[tuple[int, ...], ...] | None = None
+    if same_max:
+        # Key groups keep their numbers: each new subtask reads the overlaps of the old files with its
+        # range, in key-group order (the old ranges are disjoint), and writes as it reads.
+        fed: list[list[int]] = [[] for _ in range(new_p)]
+        reads: list[FlinkKeyedRead] = []
+        for stream in streams:
+            cut = intersecting_tasks(
+                root, stream.handle, op.max_parallelism, ranges, len(reads), stream.raw_header
+            )
+            for subtask, task in cut:
+                fed[subtask].append(len(reads))
+                reads.append(read_class.of(task))
+        feeds = tuple(tuple(f) for f in fed)
+    else:
+        reads = [
+            read_class.of(task)
+            for index, stream in enumerate(streams)
+            for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
+        ]
+    writes = [
+        FlinkNativeWrite(
+            output_root, str(uuid.uuid4()), j, raw, new_max, ranges[j], False, checkpoint_id, as_bytes
+        )
+        for j in range(new_p)
+    ]
+    return KeyedJob(
+        op.operator_id,
+        op.label,
+        layout.codec.key_type,
+        tuple(s.name for s in layout.states),
+        op.max_parallelism,
+        new_max,
+        new_p,
+        tuple(reads),
+        tuple(writes),
+        NATIVE_STAGE,
+        feeds,
+    )
+
+
 __all__ = [
+    "NATIVE_STAGE",
     "STAGE",
     "FlinkEntryRead",
     "FlinkEntryWrite",
     "FlinkKeyedRead",
     "FlinkKeyedWrite",
+    "FlinkNativeWrite",
     "byte_route_applies",
     "plan_keyed_jobs",
 ]

@@ -123,8 +123,7 @@ def run_rescale(
         dest = Path(dest).absolute()
     if isinstance(source, Snapshot):
         refuse_kg_snapshot(request.surgery, label)
-        if request.output_format == "native":
-            raise InvalidArgumentError("--format native writes a Flink savepoint; the input is a kg snapshot")
+        require_savepoint_for(request.output_format, "the input")
         require_intact(source.path, on_progress=on_progress)
         return _snapshot_route(source, dest, request, options, on_progress)
     if not is_remote(source):
@@ -137,11 +136,7 @@ def run_rescale(
     native_upload = request.output_format == "native" and is_remote(dest)  # staged locally, then uploaded
     if savepoint is None:
         refuse_kg_snapshot(request.surgery, label)
-    if savepoint is None and request.output_format == "native":
-        raise InvalidArgumentError(
-            f"--format native writes a Flink savepoint; {label} is a kg snapshot (kg rescale writes a kg "
-            "snapshot of it; kg convert turns that into a savepoint)"
-        )
+        require_savepoint_for(request.output_format, label)
     if (
         savepoint is not None
         and (not is_remote(source) or not needs_canonical_view(savepoint))
@@ -154,6 +149,19 @@ def run_rescale(
         return _rescale_remote(source, dest, request, options, on_progress, savepoint, label)
     require_intact(source, on_progress=on_progress, label=label)
     return _snapshot_route(source, dest, request, options, on_progress)
+
+
+def require_savepoint_for(output_format: str, label: str) -> None:
+    """Refuse ``--format native`` for a kg snapshot input (``label`` names it): its rescale is a kg snapshot.
+
+    Raises:
+        InvalidArgumentError: ``output_format`` is ``native``.
+    """
+    if output_format == "native":
+        raise InvalidArgumentError(
+            f"--format native writes a Flink savepoint; {label} is a kg snapshot (kg rescale writes a kg "
+            "snapshot of it; kg convert turns that into a savepoint)"
+        )
 
 
 def _rescale_remote(
@@ -223,4 +231,12 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
 
 
-__all__ = ["RescaleResult", "build_manifest", "rescale", "run_rescale", "verify_input", "verify_output"]
+__all__ = [
+    "RescaleResult",
+    "build_manifest",
+    "require_savepoint_for",
+    "rescale",
+    "run_rescale",
+    "verify_input",
+    "verify_output",
+]

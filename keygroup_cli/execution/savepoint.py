@@ -15,7 +15,8 @@
    With a new one, the engine runs the tasks of ``execution.keyed_pipeline``: read tasks decode key-group
    ranges of the old files into Arrow batches (as strictly as ``kg verify``) and re-key them, a shuffle
    groups them by new subtask, write tasks encode each new subtask's file straight into the staged
-   savepoint. On Spark both run on the executors.
+   savepoint. On Spark both run on the executors. ``--format native`` always runs the engine's tasks: each
+   new subtask's write task builds its RocksDB database (at the same maxParallelism without a shuffle).
 4. **The commit** (``flink.rescaled.write_rescaled``, then ``flink.commit.seal_savepoint``): the driver
    describes ``_metadata`` from the opened input, the plan and the write tasks' handles, encodes it once,
    checks it (key-group ranges, file sizes and offsets, every operator stream decodes; keyed blocks were
@@ -65,7 +66,7 @@ from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
-from keygroup_cli.flink.native_output import to_native
+from keygroup_cli.flink.native_output import as_native
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
@@ -151,12 +152,16 @@ def open_input(
     report: OnProgress,
     label: str | None = None,
     request: RescaleRequest | None = None,
+    *,
+    copy: bool = True,
 ) -> OpenedInput:
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
 
     The request's operator surgery (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
     savepoint first, in memory (``migration.operate``): what follows reads, plans and writes the
-    operators as the surgery leaves them, from the same files, in the same pass.
+    operators as the surgery leaves them, from the same files, in the same pass. ``copy=False``: never
+    copy key groups as bytes (``--format native``: the engine's tasks write every subtask), so
+    ``copy_headers`` is None.
 
     No key-group block is read here: the read tasks decode every block as strictly as ``kg verify`` does,
     and key groups copied as bytes are checked as ``kg verify`` checks them in the pass that copies them
@@ -174,20 +179,20 @@ def open_input(
     origin = operated.savepoint
     changes, operators = operated.changes, operated.operators
     canonical = not needs_canonical_view(origin)
-    copy = _copyable(origin, new_max_parallelism) if canonical else None
+    headers = _copyable(origin, new_max_parallelism) if canonical and copy else None
     verify = _stage(report, "verify input")
     require_intact(origin, blocks=False, label=label, on_progress=verify)
     refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
     name = label or str(origin.directory)
     if canonical:
-        return OpenedInput(origin, origin, copy, name, changes, operators)
+        return OpenedInput(origin, origin, headers, name, changes, operators)
     # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the canonical
     # layout first, and the rest of the rescale reads that view.
     view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
-    copy = _regroupable(view, new_max_parallelism)
-    if copy is not None:
+    headers = _regroupable(view, new_max_parallelism) if copy else None
+    if headers is not None:
         require_intact(view, blocks=False, label=label, on_progress=verify)
-    return OpenedInput(origin, view, copy, name, changes, operators)
+    return OpenedInput(origin, view, headers, name, changes, operators)
 
 
 def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str, bytes] | None:
@@ -230,7 +235,10 @@ def rescale_savepoint(
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        opened = open_input(source, scratch, request.new_max_parallelism, report, label, request)
+        native = request.output_format == "native"
+        opened = open_input(
+            source, scratch, request.new_max_parallelism, report, label, request, copy=not native
+        )
         request = replace(request, operators=opened.operators)
         runner = _Runner.start(opened, options or EngineOptions(), report)
         remote_dest = str(dest) if remote is not None else None
@@ -247,6 +255,7 @@ def rescale_savepoint(
         savepoint=_written(opened, dest, written, sealed, keyed),
         regrouped=keyed.sizes or None,
         keyed_rows=keyed.rows or None,
+        savepoint_format=request.output_format,
     )
 
 
@@ -266,7 +275,7 @@ class SavepointRescalePlan:
     keyed_root: str | None
     #: Snappy for what is encoded; None keeps the input's (copied key groups keep their bytes anyway).
     compression: bool | None
-    #: ``--format native``: keyed files become RocksDB databases before the seal (``flink.native_output``).
+    #: ``--format native``: the write tasks built RocksDB databases; the seal's properties say NATIVE.
     native: bool = False
 
 
@@ -320,13 +329,15 @@ def plan_savepoint_rescale(
     if opened.copy_headers is not None:
         return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native)
     # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
-    # everything else is staged locally and uploaded after them, _metadata last.
+    # everything else is staged locally and uploaded after them, _metadata last. NATIVE write tasks build
+    # each new subtask's database in the staging directory.
     jobs = plan_keyed_jobs(
         savepoint,
         targets,
         remote_dest or _STAGING,
         compression=request.compression,
         pieces=runner.executor().read_pieces(),
+        native_checkpoint=savepoint.metadata.checkpoint_id if native else None,
     )
     return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression, native)
 
@@ -360,12 +371,7 @@ def _commit(
                 on_progress=report,
             )
             if planned.native:
-                native = to_native(
-                    staging,
-                    written.metadata,
-                    lambda done, total: report("write NATIVE databases", done, total),
-                )
-                written = replace(written, metadata=native)
+                written = replace(written, metadata=as_native(written.metadata))
             # An upload checks the operator streams where they will be, beside the keyed files.
             sealed = seal_savepoint(
                 staging, written.metadata, keyed_root=planned.keyed_root, check_streams=remote is None

@@ -35,6 +35,7 @@ from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import keyed_header
 from keygroup_cli.flink.layouts.heap import needs_canonical_view
+from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
@@ -54,13 +55,15 @@ def plan_savepoint(
     *,
     expected_parallelism: int | None = None,
     on_progress: OnProgress | None = None,
+    output_format: str = "canonical",
 ) -> RescalePlan:
     """Plan the rescale of the Flink savepoint or checkpoint ``source``, reading no keyed state.
 
     The arguments are those of ``execution.rescale.rescale`` (``expected_parallelism`` is its
-    ``from_parallelism``). The result has one ``OperatorPlan`` per operator of ``_metadata``, in its order:
-    keyed operators with ``keyed_rows`` None and, where ``_metadata`` records offsets, key-group plans
-    weighted by bytes; operator state as the rescale redistributes it.
+    ``from_parallelism``; ``output_format`` its ``--format``: ``native`` needs the binding, as there). The
+    result has one ``OperatorPlan`` per operator of ``_metadata``, in its order: keyed operators with
+    ``keyed_rows`` None and, where ``_metadata`` records offsets, key-group plans weighted by bytes; operator
+    state as the rescale redistributes it.
 
     Raises:
         InvalidArgumentError: What the rescale refuses before writing: bounds, ``--from``, unknown
@@ -68,7 +71,10 @@ def plan_savepoint(
         UnsupportedFormatError: A layout kg does not rescale, in-flight data, a maxParallelism change of
             keys kg cannot re-hash.
         InvalidSnapshotError: ``_metadata``, a header or an operator stream kg cannot read.
+        MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
     """
+    if output_format == "native":
+        load_binding()  # exit 6 before anything is read, as the rescale refuses it
     savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
     refuse_channel_state(savepoint)
     types = _validated(savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism)

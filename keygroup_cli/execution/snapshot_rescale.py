@@ -72,6 +72,8 @@ class RescaleResult:
     regrouped: Mapping[str, tuple[int, ...]] | None = None
     #: For a savepoint rescale with a new maxParallelism: keyed entries per new subtask, per operator.
     keyed_rows: Mapping[str, tuple[int, ...]] | None = None
+    #: For a Flink savepoint written: ``"canonical"`` or ``"native"`` (``--format``); None for a kg snapshot.
+    savepoint_format: str | None = None
 
     def operator(self, operator_id: str) -> Operator:
         """Return the new manifest entry of ``operator_id``."""

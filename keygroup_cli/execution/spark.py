@@ -14,6 +14,8 @@ Java becomes a one-line ``MissingDependencyError`` rather than an ImportError or
   conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions`` sorts
   in the Python worker and spills pickles past ``spark.python.worker.memory``).
 - Copy jobs run on the driver.
+- ``--format native``: each write task builds its new subtask's RocksDB database on its executor (rocksdict
+  is imported there, by the task); an operator that keeps its maxParallelism is a narrow job.
 
 Tasks write to the target directory directly, so with a ``--master`` other than local the staging
 directory beside DEST must be on a filesystem every executor mounts at the same path, and kg must be
@@ -536,7 +538,14 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
 _TASK_ERROR = "kg-task-error"
 _TASK_ERRORS: dict[str, type[KgError]] = {
     cls.__name__: cls
-    for cls in (InvalidSnapshotError, UnsupportedFormatError, InvalidArgumentError, ExecutionError)
+    for cls in (
+        InvalidSnapshotError,
+        UnsupportedFormatError,
+        InvalidArgumentError,
+        ExecutionError,
+        # A NATIVE write task imports rocksdict on its executor: a worker without it is exit 6 there too.
+        MissingDependencyError,
+    )
 }
 
 

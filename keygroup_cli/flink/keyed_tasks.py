@@ -137,6 +137,35 @@ def read_tasks(
     return out
 
 
+def intersecting_tasks(
+    root: str,
+    handle: KeyGroupsHandle,
+    max_parallelism: int,
+    ranges: list[KeyGroupRange],
+    order: int,
+    header: bytes | None = None,
+) -> list[tuple[int, KeyedReadTask]]:
+    """Cut one keyed file at the new subtasks' key-group ranges (same maxParallelism): one task per overlap.
+
+    Returns ``(new subtask, task)`` for every range of ``ranges`` (indexed by new subtask) the file
+    overlaps, ascending; each task reads the key groups of the overlap, as Flink's restore intersects
+    ``KeyGroupsStateHandle``s with a subtask's range. Block sizes come from the handle's offsets alone.
+    Tasks are numbered ``order``, ``order + 1``, ...
+    """
+    extents = key_group_extents(handle, handle.size)
+    out: list[tuple[int, KeyedReadTask]] = []
+    for subtask, wanted in enumerate(ranges):
+        start, end = max(wanted.start, handle.key_group_start), min(wanted.end, handle.key_group_end)
+        if start > end:
+            continue
+        size = sum(e - b for group, b, e in extents if start <= group <= end)
+        task = KeyedReadTask(
+            root, handle, max_parallelism, KeyGroupRange(start, end), order + len(out), size, header
+        )
+        out.append((subtask, task))
+    return out
+
+
 def read_keyed_task(
     task: KeyedReadTask,
     state_names: tuple[str, ...],
@@ -315,6 +344,7 @@ __all__ = [
     "WrittenKeyedFile",
     "check_key_groups",
     "directory_of",
+    "intersecting_tasks",
     "keyed_header",
     "read_entries_task",
     "read_keyed_task",

@@ -25,6 +25,7 @@ from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.findings import Finding
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
@@ -39,10 +40,13 @@ COPY_CHUNK = 16 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class RegroupedFile:
-    """One new subtask's keyed file: its handle (relative to the savepoint) and size."""
+    """One new subtask's keyed state: its handle (relative to the savepoint) and size.
+
+    A canonical keyed file, or the RocksDB database a NATIVE write task built (``flink.native_output``).
+    """
 
     subtask: int
-    handle: KeyGroupsHandle
+    handle: KeyGroupsHandle | IncrementalKeyedHandle
     size: int
     key_groups_with_data: int
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.finished import finished_markers
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.regroup import RegroupedFile
@@ -310,12 +310,17 @@ def _markers(
 
 
 def _discard(files: Sequence[RegroupedFile] | None, index: int, staging: Path) -> None:
-    """Remove the (empty) keyed file written for a subtask that is written as finished."""
+    """Remove the (empty) keyed file or database written for a subtask that is written as finished."""
     if files is None:
         return
-    delegate = files[index].handle.delegate
-    if isinstance(delegate, RelativeFileHandle):
-        (staging / delegate.relative_path).unlink(missing_ok=True)
+    handle = files[index].handle
+    if isinstance(handle, IncrementalKeyedHandle):
+        written = [handle.metadata, *(f.handle for f in handle.shared + handle.private)]
+    else:
+        written = [handle.delegate]
+    for file in written:
+        if isinstance(file, RelativeFileHandle):
+            (staging / file.relative_path).unlink(missing_ok=True)
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import subtask_ranges
+from tests.execution.snapshots import generate
 
 FLINK = FIXTURES / "flink" / "2.3"
 SAVEPOINT = FLINK / "heap-files-p3-maxp128-long"
@@ -230,3 +232,36 @@ def test_dry_run_refuses_the_destination_the_rescale_refuses(kg, tmp_path):
         assert real.exit_code == dry.exit_code == 2
         assert real.json()["error"] == dry.json()["error"] and dry.json()["error"]["code"] == code
     assert not (SAVEPOINT / "inside").exists()
+
+
+def test_the_plan_names_the_output_format(kg, tmp_path, monkeypatch):
+    # kg rescale --dry-run --format native prints kg plan --format native: the output it leads to, in text
+    # and JSON; the refusals of --format native are the rescale's (a kg snapshot in, no binding).
+    args = ("--to", "4", "-m", "256", "--format", "native")
+    for extra in ((), ("--json",)):
+        plan = kg("plan", SAVEPOINT, *args, *extra)
+        dry = kg("rescale", SAVEPOINT, *args, "--out", tmp_path / "out", "--dry-run", *extra)
+        assert plan.exit_code == dry.exit_code == 0, plan.stderr
+        assert dry.stdout == plan.stdout
+    doc = plan.json()
+    assert (doc["output_format"], doc["savepoint_format"]) == ("flink-savepoint", "native")
+    native = "a NATIVE Flink savepoint, one RocksDB database per new subtask (RocksDB and ForSt restore it)"
+    assert kg("plan", SAVEPOINT, *args).stdout.rstrip().endswith(f"output: {native}")
+    canonical = kg("plan", SAVEPOINT, "--to", "4", "--json").json()
+    assert (canonical["output_format"], canonical["savepoint_format"]) == ("flink-savepoint", "canonical")
+    assert (
+        kg("plan", SAVEPOINT, "--to", "4")
+        .stdout.rstrip()
+        .endswith("output: a canonical Flink savepoint (every state backend restores it)")
+    )
+    snapshot = generate(tmp_path / "snap", ("counter", "string", 50, 2, 128))
+    kept = kg("plan", snapshot, "--to", "3", "--json").json()
+    assert (kept["output_format"], kept["savepoint_format"]) == ("kg-snapshot", None)
+    refused = kg("plan", snapshot, "--to", "3", "--format", "native")
+    real = kg("rescale", snapshot, "--to", "3", "--format", "native", "--out", tmp_path / "real")
+    assert refused.exit_code == real.exit_code == 2
+    assert refused.stderr == real.stderr and "--format native writes a Flink savepoint" in refused.stderr
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # an import of it now fails
+    missing = kg("rescale", SAVEPOINT, *args, "--out", tmp_path / "out", "--dry-run", "--json")
+    assert missing.exit_code == 6 and missing.json()["error"]["code"] == "ROCKSDB_BINDING_MISSING"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap"]

@@ -41,8 +41,16 @@ def test_native_output_of_a_snappy_canonical_savepoint(kg, tmp_path):
     # Copied key groups keep the input's snappy frames: the databases are built from the decoded blocks.
     source = FLINK / "rocksdb-canonical-snappy-p3-maxp128-long"
     out = tmp_path / "out"
-    result = kg("rescale", source, "--to", "4", "--out", out, "--engine", "local", "--format", "native", "-q")
+    args = ("--to", "4", "--out", out, "--engine", "local", "--format", "native", "--json")
+    result = kg("rescale", source, *args)
     assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert (doc["output_format"], doc["savepoint_format"]) == ("flink-savepoint", "native")
+    keyed = [op for op in doc["operators"] if op["keyed_rows"]]
+    assert len(keyed) == 2 and {op["mode"] for op in keyed} == {"move"}
+    assert doc["savepoint"]["keyed_files"] == 8
+    for op in keyed:  # every entry went through a write task: counted, per subtask too
+        assert op["keyed_rows"] == sum(s["keyed_rows"] for s in op["subtasks"]) and op["moved_rows"] is None
     operators = read_flink_metadata(out).metadata.operators
     handles = [s.managed_keyed_state for op in operators for s in op.subtasks]
     native = [h for h in handles if isinstance(h, IncrementalKeyedHandle)]

@@ -141,6 +141,7 @@ def count_rescale(
     new_max_parallelism: int | None,
     input_names: frozenset[str],
     surgery: Any = None,
+    output_format: str = "canonical",
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
 
@@ -153,6 +154,7 @@ def count_rescale(
             new_parallelism,
             new_max_parallelism=new_max_parallelism,
             surgery=surgery,
+            output_format=output_format,
             engine="local",
         )
     monkeypatch.undo()

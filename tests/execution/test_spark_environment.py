@@ -7,15 +7,19 @@ kg's own interpreter without its site-packages (so kg's dependencies cannot be i
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from keygroup_cli.errors import MissingDependencyError
 from keygroup_cli.execution import PendingExecutor
-from keygroup_cli.execution.spark import _worker_cause, check_workers, worker_python
+from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.spark import SparkExecutor, _worker_cause, check_workers, worker_python
 from tests.conftest import DECOY_MARK, write_decoys
 
 pytestmark = pytest.mark.spark
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
 
 
 def test_local_mode_uses_kgs_own_interpreter(monkeypatch):
@@ -80,6 +84,26 @@ def test_a_worker_without_kgs_dependencies_names_them(spark, worker_exec, tmp_pa
     message = raised.value.message
     assert "No module named 'mmh3'" in message and "No module named 'pyarrow'" in message
     assert "\n" not in message
+
+
+def test_a_worker_without_rocksdict_fails_a_native_rescale_with_exit_6(spark, worker_exec, tmp_path):
+    # --format native builds each database in a write task on an executor, which imports rocksdict there:
+    # a worker that cannot import it is the binding's one-line exit 6, as on the driver, and nothing is
+    # committed.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "rocksdict.py").write_text('raise ImportError("rocksdict blocked on this worker")\n')
+    wrapper = tmp_path / "python-no-rocksdict"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{blocker}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    worker_exec(str(wrapper))
+    source = FIXTURES / "rocksdb-canonical-p3-maxp128-string"
+    out = tmp_path / "out"
+    with pytest.raises(MissingDependencyError) as raised:
+        rescale(source, out, 2, output_format="native", executor=SparkExecutor(session=spark))
+    assert raised.value.code == "ROCKSDB_BINDING_MISSING" and raised.value.exit_code == 6
+    assert "rocksdict blocked on this worker" in raised.value.message
+    assert not out.exists()
 
 
 def test_version_mismatch_is_named():

@@ -1,7 +1,8 @@
 """One savepoint rescale reads each input file once and encodes its output ``_metadata`` once (#21).
 
 For each route of a savepoint rescale (key groups copied as bytes; keys re-hashed; a heap layout rewritten
-first), counted in this process on the local engine (``spine_counter``):
+first; ``--format native``'s database-building tasks), counted in this process on the local engine
+(``spine_counter``):
 
 - the input ``_metadata`` is read from storage once;
 - each input state file's header is read once;
@@ -64,6 +65,19 @@ def test_a_savepoint_rescale_reads_each_input_file_once(case, to, max_parallelis
     counts = count_rescale(monkeypatch, str(source), str(tmp_path / "out"), to, max_parallelism, names)
     assert_each_once(counts, state_files=files, operator_streams=streams)
     assert (tmp_path / "out" / "_metadata").is_file()
+
+
+def test_a_native_rescale_reads_each_input_file_once(tmp_path, monkeypatch):
+    # --format native at the same maxParallelism: each new subtask's read tasks are the overlaps of the old
+    # files with its range, and its write task builds its database; each input file is still read once.
+    # (Re-hashed, NATIVE write tasks read what canonical ones read.)
+    source = FIXTURES / "2.3/rocksdb-canonical-p3-maxp128-string"
+    files, streams, names = state_files(source)
+    out = tmp_path / "out"
+    counts = count_rescale(monkeypatch, str(source), str(out), 2, None, names, "native")
+    assert_each_once(counts, state_files=files, operator_streams=streams)
+    properties = read_flink_metadata(out).metadata.properties
+    assert properties is not None and properties.format_type == "NATIVE"
 
 
 @pytest.mark.parametrize(

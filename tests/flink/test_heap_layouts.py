@@ -48,9 +48,7 @@ def restored(restore_savepoints: RestoreRunner, tmp_path_factory: pytest.TempPat
     names: list[str] = []
     for p, max_p in RESCALES:
         dest = out / f"p{p}-m{max_p}"
-        rescale(
-            CASES / CASE, dest, p, from_parallelism=2, new_max_parallelism=max_p, engine="local"
-        )
+        rescale(CASES / CASE, dest, p, from_parallelism=2, new_max_parallelism=max_p, engine="local")
         for backend in BACKENDS:
             requests.append(RestoreRequest(dest, p, max_p or 128, "string", backend))
             names.append(f"kg-{backend}-p{p}-m{max_p}")

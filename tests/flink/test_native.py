@@ -12,19 +12,33 @@ savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state
 - The same NATIVE output is restored by the other backend as well: one output serves both, as Flink's own
   NATIVE savepoints of the two backends do (RocksDB restores the ForSt fixture, ForSt the RocksDB one).
 - A job that sets no maxParallelism restores kg's NATIVE output at the savepoint's maxParallelism (256).
+- Each new subtask's database is built by one write task of the engine: on Spark (``local[2]``, the run's
+  one session) as on the local engine, re-hashed and at the same maxParallelism (a narrow job). Both give,
+  key for key and column family by column family, the databases of the driver route (``to_native`` over
+  kg's canonical output of the same rescale), with the same metadata streams and operator-state bytes; and
+  ForSt restores the Spark outputs.
 
-Every restore of this module runs in one JVM (marker ``flink``).
+Every restore of this module runs in one JVM (marker ``flink``); the Spark outputs need the run's Spark
+session (marker ``spark``).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import rocksdict
 
+from keygroup_cli.execution.local import LocalExecutor
 from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
+from keygroup_cli.execution.spark import SparkExecutor
+from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata
+from keygroup_cli.flink.native_output import to_native
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (
     CASES,
@@ -35,7 +49,7 @@ from tests.flink.harness import (
     relocated_checkpoint,
 )
 
-pytestmark = pytest.mark.flink
+pytestmark = [pytest.mark.flink, pytest.mark.spark]
 
 FORST_STRING = "forst-native-p3-maxp128-string"
 FORST_LONG = "forst-native-p3-maxp128-long"
@@ -43,44 +57,58 @@ FORST_CHECKPOINT = "forst-checkpoint-p3-maxp128-long"
 ROCKSDB_LONG = "rocksdb-native-p3-maxp128-long"
 CHECKPOINT_DIR = Path("0000000000006b670000000000000019") / "chk-2"
 
-#: name -> (case, kg output: (format, new maxParallelism or None) or None = the fixture, backend, p, maxP)
-RESTORES: dict[str, tuple[str, tuple[str, int | None] | None, str, int, int]] = {
+#: A kg output: (format, new maxParallelism or None, engine).
+Output = tuple[str, int | None, str]
+#: name -> (case, kg output or None = the fixture, backend, p, maxP)
+RESTORES: dict[str, tuple[str, Output | None, str, int, int]] = {
     "forst-own-string": (FORST_STRING, None, "forst", 3, 128),
     "forst-own-checkpoint": (FORST_CHECKPOINT, None, "forst", 3, 128),
     "rocksdb-restores-forst-savepoint": (FORST_LONG, None, "rocksdb", 3, 128),
     "forst-restores-rocksdb-savepoint": (ROCKSDB_LONG, None, "forst", 3, 128),
-    "hashmap-canonical-of-forst": (FORST_STRING, ("canonical", 256), "hashmap", 4, 256),
-    "forst-native-of-forst-m256": (FORST_STRING, ("native", 256), "forst", 4, 256),
-    "rocksdb-native-of-forst-m256": (FORST_STRING, ("native", 256), "rocksdb", 4, 256),
-    "forst-native-of-forst-checkpoint-m256": (FORST_CHECKPOINT, ("native", 256), "forst", 4, 256),
-    "rocksdb-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256), "rocksdb", 4, 256),
-    "forst-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256), "forst", 4, 256),
-    "forst-native-no-maxp-job": (FORST_STRING, ("native", 256), "forst", 4, 0),
+    "hashmap-canonical-of-forst": (FORST_STRING, ("canonical", 256, "local"), "hashmap", 4, 256),
+    "forst-native-of-forst-m256-spark": (FORST_STRING, ("native", 256, "spark"), "forst", 4, 256),
+    "forst-native-of-forst-m128-spark": (FORST_STRING, ("native", None, "spark"), "forst", 4, 128),
+    "rocksdb-native-of-forst-m256": (FORST_STRING, ("native", 256, "local"), "rocksdb", 4, 256),
+    "forst-native-of-forst-checkpoint-m256": (FORST_CHECKPOINT, ("native", 256, "local"), "forst", 4, 256),
+    "rocksdb-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256, "local"), "rocksdb", 4, 256),
+    "forst-native-of-rocksdb-m256": (ROCKSDB_LONG, ("native", 256, "local"), "forst", 4, 256),
+    "forst-native-no-maxp-job": (FORST_STRING, ("native", 256, "local"), "forst", 4, 0),
 }
+#: Outputs only compared with the driver route (``test_native_tasks_build_the_driver_routes_databases``).
+COMPARED: tuple[tuple[str, Output], ...] = (
+    (FORST_STRING, ("native", None, "local")),
+    (FORST_STRING, ("canonical", None, "local")),
+)
 
 
 def _input(case: str) -> Path:
     return CASES / case / CHECKPOINT_DIR if case == FORST_CHECKPOINT else CASES / case
 
 
+Outputs = dict[tuple[str, str, int | None, str], Path]
+
+
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, int | None], Path]:
+def outputs(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Outputs:
     out = tmp_path_factory.mktemp("native")
-    written: dict[tuple[str, str, int | None], Path] = {}
-    for case, kg, *_ in RESTORES.values():
-        if kg is None or (case, *kg) in written:
+    written: Outputs = {}
+    wanted = [(case, kg) for case, kg, *_ in RESTORES.values() if kg is not None] + list(COMPARED)
+    for case, kg in wanted:
+        if (case, *kg) in written:
             continue
-        dest = out / f"{case}-{kg[0]}-m{kg[1]}"
-        rescale(_input(case), dest, 4, new_max_parallelism=kg[1], output_format=kg[0], engine="local")
+        output_format, max_p, engine = kg
+        dest = out / f"{case}-{output_format}-m{max_p}-{engine}"
+        executor = SparkExecutor(session=spark) if engine == "spark" else LocalExecutor()
+        rescale(
+            _input(case), dest, 4, new_max_parallelism=max_p, output_format=output_format, executor=executor
+        )
         written[(case, *kg)] = dest
     return written
 
 
 @pytest.fixture(scope="module")
 def restored(
-    restore_savepoints: RestoreRunner,
-    outputs: dict[tuple[str, str, int | None], Path],
-    tmp_path_factory: pytest.TempPathFactory,
+    restore_savepoints: RestoreRunner, outputs: Outputs, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Dump]:
     requests = []
     for case, kg, backend, p, max_p in RESTORES.values():
@@ -105,8 +133,8 @@ def test_restore_holds_the_jobs_state(name: str, restored: dict[str, Dump]) -> N
     assert backends == {want.get(backend, "HeapKeyedStateBackend")}
 
 
-def test_native_output_is_one_database_per_subtask(outputs: dict[tuple[str, str, int | None], Path]) -> None:
-    dest = outputs[(FORST_STRING, "native", 256)]
+def test_native_output_is_one_database_per_subtask(outputs: Outputs) -> None:
+    dest = outputs[(FORST_STRING, "native", 256, "local")]
     snapshot = read_flink_metadata(dest)
     assert snapshot.metadata.properties is not None
     assert snapshot.metadata.properties.format_type == "NATIVE"
@@ -131,3 +159,64 @@ def test_native_output_is_one_database_per_subtask(outputs: dict[tuple[str, str,
     on_disk = {p.name for p in dest.iterdir()} - {"_metadata"}
     assert named <= on_disk  # every database file is beside _metadata
     assert not [n for n in on_disk if n.startswith(".")]  # no scratch left
+
+
+@pytest.mark.parametrize("max_p", [256, None], ids=["rehashed", "same-maxp"])
+def test_native_tasks_build_the_driver_routes_databases(
+    outputs: Outputs, max_p: int | None, tmp_path: Path
+) -> None:
+    # The driver route: kg's canonical output of the same rescale, each keyed file made a database on the
+    # driver (to_native, what kg convert --format native runs).
+    driver = tmp_path / "driver"
+    shutil.copytree(outputs[(FORST_STRING, "canonical", max_p, "local")], driver)
+    expected = _databases(driver, to_native(driver, read_flink_metadata(driver).metadata), tmp_path / "db")
+    entries = [len(e) for db in expected.values() if len(db) == 4 for e in db[3].values()]
+    assert len(entries) > 2 * 4 and sum(entries) > 1000  # every state of 2 operators x 4 subtasks
+    for engine in ("local", "spark"):
+        dest = outputs[(FORST_STRING, "native", max_p, engine)]
+        assert _databases(dest, read_flink_metadata(dest).metadata, tmp_path / engine) == expected, engine
+
+
+def _databases(directory: Path, metadata: CheckpointMetadata, work: Path) -> dict[tuple[str, int], Any]:
+    """Return per (operator, subtask): key-group range, metadata stream, op state, every column family.
+
+    Each database is opened read-only from links in ``work`` under its files' RocksDB names.
+    """
+    found: dict[tuple[str, int], Any] = {}
+    for op in metadata.operators:
+        for sub in op.subtasks:
+            keyed, operator = sub.managed_keyed_state, sub.managed_operator_state
+            stream = b""
+            if isinstance(operator, OperatorStateHandle):
+                assert isinstance(operator.delegate, RelativeFileHandle)
+                stream = (directory / operator.delegate.relative_path).read_bytes()
+            if not isinstance(keyed, IncrementalKeyedHandle):
+                found[(op.operator_id, sub.index)] = (keyed, stream)
+                continue
+            assert isinstance(keyed.metadata, RelativeFileHandle) and keyed.shared == ()
+            db = work / f"{op.operator_id}-{sub.index}"
+            db.mkdir(parents=True)
+            for file in keyed.private:
+                assert isinstance(file.handle, RelativeFileHandle)
+                (db / file.local_path).symlink_to(directory / file.handle.relative_path)
+            found[(op.operator_id, sub.index)] = (
+                (keyed.key_group_start, keyed.num_key_groups, op.parallelism, op.max_parallelism),
+                (directory / keyed.metadata.relative_path).read_bytes(),
+                stream,
+                _column_families(db),
+            )
+    return found
+
+
+def _column_families(db: Path) -> dict[str, list[tuple[bytes, bytes]]]:
+    names = rocksdict.Rdict.list_cf(str(db))
+    opened = rocksdict.Rdict(
+        str(db),
+        options=rocksdict.Options(raw_mode=True),
+        column_families={name: rocksdict.Options(raw_mode=True) for name in names},
+        access_type=rocksdict.AccessType.read_only(),
+    )
+    try:
+        return {name: list(opened.get_column_family(name).items()) for name in names}
+    finally:
+        opened.close()

@@ -21,6 +21,7 @@ from keygroup_cli.cli.options import (
     operator_option,
     output_options,
     require_bounds,
+    savepoint_format_option,
     surgery_options,
     surgery_request,
     to_parallelism_option,
@@ -39,6 +40,7 @@ Examples:
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
   kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
   kg plan savepoint-1a2b/ --to 8 --rename counter=counter-v2   # with kg rescale's operator surgery
+  kg plan savepoint-1a2b/ --to 4 --format native   # the plan of kg rescale ... --format native
 
 With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
 same messages) from _metadata, the keyed headers and the operator state; keyed state is never read, so
@@ -53,13 +55,16 @@ def show_snapshot_plan(
     from_parallelism: int | None = None,
     operators: Sequence[str] = (),
     max_parallelism: int | None = None,
+    output_format: str = "canonical",
     *,
     surgery: MigrationRequest | None = None,
 ) -> None:
     """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
 
-    ``surgery`` (``kg rescale --rename/--assign-uid/--drop``) is applied to the opened savepoint first, as
-    the rescale applies it; the plan names the operators as it leaves them and lists the changes.
+    ``output_format`` is ``--format``: the plan names the output it leads to, and refuses what the
+    rescale refuses for it (a kg snapshot input or a missing binding with ``native``). ``surgery``
+    (``kg rescale --rename/--assign-uid/--drop``) is applied to the opened savepoint first, as the
+    rescale applies it; the plan names the operators as it leaves them and lists the changes.
     """
     # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
     from keygroup_cli.cli.progress import progress
@@ -94,6 +99,7 @@ def show_snapshot_plan(
                 max_parallelism,
                 expected_parallelism=from_parallelism,
                 on_progress=on_progress,
+                output_format=output_format,
             )
         plan = replace(plan, surgery=operated.changes)
         input_format = "flink-savepoint"
@@ -102,6 +108,11 @@ def show_snapshot_plan(
 
         refuse_kg_snapshot(surgery, str(snapshot))
         from keygroup_cli.convert.inputs import readable
+
+        if output_format == "native":
+            from keygroup_cli.execution.rescale import require_savepoint_for
+
+            require_savepoint_for(output_format, str(snapshot))
 
         # A plan needs the manifest and the (small) operator-state files: on an object store only those
         # are fetched, never keyed state.
@@ -117,8 +128,11 @@ def show_snapshot_plan(
     warnings = mixed_parallelism_warning(plan, from_parallelism, operators)
     for warning in warnings:
         out.warn(warning)
-    document = {**plan_snapshot_document(str(snapshot), plan, input_format), "warnings": warnings}
-    out.result("plan", document, lambda console: render_snapshot_plan(console, plan))
+    document = {
+        **plan_snapshot_document(str(snapshot), plan, input_format, output_format),
+        "warnings": warnings,
+    }
+    out.result("plan", document, lambda console: render_snapshot_plan(console, plan, document))
 
 
 @click.command(epilog=EPILOG)
@@ -131,6 +145,7 @@ def show_snapshot_plan(
 )
 @operator_option()
 @surgery_options
+@savepoint_format_option()
 @output_options
 @click.pass_context
 def command(
@@ -144,6 +159,7 @@ def command(
     rename: tuple[str, ...],
     assign_uid: tuple[str, ...],
     drop: tuple[str, ...],
+    output_format: str,
 ) -> None:
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
 
@@ -154,12 +170,25 @@ def command(
     if snapshot is not None:
         snapshot = resolve_input(out, snapshot, job).path
         show_snapshot_plan(
-            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, surgery=surgery
+            out,
+            snapshot,
+            to_parallelism,
+            from_parallelism,
+            operators,
+            max_parallelism,
+            output_format,
+            surgery=surgery,
         )
         return
-    if from_parallelism is None or max_parallelism is None or operators or not surgery.empty:
+    if (
+        from_parallelism is None
+        or max_parallelism is None
+        or operators
+        or output_format != "canonical"
+        or not surgery.empty
+    ):
         raise click.UsageError(
-            "Without SNAPSHOT, give --from and --max-parallelism (and no --operator, --rename, "
+            "Without SNAPSHOT, give --from and --max-parallelism (and no --operator, --format, --rename, "
             "--assign-uid or --drop)."
         )
     require_bounds(max_parallelism, from_parallelism, parallelism_option="--from")

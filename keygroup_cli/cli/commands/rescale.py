@@ -12,6 +12,7 @@ from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
     operator_option,
     output_options,
+    savepoint_format_option,
     surgery_options,
     surgery_request,
     to_parallelism_option,
@@ -108,14 +109,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     callback=lambda _ctx, _param, values: _parse_conf(values),
     help="A Spark setting for the session kg starts (repeatable), e.g. spark.pyspark.python=PATH.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["canonical", "native"]),
-    default="canonical",
-    show_default=True,
-    help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database files).",
-)
+@savepoint_format_option()
 @surgery_options
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
@@ -153,7 +147,14 @@ def command(
 
         refuse_destination(snapshot, dest)
         show_snapshot_plan(
-            out, snapshot, to_parallelism, from_parallelism, operators, max_parallelism, surgery=surgery
+            out,
+            snapshot,
+            to_parallelism,
+            from_parallelism,
+            operators,
+            max_parallelism,
+            output_format,
+            surgery=surgery,
         )
         return
     from keygroup_cli.cli.rescale_render import (
