@@ -74,7 +74,7 @@ def test_a_native_rescale_reads_each_input_file_once(tmp_path, monkeypatch):
     source = FIXTURES / "2.3/rocksdb-canonical-p3-maxp128-string"
     files, streams, names = state_files(source)
     out = tmp_path / "out"
-    counts = count_rescale(monkeypatch, str(source), str(out), 2, None, names, "native")
+    counts = count_rescale(monkeypatch, str(source), str(out), 2, None, names, output_format="native")
     assert_each_once(counts, state_files=files, operator_streams=streams)
     properties = read_flink_metadata(out).metadata.properties
     assert properties is not None and properties.format_type == "NATIVE"
