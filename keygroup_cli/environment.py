@@ -45,6 +45,7 @@ INSTALL = {
     "ha": _EXTRA.format("ha"),
     "rocksdb": _EXTRA.format("rocksdb"),
     "rocksdb-merge": _EXTRA.format("rocksdb-merge") + "; aimrocks has wheels for CPython <= 3.12",
+    "native": _EXTRA.format("native") + " (optional: KG_NATIVE=0 runs the same code in pure Python)",
     "test": _EXTRA.format("test") + "; apache-flink-libraries==2.3.0",
 }
 INSTALL_JAVA = (
@@ -52,7 +53,8 @@ INSTALL_JAVA = (
 )
 
 #: (distribution, module kg imports, group). Modules None are not imported: pyspark only ever is in
-#: ``execution/spark.py`` (C1), and apache-flink-libraries is a bundle of jars for the test suite.
+#: ``execution/spark.py`` (C1), apache-flink-libraries is a bundle of jars for the test suite, and numba
+#: (about half a second to import) is imported only where a block is decoded (flink/state/native_kernels).
 PACKAGES: tuple[tuple[str, str | None, str], ...] = (
     ("click", "click", "core"),
     ("rich", "rich", "core"),
@@ -68,6 +70,7 @@ PACKAGES: tuple[tuple[str, str | None, str], ...] = (
     ("pyyaml", "yaml", "ha"),
     ("rocksdict", "rocksdict", "rocksdb"),
     ("aimrocks", "aimrocks", "rocksdb-merge"),
+    ("numba", None, "native"),
     ("apache-flink-libraries", None, "test"),
 )
 
@@ -194,7 +197,7 @@ class Diagnosis:
         return tuple(c for c in self.capabilities if c.name in asked and not c.works)
 
 
-CAPABILITIES = ("core", "local", "spark", "ha", "rocksdb", "rocksdb-merge", "flink-tests")
+CAPABILITIES = ("core", "local", "spark", "ha", "rocksdb", "rocksdb-merge", "native", "flink-tests")
 
 
 def diagnose(spark: SparkProbe | None = None, java: Java | None = None) -> Diagnosis:
@@ -423,6 +426,12 @@ def _capabilities(
             "RocksDB list state held as merge operands",
             "ROCKSDB_MERGE_MISSING",
             needs=("rocksdb",),
+        ),
+        extra(
+            "native",
+            "native",
+            "native kernels for decoding and re-keying key-group blocks (KG_NATIVE)",
+            "NATIVE_KERNELS_MISSING",
         ),
         _flink_tests(by_group["test"][0], java),
     )

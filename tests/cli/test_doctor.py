@@ -19,7 +19,7 @@ Kg = Callable[..., Any]
 #: The real subprocess.run: the autouse fixture makes any process kg doctor starts fail the test.
 RUN = subprocess.run
 
-CAPABILITIES = ["core", "local", "spark", "ha", "rocksdb", "rocksdb-merge", "flink-tests"]
+CAPABILITIES = ["core", "local", "spark", "ha", "rocksdb", "rocksdb-merge", "native", "flink-tests"]
 
 
 @pytest.fixture(autouse=True)
