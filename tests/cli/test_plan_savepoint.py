@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import FIXTURES
 
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.keygroups import subtask_ranges
+from tests.conftest import FIXTURES
 from tests.execution.snapshots import generate
 
 FLINK = FIXTURES / "flink" / "2.3"
