@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import os
@@ -84,22 +85,39 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PATH"] = os.pathsep.join([str(decoy), os.environ.get("PATH", "")])
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test the xdist group its module runs in (``-n`` with ``--dist loadgroup``, see pyproject).
+def _modules_using_spark() -> frozenset[str]:
+    """Return the test modules (paths from the repository root) with a function that takes ``spark``."""
+    found = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                a.arg == "spark" for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)
+            ):
+                found.add(path.relative_to(ROOT).as_posix())
+                break
+    return frozenset(found)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Schedule whole modules on the workers (``-n``, see pyproject), and every SparkSession module on one.
 
     A module runs whole on one worker, so its module-scoped fixtures (a JVM batch of restores, a cluster)
-    are built once. Every module that uses the SparkSession runs on one worker too, so the run keeps one
-    SparkSession. Without xdist the marks do nothing.
+    are built once; every module that takes the ``spark`` fixture runs on the same worker, so the run
+    keeps one SparkSession. (xdist's own ``--dist loadgroup`` marks do not reach the scheduler under
+    pytest 9, so the grouping is done here.)
     """
-    uses_spark: set[str] = set()
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            uses_spark.add(str(item.path))
-    for item in items:
-        module = str(item.path)
-        group = "spark" if module in uses_spark else Path(module).relative_to(ROOT).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+    from xdist.scheduler import LoadScopeScheduling
+
+    spark_modules = _modules_using_spark()
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark" if module in spark_modules else module
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
