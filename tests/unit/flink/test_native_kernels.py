@@ -75,6 +75,8 @@ def _fixture_blocks() -> Iterator[tuple[str, KeyedLayout, int, bytes]]:
                 with StreamSource(handle.delegate, snapshot.directory) as src:
                     data = src.read(0, src.size)
                 extents = key_group_extents(handle, len(data))
+                if not extents:
+                    continue  # every key group of this subtask empty (a SQL fixture's few keys)
                 header = read_keyed_header(data[: extents[0][1]], name, extents[0][1])
                 layout = KeyedLayout.from_header(header, op.max_parallelism, name)
                 for group, start, end in extents:
