@@ -10,9 +10,11 @@ header, compression) and what routes rows between them (key type, new maxParalle
   under; under a new maxParallelism it re-keys the rows, hashing each key once for both.
 - ``FlinkKeyedWrite`` (a ``KeyedWriteTask``) encodes one new subtask's keyed file (header, then its key
   groups' blocks) and returns its ``WrittenKeyedFile`` (the handle for ``_metadata``, size, rows).
-- Under a new maxParallelism, where the keys can be hashed (``byte_route_applies``), ``FlinkEntryRead`` and
-  ``FlinkEntryWrite`` take their place: entries are re-keyed as bytes (``flink.state.keyed_entries``), never
-  decoded into rows, and the files are byte for byte those the row tasks would write.
+- Under a new maxParallelism, where the keys can be hashed (``byte_route_applies``), ``FlinkPartRead`` and
+  ``FlinkPartWrite`` take their place (a ``parts`` job): entries are re-keyed as bytes and packed into parts
+  (``flink.state.entry_parts``), never decoded into rows nor put in Arrow arrays, and the files are byte for
+  byte those the row tasks would write. (``FlinkEntryRead`` and ``FlinkEntryWrite``, entry batches in
+  Arrow, are the byte route of ``--format native``.)
 - ``--format native``: ``FlinkNativeWrite`` builds the new subtask's RocksDB database in the same task
   (``flink.native_output.write_native_task``), so each database is built by one task wherever the engine
   runs it. An operator that keeps its maxParallelism is then a *narrow* job: each new subtask's read tasks
@@ -40,9 +42,11 @@ from keygroup_cli.flink.keyed_tasks import (
     intersecting_tasks,
     read_entries_task,
     read_keyed_task,
+    read_parts_task,
     read_tasks,
     require_stored_key_groups,
     write_keyed_task,
+    write_parts_task,
 )
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
@@ -112,6 +116,41 @@ class FlinkEntryRead(FlinkKeyedRead):
             InvalidSnapshotError: As ``FlinkKeyedRead.read``.
         """
         yield from read_entries_task(self, job.state_names, job.new_max_parallelism, batch_rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkPartRead(FlinkKeyedRead):
+    """A key-group range of one keyed file, re-keyed as bytes and packed into parts (``entry_parts``)."""
+
+    @classmethod
+    def of(cls, task: KeyedReadTask) -> FlinkPartRead:
+        """Return ``task`` as a read task of the byte route."""
+        return cls(**{f.name: getattr(task, f.name) for f in fields(task)})
+
+    def parts(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[tuple[int, int, memoryview, int]]:
+        """Yield ``(new subtask, bucket, part, entries)`` (see ``pipeline.PartReadTask``).
+
+        Raises:
+            InvalidSnapshotError: As ``FlinkKeyedRead.read``.
+        """
+        target = (job.new_max_parallelism, job.new_parallelism, job.buckets)
+        yield from read_parts_task(self, job.state_names, target, batch_rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkPartWrite(KeyedWriteTask):
+    """One new subtask's keyed file, framed from its buckets' parts (the byte route)."""
+
+    #: The operator's states, as the parts number them.
+    state_names: tuple[str, ...] = ()
+
+    def write(self, rows: Iterable[Any]) -> WrittenKeyedFile:
+        """Frame ``rows`` (each a bucket's parts, back to back) into ``root/name``'s blocks; return its handle.
+
+        Raises:
+            InvalidSnapshotError: Entries outside the range, out of order, or of a state the header lacks.
+        """
+        return write_parts_task(self, self.state_names, rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,25 +295,21 @@ def _operator_job(
     raw, parsed, layout = header
     compressed = parsed.compressed if compression is None else compression
     as_bytes = new_max != op.max_parallelism and byte_route_applies(streams, layout)
-    read_class = FlinkEntryRead if as_bytes else FlinkKeyedRead
-    write_class = FlinkEntryWrite if as_bytes else FlinkKeyedWrite
+    read_class = FlinkPartRead if as_bytes else FlinkKeyedRead
     reads = [
         read_class.of(task)
         for index, stream in enumerate(streams)
         for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
     ]
-    writes = [
-        write_class(
-            output_root,
-            str(uuid.uuid4()),
-            j,
-            raw,
-            new_max,
-            key_group_range_for_operator_index(new_max, new_p, j),
-            compressed,
-        )
-        for j in range(new_p)
-    ]
+    names = tuple(s.name for s in layout.states)
+    writes: list[FlinkPartWrite | FlinkKeyedWrite] = []
+    for j in range(new_p):
+        span = key_group_range_for_operator_index(new_max, new_p, j)
+        name = str(uuid.uuid4())
+        if as_bytes:
+            writes.append(FlinkPartWrite(output_root, name, j, raw, new_max, span, compressed, names))
+        else:
+            writes.append(FlinkKeyedWrite(output_root, name, j, raw, new_max, span, compressed))
     return KeyedJob(
         op.operator_id,
         op.label,
@@ -286,6 +321,7 @@ def _operator_job(
         tuple(reads),
         tuple(writes),
         STAGE,
+        parts=as_bytes,
     )
 
 
@@ -359,6 +395,8 @@ __all__ = [
     "FlinkKeyedRead",
     "FlinkKeyedWrite",
     "FlinkNativeWrite",
+    "FlinkPartRead",
+    "FlinkPartWrite",
     "byte_route_applies",
     "plan_keyed_jobs",
 ]

@@ -5,6 +5,8 @@ Peak memory is bounded by a few batches and one row group (narrow jobs), or by o
 
 - a narrow job (parallelism change of a kg snapshot) writes new subtasks one after the other, each
   streaming its read tasks into its writer;
+- a job of the byte route (``parts``) does the same with the parts its read tasks pack: plain bytes
+  appended to one spill file per ``(new subtask, bucket)``, each bucket's read back whole;
 - a job with a shuffle runs every read task in input order, appending each ``(new subtask, bucket)``'s
   rows to an Arrow IPC spill file under ``scratch``; then it writes each new subtask bucket by bucket,
   stably sorted by key group; the spill files are removed before the engine returns;
@@ -16,6 +18,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -78,12 +81,45 @@ class LocalExecutor:
             rows += read
         return pipeline.check_counts(job, rows, files)
 
+    def _parts(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
+        """The byte route's shuffle: each (new subtask, bucket)'s parts appended to a spill file of its own.
+
+        Then each new subtask is written bucket by bucket, a bucket's file read whole (memory: one bucket).
+        """
+        spill.mkdir(parents=True)
+        files: dict[tuple[int, int], BinaryIO] = {}
+        routed = 0
+        try:
+            for task in job.reads:
+                for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, self.batch_rows):
+                    out = files.get((new_subtask, bucket))
+                    if out is None:
+                        path = _spill_file(spill, new_subtask, bucket).with_suffix(".parts")
+                        out = files[(new_subtask, bucket)] = path.open("wb")
+                    out.write(part)
+                    routed += entries
+                progress.advance(job.stage, task.weight)
+            for out in files.values():
+                out.close()
+            files.clear()
+            written = [
+                pipeline.write_parts(job, j, _read_parts(spill, j, write.key_groups, job.new_max_parallelism))
+                for j, write in enumerate(job.writes)
+            ]
+        finally:
+            for out in files.values():
+                out.close()
+            shutil.rmtree(spill, ignore_errors=True)
+        return pipeline.check_counts(job, routed, written)
+
     def _shuffled(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
         """Route every read task into spill files, one per (new subtask, bucket); then write each subtask.
 
         The spill holds one Arrow IPC stream per (new subtask, bucket), appended in input order, so memory
         is bounded by a batch while routing and by one bucket while writing.
         """
+        if job.parts:
+            return self._parts(job, spill, progress)
         spill.mkdir(parents=True)
         writers: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
         routed = 0
@@ -120,6 +156,14 @@ def _read_spilled(
         if path.exists():
             with pa.OSFile(str(path)) as fh:
                 yield pa.ipc.open_stream(fh).read_all()
+
+
+def _read_parts(spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int) -> Iterator[bytes]:
+    """Yield a new subtask's part files that exist, by bucket, each read whole when reached (memory: one)."""
+    for bucket in pipeline.buckets_for(key_groups, new_max):
+        path = _spill_file(spill, new_subtask, bucket).with_suffix(".parts")
+        if path.exists():
+            yield path.read_bytes()
 
 
 def _spill_file(spill: Path, new_subtask: int, bucket: int) -> Path:

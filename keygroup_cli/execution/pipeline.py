@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +82,18 @@ class ReadTask(Protocol):
         ...
 
 
+class PartReadTask(ReadTask, Protocol):
+    """A read task of the byte route: its entries packed into parts (``flink.state.entry_parts``)."""
+
+    def parts(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[tuple[int, int, memoryview, int]]:
+        """Yield ``(new subtask, bucket, part, entries)``, buckets ascending per batch, in input order.
+
+        Raises:
+            InvalidSnapshotError: A missing or corrupt file, or a key stored in the wrong key group.
+        """
+        ...
+
+
 class WriteTask(Protocol[W_co]):
     """One new subtask's keyed file."""
 
@@ -123,6 +135,9 @@ class KeyedJob(Generic[W]):
     stage: str
     #: A narrow job: the read tasks (indexes into ``reads``, in order) of each new subtask; None: shuffle.
     feeds: tuple[tuple[int, ...], ...] | None = None
+    #: The byte route: read tasks pack entries into parts (``PartReadTask``), write tasks frame a bucket's
+    #: parts (bytes back to back); no Arrow rows cross the shuffle (``route_parts``, ``write_parts``).
+    parts: bool = False
 
     @property
     def weight(self) -> int:
@@ -230,6 +245,17 @@ def route(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple
             yield new_subtask, bucket, part
 
 
+def route_parts(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple[int, int, memoryview, int]]:
+    """Yield ``(new subtask, bucket, part, entries)`` for a read task of a ``parts`` job (the byte route)."""
+    assert job.parts, "only jobs of the byte route pack parts"
+    return cast(PartReadTask, task).parts(job, batch_rows)
+
+
+def write_parts(job: KeyedJob[W], new_subtask: int, buckets: Iterable[bytes | memoryview]) -> W:
+    """Write new subtask ``new_subtask``'s file from its buckets' parts (ascending; each in input order)."""
+    return job.writes[new_subtask].write(cast(Iterable[Rows], buckets))
+
+
 def write(job: KeyedJob[W], new_subtask: int, buckets: Iterable[pa.Table]) -> W:
     """Write new subtask ``new_subtask``'s file from its buckets (ascending; rows in input order in each)."""
     task = job.writes[new_subtask]
@@ -321,6 +347,7 @@ __all__ = [
     "CopyJob",
     "Job",
     "KeyedJob",
+    "PartReadTask",
     "Progress",
     "ReadTask",
     "Rows",
@@ -332,8 +359,10 @@ __all__ = [
     "check_counts",
     "rekeyed",
     "route",
+    "route_parts",
     "sort_bucket",
     "split_by_bucket",
     "stream",
     "write",
+    "write_parts",
 ]

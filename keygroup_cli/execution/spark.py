@@ -13,6 +13,8 @@ Java becomes a one-line ``MissingDependencyError`` rather than an ImportError or
   (``_buckets``, ``pipeline.write``). Blocks, not rows, cross the shuffle, so no pandas and no per-row
   conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions`` sorts
   in the Python worker and spills pickles past ``spark.python.worker.memory``).
+- The byte route (a maxParallelism change of a savepoint, ``KeyedJob.parts``) runs the same stages with
+  the parts its map tasks pack (``flink.state.entry_parts``) as the shuffle records: plain bytes, no Arrow.
 - Copy jobs run on the driver.
 - ``--format native``: each write task builds its new subtask's RocksDB database on its executor (rocksdict
   is imported there, by the task); an operator that keeps its maxParallelism is a narrow job.
@@ -62,6 +64,7 @@ from keygroup_cli.errors import (
 )
 from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
+from keygroup_cli.flink.state.entry_parts import part_entries
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -574,6 +577,12 @@ def _route_task(
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
     """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
     with _naming_kg_errors():
+        if job.parts:
+            # The byte route: its parts are the shuffle records as they are.
+            packed = pipeline.route_parts(job, job.reads[index], batch_rows)
+            for seq, (new_subtask, bucket, part, _entries) in enumerate(packed):
+                yield (new_subtask, bucket, index, seq), bytes(part)
+            return
         routed = pipeline.route(job, job.reads[index], batch_rows)
         for seq, (new_subtask, bucket, rows) in enumerate(routed):
             yield (new_subtask, bucket, index, seq), _ipc_bytes(rows)
@@ -598,19 +607,26 @@ def _write_task(
     """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
     received = [0]
     with _naming_kg_errors():
-        written = pipeline.write(job, new_subtask, _buckets(records, received))
+        if job.parts:
+            written = pipeline.write_parts(job, new_subtask, _buckets(records, received, parts=True))
+        else:
+            written = pipeline.write(job, new_subtask, _buckets(records, received))
     yield written, received[0]
 
 
 def _buckets(
-    records: Iterable[tuple[tuple[int, int, int, int], bytes]], received: list[int] | None = None
-) -> Iterator[pa.Table]:
+    records: Iterable[tuple[tuple[int, int, int, int], bytes]],
+    received: list[int] | None = None,
+    *,
+    parts: bool = False,
+) -> Iterator[Any]:
     """Yield a shuffle partition's Arrow IPC blocks bucket by bucket, each bucket's in input order.
 
     Keys are ``(subtask, bucket, input, sequence)``; the shuffle delivers them in any order. Every block is
     appended to one spill file on the executor's local disk (Spark's ``SPARK_LOCAL_DIRS``, else the temp
     directory) as it arrives, with an index of where it went; then each bucket's blocks are read back in
-    ``(input, sequence)`` order. Memory: one bucket. ``received[0]`` counts the rows read.
+    ``(input, sequence)`` order. Memory: one bucket. ``received[0]`` counts the rows read. With ``parts``
+    (the byte route) the records are parts, and each bucket comes as its parts' bytes back to back.
     """
     local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
     with tempfile.TemporaryDirectory(prefix="kg-reduce-", dir=local) as spill_dir:
@@ -624,6 +640,16 @@ def _buckets(
                 offset += len(block)
         with spill.open("rb") as spilled:
             for bucket in sorted(where):
+                if parts:
+                    # The byte route: the bucket's parts back to back (``entry_parts.frame_bucket``).
+                    chunks = []
+                    for _order, _seq, start, size in sorted(where[bucket]):
+                        spilled.seek(start)
+                        chunks.append(spilled.read(size))
+                        if received is not None:
+                            received[0] += part_entries(chunks[-1])
+                    yield b"".join(chunks)
+                    continue
                 tables = []
                 for _order, _seq, start, size in sorted(where[bucket]):
                     spilled.seek(start)

@@ -20,17 +20,19 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
+from keygroup_cli.flink.io.snappy import encode_frames
+from keygroup_cli.flink.state.entry_parts import Cut, PartCutter, frame_bucket, parts
+from keygroup_cli.flink.state.keyed_decode import check_block, decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
-from keygroup_cli.flink.state.keyed_entries import Rekey
+from keygroup_cli.flink.state.keyed_entries import Rekey, all_states
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
@@ -216,6 +218,119 @@ def read_keyed_task(
             yield _with_states(batch, state_names)
 
 
+def read_parts_task(
+    task: KeyedReadTask,
+    state_names: tuple[str, ...],
+    target: tuple[int, int, int],
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> Iterator[tuple[int, int, memoryview, int]]:
+    """Yield ``(new subtask, bucket, part, entries)``: the entries of ``task`` re-keyed as bytes, packed.
+
+    ``target`` is the new maxParallelism, parallelism and bucket count. Every block is read, proven and
+    checked as ``read_entries_task`` does (the same cutter checks, the same errors); each batch of entries
+    becomes parts (``entry_parts.parts``): no Arrow array is made.
+
+    Raises:
+        InvalidSnapshotError: As ``read_keyed_task``.
+    """
+    new_max, new_parallelism, buckets = target
+    with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
+        layout, compressed, remap = _entry_layout(task, src, state_names)
+        cutter = PartCutter(task.max_parallelism, new_max, state_names, remap, task.root)
+        cuts = decode_keyed_file(
+            src,
+            task.handle,
+            layout,
+            compressed=compressed,
+            batch_rows=batch_rows,
+            key_groups=task.key_groups,
+            strict=True,
+            cutter=cutter,
+        )
+        for cut in cuts:
+            yield from parts(cast(Cut, cut), new_max, new_parallelism, buckets)
+
+
+def _entry_layout(
+    task: KeyedReadTask, src: StreamSource, state_names: tuple[str, ...]
+) -> tuple[KeyedLayout, bool, tuple[int, ...]]:
+    """Return a read task's layout, whether its blocks are compressed, and its state ids' positions.
+
+    Raises:
+        InvalidSnapshotError: The file declares a state the operator's chosen header lacks.
+    """
+    if task.header is not None:
+        header = read_keyed_header(task.header, src.source, len(task.header))
+    else:
+        _raw, header = keyed_header(src, task.handle)
+    layout = KeyedLayout.from_header(header, task.max_parallelism, src.source)
+    lookup = {name: i for i, name in enumerate(state_names)}
+    remap = tuple(lookup.get(s.name, -1) for s in layout.states)
+    if min(remap, default=0) < 0:
+        raise InvalidSnapshotError(
+            f"{src.source}: its header declares states the operator's chosen header lacks",
+            code="FLINK_STATE_INCONSISTENT",
+        )
+    return layout, header.compressed, remap
+
+
+def write_parts_task(
+    task: KeyedWriteTask, state_names: tuple[str, ...], buckets: Iterable[bytes | memoryview]
+) -> WrittenKeyedFile:
+    """Write ``root/name`` from its buckets' parts (ascending; each bucket's parts back to back, in input order).
+
+    Each bucket's entries are framed into blocks (``entry_parts.frame_bucket``), every block is proven
+    against the entry ends the framing claims (``keyed_decode.check_block``) before it is written.
+
+    Raises:
+        InvalidSnapshotError: Entries outside the range, out of bucket order, or of a state the header lacks.
+        ExecutionError: ``OUTPUT_VERIFICATION_FAILED``: a block does not read back as its entries.
+    """
+    where = f"{task.root}/{task.name}"
+    header = read_keyed_header(task.header, where, len(task.header))
+    layout = KeyedLayout.from_header(header, task.max_parallelism, where)
+    ids = layout.state_ids()
+    state_map = np.asarray([ids.get(name, -1) for name in state_names], dtype=np.int64)
+    states = all_states(layout)
+    span = task.key_groups
+    offsets = [0] * span.size
+    rows, last = 0, -1
+    with _output(task.root, task.name) as out:
+        head = bytearray(task.header)
+        head[4] = 1 if task.compressed else 0
+        out.write(head)
+        pos = len(head)
+        for buf in buckets:
+            for encoded in frame_bucket(buf, layout, state_map):
+                group = encoded.key_group
+                if group not in span:
+                    raise InvalidSnapshotError(
+                        f"a row's key group is outside the file's range [{span.start}, {span.end}]",
+                        code="KEY_GROUP_OUT_OF_RANGE",
+                    )
+                if group <= last:
+                    raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
+                assert encoded.value_ends is not None and encoded.run_end is not None
+                proven = check_block(
+                    encoded.block, group, layout, encoded.value_ends, encoded.run_end, states
+                )
+                if proven != encoded.rows:
+                    raise ExecutionError(
+                        f"output verification failed: key group {group}'s block does not read back as its "
+                        f"{encoded.rows} entries",
+                        code="OUTPUT_VERIFICATION_FAILED",
+                    )
+                data = encode_frames(bytes(encoded.block)) if task.compressed else encoded.block
+                offsets[group - span.start] = pos
+                out.write(data)
+                pos += len(data)
+                rows += encoded.rows
+                last = group
+    handle = KeyGroupsHandle(7, span.start, tuple(offsets), RelativeFileHandle(task.name, pos))
+    with_data = sum(1 for o in offsets if o)
+    return WrittenKeyedFile(task.subtask, handle, pos, rows, with_data)
+
+
 def read_entries_task(
     task: KeyedReadTask,
     state_names: tuple[str, ...],
@@ -233,24 +348,13 @@ def read_entries_task(
         InvalidSnapshotError: As ``read_keyed_task``.
     """
     with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
-        if task.header is not None:
-            header = read_keyed_header(task.header, src.source, len(task.header))
-        else:
-            _raw, header = keyed_header(src, task.handle)
-        layout = KeyedLayout.from_header(header, task.max_parallelism, src.source)
-        lookup = {name: i for i, name in enumerate(state_names)}
-        remap = tuple(lookup.get(s.name, -1) for s in layout.states)
-        if min(remap, default=0) < 0:
-            raise InvalidSnapshotError(
-                f"{src.source}: its header declares states the operator's chosen header lacks",
-                code="FLINK_STATE_INCONSISTENT",
-            )
+        layout, compressed, remap = _entry_layout(task, src, state_names)
         rekey = Rekey(task.max_parallelism, new_max_parallelism, state_names, remap, task.root)
         yield from decode_keyed_file(
             src,
             task.handle,
             layout,
-            compressed=header.compressed,
+            compressed=compressed,
             batch_rows=batch_rows,
             key_groups=task.key_groups,
             strict=True,
@@ -347,8 +451,10 @@ __all__ = [
     "intersecting_tasks",
     "keyed_header",
     "read_entries_task",
+    "read_parts_task",
     "read_keyed_task",
     "read_tasks",
     "require_stored_key_groups",
     "write_keyed_task",
+    "write_parts_task",
 ]

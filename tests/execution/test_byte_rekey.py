@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from keygroup_cli.execution import keyed_pipeline
-from keygroup_cli.execution.keyed_pipeline import FlinkEntryRead, FlinkEntryWrite, plan_keyed_jobs
+from keygroup_cli.execution.keyed_pipeline import FlinkPartRead, FlinkPartWrite, plan_keyed_jobs
 from keygroup_cli.execution.local import LocalExecutor
 from keygroup_cli.execution.savepoint import open_input
 
@@ -61,8 +61,8 @@ def test_both_routes_write_the_same_bytes(
         out.mkdir()
         jobs = [j for j in plan_keyed_jobs(view, targets, str(out)) if j.operator_id in hashable]
         if as_bytes:
-            assert all(isinstance(r, FlinkEntryRead) for j in jobs for r in j.reads)
-            assert all(isinstance(w, FlinkEntryWrite) for j in jobs for w in j.writes)
+            assert all(isinstance(r, FlinkPartRead) for j in jobs for r in j.reads)
+            assert all(isinstance(w, FlinkPartWrite) for j in jobs for w in j.writes)
         results.append(_written(jobs, out, tmp_path / f"spill-{as_bytes}"))
     # Fixtures of finished operators hold no keyed state: nothing to compare, and nothing written.
     assert results[0] == results[1]

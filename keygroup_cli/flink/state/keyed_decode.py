@@ -514,7 +514,13 @@ def _proven_batches(
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+    if len(batches) == 1:
+        return batches[0]
+    if not isinstance(batches[0], pa.RecordBatch):
+        # A cutter's own batches (``entry_parts.Cut``) join themselves.
+        joined: pa.RecordBatch = type(batches[0]).join(batches)
+        return joined
+    return pa.concat_batches(batches)
 
 
 # -- column-wise decoding -----------------------------------------------------------------------------------

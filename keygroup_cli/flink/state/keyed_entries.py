@@ -103,11 +103,33 @@ class Rekey:
             InvalidSnapshotError: A key stored in a key group Flink would not assign it to
                 (``KEY_GROUP_MISMATCH``).
         """
+        columns = self.rekeyed(block, found, key_group, layout)
+        if columns is None:
+            return None
+        new, states = columns
+        after_prefix = found.key_starts + layout.prefix_bytes
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(new, type=pa.int32()),
+                pa.DictionaryArray.from_arrays(pa.array(states, type=pa.int32()), _names(self.state_names)),
+                pa.array((found.key_ends - after_prefix).astype(np.int32)),
+                _slices(pa.py_buffer(block), after_prefix, found.value_ends),
+            ],
+            schema=ENTRY_SCHEMA,
+        )
+
+    def rekeyed(
+        self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return ``found``'s new key groups and state positions (in ``state_names``); None as ``cut``.
+
+        Raises:
+            InvalidSnapshotError: As ``cut``.
+        """
         hashed = _hashed(block, found, layout)
         if hashed is None:
             return None
         codes, key_at = hashed
-        after_prefix = found.key_starts + layout.prefix_bytes
         stored = key_groups_for_hashes(codes, self.old_max_parallelism)
         wrong = np.flatnonzero(stored != key_group)
         if wrong.size:
@@ -122,15 +144,7 @@ class Rekey:
             )
         new = key_groups_for_hashes(codes, self.new_max_parallelism)
         states = np.asarray(self.remap, dtype=np.int32)[found.state_ids]
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(new, type=pa.int32()),
-                pa.DictionaryArray.from_arrays(pa.array(states, type=pa.int32()), _names(self.state_names)),
-                pa.array((found.key_ends - after_prefix).astype(np.int32)),
-                _slices(pa.py_buffer(block), after_prefix, found.value_ends),
-            ],
-            schema=ENTRY_SCHEMA,
-        )
+        return new, states
 
     def per_entry(
         self, block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool

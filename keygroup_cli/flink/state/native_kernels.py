@@ -1,8 +1,9 @@
 """Native kernels for the per-entry loops of the keyed-state walk: numba, optional (the ``[native]`` extra).
 
 The walk of a key-group block (``keyed_decode._scan_window``), the proof of its entry boundaries
-(``keyed_decode._structure``) and the hash of its String keys (``keyed_entries._key_hash_codes``) step
-through the block one entry at a time. In Python that costs about 250 ns per entry; compiled by numba, a
+(``keyed_decode._structure``), the hash of its String keys (``keyed_entries._key_hash_codes``) and the
+copy of each entry's bytes on the byte-level re-key (``entry_parts.copy_ranges``) step through the block
+one entry at a time. In Python that costs about 250 ns per entry; compiled by numba, a
 few ns. The Python code stays the reference: each kernel here returns exactly what its Python counterpart
 returns, for any bytes, and where a kernel meets a case it does not cover it answers ``DEFER`` and the
 Python code decides (so every error message stays the reference's).
@@ -39,6 +40,7 @@ class Kernels:
     scan: Any
     structure: Any
     string_hashes: Any
+    copy_ranges: Any
 
 
 _compiled: dict[str, Kernels | None] = {}
@@ -78,7 +80,7 @@ def _load() -> Kernels | None:
         compiled = importlib.import_module("keygroup_cli.flink.state.numba_kernels")
     except ImportError:
         return None
-    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes)
+    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes, compiled.copy_ranges)
 
 
 def scan_window(

@@ -197,4 +197,20 @@ def string_hashes(
     return codes, ends, simple
 
 
-__all__ = ["scan", "string_hashes", "structure"]
+@_jit
+def copy_ranges(
+    src: npt.NDArray[np.uint8],
+    src_at: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    dst: npt.NDArray[np.uint8],
+    dst_at: npt.NDArray[np.int64],
+) -> None:
+    """``entry_parts.copy_ranges_reference``: each range of ``src`` copied to its place in ``dst``."""
+    for i in range(len(lengths)):
+        s = src_at[i]
+        d = dst_at[i]
+        for k in range(lengths[i]):
+            dst[d + k] = src[s + k]
+
+
+__all__ = ["copy_ranges", "scan", "string_hashes", "structure"]

@@ -1,0 +1,350 @@
+"""Entry parts: the byte-level re-key of a maxParallelism change, with no Arrow row on the way.
+
+Under a new maxParallelism an entry's bytes after its key-group prefix do not change (``keyed_entries``).
+So a read task walks and proves each block as ``keyed_decode`` does (``PartCutter``: ``keyed_entries.Rekey``'s
+hashes, checks and errors), and instead of entry batches it packs each batch of entries into *parts*:
+counting-sorted by new key group (stable), one part per (new subtask, bucket), each entry's bytes copied
+once. A part is plain bytes (little-endian)::
+
+    u32 count, u32 data bytes, i32 key_length[count], i32 entry_length[count],
+    u16 key_group[count], u16 state[count], the entries' bytes, zero padding to a multiple of 4
+
+(``state``: the position in the operator's state names). Engines append parts to a spill file per
+(new subtask, bucket), or send them through Spark's shuffle, in input order; a write task reads one
+bucket's parts (``frame_bucket``), orders the entries as the row encoder does (per key group each state's
+entries in one run, runs in order of first appearance, entries in input order) and frames them into blocks
+with the new prefix, copying each entry's bytes once more, into its place. The bytes are those of the
+decode and re-encode route (``tests/execution/test_byte_rekey.py``).
+
+The per-entry loop is the copy of each entry's bytes (``copy_ranges``): the numba kernel of
+``native_kernels`` when ``KG_NATIVE`` allows, else numpy (the reference). Everything else is whole-array
+numpy.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.flink.state.keyed_decode import _Structure
+from keygroup_cli.flink.state.keyed_encode import _Block
+from keygroup_cli.flink.state.keyed_entries import Rekey
+from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
+from keygroup_cli.flink.state.native_kernels import kernels
+from keygroup_cli.keygroups import operator_indexes_for_key_groups
+
+_HEAD = struct.Struct("<II")
+#: Bytes of a part's columns per entry (two int32, two uint16).
+_COLUMNS = 12
+#: The numpy reference copies at most about this many bytes at a time (its index arrays are 16x that).
+_COPY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Re-keyed entries of proven blocks: where their bytes lie in ``raw``, and their columns."""
+
+    raw: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    groups: np.ndarray
+    states: np.ndarray
+    key_length: np.ndarray
+
+    @property
+    def num_rows(self) -> int:
+        """Return the number of entries."""
+        return len(self.starts)
+
+    def slice(self, start: int, stop: int | None = None) -> Cut:
+        """Return entries ``[start, stop)`` (the same bytes)."""
+        s = slice(start, stop)
+        return Cut(
+            self.raw, self.starts[s], self.ends[s], self.groups[s], self.states[s], self.key_length[s]
+        )
+
+    @staticmethod
+    def join(cuts: Sequence[Cut]) -> Cut:
+        """Return the entries of ``cuts`` in order, over one buffer (each cut's bytes copied once)."""
+        if len(cuts) == 1:
+            return cuts[0]
+        shifts = np.cumsum([0, *(len(c.raw) for c in cuts[:-1])])
+        return Cut(
+            np.concatenate([c.raw for c in cuts]),
+            np.concatenate([c.starts + s for c, s in zip(cuts, shifts, strict=True)]),
+            np.concatenate([c.ends + s for c, s in zip(cuts, shifts, strict=True)]),
+            np.concatenate([c.groups for c in cuts]),
+            np.concatenate([c.states for c in cuts]),
+            np.concatenate([c.key_length for c in cuts]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartCutter(Rekey):
+    """``keyed_entries.Rekey`` whose proven blocks become ``Cut``s (bytes and columns, no Arrow)."""
+
+    def cut(  # type: ignore[override]
+        self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
+    ) -> Cut | None:
+        """Return ``found``'s entries re-keyed; None where a key cannot be read from its bytes.
+
+        Raises:
+            InvalidSnapshotError: As ``Rekey.cut`` (``KEY_GROUP_MISMATCH``).
+        """
+        columns = self.rekeyed(block, found, key_group, layout)
+        if columns is None:
+            return None
+        new, states = columns
+        after_prefix = found.key_starts + layout.prefix_bytes
+        return Cut(
+            np.frombuffer(block, dtype=np.uint8),
+            after_prefix,
+            found.value_ends,
+            new.astype(np.int64, copy=False),
+            states,
+            (found.key_ends - after_prefix).astype(np.int32),
+        )
+
+
+# -- Read side: entries into parts --------------------------------------------------------------------------
+
+
+def parts(
+    cut: Cut, new_max_parallelism: int, new_parallelism: int, buckets: int
+) -> Iterator[tuple[int, int, memoryview, int]]:
+    """Yield ``(new subtask, bucket, part, entries)`` for ``cut``'s entries, buckets ascending.
+
+    Entries are sorted by new key group, stably (so within a part they keep their order per key group);
+    ``buckets`` contiguous key-group ranges cut maxParallelism (``pipeline.bucket_of``). The parts are
+    views of one buffer.
+    """
+    count = cut.num_rows
+    if count == 0:
+        return
+    order = np.argsort(cut.groups.astype(np.int16), kind="stable")
+    groups = cut.groups[order]
+    subtasks = operator_indexes_for_key_groups(groups, new_max_parallelism, new_parallelism)
+    composite = subtasks.astype(np.int64) * buckets + groups * buckets // new_max_parallelism
+    lows = np.flatnonzero(np.diff(composite)) + 1
+    part_lo = np.concatenate([[0], lows]).astype(np.int64)
+    part_hi = np.concatenate([lows, [count]]).astype(np.int64)
+    lengths = (cut.ends - cut.starts)[order]
+    ends = np.cumsum(lengths)
+    data_lo = np.concatenate([[0], ends[part_hi[:-1] - 1]])
+    data_bytes = ends[part_hi - 1] - data_lo
+    entries = part_hi - part_lo
+    sizes = 8 + _COLUMNS * entries + data_bytes
+    sizes += -sizes % 4
+    part_at = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.zeros(int(part_at[-1]), dtype=np.uint8)
+    # Where each entry's bytes go: its part's data, then its place among them.
+    data_at = part_at[:-1] + 8 + _COLUMNS * entries
+    part_of = np.repeat(np.arange(len(part_lo)), entries)
+    dst = data_at[part_of] + (ends - lengths) - data_lo[part_of]
+    copy_ranges(cut.raw, cut.starts[order], lengths, out, dst)
+    key_length = cut.key_length[order].astype("<i4")
+    entry_length = lengths.astype("<i4")
+    group16 = groups.astype("<u2")
+    state16 = cut.states[order].astype("<u2")
+    view = memoryview(out)
+    for i in range(len(part_lo)):
+        lo, hi, at = int(part_lo[i]), int(part_hi[i]), int(part_at[i])
+        n = hi - lo
+        _HEAD.pack_into(out, at, n, int(data_bytes[i]))
+        at += 8
+        for column in (key_length, entry_length, group16, state16):
+            cells = column[lo:hi].view(np.uint8)
+            out[at : at + len(cells)] = cells
+            at += len(cells)
+        subtask, bucket = divmod(int(composite[lo]), buckets)
+        yield subtask, bucket, view[int(part_at[i]) : int(part_at[i + 1])], n
+
+
+def part_entries(part: bytes | memoryview) -> int:
+    """Return how many entries a part holds."""
+    count: int = _HEAD.unpack_from(part, 0)[0]
+    return count
+
+
+# -- Write side: parts into blocks --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Unpacked:
+    """The entries of a bucket's parts, in input order: columns, and where each entry's bytes start."""
+
+    key_length: np.ndarray
+    lengths: np.ndarray
+    groups: np.ndarray
+    states: np.ndarray
+    at: np.ndarray
+
+
+def _unpack(buf: bytes | memoryview) -> _Unpacked:
+    """Read every part of ``buf`` (parts back to back, as a spill file holds them).
+
+    Raises:
+        InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
+    """
+    columns: list[list[np.ndarray]] = [[], [], [], [], []]
+    pos, size = 0, len(buf)
+    while pos < size:
+        if pos + 8 > size:
+            raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
+        n, data = _HEAD.unpack_from(buf, pos)
+        head = pos + 8
+        end = head + _COLUMNS * n + data
+        if end > size:
+            raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
+        lengths = np.frombuffer(buf, dtype="<i4", count=n, offset=head + 4 * n).astype(np.int64)
+        columns[0].append(np.frombuffer(buf, dtype="<i4", count=n, offset=head))
+        columns[1].append(lengths)
+        columns[2].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 8 * n))
+        columns[3].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 10 * n))
+        columns[4].append(head + _COLUMNS * n + np.cumsum(lengths) - lengths)
+        if int(lengths.sum()) != data:
+            raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
+        pos = end + (-end % 4)
+    joined = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in columns]
+    return _Unpacked(
+        joined[0].astype(np.int64),
+        joined[1],
+        joined[2].astype(np.int64),
+        joined[3].astype(np.int64),
+        joined[4].astype(np.int64),
+    )
+
+
+def frame_bucket(
+    buf: bytes | memoryview, layout: KeyedLayout, state_ids: np.ndarray
+) -> list[_Block]:
+    """Return the blocks of one bucket's parts (``buf``), key groups ascending, as the row encoder frames them.
+
+    ``state_ids`` maps the parts' state positions to the header's state ids (-1: a state it lacks). Each
+    block carries its entry ends and run ends, for ``keyed_decode.check_block``.
+
+    Raises:
+        InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+    """
+    got = _unpack(buf)
+    count = len(got.groups)
+    if count == 0:
+        return []
+    if int(got.states.max()) >= len(state_ids) or bool((state_ids[got.states] < 0).any()):
+        raise InvalidSnapshotError(
+            "an entry's state is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
+        )
+    order = _entry_order(got.groups, got.states, max(len(layout.states), 1))
+    groups = got.groups[order]
+    states = state_ids[got.states[order]].astype(np.int64)
+    lengths = got.lengths[order]
+    group_start = np.ones(count, dtype=bool)
+    group_start[1:] = groups[1:] != groups[:-1]
+    group_end = np.ones(count, dtype=bool)
+    group_end[:-1] = group_start[1:]
+    run_end = group_end.copy()
+    run_end[:-1] |= states[1:] != states[:-1]
+    next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
+    next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
+    nprefix = layout.prefix_bytes
+    head = 2 * group_start + 4 + nprefix
+    sizes = head + lengths + 2 * run_end
+    ends = np.cumsum(sizes)
+    at = ends - sizes
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    opening = at[group_start]
+    _put(out, opening, states[group_start], 2)
+    key_at = at + 2 * group_start
+    _put(out, key_at, nprefix + got.key_length[order], 4)
+    prefix = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
+    _put(out, key_at + 4, prefix, nprefix)
+    entry_at = at + head
+    copy_ranges(np.frombuffer(buf, dtype=np.uint8), got.at[order], lengths, out, entry_at)
+    value_ends = entry_at + lengths
+    _put(out, value_ends[run_end], next_state[run_end], 2)
+    lows = np.flatnonzero(group_start)
+    highs = [*lows[1:].tolist(), count]
+    view = memoryview(out)
+    blocks = []
+    for lo, hi in zip(lows.tolist(), highs, strict=True):
+        base = int(at[lo])
+        blocks.append(
+            _Block(
+                int(groups[lo]), view[base : int(ends[hi - 1])], hi - lo, value_ends[lo:hi] - base, run_end[lo:hi]
+            )
+        )
+    return blocks
+
+
+def _entry_order(groups: np.ndarray, states: np.ndarray, nstates: int) -> np.ndarray:
+    """Return the order the row encoder gives: key groups ascending, then runs in order of first appearance.
+
+    Entries keep their input order within a run.
+    """
+    order = np.argsort(groups.astype(np.int16), kind="stable")
+    run_key = groups[order] * nstates + states[order]
+    heads = np.flatnonzero(np.concatenate([[True], run_key[1:] != run_key[:-1]]))
+    if len(np.unique(run_key[heads])) == len(heads):
+        return order  # every run is in one piece already
+    _, first, inverse = np.unique(run_key, return_index=True, return_inverse=True)
+    # Sorted by key group, a run's first appearance orders key groups too.
+    return order[np.argsort(first[inverse], kind="stable")]
+
+
+def _put(out: np.ndarray, at: np.ndarray, values: np.ndarray, width: int) -> None:
+    """Write each of ``values`` big-endian in ``width`` bytes at its position ``at``."""
+    v = values.astype(np.int64)
+    for i in range(width):
+        out[at + i] = (v >> (8 * (width - 1 - i))) & 0xFF
+
+
+# -- The per-entry copy -------------------------------------------------------------------------------------
+
+
+def copy_ranges(
+    src: np.ndarray, src_at: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray
+) -> None:
+    """Copy ``src[src_at[i] : src_at[i] + lengths[i]]`` to ``dst[dst_at[i]:]`` for every ``i``.
+
+    The numba kernel when ``KG_NATIVE`` allows; else ``copy_ranges_reference``, the same bytes.
+    """
+    native = kernels()
+    if native is not None:
+        native.copy_ranges(
+            src,
+            np.ascontiguousarray(src_at, dtype=np.int64),
+            np.ascontiguousarray(lengths, dtype=np.int64),
+            dst,
+            np.ascontiguousarray(dst_at, dtype=np.int64),
+        )
+    else:
+        copy_ranges_reference(src, src_at, lengths, dst, dst_at)
+
+
+def copy_ranges_reference(
+    src: np.ndarray, src_at: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray
+) -> None:
+    """``copy_ranges`` in numpy: byte indexes of a chunk of ranges at a time, one gather and one scatter."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        return
+    total = np.cumsum(lengths)
+    cuts = np.searchsorted(total, np.arange(_COPY_CHUNK, int(total[-1]), _COPY_CHUNK), side="left")
+    bounds = [0, *np.unique(cuts + 1).tolist(), len(lengths)]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi <= lo:
+            continue
+        n = lengths[lo:hi]
+        before = total[lo:hi] - n  # where each range starts in the chunk's run of bytes, plus a base
+        base = int(before[0])
+        within = np.arange(int(total[hi - 1]) - base, dtype=np.int64)
+        dst[np.repeat(dst_at[lo:hi] - before + base, n) + within] = src[
+            np.repeat(src_at[lo:hi] - before + base, n) + within
+        ]
+
+
+__all__ = ["Cut", "PartCutter", "copy_ranges", "copy_ranges_reference", "frame_bucket", "part_entries", "parts"]
