@@ -16,9 +16,9 @@ entries in one run, runs in order of first appearance, entries in input order) a
 with the new prefix, copying each entry's bytes once more, into its place. The bytes are those of the
 decode and re-encode route (``tests/execution/test_byte_rekey.py``).
 
-The per-entry loop is the copy of each entry's bytes (``copy_ranges``): the numba kernel of
-``native_kernels`` when ``KG_NATIVE`` allows, else numpy (the reference). Everything else is whole-array
-numpy.
+The per-entry loops are the copy of each entry's bytes into its part (``copy_ranges``) and the framing of
+each entry into its block (``frame_entries_reference``): the numba kernels of ``native_kernels`` when
+``KG_NATIVE`` allows, else numpy (the reference, the same bytes). Everything else is whole-array numpy.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.state.keyed_decode import _Structure
@@ -40,8 +41,6 @@ from keygroup_cli.keygroups import operator_indexes_for_key_groups
 _HEAD = struct.Struct("<II")
 #: Bytes of a part's columns per entry (two int32, two uint16).
 _COLUMNS = 12
-#: The numpy reference copies at most about this many bytes at a time (its index arrays are 16x that).
-_COPY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +237,7 @@ def frame_bucket(
         raise InvalidSnapshotError(
             "an entry's state is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
         )
-    order = _entry_order(got.groups, got.states, max(len(layout.states), 1))
+    order = _entry_order(got.groups, got.states, max(len(state_ids), 1))
     groups = got.groups[order]
     states = state_ids[got.states[order]].astype(np.int64)
     lengths = got.lengths[order]
@@ -256,16 +255,17 @@ def frame_bucket(
     ends = np.cumsum(sizes)
     at = ends - sizes
     out = np.empty(int(ends[-1]), dtype=np.uint8)
-    opening = at[group_start]
-    _put(out, opening, states[group_start], 2)
-    key_at = at + 2 * group_start
-    _put(out, key_at, nprefix + got.key_length[order], 4)
-    prefix = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
-    _put(out, key_at + 4, prefix, nprefix)
-    entry_at = at + head
-    copy_ranges(np.frombuffer(buf, dtype=np.uint8), got.at[order], lengths, out, entry_at)
-    value_ends = entry_at + lengths
-    _put(out, value_ends[run_end], next_state[run_end], 2)
+    fields = np.empty((count, 4), dtype=np.int64)
+    fields[:, 0] = states
+    fields[:, 1] = nprefix + got.key_length[order]
+    fields[:, 2] = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
+    fields[:, 3] = next_state
+    flags = (group_start.astype(np.uint8)) | (run_end.astype(np.uint8) << 1)
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    native = kernels()
+    framing = frame_entries_reference if native is None else native.frame_entries
+    framing(out, at, fields, flags, nprefix, raw, got.at[order], lengths)
+    value_ends = at + head + lengths
     lows = np.flatnonzero(group_start)
     highs = [*lows[1:].tolist(), count]
     view = memoryview(out)
@@ -293,6 +293,33 @@ def _entry_order(groups: np.ndarray, states: np.ndarray, nstates: int) -> np.nda
     _, first, inverse = np.unique(run_key, return_index=True, return_inverse=True)
     # Sorted by key group, a run's first appearance orders key groups too.
     return order[np.argsort(first[inverse], kind="stable")]
+
+
+def frame_entries_reference(
+    out: np.ndarray,
+    at: np.ndarray,
+    fields: np.ndarray,
+    flags: np.ndarray,
+    nprefix: int,
+    src: np.ndarray,
+    src_at: np.ndarray,
+    lengths: np.ndarray,
+) -> None:
+    """Frame each entry at ``at``: the row encoder's bytes around the entry's own (``src[src_at:][:lengths]``).
+
+    ``fields`` per entry: the state id, the key length field, the key-group prefix (flag included) and the
+    id after the run; ``flags`` bit 0: the entry opens its key group (its state id first), bit 1: it closes
+    its run (the next id after it). Big-endian ``[u16 state] i32 keyLen, prefix, entry, [u16 next]``.
+    """
+    opening = (flags & 1) != 0
+    closing = (flags & 2) != 0
+    _put(out, at[opening], fields[opening, 0], 2)
+    key_at = at + 2 * opening
+    _put(out, key_at, fields[:, 1], 4)
+    _put(out, key_at + 4, fields[:, 2], nprefix)
+    entry_at = key_at + 4 + nprefix
+    copy_ranges_reference(src, src_at, lengths, out, entry_at)
+    _put(out, (entry_at + lengths)[closing], fields[closing, 3], 2)
 
 
 def _put(out: np.ndarray, at: np.ndarray, values: np.ndarray, width: int) -> None:
@@ -328,23 +355,48 @@ def copy_ranges(
 def copy_ranges_reference(
     src: np.ndarray, src_at: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray
 ) -> None:
-    """``copy_ranges`` in numpy: byte indexes of a chunk of ranges at a time, one gather and one scatter."""
+    """``copy_ranges`` with whole-array steps (the ranges of ``src`` and those of ``dst`` do not overlap).
+
+    The ranges' bytes are taken out of ``src`` in its order by a byte mask, put in ``dst``'s order by one
+    Arrow ``take`` of them as a binary array, and put into ``dst`` by a byte mask.
+    """
     lengths = np.asarray(lengths, dtype=np.int64)
-    if len(lengths) == 0:
+    some = np.flatnonzero(lengths)
+    if len(some) == 0:
         return
-    total = np.cumsum(lengths)
-    cuts = np.searchsorted(total, np.arange(_COPY_CHUNK, int(total[-1]), _COPY_CHUNK), side="left")
-    bounds = [0, *np.unique(cuts + 1).tolist(), len(lengths)]
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        if hi <= lo:
-            continue
-        n = lengths[lo:hi]
-        before = total[lo:hi] - n  # where each range starts in the chunk's run of bytes, plus a base
-        base = int(before[0])
-        within = np.arange(int(total[hi - 1]) - base, dtype=np.int64)
-        dst[np.repeat(dst_at[lo:hi] - before + base, n) + within] = src[
-            np.repeat(src_at[lo:hi] - before + base, n) + within
-        ]
+    lengths, src_at, dst_at = lengths[some], np.asarray(src_at)[some], np.asarray(dst_at)[some]
+    by_src = np.argsort(src_at, kind="stable")
+    payload = src[_mask(len(src), src_at[by_src], lengths[by_src])]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths[by_src], out=offsets[1:])
+    ranges = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(payload)]
+    )
+    by_dst = np.argsort(dst_at, kind="stable")
+    # Range k of src order is range by_src[k]; dst order wants range by_dst[m].
+    rank = np.empty(len(lengths), dtype=np.int64)
+    rank[by_src] = np.arange(len(lengths))
+    moved = ranges.take(pa.array(rank[by_dst]))
+    data = np.frombuffer(moved.buffers()[2], dtype=np.uint8)
+    first = int(np.frombuffer(moved.buffers()[1], dtype=np.int64)[moved.offset])
+    dst[_mask(len(dst), dst_at[by_dst], lengths[by_dst])] = data[first : first + int(lengths.sum())]
 
 
-__all__ = ["Cut", "PartCutter", "copy_ranges", "copy_ranges_reference", "frame_bucket", "part_entries", "parts"]
+def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Return which of ``size`` bytes lie in the (non-empty, disjoint) ranges ``[starts, starts + lengths)``."""
+    edges = np.zeros(size + 1, dtype=np.int8)
+    edges[starts] = 1
+    edges[starts + lengths] -= 1
+    return np.cumsum(edges[:size], dtype=np.int8).view(np.bool_)
+
+
+__all__ = [
+    "Cut",
+    "PartCutter",
+    "copy_ranges",
+    "copy_ranges_reference",
+    "frame_bucket",
+    "frame_entries_reference",
+    "part_entries",
+    "parts",
+]

@@ -41,6 +41,7 @@ class Kernels:
     structure: Any
     string_hashes: Any
     copy_ranges: Any
+    frame_entries: Any
 
 
 _compiled: dict[str, Kernels | None] = {}
@@ -80,7 +81,7 @@ def _load() -> Kernels | None:
         compiled = importlib.import_module("keygroup_cli.flink.state.numba_kernels")
     except ImportError:
         return None
-    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes, compiled.copy_ranges)
+    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes, compiled.copy_ranges, compiled.frame_entries)
 
 
 def scan_window(

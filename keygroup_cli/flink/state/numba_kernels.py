@@ -7,9 +7,15 @@ says which, and the tests hold them byte for byte to it. Compiled on first use, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numba
 import numpy as np
 import numpy.typing as npt
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 #: A kernel's answer for bytes it does not decide (``native_kernels.DEFER``).
 DEFER = 2
@@ -197,6 +203,22 @@ def string_hashes(
     return codes, ends, simple
 
 
+@intrinsic
+def _memcpy(
+    typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, count: Any
+) -> tuple[Any, Callable[..., None]]:
+    """Copy ``count`` bytes from ``src[src_at:]`` to ``dst[dst_at:]`` (LLVM's memcpy: the ranges never overlap)."""
+    signature = types.void(dst, types.int64, src, types.int64, types.int64)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> None:
+        d, d_at, s, s_at, n = args
+        target = context.make_array(sig.args[0])(context, builder, d)
+        origin = context.make_array(sig.args[2])(context, builder, s)
+        cgutils.raw_memcpy(builder, builder.gep(target.data, [d_at]), builder.gep(origin.data, [s_at]), n, 1)
+
+    return signature, codegen
+
+
 @_jit
 def copy_ranges(
     src: npt.NDArray[np.uint8],
@@ -207,10 +229,45 @@ def copy_ranges(
 ) -> None:
     """``entry_parts.copy_ranges_reference``: each range of ``src`` copied to its place in ``dst``."""
     for i in range(len(lengths)):
-        s = src_at[i]
-        d = dst_at[i]
-        for k in range(lengths[i]):
-            dst[d + k] = src[s + k]
+        _memcpy(dst, dst_at[i], src, src_at[i], lengths[i])
 
 
-__all__ = ["copy_ranges", "scan", "string_hashes", "structure"]
+@_jit
+def frame_entries(
+    out: npt.NDArray[np.uint8],
+    at: npt.NDArray[np.int64],
+    fields: npt.NDArray[np.int64],
+    flags: npt.NDArray[np.uint8],
+    nprefix: int,
+    src: npt.NDArray[np.uint8],
+    src_at: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+) -> None:
+    """``entry_parts.frame_entries_reference``: each entry framed at ``at`` (see there)."""
+    for i in range(len(at)):
+        p = at[i]
+        flag = flags[i]
+        if flag & 1:
+            state = fields[i, 0]
+            out[p] = (state >> 8) & 0xFF
+            out[p + 1] = state & 0xFF
+            p += 2
+        key_length = fields[i, 1]
+        out[p] = (key_length >> 24) & 0xFF
+        out[p + 1] = (key_length >> 16) & 0xFF
+        out[p + 2] = (key_length >> 8) & 0xFF
+        out[p + 3] = key_length & 0xFF
+        p += 4
+        prefix = fields[i, 2]
+        for b in range(nprefix):
+            out[p + b] = (prefix >> (8 * (nprefix - 1 - b))) & 0xFF
+        p += nprefix
+        _memcpy(out, p, src, src_at[i], lengths[i])
+        p += lengths[i]
+        if flag & 2:
+            following = fields[i, 3]
+            out[p] = (following >> 8) & 0xFF
+            out[p + 1] = following & 0xFF
+
+
+__all__ = ["copy_ranges", "frame_entries", "scan", "string_hashes", "structure"]

@@ -1,8 +1,9 @@
 """The native kernels (``KG_NATIVE=1``) give exactly what the pure-Python reference (``KG_NATIVE=0``) gives.
 
 The largest key-group blocks of every real Flink fixture in the canonical layout are walked, proven and
-re-keyed both ways (whole, and cut in windows); hypothesis then fuzzes windows cut anywhere, damaged
-blocks, claims of entry boundaries and String keys. Equal results, or the same error with the same message.
+re-keyed both ways (whole, and cut in windows), and taken through the byte route (packed into parts,
+framed into blocks); hypothesis then fuzzes windows cut anywhere, damaged blocks, claims of entry
+boundaries, String keys, and the copy and framing of entries. Equal results, or the same error with the same message.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state import keyed_decode, keyed_entries, native_kernels
+from keygroup_cli.flink.state import entry_parts, keyed_decode, keyed_entries, native_kernels
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 
@@ -107,6 +108,24 @@ def _decoded(block: bytes, group: int, layout: KeyedLayout, old_max: int, rows: 
     return list(keyed_decode.decode_block_batches(block, group, layout, "t", rows, whole=True, cutter=cutter))
 
 
+def _packed(block: bytes, group: int, layout: KeyedLayout, old_max: int, rows: int) -> list[Any]:
+    """The byte route end to end on one block: cut, packed into parts, each bucket's parts framed."""
+    rekey = _rekey(layout, old_max)
+    cutter = entry_parts.PartCutter(*(getattr(rekey, f) for f in rekey.__dataclass_fields__))
+    new_max = rekey.new_max_parallelism
+    buckets: dict[tuple[int, int], bytearray] = {}
+    for cut in keyed_decode.decode_block_batches(block, group, layout, "t", rows, whole=True, cutter=cutter):
+        for subtask, bucket, part, _n in entry_parts.parts(cut, new_max, 3, 16):  # type: ignore[arg-type]
+            buckets.setdefault((subtask, bucket), bytearray()).extend(part)
+    state_ids = np.arange(len(layout.states), dtype=np.int64)
+    target = KeyedLayout(layout.codec, 1 if new_max <= 128 else 2, layout.states)
+    return [
+        (key, [(b.key_group, bytes(b.block), b.value_ends, b.run_end) for b in blocks])
+        for key in sorted(buckets)
+        for blocks in [entry_parts.frame_bucket(bytes(buckets[key]), target, state_ids)]
+    ]
+
+
 def _max_parallelism(layout: KeyedLayout) -> int:
     return 128 if layout.prefix_bytes == 1 else 256
 
@@ -115,8 +134,9 @@ def test_every_fixtures_blocks_are_walked_proven_and_re_keyed_as_the_reference_d
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert len({name for name, *_ in BLOCKS}) > 20
-    walked = 0
-    for _name, layout, group, block in BLOCKS:
+    walked = packed = 0
+    seen: dict[str, int] = {}
+    for name, layout, group, block in BLOCKS:
         states = keyed_entries.all_states(layout) or frozenset(range(len(layout.states)))
         native, reference = _both(
             monkeypatch, lambda b=block, s=states: keyed_decode._scan_window(b, s, None)
@@ -134,7 +154,17 @@ def test_every_fixtures_blocks_are_walked_proven_and_re_keyed_as_the_reference_d
             ),
         )
         assert _same(a, b)
+        if rekey and seen.setdefault(name, 0) < 3:
+            # The byte route's parts and framed blocks (entry_parts), in windows of 50: the three largest.
+            seen[name] += 1
+            a, b = _both(
+                monkeypatch,
+                lambda bl=block, g=group, la=layout: _packed(bl, g, la, _max_parallelism(la), 50),
+            )
+            assert _same(a, b)
+            packed += 1
     assert walked > 200
+    assert packed > 50
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -164,6 +194,11 @@ def test_a_damaged_block_is_refused_or_read_as_the_reference_does(
         monkeypatch, lambda: _decoded(damaged, group, layout, _max_parallelism(layout), rows)
     )
     assert _same(native, reference)
+    if keyed_entries.all_states(layout):
+        native, reference = _both(
+            monkeypatch, lambda: _packed(damaged, group, layout, _max_parallelism(layout), rows)
+        )
+        assert _same(native, reference)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -217,6 +252,66 @@ def test_string_keys_hash_as_the_reference_hashes_them(
     found = native_kernels.kernels()
     assert found is not None
     assert _same(found.string_hashes(buf, at, ends), keyed_entries._short_string_hash_codes(buf, at, ends))
+
+
+@st.composite
+def _ranges(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Disjoint ranges of a source (empty ones among them) and disjoint places for them, in any order."""
+    lengths = np.asarray(draw(st.lists(st.integers(0, 9), max_size=40)), dtype=np.int64)
+    gaps = np.asarray(draw(st.lists(st.integers(0, 3), min_size=len(lengths), max_size=len(lengths))))
+    src_at = (np.cumsum(lengths + gaps) - lengths).astype(np.int64)
+    src = np.frombuffer(draw(st.binary(min_size=int((src_at + lengths).max(initial=0)))), dtype=np.uint8)
+    order = np.asarray(draw(st.permutations(range(len(lengths)))), dtype=np.int64)
+    places = np.cumsum((lengths + gaps)[order]) - lengths[order]
+    dst_at = np.empty(len(lengths), dtype=np.int64)
+    dst_at[order] = places
+    return src, src_at, lengths, dst_at, int((dst_at + lengths).max(initial=0)) + 2
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ranges=_ranges())
+def test_entry_bytes_are_copied_as_the_reference_copies_them(
+    ranges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, src_at, lengths, dst_at, size = ranges
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+    found = native_kernels.kernels()
+    assert found is not None
+    native, reference = np.full(size, 7, dtype=np.uint8), np.full(size, 7, dtype=np.uint8)
+    found.copy_ranges(src, src_at, lengths, native, dst_at)
+    entry_parts.copy_ranges_reference(src, src_at, lengths, reference, dst_at)
+    assert _same(native, reference)
+    assert all(
+        bytes(reference[d : d + n]) == bytes(src[s : s + n]) for s, n, d in zip(src_at, lengths, dst_at)
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ranges=_ranges(), data=st.data())
+def test_entries_are_framed_as_the_reference_frames_them(
+    ranges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int],
+    data: st.DataObject,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src, src_at, lengths, _dst_at, _size = ranges
+    count = len(lengths)
+    nprefix = data.draw(st.sampled_from([1, 2]))
+    flags = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)), dtype=np.uint8)
+    fields = np.asarray(
+        data.draw(st.lists(st.integers(0, 2**31 - 1), min_size=4 * count, max_size=4 * count)), dtype=np.int64
+    ).reshape(count, 4)
+    fields[:, [0, 3]] &= 0xFFFF
+    fields[:, 2] &= (1 << (8 * nprefix)) - 1
+    sizes = 2 * (flags & 1) + 4 + nprefix + lengths + 2 * ((flags >> 1) & 1)
+    at = (np.cumsum(sizes) - sizes).astype(np.int64)
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+    found = native_kernels.kernels()
+    assert found is not None
+    native = np.full(int(sizes.sum()), 7, dtype=np.uint8)
+    reference = native.copy()
+    found.frame_entries(native, at, fields, flags, nprefix, src, src_at, lengths)
+    entry_parts.frame_entries_reference(reference, at, fields, flags, nprefix, src, src_at, lengths)
+    assert _same(native, reference)
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
