@@ -239,33 +239,21 @@ def frame_bucket(
         )
     order = _entry_order(got.groups, got.states, max(len(state_ids), 1))
     groups = got.groups[order]
-    states = state_ids[got.states[order]].astype(np.int64)
-    lengths = got.lengths[order]
-    group_start = np.ones(count, dtype=bool)
-    group_start[1:] = groups[1:] != groups[:-1]
-    group_end = np.ones(count, dtype=bool)
-    group_end[:-1] = group_start[1:]
-    run_end = group_end.copy()
-    run_end[:-1] |= states[1:] != states[:-1]
-    next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
-    next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
-    nprefix = layout.prefix_bytes
-    head = 2 * group_start + 4 + nprefix
-    sizes = head + lengths + 2 * run_end
-    ends = np.cumsum(sizes)
-    at = ends - sizes
-    out = np.empty(int(ends[-1]), dtype=np.uint8)
-    fields = np.empty((count, 4), dtype=np.int64)
-    fields[:, 0] = states
-    fields[:, 1] = nprefix + got.key_length[order]
-    fields[:, 2] = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
-    fields[:, 3] = next_state
-    flags = (group_start.astype(np.uint8)) | (run_end.astype(np.uint8) << 1)
-    raw = np.frombuffer(buf, dtype=np.uint8)
     native = kernels()
     framing = frame_entries_reference if native is None else native.frame_entries
-    framing(out, at, fields, flags, nprefix, raw, got.at[order], lengths)
-    value_ends = at + head + lengths
+    out, value_ends, run_end = framing(
+        groups,
+        state_ids[got.states[order]].astype(np.int64),
+        got.key_length[order],
+        np.frombuffer(buf, dtype=np.uint8),
+        got.at[order],
+        got.lengths[order],
+        layout.prefix_bytes,
+    )
+    group_start = np.ones(count, dtype=bool)
+    group_start[1:] = groups[1:] != groups[:-1]
+    at = np.concatenate([[0], value_ends[:-1] + 2 * run_end[:-1]])
+    ends = value_ends + 2 * run_end
     lows = np.flatnonzero(group_start)
     highs = [*lows[1:].tolist(), count]
     view = memoryview(out)
@@ -296,30 +284,45 @@ def _entry_order(groups: np.ndarray, states: np.ndarray, nstates: int) -> np.nda
 
 
 def frame_entries_reference(
-    out: np.ndarray,
-    at: np.ndarray,
-    fields: np.ndarray,
-    flags: np.ndarray,
-    nprefix: int,
+    groups: np.ndarray,
+    states: np.ndarray,
+    key_length: np.ndarray,
     src: np.ndarray,
     src_at: np.ndarray,
     lengths: np.ndarray,
-) -> None:
-    """Frame each entry at ``at``: the row encoder's bytes around the entry's own (``src[src_at:][:lengths]``).
+    nprefix: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frame entries (sorted: key groups ascending, each state's run in one piece) as the row encoder does.
 
-    ``fields`` per entry: the state id, the key length field, the key-group prefix (flag included) and the
-    id after the run; ``flags`` bit 0: the entry opens its key group (its state id first), bit 1: it closes
-    its run (the next id after it). Big-endian ``[u16 state] i32 keyLen, prefix, entry, [u16 next]``.
+    Entry ``i``'s bytes are ``src[src_at[i]:][:lengths[i]]``, its key ``key_length[i]`` bytes of them;
+    ``states`` are the header's ids. Per entry, big-endian: the run's state id before a key group's first
+    entry, ``int keyLen`` (prefix included), the key-group prefix (``0x80`` on its first byte when the entry
+    closes its run), the entry, and after a run's last entry the next one's id (``END_OF_KEY_GROUP_MARK``
+    after a key group's last). Returns the bytes, each entry's end (before that id) and which close a run.
     """
-    opening = (flags & 1) != 0
-    closing = (flags & 2) != 0
-    _put(out, at[opening], fields[opening, 0], 2)
-    key_at = at + 2 * opening
-    _put(out, key_at, fields[:, 1], 4)
-    _put(out, key_at + 4, fields[:, 2], nprefix)
+    count = len(groups)
+    group_start = np.ones(count, dtype=bool)
+    group_start[1:] = groups[1:] != groups[:-1]
+    group_end = np.ones(count, dtype=bool)
+    group_end[:-1] = group_start[1:]
+    run_end = group_end.copy()
+    run_end[:-1] |= states[1:] != states[:-1]
+    next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
+    next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
+    head = 2 * group_start + 4 + nprefix
+    sizes = head + lengths + 2 * run_end
+    at = np.cumsum(sizes) - sizes
+    out = np.empty(int(sizes.sum()), dtype=np.uint8)
+    _put(out, at[group_start], states[group_start], 2)
+    key_at = at + 2 * group_start
+    _put(out, key_at, nprefix + key_length, 4)
+    prefix = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
+    _put(out, key_at + 4, prefix, nprefix)
     entry_at = key_at + 4 + nprefix
     copy_ranges_reference(src, src_at, lengths, out, entry_at)
-    _put(out, (entry_at + lengths)[closing], fields[closing, 3], 2)
+    value_ends = entry_at + lengths
+    _put(out, value_ends[run_end], next_state[run_end], 2)
+    return out, value_ends, run_end
 
 
 def _put(out: np.ndarray, at: np.ndarray, values: np.ndarray, width: int) -> None:
@@ -383,11 +386,15 @@ def copy_ranges_reference(
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Return which of ``size`` bytes lie in the (non-empty, disjoint) ranges ``[starts, starts + lengths)``."""
-    edges = np.zeros(size + 1, dtype=np.int8)
-    edges[starts] = 1
-    edges[starts + lengths] -= 1
-    return np.cumsum(edges[:size], dtype=np.int8).view(np.bool_)
+    """Return which of ``size`` bytes lie in the (non-empty, disjoint, ascending) ranges ``[starts, +lengths)``."""
+    ends = starts + lengths
+    runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
+    runs[0:-1:2] = starts - np.concatenate([[0], ends[:-1]])
+    runs[1:-1:2] = lengths
+    runs[-1] = size - int(ends[-1])
+    inside = np.zeros(len(runs), dtype=np.bool_)
+    inside[1::2] = True
+    return np.repeat(inside, runs)
 
 
 __all__ = [

@@ -233,41 +233,53 @@ def copy_ranges(
 
 
 @_jit
+def _put(out: npt.NDArray[np.uint8], at: int, value: int, width: int) -> None:
+    """Write ``value`` big-endian in ``width`` bytes at ``at``."""
+    for b in range(width):
+        out[at + b] = (value >> (8 * (width - 1 - b))) & 0xFF
+
+
+@_jit
 def frame_entries(
-    out: npt.NDArray[np.uint8],
-    at: npt.NDArray[np.int64],
-    fields: npt.NDArray[np.int64],
-    flags: npt.NDArray[np.uint8],
-    nprefix: int,
+    groups: npt.NDArray[np.int64],
+    states: npt.NDArray[np.int64],
+    key_length: npt.NDArray[np.int64],
     src: npt.NDArray[np.uint8],
     src_at: npt.NDArray[np.int64],
     lengths: npt.NDArray[np.int64],
-) -> None:
-    """``entry_parts.frame_entries_reference``: each entry framed at ``at`` (see there)."""
-    for i in range(len(at)):
-        p = at[i]
-        flag = flags[i]
-        if flag & 1:
-            state = fields[i, 0]
-            out[p] = (state >> 8) & 0xFF
-            out[p + 1] = state & 0xFF
+    nprefix: int,
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``entry_parts.frame_entries_reference``, one entry at a time."""
+    count = len(groups)
+    run_end = np.empty(count, dtype=np.bool_)
+    size = 0
+    for i in range(count):
+        opens = i == 0 or groups[i] != groups[i - 1]
+        closes_group = i == count - 1 or groups[i + 1] != groups[i]
+        run_end[i] = closes_group or states[i + 1] != states[i]
+        size += 4 + nprefix + lengths[i] + (2 if opens else 0) + (2 if run_end[i] else 0)
+    out = np.empty(size, dtype=np.uint8)
+    value_ends = np.empty(count, dtype=np.int64)
+    p = 0
+    for i in range(count):
+        if i == 0 or groups[i] != groups[i - 1]:
+            _put(out, p, states[i], 2)
             p += 2
-        key_length = fields[i, 1]
-        out[p] = (key_length >> 24) & 0xFF
-        out[p + 1] = (key_length >> 16) & 0xFF
-        out[p + 2] = (key_length >> 8) & 0xFF
-        out[p + 3] = key_length & 0xFF
+        _put(out, p, nprefix + key_length[i], 4)
         p += 4
-        prefix = fields[i, 2]
-        for b in range(nprefix):
-            out[p + b] = (prefix >> (8 * (nprefix - 1 - b))) & 0xFF
+        prefix = groups[i]
+        if run_end[i]:
+            prefix |= 0x80 << (8 * (nprefix - 1))
+        _put(out, p, prefix, nprefix)
         p += nprefix
         _memcpy(out, p, src, src_at[i], lengths[i])
         p += lengths[i]
-        if flag & 2:
-            following = fields[i, 3]
-            out[p] = (following >> 8) & 0xFF
-            out[p + 1] = following & 0xFF
+        value_ends[i] = p
+        if run_end[i]:
+            closes_group = i == count - 1 or groups[i + 1] != groups[i]
+            _put(out, p, _END_OF_KEY_GROUP_MARK if closes_group else states[i + 1], 2)
+            p += 2
+    return out, value_ends, run_end
 
 
 __all__ = ["copy_ranges", "frame_entries", "scan", "string_hashes", "structure"]

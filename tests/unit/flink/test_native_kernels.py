@@ -296,22 +296,15 @@ def test_entries_are_framed_as_the_reference_frames_them(
     src, src_at, lengths, _dst_at, _size = ranges
     count = len(lengths)
     nprefix = data.draw(st.sampled_from([1, 2]))
-    flags = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)), dtype=np.uint8)
-    fields = np.asarray(
-        data.draw(st.lists(st.integers(0, 2**31 - 1), min_size=4 * count, max_size=4 * count)), dtype=np.int64
-    ).reshape(count, 4)
-    fields[:, [0, 3]] &= 0xFFFF
-    fields[:, 2] &= (1 << (8 * nprefix)) - 1
-    sizes = 2 * (flags & 1) + 4 + nprefix + lengths + 2 * ((flags >> 1) & 1)
-    at = (np.cumsum(sizes) - sizes).astype(np.int64)
+    groups = np.sort(np.asarray(data.draw(st.lists(st.integers(0, 5), min_size=count, max_size=count))))
+    groups = groups.astype(np.int64) * (300 if nprefix == 2 else 20)
+    states = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)), dtype=np.int64)
+    key_length = np.minimum(lengths, np.asarray(data.draw(st.lists(st.integers(0, 9), min_size=count, max_size=count)), dtype=np.int64))
     monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
     found = native_kernels.kernels()
     assert found is not None
-    native = np.full(int(sizes.sum()), 7, dtype=np.uint8)
-    reference = native.copy()
-    found.frame_entries(native, at, fields, flags, nprefix, src, src_at, lengths)
-    entry_parts.frame_entries_reference(reference, at, fields, flags, nprefix, src, src_at, lengths)
-    assert _same(native, reference)
+    args = (groups, states, key_length, src, src_at, lengths, nprefix)
+    assert _same(found.frame_entries(*args), entry_parts.frame_entries_reference(*args))
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
