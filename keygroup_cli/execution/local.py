@@ -5,11 +5,11 @@ Peak memory is bounded by a few batches and one row group (narrow jobs), or by o
 
 - a narrow job (parallelism change of a kg snapshot) writes new subtasks one after the other, each
   streaming its read tasks into its writer;
-- a job of the byte route (``parts``) does the same with the parts its read tasks pack: plain bytes
-  appended to one spill file per ``(new subtask, bucket)``, each bucket's read back whole;
 - a job with a shuffle runs every read task in input order, appending each ``(new subtask, bucket)``'s
   rows to an Arrow IPC spill file under ``scratch``; then it writes each new subtask bucket by bucket,
   stably sorted by key group; the spill files are removed before the engine returns;
+- a job of the byte route (``parts``) does the same with the parts its read tasks pack: plain bytes
+  appended to one spill file per ``(new subtask, bucket)``, each bucket's read back whole by its writer;
 - a copy job copies its files.
 """
 

@@ -223,7 +223,7 @@ def read_parts_task(
     state_names: tuple[str, ...],
     target: tuple[int, int, int],
     batch_rows: int = DEFAULT_BATCH_ROWS,
-) -> Iterator[tuple[int, int, memoryview, int]]:
+) -> Iterator[tuple[int, int, bytes, int]]:
     """Yield ``(new subtask, bucket, part, entries)``: the entries of ``task`` re-keyed as bytes, packed.
 
     ``target`` is the new maxParallelism, parallelism and bucket count. Every block is read, proven and

@@ -114,12 +114,11 @@ class PartCutter(Rekey):
 
 def parts(
     cut: Cut, new_max_parallelism: int, new_parallelism: int, buckets: int
-) -> Iterator[tuple[int, int, memoryview, int]]:
+) -> Iterator[tuple[int, int, bytes, int]]:
     """Yield ``(new subtask, bucket, part, entries)`` for ``cut``'s entries, buckets ascending.
 
     Entries are sorted by new key group, stably (so within a part they keep their order per key group);
-    ``buckets`` contiguous key-group ranges cut maxParallelism (``pipeline.bucket_of``). The parts are
-    views of one buffer.
+    ``buckets`` contiguous key-group ranges cut maxParallelism (``pipeline.bucket_of``).
     """
     count = cut.num_rows
     if count == 0:
@@ -133,34 +132,23 @@ def parts(
     part_hi = np.concatenate([lows, [count]]).astype(np.int64)
     lengths = (cut.ends - cut.starts)[order]
     ends = np.cumsum(lengths)
-    data_lo = np.concatenate([[0], ends[part_hi[:-1] - 1]])
-    data_bytes = ends[part_hi - 1] - data_lo
-    entries = part_hi - part_lo
-    sizes = 8 + _COLUMNS * entries + data_bytes
-    sizes += -sizes % 4
-    part_at = np.concatenate([[0], np.cumsum(sizes)])
-    out = np.zeros(int(part_at[-1]), dtype=np.uint8)
-    # Where each entry's bytes go: its part's data, then its place among them.
-    data_at = part_at[:-1] + 8 + _COLUMNS * entries
-    part_of = np.repeat(np.arange(len(part_lo)), entries)
-    dst = data_at[part_of] + (ends - lengths) - data_lo[part_of]
-    copy_ranges(cut.raw, cut.starts[order], lengths, out, dst)
-    key_length = cut.key_length[order].astype("<i4")
-    entry_length = lengths.astype("<i4")
-    group16 = groups.astype("<u2")
-    state16 = cut.states[order].astype("<u2")
-    view = memoryview(out)
-    for i in range(len(part_lo)):
-        lo, hi, at = int(part_lo[i]), int(part_hi[i]), int(part_at[i])
-        n = hi - lo
-        _HEAD.pack_into(out, at, n, int(data_bytes[i]))
-        at += 8
-        for column in (key_length, entry_length, group16, state16):
-            cells = column[lo:hi].view(np.uint8)
-            out[at : at + len(cells)] = cells
-            at += len(cells)
+    # Every entry's bytes once, in their new order, back to back; each part takes its stretch of them.
+    data = np.empty(int(ends[-1]), dtype=np.uint8)
+    copy_ranges(cut.raw, cut.starts[order], lengths, data, ends - lengths)
+    columns = (
+        cut.key_length[order].astype("<i4"),
+        lengths.astype("<i4"),
+        groups.astype("<u2"),
+        cut.states[order].astype("<u2"),
+    )
+    for lo, hi in zip(part_lo.tolist(), part_hi.tolist(), strict=True):
+        start = int(ends[lo - 1]) if lo else 0
+        stop = int(ends[hi - 1])
+        size = 8 + _COLUMNS * (hi - lo) + stop - start
+        pieces = [_HEAD.pack(hi - lo, stop - start), *(c[lo:hi].tobytes() for c in columns)]
+        pieces += [data[start:stop].tobytes(), bytes(-size % 4)]
         subtask, bucket = divmod(int(composite[lo]), buckets)
-        yield subtask, bucket, view[int(part_at[i]) : int(part_at[i + 1])], n
+        yield subtask, bucket, b"".join(pieces), hi - lo
 
 
 def part_entries(part: bytes | memoryview) -> int:
@@ -174,8 +162,9 @@ def part_entries(part: bytes | memoryview) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Unpacked:
-    """The entries of a bucket's parts, in input order: columns, and where each entry's bytes start."""
+    """The entries of a bucket's parts, in input order: their bytes back to back, columns, where each starts."""
 
+    data: np.ndarray
     key_length: np.ndarray
     lengths: np.ndarray
     groups: np.ndarray
@@ -190,7 +179,9 @@ def _unpack(buf: bytes | memoryview) -> _Unpacked:
         InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
     """
     columns: list[list[np.ndarray]] = [[], [], [], [], []]
-    pos, size = 0, len(buf)
+    datas: list[np.ndarray] = []
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    pos, size, offset = 0, len(buf), 0
     while pos < size:
         if pos + 8 > size:
             raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
@@ -204,12 +195,15 @@ def _unpack(buf: bytes | memoryview) -> _Unpacked:
         columns[1].append(lengths)
         columns[2].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 8 * n))
         columns[3].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 10 * n))
-        columns[4].append(head + _COLUMNS * n + np.cumsum(lengths) - lengths)
+        columns[4].append(np.cumsum(lengths) - lengths + offset)
+        datas.append(raw[head + _COLUMNS * n : end])
+        offset += data
         if int(lengths.sum()) != data:
             raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
         pos = end + (-end % 4)
     joined = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in columns]
     return _Unpacked(
+        datas[0] if len(datas) == 1 else np.concatenate([np.zeros(0, dtype=np.uint8), *datas]),
         joined[0].astype(np.int64),
         joined[1],
         joined[2].astype(np.int64),
@@ -245,7 +239,7 @@ def frame_bucket(
         groups,
         state_ids[got.states[order]].astype(np.int64),
         got.key_length[order],
-        np.frombuffer(buf, dtype=np.uint8),
+        got.data,
         got.at[order],
         got.lengths[order],
         layout.prefix_bytes,
@@ -369,7 +363,7 @@ def copy_ranges_reference(
         return
     lengths, src_at, dst_at = lengths[some], np.asarray(src_at)[some], np.asarray(dst_at)[some]
     by_src = np.argsort(src_at, kind="stable")
-    payload = src[_mask(len(src), src_at[by_src], lengths[by_src])]
+    payload = _gathered(src, src_at[by_src], lengths[by_src])
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths[by_src], out=offsets[1:])
     ranges = pa.LargeBinaryArray.from_buffers(
@@ -382,7 +376,24 @@ def copy_ranges_reference(
     moved = ranges.take(pa.array(rank[by_dst]))
     data = np.frombuffer(moved.buffers()[2], dtype=np.uint8)
     first = int(np.frombuffer(moved.buffers()[1], dtype=np.int64)[moved.offset])
-    dst[_mask(len(dst), dst_at[by_dst], lengths[by_dst])] = data[first : first + int(lengths.sum())]
+    data = data[first : first + int(lengths.sum())]
+    starts, sizes = dst_at[by_dst], lengths[by_dst]
+    if _back_to_back(starts, sizes):
+        dst[int(starts[0]) : int(starts[0]) + len(data)] = data
+    else:
+        dst[_mask(len(dst), starts, sizes)] = data
+
+
+def _back_to_back(starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Return whether each range (ascending) starts where the one before ends."""
+    return bool((starts[1:] == starts[:-1] + lengths[:-1]).all())
+
+
+def _gathered(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Return the bytes of the (ascending, disjoint) ranges of ``src``, back to back."""
+    if _back_to_back(starts, lengths):
+        return src[int(starts[0]) : int(starts[-1] + lengths[-1])]
+    return src[_mask(len(src), starts, lengths)]
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

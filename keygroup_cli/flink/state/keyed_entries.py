@@ -15,6 +15,8 @@ matters to them. ``Entries`` builds the new blocks from them, with the new prefi
 the row encoder gives (per key group, each state's entries in one run, runs in order of first appearance,
 entries in input order), so the bytes are exactly those of the decode and re-encode route.
 
+Entry batches are the byte route of ``--format native``; a canonical output's re-key packs the entries of
+the same cut (``Rekey.rekeyed``) into plain-byte parts instead (``entry_parts``), no Arrow on the way.
 Key types kg cannot hash (opaque ``binary`` keys) have no byte route (nor any re-key route).
 """
 
