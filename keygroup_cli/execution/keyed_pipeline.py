@@ -145,7 +145,7 @@ class FlinkPartWrite(KeyedWriteTask):
     state_names: tuple[str, ...] = ()
 
     def write(self, rows: Iterable[Any]) -> WrittenKeyedFile:
-        """Frame ``rows`` (each a bucket's parts, back to back) into ``root/name``'s blocks; return its handle.
+        """Frame ``rows`` (each a bucket's parts, back to back) into ``root/name``; return its handle.
 
         Raises:
             InvalidSnapshotError: Entries outside the range, out of order, or of a state the header lacks.

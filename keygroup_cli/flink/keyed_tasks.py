@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.flink.io.snappy import encode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.io.snappy import encode_frames
 from keygroup_cli.flink.state.entry_parts import Cut, PartCutter, frame_bucket, parts
 from keygroup_cli.flink.state.keyed_decode import check_block, decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
@@ -277,7 +277,7 @@ def _entry_layout(
 def write_parts_task(
     task: KeyedWriteTask, state_names: tuple[str, ...], buckets: Iterable[bytes | memoryview]
 ) -> WrittenKeyedFile:
-    """Write ``root/name`` from its buckets' parts (ascending; each bucket's parts back to back, in input order).
+    """Write ``root/name`` from its buckets' parts (ascending; each bucket's parts in input order).
 
     Each bucket's entries are framed into blocks (``entry_parts.frame_bucket``), every block is proven
     against the entry ends the framing claims (``keyed_decode.check_block``) before it is written.
@@ -309,7 +309,9 @@ def write_parts_task(
                         code="KEY_GROUP_OUT_OF_RANGE",
                     )
                 if group <= last:
-                    raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
+                    raise InvalidSnapshotError(
+                        "keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
+                    )
                 assert encoded.value_ends is not None and encoded.run_end is not None
                 proven = check_block(
                     encoded.block, group, layout, encoded.value_ends, encoded.run_end, states

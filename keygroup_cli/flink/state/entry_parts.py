@@ -62,9 +62,7 @@ class Cut:
     def slice(self, start: int, stop: int | None = None) -> Cut:
         """Return entries ``[start, stop)`` (the same bytes)."""
         s = slice(start, stop)
-        return Cut(
-            self.raw, self.starts[s], self.ends[s], self.groups[s], self.states[s], self.key_length[s]
-        )
+        return Cut(self.raw, self.starts[s], self.ends[s], self.groups[s], self.states[s], self.key_length[s])
 
     @staticmethod
     def join(cuts: Sequence[Cut]) -> Cut:
@@ -86,7 +84,7 @@ class Cut:
 class PartCutter(Rekey):
     """``keyed_entries.Rekey`` whose proven blocks become ``Cut``s (bytes and columns, no Arrow)."""
 
-    def cut(  # type: ignore[override]
+    def cut(
         self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout
     ) -> Cut | None:
         """Return ``found``'s entries re-keyed; None where a key cannot be read from its bytes.
@@ -162,7 +160,7 @@ def part_entries(part: bytes | memoryview) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Unpacked:
-    """The entries of a bucket's parts, in input order: their bytes back to back, columns, where each starts."""
+    """A bucket's entries in input order: their bytes back to back, their columns, where each starts."""
 
     data: np.ndarray
     key_length: np.ndarray
@@ -212,10 +210,8 @@ def _unpack(buf: bytes | memoryview) -> _Unpacked:
     )
 
 
-def frame_bucket(
-    buf: bytes | memoryview, layout: KeyedLayout, state_ids: np.ndarray
-) -> list[_Block]:
-    """Return the blocks of one bucket's parts (``buf``), key groups ascending, as the row encoder frames them.
+def frame_bucket(buf: bytes | memoryview, layout: KeyedLayout, state_ids: np.ndarray) -> list[_Block]:
+    """Return the blocks of a bucket's parts (``buf``), key groups ascending, framed as the row encoder does.
 
     ``state_ids`` maps the parts' state positions to the header's state ids (-1: a state it lacks). Each
     block carries its entry ends and run ends, for ``keyed_decode.check_block``.
@@ -250,13 +246,17 @@ def frame_bucket(
     ends = value_ends + 2 * run_end
     lows = np.flatnonzero(group_start)
     highs = [*lows[1:].tolist(), count]
-    view = memoryview(out)
+    view: memoryview = np.asarray(out, dtype=np.uint8).data
     blocks = []
     for lo, hi in zip(lows.tolist(), highs, strict=True):
         base = int(at[lo])
         blocks.append(
             _Block(
-                int(groups[lo]), view[base : int(ends[hi - 1])], hi - lo, value_ends[lo:hi] - base, run_end[lo:hi]
+                int(groups[lo]),
+                view[base : int(ends[hi - 1])],
+                hi - lo,
+                value_ends[lo:hi] - base,
+                run_end[lo:hi],
             )
         )
     return blocks
@@ -391,13 +391,16 @@ def _back_to_back(starts: np.ndarray, lengths: np.ndarray) -> bool:
 
 def _gathered(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Return the bytes of the (ascending, disjoint) ranges of ``src``, back to back."""
+    picked: np.ndarray
     if _back_to_back(starts, lengths):
-        return src[int(starts[0]) : int(starts[-1] + lengths[-1])]
-    return src[_mask(len(src), starts, lengths)]
+        picked = src[int(starts[0]) : int(starts[-1] + lengths[-1])]
+    else:
+        picked = src[_mask(len(src), starts, lengths)]
+    return picked
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Return which of ``size`` bytes lie in the (non-empty, disjoint, ascending) ranges ``[starts, +lengths)``."""
+    """Return which of ``size`` bytes lie in the non-empty, disjoint ranges ``[starts, starts + lengths)``."""
     ends = starts + lengths
     runs = np.empty(2 * len(starts) + 1, dtype=np.int64)
     runs[0:-1:2] = starts - np.concatenate([[0], ends[:-1]])
@@ -405,7 +408,8 @@ def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     runs[-1] = size - int(ends[-1])
     inside = np.zeros(len(runs), dtype=np.bool_)
     inside[1::2] = True
-    return np.repeat(inside, runs)
+    mask: np.ndarray = np.repeat(inside, runs)
+    return mask
 
 
 __all__ = [

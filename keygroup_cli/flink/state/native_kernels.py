@@ -81,7 +81,13 @@ def _load() -> Kernels | None:
         compiled = importlib.import_module("keygroup_cli.flink.state.numba_kernels")
     except ImportError:
         return None
-    return Kernels(compiled.scan, compiled.structure, compiled.string_hashes, compiled.copy_ranges, compiled.frame_entries)
+    return Kernels(
+        compiled.scan,
+        compiled.structure,
+        compiled.string_hashes,
+        compiled.copy_ranges,
+        compiled.frame_entries,
+    )
 
 
 def scan_window(

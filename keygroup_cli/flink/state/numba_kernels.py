@@ -203,20 +203,24 @@ def string_hashes(
     return codes, ends, simple
 
 
-@intrinsic
-def _memcpy(
+def _memcpy_typed(
     typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, count: Any
 ) -> tuple[Any, Callable[..., None]]:
-    """Copy ``count`` bytes from ``src[src_at:]`` to ``dst[dst_at:]`` (LLVM's memcpy: the ranges never overlap)."""
+    """Copy ``count`` bytes from ``src[src_at:]`` to ``dst[dst_at:]`` (LLVM's memcpy; they never overlap)."""
     signature = types.void(dst, types.int64, src, types.int64, types.int64)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> None:
         d, d_at, s, s_at, n = args
         target = context.make_array(sig.args[0])(context, builder, d)
         origin = context.make_array(sig.args[2])(context, builder, s)
-        cgutils.raw_memcpy(builder, builder.gep(target.data, [d_at]), builder.gep(origin.data, [s_at]), n, 1)
+        memcpy: Any = cgutils.raw_memcpy
+        memcpy(builder, builder.gep(target.data, [d_at]), builder.gep(origin.data, [s_at]), n, 1)
 
     return signature, codegen
+
+
+#: ``_memcpy(dst, dst_at, src, src_at, count)`` inside a kernel.
+_memcpy: Any = intrinsic(_memcpy_typed)
 
 
 @_jit

@@ -3,7 +3,8 @@
 The largest key-group blocks of every real Flink fixture in the canonical layout are walked, proven and
 re-keyed both ways (whole, and cut in windows), and taken through the byte route (packed into parts,
 framed into blocks); hypothesis then fuzzes windows cut anywhere, damaged blocks, claims of entry
-boundaries, String keys, and the copy and framing of entries. Equal results, or the same error with the same message.
+boundaries, String keys, and the copy and framing of entries. Equal results, or the same error with the
+same message.
 """
 
 from __future__ import annotations
@@ -282,7 +283,8 @@ def test_entry_bytes_are_copied_as_the_reference_copies_them(
     entry_parts.copy_ranges_reference(src, src_at, lengths, reference, dst_at)
     assert _same(native, reference)
     assert all(
-        bytes(reference[d : d + n]) == bytes(src[s : s + n]) for s, n, d in zip(src_at, lengths, dst_at)
+        bytes(reference[d : d + n]) == bytes(src[s : s + n])
+        for s, n, d in zip(src_at, lengths, dst_at, strict=True)
     )
 
 
@@ -298,8 +300,13 @@ def test_entries_are_framed_as_the_reference_frames_them(
     nprefix = data.draw(st.sampled_from([1, 2]))
     groups = np.sort(np.asarray(data.draw(st.lists(st.integers(0, 5), min_size=count, max_size=count))))
     groups = groups.astype(np.int64) * (300 if nprefix == 2 else 20)
-    states = np.asarray(data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)), dtype=np.int64)
-    key_length = np.minimum(lengths, np.asarray(data.draw(st.lists(st.integers(0, 9), min_size=count, max_size=count)), dtype=np.int64))
+    states = np.asarray(
+        data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count)), dtype=np.int64
+    )
+    key_length = np.minimum(
+        lengths,
+        np.asarray(data.draw(st.lists(st.integers(0, 9), min_size=count, max_size=count)), dtype=np.int64),
+    )
     monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
     found = native_kernels.kernels()
     assert found is not None
