@@ -304,18 +304,39 @@ def frame_entries_reference(
     next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
     next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
     head = 2 * group_start + 4 + nprefix
-    sizes = head + lengths + 2 * run_end
-    at = np.cumsum(sizes) - sizes
-    out = np.empty(int(sizes.sum()), dtype=np.uint8)
-    _put(out, at[group_start], states[group_start], 2)
-    key_at = at + 2 * group_start
-    _put(out, key_at, nprefix + key_length, 4)
+    # The fixed bytes before each entry (heads) and after it (tails), each set back to back.
+    head_at = np.cumsum(head) - head
+    heads = np.empty(int(head.sum()), dtype=np.uint8)
+    _put(heads, head_at[group_start], states[group_start], 2)
+    key_at = head_at + 2 * group_start
+    _put(heads, key_at, nprefix + key_length, 4)
     prefix = groups | np.where(run_end, FIRST_BIT_IN_BYTE_MASK << (8 * (nprefix - 1)), 0)
-    _put(out, key_at + 4, prefix, nprefix)
-    entry_at = key_at + 4 + nprefix
-    copy_ranges_reference(src, src_at, lengths, out, entry_at)
-    value_ends = entry_at + lengths
-    _put(out, value_ends[run_end], next_state[run_end], 2)
+    _put(heads, key_at + 4, prefix, nprefix)
+    tail = 2 * run_end.astype(np.int64)
+    tail_at = np.cumsum(tail) - tail
+    tails = np.empty(int(tail.sum()), dtype=np.uint8)
+    _put(tails, tail_at[run_end], next_state[run_end], 2)
+    # One binary array over heads, tails and the entries; the framed bytes are one take of its items:
+    # head i (item i), entry i (item 2 count + 1 + 2 rank: see _in_order), tail i (item count + i).
+    base = len(heads) + len(tails)
+    by_src = np.argsort(src_at, kind="stable")
+    bounds = np.concatenate(
+        [
+            np.append(head_at, len(heads)),
+            len(heads) + tail_at + tail,
+            (base + np.stack([src_at[by_src], src_at[by_src] + lengths[by_src]], axis=1)).ravel(),
+        ]
+    ).astype(np.int64)
+    items = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(),
+        len(bounds) - 1,
+        [None, pa.py_buffer(bounds), pa.py_buffer(np.concatenate([heads, tails, src]))],
+    )
+    rank = np.empty(count, dtype=np.int64)
+    rank[by_src] = np.arange(count)
+    indices = np.stack([np.arange(count), 2 * count + 1 + 2 * rank, count + np.arange(count)], axis=1)
+    out = _data(items.take(pa.array(indices.ravel()))).copy() if count else np.empty(0, dtype=np.uint8)
+    value_ends = np.cumsum(head + lengths + tail) - tail
     return out, value_ends, run_end
 
 
@@ -354,29 +375,16 @@ def copy_ranges_reference(
 ) -> None:
     """``copy_ranges`` with whole-array steps (the ranges of ``src`` and those of ``dst`` do not overlap).
 
-    The ranges' bytes are taken out of ``src`` in its order by a byte mask, put in ``dst``'s order by one
-    Arrow ``take`` of them as a binary array, and put into ``dst`` by a byte mask.
+    The ranges are put in ``dst``'s order by one Arrow ``take`` (``_in_order``), then into ``dst`` as one
+    slice where they follow each other there, else by a byte mask.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     some = np.flatnonzero(lengths)
     if len(some) == 0:
         return
     lengths, src_at, dst_at = lengths[some], np.asarray(src_at)[some], np.asarray(dst_at)[some]
-    by_src = np.argsort(src_at, kind="stable")
-    payload = _gathered(src, src_at[by_src], lengths[by_src])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths[by_src], out=offsets[1:])
-    ranges = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(payload)]
-    )
     by_dst = np.argsort(dst_at, kind="stable")
-    # Range k of src order is range by_src[k]; dst order wants range by_dst[m].
-    rank = np.empty(len(lengths), dtype=np.int64)
-    rank[by_src] = np.arange(len(lengths))
-    moved = ranges.take(pa.array(rank[by_dst]))
-    data = np.frombuffer(moved.buffers()[2], dtype=np.uint8)
-    first = int(np.frombuffer(moved.buffers()[1], dtype=np.int64)[moved.offset])
-    data = data[first : first + int(lengths.sum())]
+    data = _in_order(src, src_at, lengths, by_dst)
     starts, sizes = dst_at[by_dst], lengths[by_dst]
     if _back_to_back(starts, sizes):
         dst[int(starts[0]) : int(starts[0]) + len(data)] = data
@@ -384,19 +392,36 @@ def copy_ranges_reference(
         dst[_mask(len(dst), starts, sizes)] = data
 
 
+def _in_order(src: np.ndarray, src_at: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Return the (disjoint) ranges of ``src`` back to back, in ``order``: one Arrow ``take``.
+
+    ``src`` is seen as a binary array whose items are the ranges (ascending) and the gaps between them; the
+    ranges' items are taken in ``order`` (Arrow copies each item's bytes with one ``memcpy``).
+    """
+    count = len(lengths)
+    by_src = np.argsort(src_at, kind="stable")
+    bounds = np.empty(2 * count, dtype=np.int64)
+    bounds[0::2] = src_at[by_src]
+    bounds[1::2] = src_at[by_src] + lengths[by_src]
+    items = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), 2 * count - 1, [None, pa.py_buffer(bounds), pa.py_buffer(src)]
+    )
+    rank = np.empty(count, dtype=np.int64)
+    rank[by_src] = np.arange(count)
+    return _data(items.take(pa.array(2 * rank[order])))
+
+
+def _data(array: pa.Array) -> np.ndarray:
+    """Return the bytes of a (large) binary array's items, back to back."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)
+    first, last = int(offsets[array.offset]), int(offsets[array.offset + len(array)])
+    data: np.ndarray = np.frombuffer(array.buffers()[2], dtype=np.uint8)[first:last]
+    return data
+
+
 def _back_to_back(starts: np.ndarray, lengths: np.ndarray) -> bool:
     """Return whether each range (ascending) starts where the one before ends."""
     return bool((starts[1:] == starts[:-1] + lengths[:-1]).all())
-
-
-def _gathered(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Return the bytes of the (ascending, disjoint) ranges of ``src``, back to back."""
-    picked: np.ndarray
-    if _back_to_back(starts, lengths):
-        picked = src[int(starts[0]) : int(starts[-1] + lengths[-1])]
-    else:
-        picked = src[_mask(len(src), starts, lengths)]
-    return picked
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
