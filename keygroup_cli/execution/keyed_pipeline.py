@@ -54,6 +54,8 @@ from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 
+#: The least bytes of blocks a read task gets when files are cut into pieces (``plan_keyed_jobs``).
+MIN_READ_TASK_BYTES = 8 << 20
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
 STAGE = "re-hash keyed state (bytes)"
 #: The stage of ``--format native`` jobs: each new subtask's database is built by its write task.
@@ -184,6 +186,7 @@ def plan_keyed_jobs(
     pieces: int = 1,
     source_root: str | None = None,
     native_checkpoint: int | None = None,
+    min_piece_bytes: int = 0,
 ) -> list[KeyedJob[Any]]:
     """Plan the rescale of every keyed operator of ``savepoint`` (reads only ``_metadata`` and headers).
 
@@ -194,6 +197,8 @@ def plan_keyed_jobs(
         output_root: Where write tasks create their files (a local directory or an object-store URI).
         compression: Snappy for the new files; None keeps what the old files used.
         pieces: Cut each old file into up to this many read tasks (more tasks than cores on a cluster).
+        min_piece_bytes: ... and each of them no smaller than this (``MIN_READ_TASK_BYTES`` for a run: a
+            small file stays one task), unless the file is; 0 cuts into ``pieces`` whatever the sizes.
         source_root: The savepoint directory as executors should open it (default: where it was read).
         native_checkpoint: ``--format native``: write tasks build RocksDB databases whose handles record
             this checkpoint id (``FlinkNativeWrite``), and operators that keep their maxParallelism are
@@ -205,6 +210,7 @@ def plan_keyed_jobs(
     root = source_root or str(savepoint.directory)
     opened = Savepoint.of(savepoint)
     jobs: list[KeyedJob[Any]] = []
+    cutting = (pieces, min_piece_bytes)  # read_tasks' pieces and min_bytes
     for op in savepoint.metadata.operators:
         streams = sorted(opened.keyed_streams.get(op.operator_id, ()), key=lambda s: s.handle.key_group_start)
         if streams:
@@ -213,11 +219,11 @@ def plan_keyed_jobs(
             target = (new_p, new_max)
             if native_checkpoint is not None:
                 jobs.append(
-                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, pieces)
+                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, cutting)
                 )
             else:
                 jobs.append(
-                    _operator_job(op, streams, header, root, output_root, target, compression, pieces)
+                    _operator_job(op, streams, header, root, output_root, target, compression, cutting)
                 )
     return jobs
 
@@ -249,7 +255,7 @@ def _operator_job(
     output_root: str,
     target: tuple[int, int],
     compression: bool | None,
-    pieces: int,
+    cutting: tuple[int, int],
 ) -> KeyedJob[WrittenKeyedFile]:
     """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``."""
     new_p, new_max = target
@@ -261,7 +267,9 @@ def _operator_job(
     reads = [
         read_class.of(task)
         for index, stream in enumerate(streams)
-        for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
+        for task in read_tasks(
+            root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+        )
     ]
     writes = [
         write_class(
@@ -297,7 +305,7 @@ def _native_job(
     output_root: str,
     target: tuple[int, int],
     checkpoint_id: int,
-    pieces: int,
+    cutting: tuple[int, int],
 ) -> KeyedJob[WrittenDatabase]:
     """Return the job that writes ``op``'s keyed state as one RocksDB database per new subtask.
 
@@ -328,7 +336,9 @@ def _native_job(
         reads = [
             read_class.of(task)
             for index, stream in enumerate(streams)
-            for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
+            for task in read_tasks(
+                root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+            )
         ]
     writes = [
         FlinkNativeWrite(

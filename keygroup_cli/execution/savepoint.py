@@ -54,7 +54,7 @@ from keygroup_cli.execution import (
     choose_engine,
     get_executor,
 )
-from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
+from keygroup_cli.execution.keyed_pipeline import MIN_READ_TASK_BYTES, plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_origin
@@ -338,6 +338,7 @@ def plan_savepoint_rescale(
         compression=request.compression,
         pieces=runner.executor().read_pieces(),
         native_checkpoint=savepoint.metadata.checkpoint_id if native else None,
+        min_piece_bytes=MIN_READ_TASK_BYTES,
     )
     return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression, native)
 

@@ -31,6 +31,7 @@ kg and its dependencies (``check_workers``), so a broken worker environment is o
 from __future__ import annotations
 
 import atexit
+import bisect
 import contextlib
 import functools
 import hashlib
@@ -83,6 +84,8 @@ WORKER_MODULES = (
     # pay for it.
     "keygroup_cli.execution.spark",
 )
+#: The Python daemon of kg's embedded sessions (``spark.python.daemon.module``).
+DAEMON_MODULE = "keygroup_cli.spark_daemon"
 #: At most this many probe tasks (one per core the application has: each executor starts its workers).
 MAX_PROBES = 1024
 
@@ -161,6 +164,10 @@ def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkCon
     if not submitted:
         conf.setAppName("kg rescale")
     settings = {**SESSION_CONFIG, **_pythonpath_config(), **(config or {})}
+    if (master or ("local" if not submitted else "")).startswith("local"):
+        # kg's own interpreter runs the workers (``worker_python``): its daemon imports pyspark from the
+        # installed package, with bytecode, rather than from Spark's zip (``keygroup_cli.spark_daemon``).
+        settings.setdefault("spark.python.daemon.module", DAEMON_MODULE)
     sharing = class_data_sharing_option()
     if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
@@ -473,58 +480,85 @@ class SparkExecutor:
         scratch: Path,
         on_progress: OnProgress | None = None,
     ) -> dict[str, list[W]]:
-        """Run every keyed job as one Spark job; return each one's written files by operator id.
+        """Run the keyed jobs of each progress stage as one Spark job; return the written files by operator.
 
-        Read tasks open their input and write tasks create their files themselves, on the executors (a
-        local path every executor mounts, or an object store they reach); only the written files'
-        descriptors come back to the driver. Copy jobs run on the driver. ``scratch`` is not used:
-        Spark's shuffle is the spill.
+        One Spark job, not one per operator: a job's fixed costs (scheduling two stages, a shuffle, Python
+        workers picking up new closures) come once, and every operator's tasks share the cores. Narrow
+        jobs are one stage of write tasks; shuffled ones a stage of route tasks, a shuffle by (job, new
+        subtask) and a stage of write tasks; both kinds go in one job as a union. Read tasks open their
+        input and write tasks create their files themselves, on the executors (a local path every
+        executor mounts, or an object store they reach); only the written files' descriptors come back
+        to the driver. Copy jobs run on the driver. ``scratch`` is not used: Spark's shuffle is the spill.
         """
         progress = Progress(jobs, on_progress)
         sc = self.session.sparkContext
         written: dict[str, list[W]] = {}
         for job in jobs:
-            progress.begin(job.stage)
             if isinstance(job, CopyJob):
+                progress.begin(job.stage)
                 job.copy()
-            else:
-                watch = _TaskProgress(
-                    sc,
-                    job.stage,
-                    progress.totals[job.stage],
-                    on_progress or _ignore,
-                    start=progress.done[job.stage],
-                    share=job.weight,
-                )
-                with watch, _spark_failures(sc):
-                    results = self._narrow(sc, job) if job.feeds is not None else self._shuffled(sc, job)
-                routed = sum(rows for _, rows in results)
-                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in results])
-            progress.advance(job.stage, job.weight)
+                progress.advance(job.stage, job.weight)
+        keyed = [job for job in jobs if not isinstance(job, CopyJob)]
+        for stage in dict.fromkeys(job.stage for job in keyed):
+            together = [job for job in keyed if job.stage == stage]
+            weight = sum(job.weight for job in together)
+            progress.begin(stage)
+            watch = _TaskProgress(
+                sc,
+                stage,
+                progress.totals[stage],
+                on_progress or _ignore,
+                start=progress.done[stage],
+                share=weight,
+            )
+            with watch, _spark_failures(sc):
+                results = self._collect(sc, together)
+            for index, job in enumerate(together):
+                mine = [(f, rows) for i, f, rows in results if i == index]
+                routed = sum(rows for _, rows in mine)
+                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in mine])
+            progress.advance(stage, weight)
         return written
 
-    def _narrow(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
-        """One task per new subtask, streaming its read tasks into its file: a narrow stage, no shuffle."""
-        task = functools.partial(_stream_task, job, self.batch_rows)
-        results: list[tuple[W, int]] = (
-            sc.parallelize(range(job.new_parallelism), job.new_parallelism).map(task).collect()
-        )
+    def _collect(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]]) -> list[tuple[int, W, int]]:
+        """Run ``jobs`` as one Spark job; return ``(job index, written file, rows read)`` per write task."""
+        narrow = [i for i, job in enumerate(jobs) if job.feeds is not None]
+        shuffled = [i for i, job in enumerate(jobs) if job.feeds is None]
+        parts = []
+        if narrow:
+            parts.append(self._narrow(sc, jobs, narrow))
+        if shuffled:
+            parts.append(self._shuffled(sc, jobs, shuffled))
+        rdd = parts[0] if len(parts) == 1 else sc.union(parts)
+        results: list[tuple[int, W, int]] = rdd.collect()
         return results
 
-    def _shuffled(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
-        """Route tasks, a shuffle by new subtask, write tasks (see the module docstring)."""
-        mapper = functools.partial(_route_task, job, self.batch_rows)
-        reducer = functools.partial(_write_task, job)
-        # Tasks go by index: the job (every task included) is in the closure already.
-        count = len(job.reads)
-        results: list[tuple[W, int]] = (
-            sc.parallelize(range(count), max(1, count))
+    def _narrow(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int]) -> Any:
+        """One task per new subtask of each job, streaming its read tasks into its file: no shuffle."""
+        subtasks = [(i, j) for i in chosen for j in range(jobs[i].new_parallelism)]
+        task = functools.partial(_stream_task, jobs, self.batch_rows)
+        return sc.parallelize(subtasks, len(subtasks)).map(task)
+
+    def _shuffled(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int]) -> Any:
+        """Route tasks, a shuffle by (job, new subtask), write tasks (see the module docstring).
+
+        The shuffle's partitions are the jobs' new subtasks one after the other: job ``chosen[k]``'s
+        subtask ``j`` is partition ``first[k] + j``.
+        """
+        first, partitions = [], 0
+        for i in chosen:
+            first.append(partitions)
+            partitions += jobs[i].new_parallelism
+        reads = [(k, r) for k, i in enumerate(chosen) for r in range(len(jobs[i].reads))]
+        mapper = functools.partial(_route_task, jobs, tuple(chosen), tuple(first), self.batch_rows)
+        reducer = functools.partial(_write_task, jobs, tuple(chosen), tuple(first))
+        # Tasks go by index: the jobs (every task included) are in the closure already.
+        return (
+            sc.parallelize(reads, max(1, len(reads)))
             .flatMap(mapper)
-            .partitionBy(job.new_parallelism, _new_subtask_of_key)
+            .partitionBy(partitions, _partition_of_key)
             .mapPartitionsWithIndex(reducer)
-            .collect()
         )
-        return results
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
@@ -563,20 +597,34 @@ def _naming_kg_errors() -> Iterator[None]:
         raise RuntimeError(f"{_TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
 
 
-def _stream_task(job: KeyedJob[W], batch_rows: int, new_subtask: int) -> tuple[W, int]:
-    """Write one new subtask of a narrow job from its read tasks; return it and the rows read."""
+def _stream_task(
+    jobs: Sequence[KeyedJob[W]], batch_rows: int, subtask: tuple[int, int]
+) -> tuple[int, W, int]:
+    """Write new subtask ``j`` of narrow job ``i`` (``subtask = (i, j)``) from its read tasks."""
+    index, new_subtask = subtask
     with _naming_kg_errors():
-        return pipeline.stream(job, new_subtask, batch_rows)
+        written, rows = pipeline.stream(jobs[index], new_subtask, batch_rows)
+    return index, written, rows
 
 
 def _route_task(
-    job: KeyedJob[W], batch_rows: int, index: int
+    jobs: Sequence[KeyedJob[W]],
+    chosen: tuple[int, ...],
+    first: tuple[int, ...],
+    batch_rows: int,
+    read: tuple[int, int],
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
-    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
+    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch).
+
+    ``read = (k, r)``: read task ``r`` of job ``chosen[k]``; its rows for new subtask ``j`` go to shuffle
+    partition ``first[k] + j``.
+    """
+    k, index = read
+    job = jobs[chosen[k]]
     with _naming_kg_errors():
         routed = pipeline.route(job, job.reads[index], batch_rows)
         for seq, (new_subtask, bucket, rows) in enumerate(routed):
-            yield (new_subtask, bucket, index, seq), _ipc_bytes(rows)
+            yield (first[k] + new_subtask, bucket, index, seq), _ipc_bytes(rows)
 
 
 def _ipc_bytes(rows: pa.Table) -> bytes:
@@ -588,18 +636,23 @@ def _ipc_bytes(rows: pa.Table) -> bytes:
     return data
 
 
-def _new_subtask_of_key(key: tuple[int, int, int, int]) -> int:
+def _partition_of_key(key: tuple[int, int, int, int]) -> int:
     return key[0]
 
 
 def _write_task(
-    job: KeyedJob[W], new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
-) -> Iterator[tuple[W, int]]:
-    """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
+    jobs: Sequence[KeyedJob[W]],
+    chosen: tuple[int, ...],
+    first: tuple[int, ...],
+    partition: int,
+    records: Iterable[tuple[tuple[int, int, int, int], bytes]],
+) -> Iterator[tuple[int, W, int]]:
+    """Write shuffle partition ``partition`` (a new subtask of one of the jobs) from its blocks."""
+    k = bisect.bisect_right(first, partition) - 1
     received = [0]
     with _naming_kg_errors():
-        written = pipeline.write(job, new_subtask, _buckets(records, received))
-    yield written, received[0]
+        written = pipeline.write(jobs[chosen[k]], partition - first[k], _buckets(records, received))
+    yield chosen[k], written, received[0]
 
 
 def _buckets(
