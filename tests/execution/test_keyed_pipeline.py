@@ -85,6 +85,18 @@ def test_read_tasks_cover_every_block_once_in_order(pieces: int) -> None:
                 assert task.bytes == sum(end - start for _, start, end in inside)
 
 
+def test_read_tasks_get_at_least_min_bytes_of_blocks() -> None:
+    # A task costs a Spark engine about 0.1 s to start: small files are not cut into many.
+    savepoint = read_flink_metadata(FIXTURES / CASES[0])
+    handles = [h for op in savepoint.metadata.operators for h in keyed_handles(op)]
+    handle = max(handles, key=lambda h: h.size)
+    total = sum(end - start for _, start, end in key_group_extents(handle, handle.size))
+    assert len(read_tasks("root", handle, 128, 3, 8, min_bytes=total + 1)) == 1
+    halves = read_tasks("root", handle, 128, 3, 8, min_bytes=total // 2)
+    assert len(halves) == 2 and [t.order for t in halves] == [24, 25]
+    assert len(read_tasks("root", handle, 128, 3, 8, min_bytes=1)) == len(read_tasks("root", handle, 128, 3, 8))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_more_read_tasks_write_the_same_files(case: str, tmp_path: Path) -> None:
     savepoint = read_flink_metadata(FIXTURES / case)
