@@ -126,3 +126,17 @@ def test_bad_sql_keys(kg, args, code, message):
     result = kg("key", *args, "-m", "128")
     assert result.exit_code == code
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [("5",), ("--", "-5", "-m", "128"), ("--json", "5")])
+def test_a_missing_max_parallelism_is_a_usage_error(kg, args):
+    # After "--" even "-m 128" is a key: -m is then missing (once an internal error, exit 70).
+    result = kg("key", *args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "--max-parallelism" in result.stdout + result.stderr
+
+
+def test_negative_keys_after_the_options(kg):
+    result = kg("key", "-m", "128", "--json", "--", "-5")
+    assert result.exit_code == 0, result.stderr
+    assert [k["key"] for k in result.json()["keys"]] == ["-5"]
