@@ -160,8 +160,11 @@ def max_parallelism_option(
 
 
 def _given_default(default: Any) -> dict[str, Any]:
-    """``default=`` only when there is one: click 8.3+ takes an explicit ``default=None`` as a value, so a
-    required option given none would pass as None (``kg key 5`` without ``-m`` was an internal error)."""
+    """Return ``default=`` for click only when there is one.
+
+    click 8.3+ takes an explicit ``default=None`` as a value, so a required option given none would pass
+    as None (``kg key 5`` without ``-m`` was an internal error).
+    """
     return {} if default is None else {"default": default}
 
 
