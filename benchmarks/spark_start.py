@@ -1,4 +1,4 @@
-"""Benchmark: a fresh ``kg rescale --engine spark`` of a small savepoint, against the local engine (issue #22).
+"""Benchmark: a fresh `kg rescale --engine spark` of a small savepoint against the local engine (#22).
 
 On a small savepoint the Spark engine's cost is its fixed cost: starting the JVM and the SparkContext, the
 Python workers' daemon, the worker probe, and each Spark job's scheduling. This script runs, in fresh
