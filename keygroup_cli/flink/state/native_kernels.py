@@ -10,9 +10,10 @@ Python code decides (so every error message stays the reference's).
 ``KG_NATIVE`` chooses: ``0`` the Python code, ``1`` the kernels (an error, ``NATIVE_KERNELS_MISSING``, if
 numba cannot be imported), ``auto`` (the default) the kernels when numba imports and the process has work
 enough to pay for them: once its walks have covered ``AUTO_AFTER_BYTES`` of blocks. Importing numba and
-loading the cached kernels costs 0.5-1.3 s per process; the Python walk of 4 MiB about 25 ms. So a small
-savepoint, a ``kg get`` or a Spark task of a few key groups stays in Python, a large one switches to the
-kernels after its first few MiB (both give the same result, so the switch may come mid-block). numba is
+loading the cached kernels costs 0.5-1.3 s of CPU per process; with them a re-key saves about 17 ms of
+CPU per MB (3.5 s on 206 MB), so they pay from some 30-75 MB on. So a small savepoint, a ``kg get`` (one
+block) or a Spark task of a few key groups stays in Python, a large one switches to the kernels after its
+first 32 MiB (both give the same result, so the switch may come mid-block). numba is
 imported here only, never by commands that read metadata only. Its compile cache
 lives in kg's cache directory (``$KG_CACHE_DIR/numba`` unless ``NUMBA_CACHE_DIR`` is set), so a machine
 compiles once and Spark workers on it share the result.
@@ -46,7 +47,7 @@ class Kernels:
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
-AUTO_AFTER_BYTES = 4 << 20
+AUTO_AFTER_BYTES = 32 << 20
 
 _compiled: dict[str, Kernels | None] = {}
 _walked = [0]

@@ -246,7 +246,7 @@ def test_the_compile_cache_lives_in_kgs_cache_directory(tmp_path: Path) -> None:
 
 
 def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
-    # Loading numba costs far more than walking a small savepoint in Python: auto waits for 4 MiB of blocks.
+    # Loading numba costs far more than walking a small savepoint in Python: auto waits for 32 MiB of blocks.
     code = (
         "import sys\n"
         "from keygroup_cli.flink.state.native_kernels import AUTO_AFTER_BYTES, kernels\n"
