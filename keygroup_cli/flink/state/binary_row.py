@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
+from keygroup_cli.javahash import ROW_HASH_SEED, hash_code
 
 if TYPE_CHECKING:
     from keygroup_cli.keys import KeyLocations
@@ -74,7 +75,7 @@ SQL_TYPE_KINDS = {
 #: ``RowKind`` short strings by byte value.
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 #: ``MurmurHashUtils.DEFAULT_SEED``.
-SEED = 42
+SEED = ROW_HASH_SEED
 
 _MASK32 = 0xFFFFFFFF
 _INLINE_MARK = 1 << 63
@@ -291,24 +292,13 @@ def serialized_row(row: bytes) -> bytes:
 
 
 def row_hash_code(row: bytes) -> int:
-    """Return ``BinaryRowData.hashCode()`` of a row's bytes (``MurmurHashUtils.hashBytesByWords``)."""
+    """Return ``BinaryRowData.hashCode()`` of a row's bytes (``MurmurHashUtils.hashBytesByWords``).
+
+    The hash of a ``row`` key (``javahash.row_hash_codes``), the key its serialized bytes are.
+    """
     if len(row) % 4:
         raise ValueError("a BinaryRowData is a whole number of 8-byte words")
-    h = SEED
-    for (word,) in struct.iter_unpack("<I", row):
-        k = (word * 0xCC9E2D51) & _MASK32
-        k = ((k << 15) | (k >> 17)) & _MASK32
-        k = (k * 0x1B873593) & _MASK32
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & _MASK32
-        h = (h * 5 + 0xE6546B64) & _MASK32
-    h ^= len(row)
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _MASK32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _MASK32
-    h ^= h >> 16
-    return h - (1 << 32) if h & 0x80000000 else h
+    return hash_code(serialized_row(row), "row")
 
 
 def parse_row_key(text: str, fields: RowFields) -> tuple[Any, ...]:
