@@ -163,8 +163,9 @@ class FlinkNativeWrite(KeyedWriteTask):
 def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
     """Return whether an operator's keys can be re-keyed as bytes (``keyed_entries``).
 
-    Its keys must be primitives (``row`` keys take the row route, ``binary`` ones none) and every old file must lay out each state as
-    the header the new files carry does (entries keep their bytes), which real savepoints always do.
+    Its keys must be primitives (``row`` keys take the row route, ``binary`` ones none) and every old file
+    must lay out each state as the header the new files carry does (entries keep their bytes), which real
+    savepoints always do.
     """
     if layout.codec.key_type not in PRIMITIVE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
         return False

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
-from keygroup_cli.javahash import ROW_HASH_SEED, hash_code
 
 if TYPE_CHECKING:
     from keygroup_cli.keys import KeyLocations
@@ -74,8 +73,8 @@ SQL_TYPE_KINDS = {
 }
 #: ``RowKind`` short strings by byte value.
 ROW_KINDS = ("+I", "-U", "+U", "-D")
-#: ``MurmurHashUtils.DEFAULT_SEED``.
-SEED = ROW_HASH_SEED
+#: ``MurmurHashUtils.DEFAULT_SEED`` (``javahash.ROW_HASH_SEED``).
+SEED = 42
 
 _MASK32 = 0xFFFFFFFF
 _INLINE_MARK = 1 << 63
@@ -296,6 +295,9 @@ def row_hash_code(row: bytes) -> int:
 
     The hash of a ``row`` key (``javahash.row_hash_codes``), the key its serialized bytes are.
     """
+    # javahash (NumPy, Arrow) only here: kg inspect names SQL keys without loading them.
+    from keygroup_cli.javahash import hash_code
+
     if len(row) % 4:
         raise ValueError("a BinaryRowData is a whole number of 8-byte words")
     return hash_code(serialized_row(row), "row")

@@ -30,7 +30,8 @@ from keygroup_cli.flink.state.binary_row import (
     row_hash_code,
 )
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid
+from keygroup_cli.javahash import hash_codes
+from keygroup_cli.keygroups import key_group_for_hash, key_groups_for_hashes, operator_id_for_uid
 
 ALL_FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 SQL_CASES = (
@@ -74,7 +75,14 @@ def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str
                 batches = decode_keyed_file(
                     src, stream.handle, stream.layout, compressed=stream.header.compressed
                 )
-                for row in (r for batch in batches for r in batch.to_pylist()):
+                rows = []
+                for batch in batches:
+                    # The vectorised hash of the key column (kg rescale's re-key) agrees with Flink's groups.
+                    codes = hash_codes(batch.column("key"), "row")
+                    groups = key_groups_for_hashes(codes, want["maxParallelism"])
+                    assert groups.tolist() == batch.column("key_group").to_pylist()
+                    rows += batch.to_pylist()
+                for row in rows:
                     raw = row["key"]
                     assert struct.unpack_from(">i", raw)[0] == len(raw) - 4  # RowDataSerializer's length
                     kind, values = decode_row(fields, raw[4:])
@@ -184,7 +192,7 @@ def test_a_key_rows_length_prefix_delimits_it() -> None:
     codec = key_codec(ROW_DATA_SNAPSHOT)
     row = encode_row(_fields("int"), [7])
     data = struct.pack(">i", len(row)) + row + b"\x00namespace"
-    assert (codec.key_type, codec.self_delimiting) == ("binary", True)
+    assert (codec.key_type, codec.self_delimiting) == ("row", True)
     assert codec.read(data, 0) == (data[: 4 + len(row)], 4 + len(row))
     with pytest.raises(InvalidSnapshotError, match="runs past"):
         codec.read(struct.pack(">i", 64) + row, 0)
