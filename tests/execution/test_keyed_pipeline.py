@@ -128,4 +128,3 @@ def test_spark_writes_what_the_local_engine_writes(case: str, spark: object, tmp
     on_spark = rescale(FIXTURES / case, tmp_path / "spark", 4, new_max_parallelism=1024, executor=executor)
     assert on_spark.engine == "spark" and on_spark.keyed_rows == local.keyed_rows
     assert keyed_files(tmp_path / "spark") == keyed_files(tmp_path / "local")
-
