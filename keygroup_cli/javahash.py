@@ -388,7 +388,7 @@ def _murmur_words(words: npt.NDArray[np.uint32], byte_length: int) -> npt.NDArra
         h ^= h >> np.uint32(13)
         h = h * np.uint32(0xC2B2AE35)
         h ^= h >> np.uint32(16)
-    return h.view(np.int32)
+    return np.asarray(h.view(np.int32), dtype=np.int32)
 
 
 def _not_a_row(size: int) -> InvalidSnapshotError:

@@ -860,7 +860,7 @@ def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
 
 def _state_rows(
     metadata_path: str, operator_id: str, state: str, schema: bytes, index: int
-) -> Iterator[tuple]:
+) -> Iterator[tuple[Any, ...]]:
     """Keyed file ``index``'s rows of ``state`` as Python tuples of Spark's types (maps as dicts)."""
     from keygroup_cli.flink.savepoint import open_savepoint
     from keygroup_cli.flink.state_tables import state_batches
