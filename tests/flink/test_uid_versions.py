@@ -270,17 +270,18 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
 def _sql_requests(version: str, root: Path) -> dict[str, SqlRestoreRequest]:
     """kg's rescale of the version's SqlJob savepoint (its queries at p 3, maxP 256), and its restores.
 
-    ``rescaled``: the same SQL job at p 3 that sets no maxParallelism; ``sets-128``: one that sets 128.
+    ``rescaled``: the same SQL job at p 3 that sets no maxParallelism; on 2.3 also ``sets-128``: one that
+    sets 128 (one version is enough for the refusal, and each SQL restore plans the whole job again).
     """
     case = uid_case(version, SQL_CASES[version])
     out = root / "sql-rescaled"
     # --from 2: the queries (p 2) move to p 3; the source stays at 1.
     rescale(case, out, SQL_NEW_P, from_parallelism=2, new_max_parallelism=SQL_NEW_M, engine="local")
     uids = {q["name"]: q["uid"] for q in sql_case_queries(case)}
-    return {
-        "rescaled": SqlRestoreRequest(out, uids, SQL_NEW_P),
-        "sets-128": SqlRestoreRequest(out, uids, SQL_NEW_P, max_parallelism=128),
-    }
+    requests = {"rescaled": SqlRestoreRequest(out, uids, SQL_NEW_P)}
+    if version == "2.3.0":
+        requests["sets-128"] = SqlRestoreRequest(out, uids, SQL_NEW_P, max_parallelism=128)
+    return requests
 
 
 def _sql_gate(request: SqlRestoreRequest, dump: Dump, uids_file: Path) -> tuple[int, list[str]]:
@@ -619,7 +620,9 @@ def test_a_sql_jobs_row_keys_rescaled_to_a_new_max_parallelism_restore_with_thei
     assert gate == (0, [])
 
 
-def test_a_sql_job_that_sets_the_old_max_parallelism_is_refused_by_flink_and_by_kg(sql_run: Run) -> None:
-    _savepoint, dump, gate = sql_run.sql["sets-128"]
+def test_a_sql_job_that_sets_the_old_max_parallelism_is_refused_by_flink_and_by_kg(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    _savepoint, dump, gate = _run_version("2.3.0", tmp_path_factory).sql["sets-128"]
     assert "Max parallelism mismatch" in (restore_error(dump) or "")
     assert gate[0] == 1 and "MAX_PARALLELISM_MISMATCH" in gate[1]
