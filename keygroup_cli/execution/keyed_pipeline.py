@@ -51,7 +51,7 @@ from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
 from keygroup_cli.flink.state.keyed_entries import Entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
+from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 
 #: The least bytes of blocks a read task gets when files are cut into pieces (``plan_keyed_jobs``).
@@ -165,10 +165,11 @@ class FlinkNativeWrite(KeyedWriteTask):
 def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
     """Return whether an operator's keys can be re-keyed as bytes (``keyed_entries``).
 
-    Its keys must be hashable (not opaque ``binary`` keys) and every old file must lay out each state as
-    the header the new files carry does (entries keep their bytes), which real savepoints always do.
+    Its keys must be primitives (``row`` keys take the row route, ``binary`` ones none) and every old file
+    must lay out each state as the header the new files carry does (entries keep their bytes), which real
+    savepoints always do.
     """
-    if layout.codec.key_type not in HASHABLE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
+    if layout.codec.key_type not in PRIMITIVE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
         return False
     chosen = {s.name: s for s in layout.states}
     return all(

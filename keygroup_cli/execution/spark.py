@@ -63,6 +63,9 @@ from keygroup_cli.errors import (
 )
 from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
+from keygroup_cli.flink.keyed_values import find_operator
+from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink.state_tables import BatchReader, keyed_file_count, typed_states
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -788,6 +791,158 @@ class _TaskProgress:
                         self.report(self.stage, value, self.total)
 
 
+# -- Keyed state as data: kg export --engine spark, kg.read_state(engine="spark") ----------------------------
+
+
+def state_reader(session: SparkSession) -> BatchReader:
+    """Return a ``state_tables.BatchReader`` whose Spark tasks decode an operator's keyed files.
+
+    One task per keyed file decodes it (``state_batches``) and emits its typed batches as Arrow IPC; the
+    driver takes them partition by partition, in file order (``toLocalIterator``), so what it writes is
+    what the local engine writes, with the decoding spread over the executors and memory bounded by one
+    file's batches.
+    """
+
+    def read(
+        savepoint: Savepoint, operator: str, states: frozenset[str] | None, on_progress: OnProgress | None
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        op_id = find_operator(savepoint, operator).operator_id
+        count = keyed_file_count(savepoint, operator)
+        wanted = None if states is None else sorted(states)
+        task = functools.partial(_state_task, _metadata_file(savepoint), op_id, wanted)
+        sc = session.sparkContext
+        done = 0
+        with _spark_failures(sc):
+            rdd = sc.parallelize(range(count), max(1, count)).flatMap(task)
+            for index, name, data in rdd.toLocalIterator(prefetchPartitions=False):
+                if on_progress is not None and index > done:
+                    done = index
+                    on_progress("export", done, count)
+                for batch in pa.ipc.open_stream(data).read_all().to_batches():
+                    yield name, batch
+        if on_progress is not None:
+            on_progress("export", count, count)
+
+    return read
+
+
+def _metadata_file(savepoint: Savepoint) -> str:
+    """Return the ``_metadata`` tasks open: a canonical rewrite (``canonical_view``) has none until written.
+
+    The rewrite is a scratch directory of kg's own; its ``_metadata`` names the rewritten keyed files and,
+    by absolute paths, the original's other files.
+    """
+    from keygroup_cli.flink.metadata.writer import write_metadata
+
+    path = str(savepoint.metadata_path)
+    if not os.path.exists(path):
+        Path(path).write_bytes(write_metadata(savepoint.metadata))
+    return path
+
+
+def _state_task(
+    metadata_path: str, operator_id: str, states: list[str] | None, index: int
+) -> Iterator[tuple[int, str, bytes]]:
+    """Decode keyed file ``index`` of an operator into typed batches, each as Arrow IPC."""
+    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink.state_tables import state_batches
+
+    with _naming_kg_errors():
+        savepoint = open_savepoint(metadata_path)
+        wanted = None if states is None else frozenset(states)
+        for name, batch in state_batches(savepoint, operator_id, wanted, files=[index]):
+            yield index, name, _ipc_bytes(pa.Table.from_batches([batch]))
+
+
+def state_dataframe(session: SparkSession, source: str | os.PathLike[str], operator: str, state: str) -> Any:
+    """Return one keyed state as a Spark DataFrame, read by Spark tasks (one per keyed file), no files.
+
+    The columns are ``read_state``'s; Spark holds timestamps in microseconds, so a finer one (a SQL
+    ``TIMESTAMP(9)`` field, say) is truncated to them. A NATIVE savepoint or a checkpoint's own layout is
+    rewritten as key groups first, into a scratch directory kept until this process exits (the DataFrame
+    reads it whenever it is computed).
+
+    Raises:
+        InvalidArgumentError: No such operator or state.
+        UnsupportedFormatError: The operator holds no keyed state, or a layout kg reads only locally.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+    from keygroup_cli.flink.savepoint import open_savepoint
+
+    savepoint = open_savepoint(source)
+    if needs_canonical_view(savepoint):
+        scratch = tempfile.mkdtemp(prefix="kg-state-")
+        atexit.register(shutil.rmtree, scratch, True)
+        view = canonical_view(savepoint, Path(scratch) / "canonical")
+        savepoint = open_savepoint(_metadata_file(Savepoint.rewritten(view, savepoint)))
+    typed = next((t for t in typed_states(savepoint, operator) if t.name == state), None)
+    if typed is None:
+        known = ", ".join(t.name for t in typed_states(savepoint, operator))
+        raise InvalidArgumentError(
+            f"operator {operator!r} has no state {state!r} (states: {known})", code="STATE_NOT_FOUND"
+        )
+    target = _spark_arrow_schema(typed.schema)
+    op_id = find_operator(savepoint, operator).operator_id
+    count = keyed_file_count(savepoint, operator)
+    rows = functools.partial(
+        _state_rows, _metadata_file(savepoint), op_id, state, target.serialize().to_pybytes()
+    )
+    # Rows, not Arrow batches: mapInArrow would need pandas, which kg does not install.
+    rdd = session.sparkContext.parallelize(range(count), max(1, count)).flatMap(rows)
+    return session.createDataFrame(rdd, from_arrow_schema(target), verifySchema=False)
+
+
+def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """Return ``schema`` with every timestamp in microseconds (Spark's unit), however deep."""
+
+    def conform(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", t.tz)
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(conform(f.type)) for f in t])
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(t.value_field.with_type(conform(t.value_type)))
+        if pa.types.is_map(t):
+            return pa.map_(conform(t.key_type), conform(t.item_type))
+        return t
+
+    return pa.schema([f.with_type(conform(f.type)) for f in schema])
+
+
+def _state_rows(
+    metadata_path: str, operator_id: str, state: str, schema: bytes, index: int
+) -> Iterator[tuple[Any, ...]]:
+    """Keyed file ``index``'s rows of ``state`` as Python tuples of Spark's types (maps as dicts)."""
+    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink.state_tables import state_batches
+
+    target = pa.ipc.read_schema(pa.py_buffer(schema))
+    with _naming_kg_errors():
+        savepoint = open_savepoint(metadata_path)
+        for _, batch in state_batches(savepoint, operator_id, frozenset({state}), files=[index]):
+            table = pa.Table.from_batches([batch]).cast(target, safe=False)
+            columns = [
+                [_spark_value(f.type, v) for v in c.to_pylist()]
+                for f, c in zip(target, table.columns, strict=True)
+            ]
+            yield from zip(*columns, strict=True)
+
+
+def _spark_value(arrow: pa.DataType, value: Any) -> Any:
+    """Return a value of ``to_pylist`` as Spark takes it: a map's ``[(k, v)]`` as a dict, however deep."""
+    if value is None:
+        return None
+    if pa.types.is_map(arrow):
+        return {_spark_value(arrow.key_type, k): _spark_value(arrow.item_type, v) for k, v in value}
+    if pa.types.is_struct(arrow):
+        return {f.name: _spark_value(f.type, value[f.name]) for f in arrow}
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return [_spark_value(arrow.value_type, v) for v in value]
+    return value
+
+
 __all__ = [
     "SESSION_CONFIG",
     "SparkExecutor",
@@ -796,5 +951,7 @@ __all__ = [
     "check_workers",
     "keep_console_log",
     "spark_session",
+    "state_dataframe",
+    "state_reader",
     "worker_python",
 ]

@@ -27,6 +27,8 @@ from keygroup_cli.snapshot.writer import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 CASES = ("heap-files-p3-maxp128-long", "rocksdb-canonical-snappy-p2-maxp256-string")
+#: A SQL job's savepoint: its BinaryRowData (``row``) keys are re-keyed by the row route.
+SQL_CASE = "sql-rocksdb-canonical-p2"
 
 
 def keyed_files(savepoint: Path) -> dict[tuple[str, int], tuple[int, tuple[int, ...], bytes]]:
@@ -42,7 +44,7 @@ def keyed_files(savepoint: Path) -> dict[tuple[str, int], tuple[int, tuple[int, 
     return out
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, SQL_CASE])
 def test_same_bytes_as_the_route_through_kg_snapshots(case: str, tmp_path: Path) -> None:
     source = FIXTURES / case
     new = rescale(source, tmp_path / "new", 4, new_max_parallelism=1024, engine="local")
@@ -129,7 +131,7 @@ def _renamed(job):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, SQL_CASE])
 def test_spark_writes_what_the_local_engine_writes(case: str, spark: object, tmp_path: Path) -> None:
     from keygroup_cli.execution.spark import SparkExecutor
 

@@ -588,8 +588,58 @@ class UidRestoreRequest:
         return doc
 
 
+@dataclass(frozen=True)
+class SqlRestoreRequest:
+    """One restore of a SqlJob savepoint (fixtures/flink/README-sql.md), run in ``UidJob restore``'s batch.
+
+    ``uids`` maps each query to its aggregate's uid in the savepoint (its ``expected-sql-state.json``); the
+    queries run at ``parallelism``; ``max_parallelism`` None sets none (``pipeline.max-parallelism`` unset).
+    """
+
+    savepoint: Path
+    uids: Mapping[str, str]
+    parallelism: int
+    max_parallelism: int | None = None
+    timeout_seconds: int = 120
+
+    def to_json(self, out: Path) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "sql": True,
+            "savepoint": str(Path(self.savepoint).resolve()),
+            "uids": dict(self.uids),
+            "parallelism": self.parallelism,
+            "timeout_seconds": self.timeout_seconds,
+            "out": str(out),
+        }
+        if self.max_parallelism is not None:
+            doc["max_parallelism"] = self.max_parallelism
+        return doc
+
+
+def sql_case_queries(case: Path) -> list[dict[str, Any]]:
+    """The queries of a SqlJob case's ``expected-sql-state.json``: name, uid and per key its last result."""
+    return list(json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))["queries"])
+
+
+def assert_sql_job_restored(dump: Dump, case: Path, max_parallelism: int) -> None:
+    """Assert Flink restored every key of every query with the result the job had emitted for it.
+
+    After the restore the job reads every id again; each key's first change is an ``-U`` of the restored
+    result (an ``+I`` if Flink found no state for the key under its key group). Every query's chain ran at
+    ``max_parallelism``.
+    """
+    error = restore_error(dump)
+    assert error is None, f"Flink refused the restore:\n{error}"
+    for query in sql_case_queries(case):
+        restored = dump["queries"][query["name"]]
+        assert restored["maxParallelism"] == max_parallelism, query["name"]
+        got = {canonical(k["key"]): k["restored"] for k in restored["keys"]}
+        want = {canonical(k["key"]): k["result"] for k in query["keys"]}
+        assert got == want, query["name"]
+
+
 def run_uid_restores(
-    version: str, requests: Sequence[UidRestoreRequest], workdir: Path, classpath: str
+    version: str, requests: Sequence[UidRestoreRequest | SqlRestoreRequest], workdir: Path, classpath: str
 ) -> list[Dump]:
     """Restore every request with Flink ``version`` in one JVM; return the dumps in request order.
 

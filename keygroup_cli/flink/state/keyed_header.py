@@ -514,6 +514,17 @@ _DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
         "org.apache.flink.api.common.typeutils.base.EnumSerializer$EnumSerializerSnapshot",
         3,
     ): _Grammar.enum_end,
+    # The Table runtime's DECIMAL (precision, scale) and TIMESTAMP (precision) serializers: fixed bodies.
+    **{
+        ("org.apache.flink.table.runtime.typeutils.DecimalDataSerializer$DecimalSerializerSnapshot", v): (
+            lambda _g, p: p + 8
+        )
+        for v in (1, 2, 3)
+    },
+    (
+        "org.apache.flink.table.runtime.typeutils.TimestampDataSerializer$TimestampDataSerializerSnapshot",
+        1,
+    ): lambda _g, p: p + 4,
 }
 
 
