@@ -67,6 +67,7 @@ from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.native_output import as_native
+from keygroup_cli.flink.raw_timers import RawTimers, plan_raw_timers, write_raw_timers
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
@@ -102,7 +103,7 @@ def preflight(
         UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
         InvalidArgumentError: An unknown operator, ``--from`` mismatch, or bounds violated.
     """
-    check_convertible(savepoint)
+    check_convertible(savepoint, raw_keyed=True)  # timers in raw keyed state: flink.raw_timers
     all_operators = savepoint.metadata.operators
     with_state = operators_with_state(savepoint)
     selected = select_operators(
@@ -277,6 +278,8 @@ class SavepointRescalePlan:
     compression: bool | None
     #: ``--format native``: the write tasks built RocksDB databases; the seal's properties say NATIVE.
     native: bool = False
+    #: Timers kept in raw keyed state, placed in the new key groups (``flink.raw_timers``), by operator id.
+    raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
 
 
 def plan_savepoint_rescale(
@@ -326,8 +329,11 @@ def plan_savepoint_rescale(
     # keyed file is written where none is left (flink.finished).
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
+    # rewritten layout's view does not carry them), refused or placed before anything is staged.
+    timers = plan_raw_timers(opened.origin, targets)
     if opened.copy_headers is not None:
-        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native)
+        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native, timers)
     # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
     # everything else is staged locally and uploaded after them, _metadata last. NATIVE write tasks build
     # each new subtask's database in the staging directory.
@@ -339,7 +345,9 @@ def plan_savepoint_rescale(
         pieces=runner.executor().read_pieces(),
         native_checkpoint=savepoint.metadata.checkpoint_id if native else None,
     )
-    return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression, native)
+    return SavepointRescalePlan(
+        plan, rescaled, targets, jobs, remote_dest, request.compression, native, timers
+    )
 
 
 def _commit(
@@ -360,11 +368,14 @@ def _commit(
     try:
         with staged_directory(staged) as staging:
             keyed.write(runner.executor(), staging, scratch, report)
+            parallelism = {op_id: p for op_id, (p, _m) in planned.targets.items()}
+            raw_keyed = write_raw_timers(planned.raw_timers, parallelism, staging)
             written = write_rescaled(
                 keyed.opened.savepoint,
                 rescaled_operators(planned),
                 keyed.files,
                 staging,
+                raw_keyed=raw_keyed,
                 # Copied key groups keep their bytes; the encoder's choice applies to what it encodes.
                 compression=planned.compression,
                 keyed_root=planned.keyed_root,
