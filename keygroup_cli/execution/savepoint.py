@@ -368,8 +368,7 @@ def _commit(
     try:
         with staged_directory(staged) as staging:
             keyed.write(runner.executor(), staging, scratch, report)
-            parallelism = {op_id: p for op_id, (p, _m) in planned.targets.items()}
-            raw_keyed = write_raw_timers(planned.raw_timers, parallelism, staging)
+            raw_keyed = write_raw_timers(planned.raw_timers, staging)
             written = write_rescaled(
                 keyed.opened.savepoint,
                 rescaled_operators(planned),

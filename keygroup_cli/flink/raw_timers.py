@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.reader import OperatorState
@@ -44,15 +45,11 @@ class RawTimers:
     """One operator's timer sections for the new savepoint: every key group's, by new key group."""
 
     operator_id: str
+    parallelism: int
     max_parallelism: int
     sections: Mapping[int, bytes]
     #: The timers moved (event and processing time, every service).
     timers: int
-
-
-def has_raw_keyed_state(savepoint: Savepoint) -> bool:
-    """Return whether any subtask of the savepoint holds raw keyed state."""
-    return any(s.raw_keyed_state is not None for op in savepoint.metadata.operators for s in op.subtasks)
 
 
 def plan_raw_timers(savepoint: Savepoint, targets: Mapping[str, tuple[int, int]]) -> dict[str, RawTimers]:
@@ -71,12 +68,12 @@ def plan_raw_timers(savepoint: Savepoint, targets: Mapping[str, tuple[int, int]]
     planned = {}
     for op in savepoint.metadata.operators:
         if any(s.raw_keyed_state is not None for s in op.subtasks):
-            _, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
-            planned[op.operator_id] = _plan_operator(savepoint, op, new_max)
+            new_p, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
+            planned[op.operator_id] = _plan_operator(savepoint, op, new_p, new_max)
     return planned
 
 
-def _plan_operator(savepoint: Savepoint, op: OperatorState, new_max: int) -> RawTimers:
+def _plan_operator(savepoint: Savepoint, op: OperatorState, new_p: int, new_max: int) -> RawTimers:
     where = f"{savepoint.metadata_path}: operator {op.label!r}"
     old: dict[int, tuple[TimerService, ...]] = {}
     raw: dict[int, bytes] = {}
@@ -100,8 +97,8 @@ def _plan_operator(savepoint: Savepoint, op: OperatorState, new_max: int) -> Raw
     moved = sum(1 for services in old.values() for _ in timer_keys(services))
     if new_max == op.max_parallelism:
         sections = {g: raw.get(g) or write_timer_section(template) for g in range(new_max)}
-        return RawTimers(op.operator_id, new_max, sections, moved)
-    return RawTimers(op.operator_id, new_max, _rekeyed(old, template, new_max, where), moved)
+        return RawTimers(op.operator_id, new_p, new_max, sections, moved)
+    return RawTimers(op.operator_id, new_p, new_max, _rekeyed(old, template, new_max, where), moved)
 
 
 def _sections(savepoint: Savepoint, handle: KeyGroupsHandle) -> list[tuple[int, bytes]]:
@@ -116,8 +113,6 @@ def _sections(savepoint: Savepoint, handle: KeyGroupsHandle) -> list[tuple[int, 
 
 
 def _check_stored(services: tuple[TimerService, ...], group: int, max_parallelism: int, source: str) -> None:
-    from keygroup_cli.errors import InvalidSnapshotError
-
     for service in services:
         if service.key_type not in HASHABLE_KEY_TYPES:
             continue
@@ -175,9 +170,7 @@ def _rekeyed(
     return sections
 
 
-def write_raw_timers(
-    planned: Mapping[str, RawTimers], parallelism: Mapping[str, int], staging: Path
-) -> dict[str, list[KeyGroupsHandle]]:
+def write_raw_timers(planned: Mapping[str, RawTimers], staging: Path) -> dict[str, list[KeyGroupsHandle]]:
     """Write each new subtask's raw keyed-state stream into ``staging``; return the handles by operator.
 
     Each stream holds the sections of the subtask's key groups in order, each at its offset, as
@@ -186,7 +179,7 @@ def write_raw_timers(
     handles: dict[str, list[KeyGroupsHandle]] = {}
     for op_id, timers in planned.items():
         written = []
-        for key_groups in subtask_ranges(timers.max_parallelism, parallelism[op_id]):
+        for key_groups in subtask_ranges(timers.max_parallelism, timers.parallelism):
             name = str(uuid.uuid4())
             offsets = []
             with open(staging / name, "wb") as out:
@@ -203,4 +196,4 @@ def write_raw_timers(
     return handles
 
 
-__all__ = ["RawTimers", "has_raw_keyed_state", "plan_raw_timers", "write_raw_timers"]
+__all__ = ["RawTimers", "plan_raw_timers", "write_raw_timers"]

@@ -68,7 +68,7 @@ def test_new_max_parallelism_moves_every_timer_to_its_keys_key_group(tmp_path: P
         for service in read_timer_section(data, f"key group {group}"):
             for key in (*service.event_keys, *service.processing_keys):
                 assert key_group_for_hash(hash_code(key, "string"), 256) == group
-    handles = write_raw_timers({KEYED: rekeyed}, {KEYED: 4}, tmp_path)[KEYED]
+    handles = write_raw_timers({KEYED: rekeyed}, tmp_path)[KEYED]
     assert [(h.key_group_start, h.num_key_groups) for h in handles] == [
         (0, 64),
         (64, 64),
