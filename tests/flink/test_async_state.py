@@ -13,6 +13,7 @@ and every timer must fire once, where Flink's own lookup places its key, as in t
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from tests.flink.harness import (
     assert_async_job_restored,
     async_expected_timers,
     build_versioned_classpath,
+    canonical,
     run_async_restores,
     uid_case,
 )
@@ -49,3 +51,14 @@ def test_flink_2_3_restores_kgs_rescale_of_an_async_state_savepoint(tmp_path: Pa
     expected = async_expected_timers(source)
     for (p, m), dump in zip(shapes.values(), dumps, strict=True):
         assert_async_job_restored(dump, p, m, expected)
+    # Key by key as the original's restore read them: each key's value, each timer with the value it read.
+    own = dumps[0]
+    for dump in dumps[1:]:
+        assert {k: e["restored"] for k, e in dump["keyed"].items()} == {
+            k: e["restored"] for k, e in own["keyed"].items()
+        }
+        assert Counter(_fired(t) for t in dump["timers"]) == Counter(_fired(t) for t in own["timers"])
+
+
+def _fired(timer: dict[str, object]) -> str:
+    return canonical([timer["key"], timer["domain"], timer["timestamp"], timer["count"]])
