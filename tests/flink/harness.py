@@ -179,7 +179,11 @@ def run_java_batch(
 
 
 def run_restores(
-    requests: Sequence[RestoreRequest], workdir: Path, classpath: str, *, timeout: float | None = None
+    requests: Sequence[RestoreRequest | Mapping[str, Any]],
+    workdir: Path,
+    classpath: str,
+    *,
+    timeout: float | None = None,
 ) -> list[Dump]:
     """Restore every request in one JVM and return the dumps, in request order.
 
@@ -187,7 +191,9 @@ def run_restores(
     going wrong (JVM, batch file, timeout) raises.
 
     Args:
-        requests: The restores to run.
+        requests: The restores to run: KgTestJob's, or another job's batch entry (a mapping with
+            ``job``, its class, e.g. ``ASYNC_JOB_MAIN``; without ``out``) that RestoreDump hands to that
+            class in the same cluster (``async_request``).
         workdir: Where the batch file and the dumps are written (created if missing).
         classpath: From :func:`build_classpath`.
         timeout: Seconds for the whole batch; default 60 plus 30 per request.
@@ -195,7 +201,12 @@ def run_restores(
     Raises:
         FlinkHarnessError: The java process failed, timed out or wrote no dump.
     """
-    entries = [{k: v for k, v in r.to_json(Path("-")).items() if k != "out"} for r in requests]
+    entries = [
+        {k: v for k, v in r.to_json(Path("-")).items() if k != "out"}
+        if isinstance(r, RestoreRequest)
+        else dict(r)
+        for r in requests
+    ]
     command = ["java", *JVM_FLAGS, "-cp", classpath, MAIN_CLASS]
     return run_java_batch("RestoreDump", command, entries, workdir, timeout=timeout)
 
@@ -646,6 +657,27 @@ ASYNC_KEYED = "async-keyed"
 #: divisible by 3 (AsyncJob.java): 300 + 200.
 ASYNC_EVENT_BASE = 4_102_444_800_000
 ASYNC_TIMERS = 500
+
+
+def async_request(savepoint: Path, parallelism: int, max_parallelism: int | None = None) -> dict[str, Any]:
+    """An AsyncJob restore as an entry of RestoreDump's batch (``run_restores``): ForSt, every timer awaited.
+
+    ``max_parallelism`` None: the restoring job sets none.
+    """
+    entry: dict[str, Any] = {
+        "job": ASYNC_JOB_MAIN,
+        "savepoint": str(Path(savepoint).resolve()),
+        "parallelism": parallelism,
+        "timers": ASYNC_TIMERS,
+    }
+    if max_parallelism is not None:
+        entry["max_parallelism"] = max_parallelism
+    return entry
+
+
+def async_classes(version: str = "2.3.0") -> str:
+    """Where AsyncJob (with UidJob) is compiled for ``version``: RestoreDump's classpath adds it."""
+    return build_versioned_classpath(version, ASYNC_BUILD_SH).split(":", 1)[0]
 
 
 def run_async_restores(

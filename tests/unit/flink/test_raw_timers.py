@@ -2,7 +2,7 @@
 
 ``fixtures/flink/2.3/async-forst-native-p3``: AsyncJob's ForSt NATIVE savepoint, p 3, maxParallelism 128, 300
 event-time and 200 processing-time timers in the async operator's raw keyed-state streams. Real Flink's
-restores of kg's outputs are in tests/flink/test_async_state.py.
+restores of kg's outputs are in tests/flink/test_native.py.
 """
 
 from __future__ import annotations
