@@ -10,10 +10,13 @@ with the same functions, and stops before anything is written:
    those keyed handles stand as canonical ones, with the key types read from their own headers;
 3. operator state (small) decoded and redistributed in memory, exactly as the rescale plans it
    (``operator_rescale.rescale_operator_tables``, which checks every operator stream as ``kg verify``);
-4. ``finished.require_finished_kept``.
+4. ``finished.require_finished_kept``;
+5. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read and
+   placed as the rescale places them (``flink.raw_timers.plan_raw_timers``), so what it refuses is refused
+   here too.
 
-Keyed state is never read: each keyed operator's mode (copy, move, rehash) follows from its old and new
-parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
+Managed keyed state is never read: each keyed operator's mode (copy, move, rehash) follows from its old and
+new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
 files' sizes (``flink.key_group_bytes``; a stat per file). Rows are known only once entries are decoded,
 so the plan's keyed rows are None. RocksDB database files (NATIVE savepoints, incremental checkpoints)
 record no offsets: their key groups move, but bytes per key group are unknown.
@@ -39,6 +42,7 @@ from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.raw_timers import plan_raw_timers
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
@@ -69,7 +73,7 @@ def plan_savepoint(
         InvalidArgumentError: What the rescale refuses before writing: bounds, ``--from``, unknown
             operators, ``CHAIN_AMBIGUOUS``, ``FINISHED_SUBTASK_NOT_KEPT``.
         UnsupportedFormatError: A layout kg does not rescale, in-flight data, a maxParallelism change of
-            keys kg cannot re-hash.
+            keys kg cannot re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``).
         InvalidSnapshotError: ``_metadata``, a header or an operator stream kg cannot read.
         MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
     """
@@ -90,6 +94,7 @@ def plan_savepoint(
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    plan_raw_timers(savepoint, targets)
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
     planned = tuple(
         _with_keyed(op_plan, by_id[op_plan.operator_id], savepoint, types.get(op_plan.operator_id))

@@ -83,8 +83,10 @@ def test_raw_keyed_state_that_is_not_timers_is_exit_4_and_one_line(kg, tmp_path)
     path = source / raw.delegate.relative_path
     path.write_bytes(b"\x00" * path.stat().st_size)
     args = ("--from", "3", "--to", "4", "--out", tmp_path / "out", "--format", "native", "--engine", "local")
-    result = kg("rescale", source, *args)
-    assert result.exit_code == 4
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "raw keyed state that is not Flink's timers" in lines[0]
+    for command in (("rescale", source, *args), ("plan", source, "--from", "3", "--to", "4")):
+        result = kg(*command)
+        assert result.exit_code == 4, command
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "raw keyed state that is not Flink's timers" in lines[0]
     assert not (tmp_path / "out").exists()
+    assert kg("plan", FLINK / "async-forst-native-p3", "--from", "3", "--to", "4", "-m", "256").exit_code == 0
