@@ -46,7 +46,7 @@ from keygroup_cli.convert.from_savepoint import (
     refuse_channel_state,
 )
 from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
-from keygroup_cli.errors import InvalidArgumentError, KgError
+from keygroup_cli.errors import InvalidArgumentError, KgError, UnsupportedFormatError
 from keygroup_cli.execution import (
     Executor,
     OnProgress,
@@ -71,6 +71,7 @@ from keygroup_cli.flink.raw_timers import RawTimers, plan_raw_timers, write_raw_
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.integrity import require_intact
 from keygroup_cli.migration import OperatorChange, operate
 from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
@@ -329,6 +330,10 @@ def plan_savepoint_rescale(
     # keyed file is written where none is left (flink.finished).
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    if not native:
+        refuse_v2_state_in_canonical(
+            keyed_headers(savepoint), opened.label or str(opened.origin.metadata_path)
+        )
     # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
     # rewritten layout's view does not carry them), refused or placed before anything is staged.
     timers = plan_raw_timers(opened.origin, targets)
@@ -348,6 +353,39 @@ def plan_savepoint_rescale(
     return SavepointRescalePlan(
         plan, rescaled, targets, jobs, remote_dest, request.compression, native, timers
     )
+
+
+def refuse_v2_state_in_canonical(headers: Mapping[str, KeyedStateHeader], where: str) -> None:
+    """Refuse a canonical output of state written through the async state API (``KEY_VALUE_V2``).
+
+    ``headers``: one keyed header per operator, by its label. No Flink 2.3 backend restores such state
+    from a canonical savepoint: the HashMap backend refuses the type ("Unexpected state type:
+    KEY_VALUE_V2"), RocksDB fails casting its v2 meta info, and ForSt restores only NATIVE savepoints.
+    ``--format native`` is what such a job restores.
+
+    Raises:
+        UnsupportedFormatError: ``FLINK_V2_STATE_CANONICAL``.
+    """
+    for label, header in headers.items():
+        v2 = sorted(s.name for s in header.states or () if s.backend_type_name == "KEY_VALUE_V2")
+        if v2:
+            raise UnsupportedFormatError(
+                f"{where}: operator {label!r} holds state of the async state API (KEY_VALUE_V2: "
+                f"{', '.join(v2)}), which no Flink backend restores from a canonical savepoint; pass "
+                "--format native",
+                code="FLINK_V2_STATE_CANONICAL",
+            )
+
+
+def keyed_headers(savepoint: Savepoint) -> dict[str, KeyedStateHeader]:
+    """Return the first keyed header of every keyed operator of a canonical savepoint, by its label.
+
+    Only for messages: operators sharing a label keep one entry.
+    """
+    by_id = {op.operator_id: op for op in savepoint.metadata.operators}
+    return {
+        by_id[op_id].label: streams[0].header for op_id, streams in savepoint.keyed_streams.items() if streams
+    }
 
 
 def _commit(

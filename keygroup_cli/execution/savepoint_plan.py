@@ -32,7 +32,12 @@ from keygroup_cli.convert.from_savepoint import refuse_channel_state
 from keygroup_cli.convert.operator_tables import read_operator_tables
 from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
-from keygroup_cli.execution.savepoint import operators_with_state, preflight
+from keygroup_cli.execution.savepoint import (
+    keyed_headers,
+    operators_with_state,
+    preflight,
+    refuse_v2_state_in_canonical,
+)
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -45,7 +50,7 @@ from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.raw_timers import plan_raw_timers
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_key_groups
 from keygroup_cli.storage.locations import Location
@@ -82,6 +87,9 @@ def plan_savepoint(
     savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
     refuse_channel_state(savepoint)
     types = _validated(savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism)
+    if output_format != "native":
+        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
+        refuse_v2_state_in_canonical(headers, str(savepoint.metadata_path))
     state = read_operator_tables(savepoint, on_progress=on_progress)
     plan, rescaled = rescale_operator_tables(
         state,
@@ -172,7 +180,18 @@ def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
     ones; a RocksDB handle keeps it in its metadata stream. The canonical rewrite keeps the header, so the
     rescale reads the same key types from it.
     """
-    found: dict[str, str] = {}
+    return {op_id: layout.codec.key_type for op_id, (_header, layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_headers(savepoint: FlinkSnapshot) -> dict[str, KeyedStateHeader]:
+    """Return the first keyed header of every keyed operator of a heap or RocksDB layout, by its label."""
+    labels = {op.operator_id: op.label for op in savepoint.metadata.operators}
+    return {labels[op_id]: header for op_id, (header, _layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_parsed(savepoint: FlinkSnapshot) -> dict[str, tuple[KeyedStateHeader, KeyedLayout]]:
+    """Return each keyed operator's first header and its layout, by operator id."""
+    found: dict[str, tuple[KeyedStateHeader, KeyedLayout]] = {}
     for op in savepoint.metadata.operators:
         for sub in op.subtasks:
             handle = sub.managed_keyed_state
@@ -186,7 +205,7 @@ def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
                     layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
             else:
                 continue
-            found[op.operator_id] = layout.codec.key_type
+            found[op.operator_id] = (header, layout)
             break
     return found
 
