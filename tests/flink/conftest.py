@@ -7,18 +7,15 @@ from typing import Any
 
 import pytest
 
-from tests.flink.harness import Dump, RestoreRequest, async_classes, build_classpath, run_restores
+from tests.flink.harness import Dump, RestoreRequest, build_classpath, run_restores
 
 RestoreRunner = Callable[[Sequence[RestoreRequest | Mapping[str, Any]]], list[Dump]]
 
 
 @pytest.fixture(scope="session")
 def flink_classpath() -> str:
-    """Classpath of fixtures/java compiled against the Flink 2.3.0 jars (fails if they are missing).
-
-    With fixtures/java/async's classes: RestoreDump runs AsyncJob restores in its cluster too.
-    """
-    return f"{build_classpath()}:{async_classes()}"
+    """Classpath of fixtures/java compiled against the Flink 2.3.0 jars (fails if they are missing)."""
+    return build_classpath()
 
 
 @pytest.fixture(scope="session")

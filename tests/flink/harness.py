@@ -191,9 +191,9 @@ def run_restores(
     going wrong (JVM, batch file, timeout) raises.
 
     Args:
-        requests: The restores to run: KgTestJob's, or another job's batch entry (a mapping with
-            ``job``, its class, e.g. ``ASYNC_JOB_MAIN``; without ``out``) that RestoreDump hands to that
-            class in the same cluster (``async_request``).
+        requests: The restores to run: KgTestJob's, or AsyncJob's batch entries (``async_request``: a
+            mapping with ``"job": "async"``, without ``out``) that RestoreDump hands to AsyncJob in the
+            same cluster.
         workdir: Where the batch file and the dumps are written (created if missing).
         classpath: From :func:`build_classpath`.
         timeout: Seconds for the whole batch; default 60 plus 30 per request.
@@ -647,9 +647,9 @@ def assert_uid_job_restored(
 
 
 # ---------------------------------------------------------------------------------------------
-# AsyncJob (fixtures/java/async, Flink 2.x only): the async state API on ForSt, value state and timers
+# AsyncJob (fixtures/java/src/kg/fixtures/AsyncJob.java, Flink 2.x only): the async state API on ForSt
 
-ASYNC_JOB_MAIN = "kg.versioned.AsyncJob"
+ASYNC_JOB_MAIN = "kg.fixtures.AsyncJob"
 ASYNC_BUILD_SH = ROOT / "fixtures" / "java" / "async" / "build.sh"
 ASYNC_CASE = "async-forst-native-p3"
 ASYNC_KEYED = "async-keyed"
@@ -665,7 +665,7 @@ def async_request(savepoint: Path, parallelism: int, max_parallelism: int | None
     ``max_parallelism`` None: the restoring job sets none.
     """
     entry: dict[str, Any] = {
-        "job": ASYNC_JOB_MAIN,
+        "job": "async",
         "savepoint": str(Path(savepoint).resolve()),
         "parallelism": parallelism,
         "timers": ASYNC_TIMERS,
@@ -673,11 +673,6 @@ def async_request(savepoint: Path, parallelism: int, max_parallelism: int | None
     if max_parallelism is not None:
         entry["max_parallelism"] = max_parallelism
     return entry
-
-
-def async_classes(version: str = "2.3.0") -> str:
-    """Where AsyncJob (with UidJob) is compiled for ``version``: RestoreDump's classpath adds it."""
-    return build_versioned_classpath(version, ASYNC_BUILD_SH).split(":", 1)[0]
 
 
 def run_async_restores(

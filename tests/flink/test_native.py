@@ -116,8 +116,9 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Outputs:
     return written
 
 
-#: AsyncJob (fixtures/java/async: the async state API on ForSt, timers in raw keyed state): name -> (p,
-#: maxP) of kg's NATIVE rescale (None: the fixture itself, p 3 / 128), restored by a job that sets none.
+#: AsyncJob (fixtures/java/src/kg/fixtures/AsyncJob.java: the async state API on ForSt, timers in raw keyed
+#: state): name -> (p, maxP) of kg's NATIVE rescale (None: the fixture itself, p 3 / 128), restored by a job
+#: that sets none.
 ASYNC: dict[str, tuple[int, int] | None] = {
     "async-own": None,
     "async-p4": (4, 128),
