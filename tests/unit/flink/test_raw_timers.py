@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from keygroup_cli.errors import UnsupportedFormatError
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.metadata.writer import write_metadata
 from keygroup_cli.flink.raw_timers import plan_raw_timers, write_raw_timers
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.state.timer_sections import read_timer_section
@@ -95,3 +99,26 @@ def test_raw_keyed_state_that_is_not_timers_is_refused(tmp_path: Path) -> None:
         plan_raw_timers(open_savepoint(copy), {KEYED: (4, 128)})
     assert refused.value.code == "FLINK_RAW_STATE"
     assert "not Flink's timers" in str(refused.value)
+
+
+def test_inline_raw_keyed_state_plans_the_same_as_files(tmp_path: Path) -> None:
+    # Under Flink's default inline threshold (20 KB) each subtask's raw stream (about 11 KB here) sits in
+    # _metadata as a ByteStreamStateHandle; the fixture wrote files (threshold 0). Same sections either way.
+    copy = tmp_path / "savepoint"
+    shutil.copytree(CASE, copy)
+    snapshot = read_flink_metadata(copy)
+    operators = []
+    for op in snapshot.metadata.operators:
+        subtasks = []
+        for sub in op.subtasks:
+            raw = sub.raw_keyed_state
+            if raw is not None:
+                file = copy / raw.delegate.relative_path  # type: ignore[union-attr]
+                raw = replace(raw, delegate=ByteStreamHandle(f"inline-{file.name}", file.read_bytes()))
+                file.unlink()
+            subtasks.append(replace(sub, raw_keyed_state=raw))
+        operators.append(replace(op, subtasks=tuple(subtasks)))
+    (copy / "_metadata").write_bytes(write_metadata(replace(snapshot.metadata, operators=tuple(operators))))
+    for target in ((4, 128), (4, 256)):
+        inline = plan_raw_timers(open_savepoint(copy), {KEYED: target})
+        assert inline == plan_raw_timers(open_savepoint(CASE), {KEYED: target})
