@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.flink.io.stream_handles import ByteStreamHandle
+from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
@@ -113,7 +113,8 @@ def test_inline_raw_keyed_state_plans_the_same_as_files(tmp_path: Path) -> None:
         for sub in op.subtasks:
             raw = sub.raw_keyed_state
             if raw is not None:
-                file = copy / raw.delegate.relative_path  # type: ignore[union-attr]
+                assert isinstance(raw, KeyGroupsHandle) and isinstance(raw.delegate, RelativeFileHandle)
+                file = copy / raw.delegate.relative_path
                 raw = replace(raw, delegate=ByteStreamHandle(f"inline-{file.name}", file.read_bytes()))
                 file.unlink()
             subtasks.append(replace(sub, raw_keyed_state=raw))
