@@ -601,6 +601,24 @@ def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
     return found[0]
 
 
+def read_versioned_snapshot(data: bytes, pos: int, end: int) -> tuple[SerializerSnapshot, int] | None:
+    """Parse one ``writeVersionedSnapshot`` at ``pos`` whose end its own bytes give, or return None.
+
+    For snapshots that are not framed by a length (a timer section's key and namespace serializers): only a
+    body kg understands counts (a simple snapshot, a POJO's frames, Kryo's maps, a composite's nested
+    snapshots), never one whose end would be a guess.
+    """
+    grammar = _Grammar(data, end)
+    try:
+        for snapshot, q in grammar.versioned(pos):
+            if snapshot.known and all(n.known for n in snapshot.nested):
+                return snapshot, q
+            return None
+    except _GiveUp:
+        return None
+    return None
+
+
 def read_operator_header(data: bytes, source: str, end: int | None = None) -> OperatorStateHeader:
     """Parse an ``OperatorBackendSerializationProxy`` from the first bytes of an operator-state stream.
 
