@@ -5,8 +5,8 @@ such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 
 - ``open_snapshot(path)``: open a kg snapshot (``keygroup_cli.snapshot``);
 - ``open_savepoint(path)``: open a Flink savepoint or checkpoint once (``keygroup_cli.flink.savepoint``);
-- ``read_state(path, operator, state)``: one keyed state as a typed ``pyarrow.Table``
-  (``keygroup_cli.flink.state_tables``);
+- ``read_state(path, operator, state, engine="local")``: one keyed state as a typed ``pyarrow.Table``, or
+  with ``engine="spark"`` a Spark DataFrame (``keygroup_cli.execution.state_data``);
 - ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning``);
 - ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.rescale``);
 - ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
@@ -30,7 +30,7 @@ _LAZY = {
     "RescaleRequest": "keygroup_cli.rescale_request",
     "EngineOptions": "keygroup_cli.execution.options",
     "RescaleResult": "keygroup_cli.execution.rescale",
-    "read_state": "keygroup_cli.flink.state_tables",
+    "read_state": "keygroup_cli.execution.state_data",
 }
 
 

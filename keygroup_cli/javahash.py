@@ -2,7 +2,11 @@
 
 Scalar functions mirror ``String.hashCode``, ``Long.hashCode``, ``Integer.hashCode`` and
 ``Boolean.hashCode`` with Java's 32-bit wrapping arithmetic; ``hash_codes`` does the same over a whole
-Arrow or numpy array at once. Binary (opaque) keys have no Java hash code that kg could reproduce.
+Arrow or numpy array at once. ``row`` keys, the ``BinaryRowData`` keys of SQL jobs, are Arrow binary holding
+what ``RowDataSerializer`` wrote (a big-endian int length, then the row's bytes); their hash code is
+``BinaryRowData.hashCode()``: ``MurmurHashUtils.hashBytesByWords`` over the row's bytes (murmur3's 32-bit
+body over little-endian 4-byte words, seed 42, finalised with the byte length). Binary (opaque) keys have
+no Java hash code that kg could reproduce.
 """
 
 from __future__ import annotations
@@ -14,12 +18,17 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.keygroups import to_int32
 
-#: Key types kg can re-hash. ``binary`` keys can be moved between subtasks but never re-hashed.
-HASHABLE_KEY_TYPES = ("string", "long", "int", "boolean")
+#: Key types given as text (``kg key --key-type``) and generated (``kg generate``).
+PRIMITIVE_KEY_TYPES = ("string", "long", "int", "boolean")
+#: Key types kg can re-hash: the primitives and SQL jobs' rows. ``binary`` keys can be moved between
+#: subtasks but never re-hashed.
+HASHABLE_KEY_TYPES = (*PRIMITIVE_KEY_TYPES, "row")
 KEY_TYPES = (*HASHABLE_KEY_TYPES, "binary")
+#: ``MurmurHashUtils.DEFAULT_SEED``, the seed of ``BinaryRowData.hashCode()``.
+ROW_HASH_SEED = 42
 
 _MASK32 = 0xFFFFFFFF
 
@@ -74,6 +83,8 @@ def hash_code(value: Any, key_type: str) -> int:
         return int_hash_code(value)
     if key_type == "boolean":
         return boolean_hash_code(value)
+    if key_type == "row":
+        return int(row_hash_codes(pa.array([value], type=pa.binary()))[0])
     raise _not_hashable(key_type)
 
 
@@ -118,6 +129,8 @@ def hash_codes(keys: pa.Array | pa.ChunkedArray | npt.ArrayLike, key_type: str) 
     """
     if key_type == "string":
         return string_hash_codes(keys)
+    if key_type == "row":
+        return row_hash_codes(keys)
     if key_type not in HASHABLE_KEY_TYPES:
         raise _not_hashable(key_type)
     values = _to_numpy(keys)
@@ -316,3 +329,70 @@ def _utf8_to_utf16_units(
     low_at = first_unit[supplementary] + 1
     units[low_at] = 0xDC00 | (shifted[supplementary] & 0x3FF)
     return units, unit_offsets.astype(np.int64)
+
+
+# -- BinaryRowData (SQL jobs' keys) -------------------------------------------------------------------------
+
+
+def row_hash_codes(keys: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.int32]:
+    """Return ``BinaryRowData.hashCode()`` of every ``row`` key (``RowDataSerializer`` bytes), in input order.
+
+    Keys are grouped by length, so each group's murmur3 runs column-wise over its 4-byte words.
+
+    Raises:
+        InvalidSnapshotError: A key that is not an int length followed by that many bytes of whole words.
+    """
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, type=pa.binary())
+    if pa.types.is_large_binary(keys.type):
+        keys = keys.cast(pa.binary())
+    n = len(keys)
+    codes = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return codes
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * keys.offset).astype(
+        np.int64
+    )
+    data = keys.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    lengths = np.diff(offsets)
+    for size in np.unique(lengths).tolist():
+        rows = np.flatnonzero(lengths == size)
+        if size < 4 or (size - 4) % 4:
+            raise _not_a_row(size)
+        cells = raw[offsets[rows][:, None] + np.arange(size, dtype=np.int64)]
+        declared = cells[:, :4].copy().view(">i4").ravel()
+        if bool((declared != size - 4).any()):
+            raise _not_a_row(size)
+        words = np.ascontiguousarray(cells[:, 4:]).view("<u4")
+        codes[rows] = _murmur_words(words, size - 4)
+    return codes
+
+
+def _murmur_words(words: npt.NDArray[np.uint32], byte_length: int) -> npt.NDArray[np.int32]:
+    """Return ``MurmurHashUtils.hashBytesByWords`` of each row of ``words`` (uint32 arithmetic wraps)."""
+    h = np.full(words.shape[0], ROW_HASH_SEED, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for column in range(words.shape[1]):
+            k = words[:, column] * np.uint32(0xCC9E2D51)
+            k = (k << np.uint32(15)) | (k >> np.uint32(17))
+            k = k * np.uint32(0x1B873593)
+            h ^= k
+            h = (h << np.uint32(13)) | (h >> np.uint32(19))
+            h = h * np.uint32(5) + np.uint32(0xE6546B64)
+        h ^= np.uint32(byte_length & _MASK32)
+        h ^= h >> np.uint32(16)
+        h = h * np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h = h * np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return np.asarray(h.view(np.int32), dtype=np.int32)
+
+
+def _not_a_row(size: int) -> InvalidSnapshotError:
+    return InvalidSnapshotError(
+        f"a {size}-byte key is not a serialized BinaryRowData (an int length, then whole 4-byte words)",
+        code="FLINK_STATE_CORRUPT",
+    )

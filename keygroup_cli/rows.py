@@ -18,6 +18,7 @@ KEY_ARROW_TYPES: dict[str, pa.DataType] = {
     "long": pa.int64(),
     "int": pa.int32(),
     "boolean": pa.bool_(),
+    "row": pa.binary(),
     "binary": pa.binary(),
 }
 STATE_TYPE = pa.dictionary(pa.int32(), pa.string())

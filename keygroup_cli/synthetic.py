@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from keygroup_cli import __version__
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.javahash import KEY_TYPES, hash_codes
+from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import (
     check_parallelism_bounds,
     default_max_parallelism,
@@ -49,6 +49,9 @@ from keygroup_cli.rows import keyed_schema
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.parquet import DEFAULT_ROW_GROUP_ROWS
 from keygroup_cli.snapshot.writer import snapshot_writer
+
+#: Key types ``kg generate`` makes keys of.
+GENERATED_KEY_TYPES = (*PRIMITIVE_KEY_TYPES, "binary")
 
 OnProgress = Callable[[str, int, "int | None"], None]
 
@@ -93,10 +96,10 @@ class SyntheticOperator:
         """Raise ``InvalidArgumentError`` unless the operator can be generated."""
         if not self.uid:
             raise InvalidArgumentError("operator uid must not be empty", code="INVALID_OPERATOR_SPEC")
-        if self.key_type not in KEY_TYPES:
+        if self.key_type not in GENERATED_KEY_TYPES:
             raise InvalidArgumentError(
                 f"operator {self.uid!r}: unknown key type {self.key_type!r} (expected one of "
-                f"{', '.join(KEY_TYPES)})",
+                f"{', '.join(GENERATED_KEY_TYPES)})",
                 code="UNKNOWN_KEY_TYPE",
             )
         check_parallelism_bounds(self.max_parallelism, self.parallelism)
@@ -460,6 +463,7 @@ def _contiguous_share(elements: list[bytes], parallelism: int, subtask: int) -> 
 
 __all__ = [
     "DEFAULT_VALUE_BYTES",
+    "GENERATED_KEY_TYPES",
     "KEYED_STATES",
     "OPERATOR_STATES",
     "SyntheticOperator",

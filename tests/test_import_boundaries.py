@@ -1,6 +1,7 @@
 """What may import what.
 
-- The core stays pure: no click/rich outside cli/, no pyspark outside execution/spark.py (C1, C4).
+- The core stays pure: no click/rich outside cli/, no pyspark outside execution/spark.py and the
+  workers' daemon, spark_daemon.py (C1, C4).
 - No import cycles between kg's modules.
 - Every runtime import (function-level ones included) keeps to the layers of #21, bottom up: core, storage/,
   the formats flink/ snapshot/ ha/ (siblings that never import each other), bridges and planning,
@@ -293,7 +294,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "operator_matching",
         ),
     ),
-    ("execution", ("execution", "environment")),
+    ("execution", ("execution", "environment", "spark_daemon")),
     ("cli", ("cli", "__main__")),
 )
 

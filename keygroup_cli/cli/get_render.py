@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from keygroup_cli.flink.keyed_values import KeyLookup, KeyState, StateEntry
+from keygroup_cli.flink.state.binary_row import shown_scalar
 from keygroup_cli.flink.state.values import TtlValue
 
 
@@ -28,7 +29,7 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
+    return shown_scalar(value)  # SQL DECIMAL and TIMESTAMP fields as text
 
 
 def _entry(entry: StateEntry) -> dict[str, Any]:

@@ -153,10 +153,19 @@ def max_parallelism_option(
         type=type,
         required=required,
         multiple=multiple,
-        default=default,
         metavar=metavar,
         help=help or "maxParallelism, i.e. the number of key groups (1..32768).",
+        **_given_default(default),
     )
+
+
+def _given_default(default: Any) -> dict[str, Any]:
+    """Return ``default=`` for click only when there is one.
+
+    click 8.3+ takes an explicit ``default=None`` as a value, so a required option given none would pass
+    as None (``kg key 5`` without ``-m`` was an internal error).
+    """
+    return {} if default is None else {"default": default}
 
 
 def parallelism_option(
@@ -177,7 +186,7 @@ def parallelism_option(
         type=type,
         required=required,
         multiple=multiple,
-        default=default,
+        **_given_default(default),
         show_default=show_default,
         metavar=metavar,
         help=help,

@@ -99,8 +99,11 @@ def _noop(_stage: str, _done: int, _total: int | None) -> None:
 # -- savepoint -> kg ----------------------------------------------------------------------------------------
 
 
-def check_convertible(snapshot: FlinkSnapshot) -> None:
+def check_convertible(snapshot: FlinkSnapshot, *, raw_keyed: bool = False) -> None:
     """Refuse savepoints/checkpoints whose state is not in Flink's canonical format.
+
+    ``raw_keyed``: the caller redistributes raw keyed state itself (a savepoint rescale: timers kept there,
+    ``flink.raw_timers``), so only raw operator state is refused.
 
     Raises:
         UnsupportedFormatError: NATIVE savepoint, incremental/changelog keyed handles, heap-checkpoint
@@ -142,7 +145,7 @@ def check_convertible(snapshot: FlinkSnapshot) -> None:
                     "canonical savepoint (flink savepoint --type canonical)",
                     code="FLINK_NOT_CANONICAL",
                 )
-            if sub.raw_keyed_state is not None or sub.raw_operator_state is not None:
+            if (sub.raw_keyed_state is not None and not raw_keyed) or sub.raw_operator_state is not None:
                 raise UnsupportedFormatError(
                     f"{where}: operator {op.label!r} subtask {sub.index} has raw keyed/operator state, "
                     "which kg does not convert",

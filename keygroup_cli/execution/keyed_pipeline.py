@@ -55,9 +55,11 @@ from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
 from keygroup_cli.flink.state.keyed_entries import Entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
+from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 
+#: The least bytes of blocks a read task gets when files are cut into pieces (``plan_keyed_jobs``).
+MIN_READ_TASK_BYTES = 8 << 20
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
 STAGE = "re-hash keyed state (bytes)"
 #: The stage of ``--format native`` jobs: each new subtask's database is built by its write task.
@@ -202,10 +204,11 @@ class FlinkNativeWrite(KeyedWriteTask):
 def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
     """Return whether an operator's keys can be re-keyed as bytes (``keyed_entries``).
 
-    Its keys must be hashable (not opaque ``binary`` keys) and every old file must lay out each state as
-    the header the new files carry does (entries keep their bytes), which real savepoints always do.
+    Its keys must be primitives (``row`` keys take the row route, ``binary`` ones none) and every old file
+    must lay out each state as the header the new files carry does (entries keep their bytes), which real
+    savepoints always do.
     """
-    if layout.codec.key_type not in HASHABLE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
+    if layout.codec.key_type not in PRIMITIVE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
         return False
     chosen = {s.name: s for s in layout.states}
     return all(
@@ -223,6 +226,7 @@ def plan_keyed_jobs(
     pieces: int = 1,
     source_root: str | None = None,
     native_checkpoint: int | None = None,
+    min_piece_bytes: int = 0,
 ) -> list[KeyedJob[Any]]:
     """Plan the rescale of every keyed operator of ``savepoint`` (reads only ``_metadata`` and headers).
 
@@ -233,6 +237,8 @@ def plan_keyed_jobs(
         output_root: Where write tasks create their files (a local directory or an object-store URI).
         compression: Snappy for the new files; None keeps what the old files used.
         pieces: Cut each old file into up to this many read tasks (more tasks than cores on a cluster).
+        min_piece_bytes: ... and each of them no smaller than this (``MIN_READ_TASK_BYTES`` for a run: a
+            small file stays one task), unless the file is; 0 cuts into ``pieces`` whatever the sizes.
         source_root: The savepoint directory as executors should open it (default: where it was read).
         native_checkpoint: ``--format native``: write tasks build RocksDB databases whose handles record
             this checkpoint id (``FlinkNativeWrite``), and operators that keep their maxParallelism are
@@ -244,6 +250,7 @@ def plan_keyed_jobs(
     root = source_root or str(savepoint.directory)
     opened = Savepoint.of(savepoint)
     jobs: list[KeyedJob[Any]] = []
+    cutting = (pieces, min_piece_bytes)  # read_tasks' pieces and min_bytes
     for op in savepoint.metadata.operators:
         streams = sorted(opened.keyed_streams.get(op.operator_id, ()), key=lambda s: s.handle.key_group_start)
         if streams:
@@ -252,11 +259,11 @@ def plan_keyed_jobs(
             target = (new_p, new_max)
             if native_checkpoint is not None:
                 jobs.append(
-                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, pieces)
+                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, cutting)
                 )
             else:
                 jobs.append(
-                    _operator_job(op, streams, header, root, output_root, target, compression, pieces)
+                    _operator_job(op, streams, header, root, output_root, target, compression, cutting)
                 )
     return jobs
 
@@ -288,7 +295,7 @@ def _operator_job(
     output_root: str,
     target: tuple[int, int],
     compression: bool | None,
-    pieces: int,
+    cutting: tuple[int, int],
 ) -> KeyedJob[WrittenKeyedFile]:
     """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``."""
     new_p, new_max = target
@@ -299,7 +306,9 @@ def _operator_job(
     reads = [
         read_class.of(task)
         for index, stream in enumerate(streams)
-        for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
+        for task in read_tasks(
+            root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+        )
     ]
     names = tuple(s.name for s in layout.states)
     writes: list[FlinkPartWrite | FlinkKeyedWrite] = []
@@ -333,7 +342,7 @@ def _native_job(
     output_root: str,
     target: tuple[int, int],
     checkpoint_id: int,
-    pieces: int,
+    cutting: tuple[int, int],
 ) -> KeyedJob[WrittenDatabase]:
     """Return the job that writes ``op``'s keyed state as one RocksDB database per new subtask.
 
@@ -364,7 +373,9 @@ def _native_job(
         reads = [
             read_class.of(task)
             for index, stream in enumerate(streams)
-            for task in read_tasks(root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header)
+            for task in read_tasks(
+                root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+            )
         ]
     writes = [
         FlinkNativeWrite(

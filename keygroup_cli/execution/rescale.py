@@ -71,7 +71,8 @@ def rescale(
         new_parallelism: The new parallelism of the selected operators.
         from_parallelism: If given, the parallelism every selected operator must have now.
         operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
-        new_max_parallelism: Change maxParallelism too (keys are re-hashed; refused for binary keys).
+        new_max_parallelism: Change maxParallelism too (keys are re-hashed, SQL jobs' row keys too;
+            refused for binary keys).
         output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases).
         surgery: Operator surgery (rename, assign a uid, drop) applied in the same pass, as ``kg migrate``
             plans it; a Flink savepoint or checkpoint only. ``operators`` may name an operator by its uid

@@ -46,7 +46,7 @@ from keygroup_cli.convert.from_savepoint import (
     refuse_channel_state,
 )
 from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
-from keygroup_cli.errors import InvalidArgumentError, KgError
+from keygroup_cli.errors import InvalidArgumentError, KgError, UnsupportedFormatError
 from keygroup_cli.execution import (
     Executor,
     OnProgress,
@@ -54,7 +54,7 @@ from keygroup_cli.execution import (
     choose_engine,
     get_executor,
 )
-from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
+from keygroup_cli.execution.keyed_pipeline import MIN_READ_TASK_BYTES, plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_origin
@@ -67,9 +67,11 @@ from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.native_output import as_native
+from keygroup_cli.flink.raw_timers import RawTimers, plan_raw_timers, write_raw_timers
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.integrity import require_intact
 from keygroup_cli.migration import OperatorChange, operate
 from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
@@ -102,7 +104,7 @@ def preflight(
         UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
         InvalidArgumentError: An unknown operator, ``--from`` mismatch, or bounds violated.
     """
-    check_convertible(savepoint)
+    check_convertible(savepoint, raw_keyed=True)  # timers in raw keyed state: flink.raw_timers
     all_operators = savepoint.metadata.operators
     with_state = operators_with_state(savepoint)
     selected = select_operators(
@@ -277,6 +279,8 @@ class SavepointRescalePlan:
     compression: bool | None
     #: ``--format native``: the write tasks built RocksDB databases; the seal's properties say NATIVE.
     native: bool = False
+    #: Timers kept in raw keyed state, placed in the new key groups (``flink.raw_timers``), by operator id.
+    raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
 
 
 def plan_savepoint_rescale(
@@ -326,8 +330,15 @@ def plan_savepoint_rescale(
     # keyed file is written where none is left (flink.finished).
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    if not native:
+        refuse_v2_state_in_canonical(
+            keyed_headers(savepoint), opened.label or str(opened.origin.metadata_path)
+        )
+    # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
+    # rewritten layout's view does not carry them), refused or placed before anything is staged.
+    timers = plan_raw_timers(opened.origin, targets)
     if opened.copy_headers is not None:
-        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native)
+        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native, timers)
     # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
     # everything else is staged locally and uploaded after them, _metadata last. NATIVE write tasks build
     # each new subtask's database in the staging directory.
@@ -338,8 +349,44 @@ def plan_savepoint_rescale(
         compression=request.compression,
         pieces=runner.executor().read_pieces(),
         native_checkpoint=savepoint.metadata.checkpoint_id if native else None,
+        min_piece_bytes=MIN_READ_TASK_BYTES,
     )
-    return SavepointRescalePlan(plan, rescaled, targets, jobs, remote_dest, request.compression, native)
+    return SavepointRescalePlan(
+        plan, rescaled, targets, jobs, remote_dest, request.compression, native, timers
+    )
+
+
+def refuse_v2_state_in_canonical(headers: Mapping[str, KeyedStateHeader], where: str) -> None:
+    """Refuse a canonical output of state written through the async state API (``KEY_VALUE_V2``).
+
+    ``headers``: one keyed header per operator, by its label. No Flink 2.3 backend restores such state
+    from a canonical savepoint: the HashMap backend refuses the type ("Unexpected state type:
+    KEY_VALUE_V2"), RocksDB fails casting its v2 meta info, and ForSt restores only NATIVE savepoints.
+    ``--format native`` is what such a job restores.
+
+    Raises:
+        UnsupportedFormatError: ``FLINK_V2_STATE_CANONICAL``.
+    """
+    for label, header in headers.items():
+        v2 = sorted(s.name for s in header.states or () if s.backend_type_name == "KEY_VALUE_V2")
+        if v2:
+            raise UnsupportedFormatError(
+                f"{where}: operator {label!r} holds state of the async state API (KEY_VALUE_V2: "
+                f"{', '.join(v2)}), which no Flink backend restores from a canonical savepoint; pass "
+                "--format native",
+                code="FLINK_V2_STATE_CANONICAL",
+            )
+
+
+def keyed_headers(savepoint: Savepoint) -> dict[str, KeyedStateHeader]:
+    """Return the first keyed header of every keyed operator of a canonical savepoint, by its label.
+
+    Only for messages: operators sharing a label keep one entry.
+    """
+    by_id = {op.operator_id: op for op in savepoint.metadata.operators}
+    return {
+        by_id[op_id].label: streams[0].header for op_id, streams in savepoint.keyed_streams.items() if streams
+    }
 
 
 def _commit(
@@ -360,11 +407,13 @@ def _commit(
     try:
         with staged_directory(staged) as staging:
             keyed.write(runner.executor(), staging, scratch, report)
+            raw_keyed = write_raw_timers(planned.raw_timers, staging)
             written = write_rescaled(
                 keyed.opened.savepoint,
                 rescaled_operators(planned),
                 keyed.files,
                 staging,
+                raw_keyed=raw_keyed,
                 # Copied key groups keep their bytes; the encoder's choice applies to what it encodes.
                 compression=planned.compression,
                 keyed_root=planned.keyed_root,

@@ -10,10 +10,13 @@ with the same functions, and stops before anything is written:
    those keyed handles stand as canonical ones, with the key types read from their own headers;
 3. operator state (small) decoded and redistributed in memory, exactly as the rescale plans it
    (``operator_rescale.rescale_operator_tables``, which checks every operator stream as ``kg verify``);
-4. ``finished.require_finished_kept``.
+4. ``finished.require_finished_kept``;
+5. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read and
+   placed as the rescale places them (``flink.raw_timers.plan_raw_timers``), so what it refuses is refused
+   here too.
 
-Keyed state is never read: each keyed operator's mode (copy, move, rehash) follows from its old and new
-parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
+Managed keyed state is never read: each keyed operator's mode (copy, move, rehash) follows from its old and
+new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
 files' sizes (``flink.key_group_bytes``; a stat per file). Rows are known only once entries are decoded,
 so the plan's keyed rows are None. RocksDB database files (NATIVE savepoints, incremental checkpoints)
 record no offsets: their key groups move, but bytes per key group are unknown.
@@ -29,7 +32,12 @@ from keygroup_cli.convert.from_savepoint import refuse_channel_state
 from keygroup_cli.convert.operator_tables import read_operator_tables
 from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
-from keygroup_cli.execution.savepoint import operators_with_state, preflight
+from keygroup_cli.execution.savepoint import (
+    keyed_headers,
+    operators_with_state,
+    preflight,
+    refuse_v2_state_in_canonical,
+)
 from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -39,9 +47,10 @@ from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.raw_timers import plan_raw_timers
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
+from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_key_groups
 from keygroup_cli.storage.locations import Location
@@ -69,7 +78,7 @@ def plan_savepoint(
         InvalidArgumentError: What the rescale refuses before writing: bounds, ``--from``, unknown
             operators, ``CHAIN_AMBIGUOUS``, ``FINISHED_SUBTASK_NOT_KEPT``.
         UnsupportedFormatError: A layout kg does not rescale, in-flight data, a maxParallelism change of
-            keys kg cannot re-hash.
+            keys kg cannot re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``).
         InvalidSnapshotError: ``_metadata``, a header or an operator stream kg cannot read.
         MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
     """
@@ -78,6 +87,9 @@ def plan_savepoint(
     savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
     refuse_channel_state(savepoint)
     types = _validated(savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism)
+    if output_format != "native":
+        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
+        refuse_v2_state_in_canonical(headers, str(savepoint.metadata_path))
     state = read_operator_tables(savepoint, on_progress=on_progress)
     plan, rescaled = rescale_operator_tables(
         state,
@@ -90,6 +102,7 @@ def plan_savepoint(
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    plan_raw_timers(savepoint, targets)
     by_id = {op.operator_id: op for op in savepoint.metadata.operators}
     planned = tuple(
         _with_keyed(op_plan, by_id[op_plan.operator_id], savepoint, types.get(op_plan.operator_id))
@@ -167,7 +180,18 @@ def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
     ones; a RocksDB handle keeps it in its metadata stream. The canonical rewrite keeps the header, so the
     rescale reads the same key types from it.
     """
-    found: dict[str, str] = {}
+    return {op_id: layout.codec.key_type for op_id, (_header, layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_headers(savepoint: FlinkSnapshot) -> dict[str, KeyedStateHeader]:
+    """Return the first keyed header of every keyed operator of a heap or RocksDB layout, by its label."""
+    labels = {op.operator_id: op.label for op in savepoint.metadata.operators}
+    return {labels[op_id]: header for op_id, (header, _layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_parsed(savepoint: FlinkSnapshot) -> dict[str, tuple[KeyedStateHeader, KeyedLayout]]:
+    """Return each keyed operator's first header and its layout, by operator id."""
+    found: dict[str, tuple[KeyedStateHeader, KeyedLayout]] = {}
     for op in savepoint.metadata.operators:
         for sub in op.subtasks:
             handle = sub.managed_keyed_state
@@ -181,7 +205,7 @@ def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
                     layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
             else:
                 continue
-            found[op.operator_id] = layout.codec.key_type
+            found[op.operator_id] = (header, layout)
             break
     return found
 

@@ -33,6 +33,7 @@ kg and its dependencies (``check_workers``), so a broken worker environment is o
 from __future__ import annotations
 
 import atexit
+import bisect
 import contextlib
 import functools
 import hashlib
@@ -64,7 +65,10 @@ from keygroup_cli.errors import (
 )
 from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
+from keygroup_cli.flink.keyed_values import find_operator
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.flink.state.entry_parts import part_entries
+from keygroup_cli.flink.state_tables import BatchReader, keyed_file_count, typed_states
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -86,6 +90,8 @@ WORKER_MODULES = (
     # pay for it.
     "keygroup_cli.execution.spark",
 )
+#: The Python daemon of kg's embedded sessions (``spark.python.daemon.module``).
+DAEMON_MODULE = "keygroup_cli.spark_daemon"
 #: At most this many probe tasks (one per core the application has: each executor starts its workers).
 MAX_PROBES = 1024
 
@@ -164,6 +170,10 @@ def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkCon
     if not submitted:
         conf.setAppName("kg rescale")
     settings = {**SESSION_CONFIG, **_pythonpath_config(), **(config or {})}
+    if (master or ("local" if not submitted else "")).startswith("local"):
+        # kg's own interpreter runs the workers (``worker_python``): its daemon imports pyspark from the
+        # installed package, with bytecode, rather than from Spark's zip (``keygroup_cli.spark_daemon``).
+        settings.setdefault("spark.python.daemon.module", DAEMON_MODULE)
     sharing = class_data_sharing_option()
     if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
@@ -476,58 +486,85 @@ class SparkExecutor:
         scratch: Path,
         on_progress: OnProgress | None = None,
     ) -> dict[str, list[W]]:
-        """Run every keyed job as one Spark job; return each one's written files by operator id.
+        """Run the keyed jobs of each progress stage as one Spark job; return the written files by operator.
 
-        Read tasks open their input and write tasks create their files themselves, on the executors (a
-        local path every executor mounts, or an object store they reach); only the written files'
-        descriptors come back to the driver. Copy jobs run on the driver. ``scratch`` is not used:
-        Spark's shuffle is the spill.
+        One Spark job, not one per operator: a job's fixed costs (scheduling two stages, a shuffle, Python
+        workers picking up new closures) come once, and every operator's tasks share the cores. Narrow
+        jobs are one stage of write tasks; shuffled ones a stage of route tasks, a shuffle by (job, new
+        subtask) and a stage of write tasks; both kinds go in one job as a union. Read tasks open their
+        input and write tasks create their files themselves, on the executors (a local path every
+        executor mounts, or an object store they reach); only the written files' descriptors come back
+        to the driver. Copy jobs run on the driver. ``scratch`` is not used: Spark's shuffle is the spill.
         """
         progress = Progress(jobs, on_progress)
         sc = self.session.sparkContext
         written: dict[str, list[W]] = {}
         for job in jobs:
-            progress.begin(job.stage)
             if isinstance(job, CopyJob):
+                progress.begin(job.stage)
                 job.copy()
-            else:
-                watch = _TaskProgress(
-                    sc,
-                    job.stage,
-                    progress.totals[job.stage],
-                    on_progress or _ignore,
-                    start=progress.done[job.stage],
-                    share=job.weight,
-                )
-                with watch, _spark_failures(sc):
-                    results = self._narrow(sc, job) if job.feeds is not None else self._shuffled(sc, job)
-                routed = sum(rows for _, rows in results)
-                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in results])
-            progress.advance(job.stage, job.weight)
+                progress.advance(job.stage, job.weight)
+        keyed = [job for job in jobs if not isinstance(job, CopyJob)]
+        for stage in dict.fromkeys(job.stage for job in keyed):
+            together = [job for job in keyed if job.stage == stage]
+            weight = sum(job.weight for job in together)
+            progress.begin(stage)
+            watch = _TaskProgress(
+                sc,
+                stage,
+                progress.totals[stage],
+                on_progress or _ignore,
+                start=progress.done[stage],
+                share=weight,
+            )
+            with watch, _spark_failures(sc):
+                results = self._collect(sc, together)
+            for index, job in enumerate(together):
+                mine = [(f, rows) for i, f, rows in results if i == index]
+                routed = sum(rows for _, rows in mine)
+                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in mine])
+            progress.advance(stage, weight)
         return written
 
-    def _narrow(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
-        """One task per new subtask, streaming its read tasks into its file: a narrow stage, no shuffle."""
-        task = functools.partial(_stream_task, job, self.batch_rows)
-        results: list[tuple[W, int]] = (
-            sc.parallelize(range(job.new_parallelism), job.new_parallelism).map(task).collect()
-        )
+    def _collect(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]]) -> list[tuple[int, W, int]]:
+        """Run ``jobs`` as one Spark job; return ``(job index, written file, rows read)`` per write task."""
+        narrow = [i for i, job in enumerate(jobs) if job.feeds is not None]
+        shuffled = [i for i, job in enumerate(jobs) if job.feeds is None]
+        parts = []
+        if narrow:
+            parts.append(self._narrow(sc, jobs, narrow))
+        if shuffled:
+            parts.append(self._shuffled(sc, jobs, shuffled))
+        rdd = parts[0] if len(parts) == 1 else sc.union(parts)
+        results: list[tuple[int, W, int]] = rdd.collect()
         return results
 
-    def _shuffled(self, sc: SparkContext, job: KeyedJob[W]) -> list[tuple[W, int]]:
-        """Route tasks, a shuffle by new subtask, write tasks (see the module docstring)."""
-        mapper = functools.partial(_route_task, job, self.batch_rows)
-        reducer = functools.partial(_write_task, job)
-        # Tasks go by index: the job (every task included) is in the closure already.
-        count = len(job.reads)
-        results: list[tuple[W, int]] = (
-            sc.parallelize(range(count), max(1, count))
+    def _narrow(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int]) -> Any:
+        """One task per new subtask of each job, streaming its read tasks into its file: no shuffle."""
+        subtasks = [(i, j) for i in chosen for j in range(jobs[i].new_parallelism)]
+        task = functools.partial(_stream_task, jobs, self.batch_rows)
+        return sc.parallelize(subtasks, len(subtasks)).map(task)
+
+    def _shuffled(self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int]) -> Any:
+        """Route tasks, a shuffle by (job, new subtask), write tasks (see the module docstring).
+
+        The shuffle's partitions are the jobs' new subtasks one after the other: job ``chosen[k]``'s
+        subtask ``j`` is partition ``first[k] + j``.
+        """
+        first, partitions = [], 0
+        for i in chosen:
+            first.append(partitions)
+            partitions += jobs[i].new_parallelism
+        reads = [(k, r) for k, i in enumerate(chosen) for r in range(len(jobs[i].reads))]
+        mapper = functools.partial(_route_task, jobs, tuple(chosen), tuple(first), self.batch_rows)
+        reducer = functools.partial(_write_task, jobs, tuple(chosen), tuple(first))
+        # Tasks go by index: the jobs (every task included) are in the closure already.
+        return (
+            sc.parallelize(reads, max(1, len(reads)))
             .flatMap(mapper)
-            .partitionBy(job.new_parallelism, _new_subtask_of_key)
+            .partitionBy(partitions, _partition_of_key)
             .mapPartitionsWithIndex(reducer)
-            .collect()
         )
-        return results
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
@@ -566,26 +603,40 @@ def _naming_kg_errors() -> Iterator[None]:
         raise RuntimeError(f"{_TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
 
 
-def _stream_task(job: KeyedJob[W], batch_rows: int, new_subtask: int) -> tuple[W, int]:
-    """Write one new subtask of a narrow job from its read tasks; return it and the rows read."""
+def _stream_task(
+    jobs: Sequence[KeyedJob[W]], batch_rows: int, subtask: tuple[int, int]
+) -> tuple[int, W, int]:
+    """Write new subtask ``j`` of narrow job ``i`` (``subtask = (i, j)``) from its read tasks."""
+    index, new_subtask = subtask
     with _naming_kg_errors():
-        return pipeline.stream(job, new_subtask, batch_rows)
+        written, rows = pipeline.stream(jobs[index], new_subtask, batch_rows)
+    return index, written, rows
 
 
 def _route_task(
-    job: KeyedJob[W], batch_rows: int, index: int
+    jobs: Sequence[KeyedJob[W]],
+    chosen: tuple[int, ...],
+    first: tuple[int, ...],
+    batch_rows: int,
+    read: tuple[int, int],
 ) -> Iterator[tuple[tuple[int, int, int, int], bytes]]:
-    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch)."""
+    """Read one task's rows and emit them re-keyed, one Arrow IPC block per (new subtask, bucket, batch).
+
+    ``read = (k, r)``: read task ``r`` of job ``chosen[k]``; its rows for new subtask ``j`` go to shuffle
+    partition ``first[k] + j``.
+    """
+    k, index = read
+    job = jobs[chosen[k]]
     with _naming_kg_errors():
         if job.parts:
             # The byte route: its parts are the shuffle records as they are.
             packed = pipeline.route_parts(job, job.reads[index], batch_rows)
             for seq, (new_subtask, bucket, part, _entries) in enumerate(packed):
-                yield (new_subtask, bucket, index, seq), bytes(part)
+                yield (first[k] + new_subtask, bucket, index, seq), bytes(part)
             return
         routed = pipeline.route(job, job.reads[index], batch_rows)
         for seq, (new_subtask, bucket, rows) in enumerate(routed):
-            yield (new_subtask, bucket, index, seq), _ipc_bytes(rows)
+            yield (first[k] + new_subtask, bucket, index, seq), _ipc_bytes(rows)
 
 
 def _ipc_bytes(rows: pa.Table) -> bytes:
@@ -597,21 +648,27 @@ def _ipc_bytes(rows: pa.Table) -> bytes:
     return data
 
 
-def _new_subtask_of_key(key: tuple[int, int, int, int]) -> int:
+def _partition_of_key(key: tuple[int, int, int, int]) -> int:
     return key[0]
 
 
 def _write_task(
-    job: KeyedJob[W], new_subtask: int, records: Iterable[tuple[tuple[int, int, int, int], bytes]]
-) -> Iterator[tuple[W, int]]:
-    """Write one new subtask's file from its blocks (by bucket, then input order: ``_buckets``)."""
+    jobs: Sequence[KeyedJob[W]],
+    chosen: tuple[int, ...],
+    first: tuple[int, ...],
+    partition: int,
+    records: Iterable[tuple[tuple[int, int, int, int], bytes]],
+) -> Iterator[tuple[int, W, int]]:
+    """Write shuffle partition ``partition`` (a new subtask of one of the jobs) from its blocks."""
+    k = bisect.bisect_right(first, partition) - 1
     received = [0]
     with _naming_kg_errors():
+        job, new_subtask = jobs[chosen[k]], partition - first[k]
         if job.parts:
             written = pipeline.write_parts(job, new_subtask, _buckets(records, received, parts=True))
         else:
             written = pipeline.write(job, new_subtask, _buckets(records, received))
-    yield written, received[0]
+    yield chosen[k], written, received[0]
 
 
 def _buckets(
@@ -761,6 +818,158 @@ class _TaskProgress:
                         self.report(self.stage, value, self.total)
 
 
+# -- Keyed state as data: kg export --engine spark, kg.read_state(engine="spark") ----------------------------
+
+
+def state_reader(session: SparkSession) -> BatchReader:
+    """Return a ``state_tables.BatchReader`` whose Spark tasks decode an operator's keyed files.
+
+    One task per keyed file decodes it (``state_batches``) and emits its typed batches as Arrow IPC; the
+    driver takes them partition by partition, in file order (``toLocalIterator``), so what it writes is
+    what the local engine writes, with the decoding spread over the executors and memory bounded by one
+    file's batches.
+    """
+
+    def read(
+        savepoint: Savepoint, operator: str, states: frozenset[str] | None, on_progress: OnProgress | None
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        op_id = find_operator(savepoint, operator).operator_id
+        count = keyed_file_count(savepoint, operator)
+        wanted = None if states is None else sorted(states)
+        task = functools.partial(_state_task, _metadata_file(savepoint), op_id, wanted)
+        sc = session.sparkContext
+        done = 0
+        with _spark_failures(sc):
+            rdd = sc.parallelize(range(count), max(1, count)).flatMap(task)
+            for index, name, data in rdd.toLocalIterator(prefetchPartitions=False):
+                if on_progress is not None and index > done:
+                    done = index
+                    on_progress("export", done, count)
+                for batch in pa.ipc.open_stream(data).read_all().to_batches():
+                    yield name, batch
+        if on_progress is not None:
+            on_progress("export", count, count)
+
+    return read
+
+
+def _metadata_file(savepoint: Savepoint) -> str:
+    """Return the ``_metadata`` tasks open: a canonical rewrite (``canonical_view``) has none until written.
+
+    The rewrite is a scratch directory of kg's own; its ``_metadata`` names the rewritten keyed files and,
+    by absolute paths, the original's other files.
+    """
+    from keygroup_cli.flink.metadata.writer import write_metadata
+
+    path = str(savepoint.metadata_path)
+    if not os.path.exists(path):
+        Path(path).write_bytes(write_metadata(savepoint.metadata))
+    return path
+
+
+def _state_task(
+    metadata_path: str, operator_id: str, states: list[str] | None, index: int
+) -> Iterator[tuple[int, str, bytes]]:
+    """Decode keyed file ``index`` of an operator into typed batches, each as Arrow IPC."""
+    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink.state_tables import state_batches
+
+    with _naming_kg_errors():
+        savepoint = open_savepoint(metadata_path)
+        wanted = None if states is None else frozenset(states)
+        for name, batch in state_batches(savepoint, operator_id, wanted, files=[index]):
+            yield index, name, _ipc_bytes(pa.Table.from_batches([batch]))
+
+
+def state_dataframe(session: SparkSession, source: str | os.PathLike[str], operator: str, state: str) -> Any:
+    """Return one keyed state as a Spark DataFrame, read by Spark tasks (one per keyed file), no files.
+
+    The columns are ``read_state``'s; Spark holds timestamps in microseconds, so a finer one (a SQL
+    ``TIMESTAMP(9)`` field, say) is truncated to them. A NATIVE savepoint or a checkpoint's own layout is
+    rewritten as key groups first, into a scratch directory kept until this process exits (the DataFrame
+    reads it whenever it is computed).
+
+    Raises:
+        InvalidArgumentError: No such operator or state.
+        UnsupportedFormatError: The operator holds no keyed state, or a layout kg reads only locally.
+    """
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+    from keygroup_cli.flink.savepoint import open_savepoint
+
+    savepoint = open_savepoint(source)
+    if needs_canonical_view(savepoint):
+        scratch = tempfile.mkdtemp(prefix="kg-state-")
+        atexit.register(shutil.rmtree, scratch, True)
+        view = canonical_view(savepoint, Path(scratch) / "canonical")
+        savepoint = open_savepoint(_metadata_file(Savepoint.rewritten(view, savepoint)))
+    typed = next((t for t in typed_states(savepoint, operator) if t.name == state), None)
+    if typed is None:
+        known = ", ".join(t.name for t in typed_states(savepoint, operator))
+        raise InvalidArgumentError(
+            f"operator {operator!r} has no state {state!r} (states: {known})", code="STATE_NOT_FOUND"
+        )
+    target = _spark_arrow_schema(typed.schema)
+    op_id = find_operator(savepoint, operator).operator_id
+    count = keyed_file_count(savepoint, operator)
+    rows = functools.partial(
+        _state_rows, _metadata_file(savepoint), op_id, state, target.serialize().to_pybytes()
+    )
+    # Rows, not Arrow batches: mapInArrow would need pandas, which kg does not install.
+    rdd = session.sparkContext.parallelize(range(count), max(1, count)).flatMap(rows)
+    return session.createDataFrame(rdd, from_arrow_schema(target), verifySchema=False)
+
+
+def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """Return ``schema`` with every timestamp in microseconds (Spark's unit), however deep."""
+
+    def conform(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", t.tz)
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(conform(f.type)) for f in t])
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(t.value_field.with_type(conform(t.value_type)))
+        if pa.types.is_map(t):
+            return pa.map_(conform(t.key_type), conform(t.item_type))
+        return t
+
+    return pa.schema([f.with_type(conform(f.type)) for f in schema])
+
+
+def _state_rows(
+    metadata_path: str, operator_id: str, state: str, schema: bytes, index: int
+) -> Iterator[tuple[Any, ...]]:
+    """Keyed file ``index``'s rows of ``state`` as Python tuples of Spark's types (maps as dicts)."""
+    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink.state_tables import state_batches
+
+    target = pa.ipc.read_schema(pa.py_buffer(schema))
+    with _naming_kg_errors():
+        savepoint = open_savepoint(metadata_path)
+        for _, batch in state_batches(savepoint, operator_id, frozenset({state}), files=[index]):
+            table = pa.Table.from_batches([batch]).cast(target, safe=False)
+            columns = [
+                [_spark_value(f.type, v) for v in c.to_pylist()]
+                for f, c in zip(target, table.columns, strict=True)
+            ]
+            yield from zip(*columns, strict=True)
+
+
+def _spark_value(arrow: pa.DataType, value: Any) -> Any:
+    """Return a value of ``to_pylist`` as Spark takes it: a map's ``[(k, v)]`` as a dict, however deep."""
+    if value is None:
+        return None
+    if pa.types.is_map(arrow):
+        return {_spark_value(arrow.key_type, k): _spark_value(arrow.item_type, v) for k, v in value}
+    if pa.types.is_struct(arrow):
+        return {f.name: _spark_value(f.type, value[f.name]) for f in arrow}
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return [_spark_value(arrow.value_type, v) for v in value]
+    return value
+
+
 __all__ = [
     "SESSION_CONFIG",
     "SparkExecutor",
@@ -769,5 +978,7 @@ __all__ = [
     "check_workers",
     "keep_console_log",
     "spark_session",
+    "state_dataframe",
+    "state_reader",
     "worker_python",
 ]

@@ -138,6 +138,17 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
                     )
                 for file in (keyed.metadata, *(f.handle for f in keyed.private)):
                     _check_written_file(staging, file, [], subject)
+            raw = sub.raw_keyed_state
+            if isinstance(raw, KeyGroupsHandle):
+                # Timers in raw keyed state (flink.raw_timers), written into the staging directory.
+                want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
+                if (raw.key_group_start, raw.key_group_end) != (want.start, want.end):
+                    raise ExecutionError(
+                        f"{subject} raw keyed state covers key groups [{raw.key_group_start}, "
+                        f"{raw.key_group_end}], not [{want.start}, {want.end}]",
+                        code="OUTPUT_VERIFICATION_FAILED",
+                    )
+                _check_written_file(staging, raw.delegate, raw.offsets, subject)
             op_handle = sub.managed_operator_state
             if isinstance(op_handle, OperatorStateHandle):
                 offsets = [o for e in op_handle.states for o in e.offsets]

@@ -104,25 +104,29 @@ def read_tasks(
     order: int,
     pieces: int,
     header: bytes | None = None,
+    min_bytes: int = 0,
 ) -> list[KeyedReadTask]:
     """Cut one keyed file into at most ``pieces`` read tasks of contiguous key groups and similar bytes.
 
     Block sizes come from the handle's offsets alone (the last block's end is the delegate's size), so
     no byte of the file is read here. ``order`` numbers the tasks ``order * pieces + i``. ``header`` is
-    the file's header bytes, read once when the savepoint was opened; every task carries it.
+    the file's header bytes, read once when the savepoint was opened; every task carries it. With
+    ``min_bytes``, a file is cut into no more tasks than it has ``min_bytes`` of blocks: a task costs its
+    engine a fixed start (about 0.1 s for a Spark task), worth paying only for enough bytes.
     """
     extents = sorted(key_group_extents(handle, handle.size))
     total = sum(end - start for _, start, end in extents)
     whole = KeyGroupRange(handle.key_group_start, handle.key_group_end)
-    if pieces <= 1 or len(extents) <= 1:
+    cuts = min(pieces, max(1, total // min_bytes)) if min_bytes > 0 else pieces
+    if cuts <= 1 or len(extents) <= 1:
         return [KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), total, header)]
     out: list[KeyedReadTask] = []
-    share = total / pieces
+    share = total / cuts
     start, acc = whole.start, 0
     for i, (group, begin, end) in enumerate(extents):
         acc += end - begin
         last = i == len(extents) - 1
-        if last or (acc >= share and len(out) < pieces - 1):
+        if last or (acc >= share and len(out) < cuts - 1):
             stop = whole.end if last else group
             out.append(
                 KeyedReadTask(

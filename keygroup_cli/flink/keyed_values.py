@@ -42,7 +42,7 @@ from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_code, parse_key
+from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
     KeyGroupRange,
     key_group_for_hash,
@@ -280,7 +280,7 @@ def _lookup(
     serializer = codec.serializer_class.rsplit(".", 1)[-1].split("$")[0]
     # What the key column of the decoded rows holds for each key -> (the key as shown, its key group).
     located: dict[Any, tuple[Any, int]] = {}
-    if actual in HASHABLE_KEY_TYPES:
+    if actual in PRIMITIVE_KEY_TYPES:
         if key_type is not None and key_type != actual:
             raise InvalidArgumentError(
                 f"--key-type {key_type}: operator {op.label!r} has {actual} keys ({serializer})",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.finished import finished_markers
-from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
@@ -75,6 +75,7 @@ def write_rescaled(
     *,
     compression: bool | None = None,
     keyed_root: str | None = None,
+    raw_keyed: Mapping[str, Sequence[KeyGroupsHandle]] | None = None,
     on_progress: OnProgress | None = None,
 ) -> WrittenState:
     """Write every operator-state stream of the rescaled ``savepoint`` into ``staging``; describe them all.
@@ -87,6 +88,8 @@ def write_rescaled(
         staging: The directory the savepoint is staged in (new streams get a random name there).
         compression: Snappy-compress operator state; None keeps what each operator's input streams used.
         keyed_root: Where the ``keyed`` files are when not in ``staging`` (an object-store prefix).
+        raw_keyed: Raw keyed-state streams already written into ``staging`` (timers,
+            ``flink.raw_timers``), by operator id, one per new subtask.
         on_progress: ``(stage, completed, total)`` callback.
 
     Raises:
@@ -101,7 +104,8 @@ def write_rescaled(
     for op in operators:
         old = by_id[op.operator_id]
         files = keyed.get(op.operator_id)
-        written.append(_operator(savepoint, old, op, files, staging, compression, keyed_root, counter))
+        raw = (raw_keyed or {}).get(op.operator_id)
+        written.append(_operator(savepoint, old, op, files, raw, staging, compression, keyed_root, counter))
         counter.subtasks += op.parallelism
         report("write savepoint", counter.subtasks, total)
     meta = savepoint.metadata
@@ -144,6 +148,7 @@ def _operator(
     old: OperatorState,
     new: RescaledOperator,
     keyed: Sequence[RegroupedFile] | None,
+    raw: Sequence[KeyGroupsHandle] | None,
     staging: Path,
     compression: bool | None,
     keyed_root: str | None,
@@ -167,6 +172,9 @@ def _operator(
             subtasks.append(SubtaskState(index, finished=True))
             if keyed_root is None:
                 _discard(keyed, index, staging)
+            written = raw[index].delegate if raw is not None else None
+            if isinstance(written, RelativeFileHandle):
+                (staging / written.relative_path).unlink(missing_ok=True)
             continue
         keyed_handle = None
         if keyed is not None:
@@ -178,7 +186,12 @@ def _operator(
             own = headers.get(index) if same_parallelism else None
             op_handle = _write_stream(tables[index], own, headers, compression, staging, where, counter)
         subtasks.append(
-            SubtaskState(index, managed_operator_state=op_handle, managed_keyed_state=keyed_handle)
+            SubtaskState(
+                index,
+                managed_operator_state=op_handle,
+                managed_keyed_state=keyed_handle,
+                raw_keyed_state=raw[index] if raw is not None else None,
+            )
         )
     return OperatorState(
         old.operator_id,

@@ -17,7 +17,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.flink.state_tables import OnProgress, open_canonical, state_batches, typed_states
+from keygroup_cli.flink.state_tables import (
+    BatchReader,
+    OnProgress,
+    open_canonical,
+    state_batches,
+    typed_states,
+)
 from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.staging import refuse_existing, scratch_directory, staged_directory
 
@@ -54,8 +60,12 @@ def export_states(
     out: str | os.PathLike[str],
     state: str | None = None,
     on_progress: OnProgress | None = None,
+    reader: BatchReader = state_batches,
 ) -> ExportResult:
     """Write the keyed states of ``operator`` (or only ``state``) as Parquet at ``out``; say what was written.
+
+    ``reader`` decodes the typed batches (``state_batches``, or the Spark engine's: its tasks decode the
+    keyed files, this process writes their batches in file order, so the files are those written here).
 
     Raises:
         InvalidArgumentError: ``out`` exists or is on an object store, no such operator or state.
@@ -81,7 +91,7 @@ def export_states(
             rows = dict.fromkeys(wanted, 0)
             writers = {t.name: pq.ParquetWriter(staging / state_file_name(t.name), t.schema) for t in typed}
             try:
-                for name, batch in state_batches(savepoint, operator, wanted, on_progress):
+                for name, batch in reader(savepoint, operator, wanted, on_progress):
                     writers[name].write_batch(batch)
                     rows[name] += batch.num_rows
             finally:

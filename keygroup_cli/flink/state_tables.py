@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,10 @@ from keygroup_cli.flink.state.values import (
 from keygroup_cli.storage.locations import Location
 
 OnProgress = Callable[[str, int, "int | None"], None]
+#: What reads an operator's typed batches: ``state_batches`` here, or an engine's (``execution.spark``).
+BatchReader = Callable[
+    [Savepoint, str, "frozenset[str] | None", "OnProgress | None"], Iterator[tuple[str, pa.RecordBatch]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +274,12 @@ def state_batches(
     operator: str,
     states: frozenset[str] | None = None,
     on_progress: OnProgress | None = None,
+    files: Sequence[int] | None = None,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Yield ``(state, typed batch)`` for every keyed file of ``operator``, file by file, block by block.
 
     ``savepoint`` must be canonical (a rewritten view for NATIVE and checkpoint layouts; ``open_canonical``).
+    ``files``: only these keyed files (indexes below ``keyed_file_count``), as one engine task reads them.
 
     Raises:
         InvalidArgumentError: No such operator, or a state in ``states`` it does not have.
@@ -291,7 +297,8 @@ def state_batches(
             code="STATE_NOT_FOUND",
         )
     wanted = pa.array(sorted(states or ()), type=pa.string())
-    for done, stream in enumerate(streams):
+    chosen = streams if files is None else [streams[i] for i in files]
+    for done, stream in enumerate(chosen):
         codecs = state_codecs(stream)
         schemas = {name: state_schema(c) for name, c in codecs.items()}
         with StreamSource(stream.handle.delegate, savepoint.directory) as src:
@@ -311,7 +318,12 @@ def state_batches(
                         else _typed_batch(codecs[name], schemas[name], rows.to_pylist()),
                     )
         if on_progress is not None:
-            on_progress("export", done + 1, len(streams))
+            on_progress("export", done + 1, len(chosen))
+
+
+def keyed_file_count(savepoint: Savepoint, operator: str) -> int:
+    """Return how many keyed files ``operator`` has (``state_batches``' ``files`` index them)."""
+    return len(savepoint.keyed_streams.get(find_operator(savepoint, operator).operator_id) or ())
 
 
 class open_canonical:  # noqa: N801 - used as a context manager, like ``open``
@@ -361,4 +373,13 @@ def read_state(path: str | os.PathLike[str] | Savepoint, operator: str, state: s
         return pa.Table.from_batches(batches, schema=schema)
 
 
-__all__ = ["TypedState", "open_canonical", "read_state", "state_batches", "state_schema", "typed_states"]
+__all__ = [
+    "BatchReader",
+    "TypedState",
+    "keyed_file_count",
+    "open_canonical",
+    "read_state",
+    "state_batches",
+    "state_schema",
+    "typed_states",
+]

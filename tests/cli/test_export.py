@@ -77,3 +77,43 @@ def test_a_sql_jobs_keys_are_struct_columns(kg, tmp_path: Path) -> None:
     assert rows == {
         tuple(k["key"]): {"kind": "+I", "f0": k["result"][0], "f1": k["result"][1]} for k in query["keys"]
     }
+
+
+def test_decimal_timestamp_and_row_key_fields_are_typed_columns(kg, tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    from keygroup_cli.flink.state.binary_row import SqlTimestamp
+
+    case = FLINK_FIXTURES / "sql-rocksdb-native-p2"
+    doc = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))
+    query = next(q for q in doc["queries"] if q["name"] == "typed")
+    out = tmp_path / "typed.parquet"
+    assert kg("export", case, "-o", query["uid"], "-s", "accState", "--out", out).exit_code == 0
+    table = pq.read_table(out)
+    assert str(table.schema.field("key").type) == (
+        "struct<f0: decimal128(10, 2), f1: decimal128(25, 4), f2: timestamp[ms], f3: timestamp[ns], "
+        "f4: struct<f0: int32, f1: string>>"
+    )
+    keys = table.column("key").combine_chunks()
+    # Fields one by one: a timestamp[ns] of 1969 has no datetime (Python's stop at microseconds).
+    f0, f1, f4 = (keys.field(i).to_pylist() for i in (0, 1, 4))
+    f2, f3 = (keys.field(i).cast("int64").to_pylist() for i in (2, 3))
+    totals = [v["f1"] for v in table.column("value").to_pylist()]
+    rows = {
+        (str(f0[i]), None if f1[i] is None else str(f1[i]), f2[i], f3[i], (f4[i]["f0"], f4[i]["f1"])): totals[
+            i
+        ]
+        for i in range(table.num_rows)
+    }
+
+    def expected(key: list) -> tuple:
+        dec, big, ts, ts9, row = key
+        return (
+            str(Decimal(dec)),
+            None if big is None else str(Decimal(big)),
+            SqlTimestamp.parse(ts).arrow_value(3),
+            None if ts9 is None else SqlTimestamp.parse(ts9).arrow_value(9),
+            tuple(row),
+        )
+
+    assert rows == {expected(k["key"]): k["result"][1] for k in query["keys"]}

@@ -7,6 +7,7 @@ option, its refusals (one line, exit code), and a real changelog-backend checkpo
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -66,3 +67,61 @@ def test_native_without_rocksdict_is_refused_before_anything_is_written(kg, tmp_
     assert result.exit_code == 6
     assert result.json()["error"]["code"] == "ROCKSDB_BINDING_MISSING"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging, no scratch
+
+
+def test_raw_keyed_state_that_is_not_timers_is_exit_4_and_one_line(kg, tmp_path):
+    # AsyncJob's ForSt savepoint (async state API) with one subtask's raw keyed-state stream replaced:
+    # no longer Flink's timer sections, so kg does not know how to redistribute it.
+    source = tmp_path / "savepoint"
+    shutil.copytree(FLINK / "async-forst-native-p3", source)
+    raw = next(
+        s.raw_keyed_state
+        for op in read_flink_metadata(source).metadata.operators
+        for s in op.subtasks
+        if s.raw_keyed_state is not None
+    )
+    path = source / raw.delegate.relative_path
+    path.write_bytes(b"\x00" * path.stat().st_size)
+    args = ("--from", "3", "--to", "4", "--out", tmp_path / "out", "--format", "native", "--engine", "local")
+    for command in (
+        ("rescale", source, *args),
+        ("plan", source, "--from", "3", "--to", "4", "--format", "native"),
+    ):
+        result = kg(*command)
+        assert result.exit_code == 4, command
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "raw keyed state that is not Flink's timers" in lines[0]
+    assert not (tmp_path / "out").exists()
+    plan = (
+        "plan",
+        FLINK / "async-forst-native-p3",
+        "--from",
+        "3",
+        "--to",
+        "4",
+        "-m",
+        "256",
+        "--format",
+        "native",
+    )
+    assert kg(*plan).exit_code == 0
+
+
+def test_canonical_output_of_async_state_is_exit_4_and_one_line(kg, tmp_path):
+    # State of the async state API (KEY_VALUE_V2) restores from no canonical savepoint (HashMap and RocksDB
+    # fail on the type, ForSt takes NATIVE ones only): the plan and the rescale say --format native.
+    source = FLINK / "async-forst-native-p3"
+    args = ("--from", "3", "--to", "4")
+    for command in (
+        ("rescale", source, *args, "--out", tmp_path / "out", "--engine", "local"),
+        ("plan", source, *args),
+    ):
+        result = kg(*command)
+        assert result.exit_code == 4, command
+        lines = result.stderr.strip().splitlines()
+        assert (
+            len(lines) == 1
+            and "KEY_VALUE_V2: count" in lines[0]
+            and lines[0].endswith("pass --format native")
+        )
+    assert not (tmp_path / "out").exists()

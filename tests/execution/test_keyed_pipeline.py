@@ -27,6 +27,8 @@ from keygroup_cli.snapshot.writer import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 CASES = ("heap-files-p3-maxp128-long", "rocksdb-canonical-snappy-p2-maxp256-string")
+#: A SQL job's savepoint: its BinaryRowData (``row``) keys are re-keyed by the row route.
+SQL_CASE = "sql-rocksdb-canonical-p2"
 
 
 def keyed_files(savepoint: Path) -> dict[tuple[str, int], tuple[int, tuple[int, ...], bytes]]:
@@ -42,7 +44,7 @@ def keyed_files(savepoint: Path) -> dict[tuple[str, int], tuple[int, tuple[int, 
     return out
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, SQL_CASE])
 def test_same_bytes_as_the_route_through_kg_snapshots(case: str, tmp_path: Path) -> None:
     source = FIXTURES / case
     new = rescale(source, tmp_path / "new", 4, new_max_parallelism=1024, engine="local")
@@ -85,6 +87,19 @@ def test_read_tasks_cover_every_block_once_in_order(pieces: int) -> None:
                 assert task.bytes == sum(end - start for _, start, end in inside)
 
 
+def test_read_tasks_get_at_least_min_bytes_of_blocks() -> None:
+    # A task costs a Spark engine about 0.1 s to start: small files are not cut into many.
+    savepoint = read_flink_metadata(FIXTURES / CASES[0])
+    handles = [h for op in savepoint.metadata.operators for h in keyed_handles(op)]
+    handle = max(handles, key=lambda h: h.size)
+    total = sum(end - start for _, start, end in key_group_extents(handle, handle.size))
+    assert len(read_tasks("root", handle, 128, 3, 8, min_bytes=total + 1)) == 1
+    halves = read_tasks("root", handle, 128, 3, 8, min_bytes=total // 2)
+    assert len(halves) == 2 and [t.order for t in halves] == [24, 25]
+    uncut = read_tasks("root", handle, 128, 3, 8)
+    assert len(read_tasks("root", handle, 128, 3, 8, min_bytes=1)) == len(uncut)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_more_read_tasks_write_the_same_files(case: str, tmp_path: Path) -> None:
     savepoint = read_flink_metadata(FIXTURES / case)
@@ -116,7 +131,7 @@ def _renamed(job):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, SQL_CASE])
 def test_spark_writes_what_the_local_engine_writes(case: str, spark: object, tmp_path: Path) -> None:
     from keygroup_cli.execution.spark import SparkExecutor
 

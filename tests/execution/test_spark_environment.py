@@ -138,3 +138,38 @@ def test_the_console_log_lives_in_kgs_cache_directory(spark):
     from keygroup_cli.execution.spark import _console_logs, cache_directory
 
     assert _console_logs["path"].parent == cache_directory() / "logs"
+
+
+def test_kgs_session_imports_pyspark_from_its_package_not_sparks_zip(spark):
+    # Spark puts its zip of pyspark first on the workers' path; a zip has no bytecode cache (about 1.5 s
+    # of every daemon's start). kg's daemon module imports the installed package instead.
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "keygroup_cli.spark_daemon"
+
+    def where(_index: int) -> tuple[str, bool]:
+        import sys as worker_sys
+
+        import pyspark
+
+        return pyspark.__file__, any(p.endswith("pyspark.zip") for p in worker_sys.path)
+
+    found = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
+    assert all(not file.endswith(".zip/pyspark/__init__.py") and ".zip" not in file for file, _ in found)
+    assert not any(zip_on_path for _, zip_on_path in found)
+
+
+def test_every_keyed_operator_of_a_stage_runs_in_one_spark_job(spark, tmp_path, monkeypatch):
+    # Two keyed operators re-keyed (a shuffle each): one Spark job, not one per operator.
+    collected = []
+    original = SparkExecutor._collect
+
+    def counting(self, sc, jobs):  # type: ignore[no-untyped-def]
+        collected.append(sorted(job.operator_id for job in jobs))
+        return original(self, sc, jobs)
+
+    monkeypatch.setattr(SparkExecutor, "_collect", counting)
+    source = FIXTURES / "heap-files-p3-maxp128-long"
+    result = rescale(source, tmp_path / "out", 4, new_max_parallelism=1024, engine="spark", spark=spark)
+    assert result.keyed_rows is not None and len(result.keyed_rows) >= 2
+    assert collected == [sorted(result.keyed_rows)]
+    local = rescale(source, tmp_path / "local", 4, new_max_parallelism=1024, engine="local")
+    assert result.keyed_rows == local.keyed_rows

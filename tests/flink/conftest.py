@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
 from tests.flink.harness import Dump, RestoreRequest, build_classpath, run_restores
 
-RestoreRunner = Callable[[Sequence[RestoreRequest]], list[Dump]]
+RestoreRunner = Callable[[Sequence[RestoreRequest | Mapping[str, Any]]], list[Dump]]
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def flink_classpath() -> str:
 def restore_savepoints(flink_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> RestoreRunner:
     """Return ``run(requests) -> dumps``: one JVM per call, so pass a module's requests at once."""
 
-    def run(requests: Sequence[RestoreRequest]) -> list[Dump]:
+    def run(requests: Sequence[RestoreRequest | Mapping[str, Any]]) -> list[Dump]:
         return run_restores(requests, tmp_path_factory.mktemp("restore-dump"), flink_classpath)
 
     return run

@@ -179,7 +179,11 @@ def run_java_batch(
 
 
 def run_restores(
-    requests: Sequence[RestoreRequest], workdir: Path, classpath: str, *, timeout: float | None = None
+    requests: Sequence[RestoreRequest | Mapping[str, Any]],
+    workdir: Path,
+    classpath: str,
+    *,
+    timeout: float | None = None,
 ) -> list[Dump]:
     """Restore every request in one JVM and return the dumps, in request order.
 
@@ -187,7 +191,9 @@ def run_restores(
     going wrong (JVM, batch file, timeout) raises.
 
     Args:
-        requests: The restores to run.
+        requests: The restores to run: KgTestJob's, or AsyncJob's batch entries (``async_request``: a
+            mapping with ``"job": "async"``, without ``out``) that RestoreDump hands to AsyncJob in the
+            same cluster.
         workdir: Where the batch file and the dumps are written (created if missing).
         classpath: From :func:`build_classpath`.
         timeout: Seconds for the whole batch; default 60 plus 30 per request.
@@ -195,7 +201,12 @@ def run_restores(
     Raises:
         FlinkHarnessError: The java process failed, timed out or wrote no dump.
     """
-    entries = [{k: v for k, v in r.to_json(Path("-")).items() if k != "out"} for r in requests]
+    entries = [
+        {k: v for k, v in r.to_json(Path("-")).items() if k != "out"}
+        if isinstance(r, RestoreRequest)
+        else dict(r)
+        for r in requests
+    ]
     command = ["java", *JVM_FLAGS, "-cp", classpath, MAIN_CLASS]
     return run_java_batch("RestoreDump", command, entries, workdir, timeout=timeout)
 
@@ -520,23 +531,24 @@ def flink_lib(version: str) -> Path | None:
     return lib
 
 
-def build_versioned_classpath(version: str) -> str:
+def build_versioned_classpath(version: str, build_sh: Path | None = None) -> str:
     """Compile fixtures/java/versioned against ``version``'s jars (once) and return the classpath.
+
+    ``build_sh``: another build script with the same arguments (``ASYNC_BUILD_SH``: AsyncJob, 2.x only).
 
     Raises:
         FlinkHarnessError: java/javac or the jars are missing, or the source does not compile.
     """
+    script = build_sh or VERSIONED_BUILD_SH
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise FlinkHarnessError(f"the flink tests need `{tool}` (Java 17) on PATH; {INSTALL_HINT}")
     with _build_lock():
         lib = flink_lib(version)
-        cmd = ["bash", str(VERSIONED_BUILD_SH), version] + ([str(lib)] if lib is not None else [])
+        cmd = ["bash", str(script), version] + ([str(lib)] if lib is not None else [])
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_tool_env(), timeout=600, check=False)
     if proc.returncode != 0:
-        raise FlinkHarnessError(
-            f"{VERSIONED_BUILD_SH} {version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
+        raise FlinkHarnessError(f"{script} {version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -588,8 +600,58 @@ class UidRestoreRequest:
         return doc
 
 
+@dataclass(frozen=True)
+class SqlRestoreRequest:
+    """One restore of a SqlJob savepoint (fixtures/flink/README-sql.md), run in ``UidJob restore``'s batch.
+
+    ``uids`` maps each query to its aggregate's uid in the savepoint (its ``expected-sql-state.json``); the
+    queries run at ``parallelism``; ``max_parallelism`` None sets none (``pipeline.max-parallelism`` unset).
+    """
+
+    savepoint: Path
+    uids: Mapping[str, str]
+    parallelism: int
+    max_parallelism: int | None = None
+    timeout_seconds: int = 120
+
+    def to_json(self, out: Path) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "sql": True,
+            "savepoint": str(Path(self.savepoint).resolve()),
+            "uids": dict(self.uids),
+            "parallelism": self.parallelism,
+            "timeout_seconds": self.timeout_seconds,
+            "out": str(out),
+        }
+        if self.max_parallelism is not None:
+            doc["max_parallelism"] = self.max_parallelism
+        return doc
+
+
+def sql_case_queries(case: Path) -> list[dict[str, Any]]:
+    """The queries of a SqlJob case's ``expected-sql-state.json``: name, uid and per key its last result."""
+    return list(json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))["queries"])
+
+
+def assert_sql_job_restored(dump: Dump, case: Path, max_parallelism: int) -> None:
+    """Assert Flink restored every key of every query with the result the job had emitted for it.
+
+    After the restore the job reads every id again; each key's first change is an ``-U`` of the restored
+    result (an ``+I`` if Flink found no state for the key under its key group). Every query's chain ran at
+    ``max_parallelism``.
+    """
+    error = restore_error(dump)
+    assert error is None, f"Flink refused the restore:\n{error}"
+    for query in sql_case_queries(case):
+        restored = dump["queries"][query["name"]]
+        assert restored["maxParallelism"] == max_parallelism, query["name"]
+        got = {canonical(k["key"]): k["restored"] for k in restored["keys"]}
+        want = {canonical(k["key"]): k["result"] for k in query["keys"]}
+        assert got == want, query["name"]
+
+
 def run_uid_restores(
-    version: str, requests: Sequence[UidRestoreRequest], workdir: Path, classpath: str
+    version: str, requests: Sequence[UidRestoreRequest | SqlRestoreRequest], workdir: Path, classpath: str
 ) -> list[Dump]:
     """Restore every request with Flink ``version`` in one JVM; return the dumps in request order.
 
@@ -632,6 +694,94 @@ def assert_uid_job_restored(
             assert entry["subtask"] == operator_index_for_key_group(
                 max_parallelism[op], parallelism[op], group
             )
+
+
+# ---------------------------------------------------------------------------------------------
+# AsyncJob (fixtures/java/src/kg/fixtures/AsyncJob.java, Flink 2.x only): the async state API on ForSt
+
+ASYNC_JOB_MAIN = "kg.fixtures.AsyncJob"
+ASYNC_BUILD_SH = ROOT / "fixtures" / "java" / "async" / "build.sh"
+ASYNC_CASE = "async-forst-native-p3"
+ASYNC_KEYED = "async-keyed"
+#: Event-time timers at EVENT_BASE + i for even ids, processing-time ones at the case's base + i for ids
+#: divisible by 3 (AsyncJob.java): 300 + 200.
+ASYNC_EVENT_BASE = 4_102_444_800_000
+ASYNC_TIMERS = 500
+
+
+def async_request(savepoint: Path, parallelism: int, max_parallelism: int | None = None) -> dict[str, Any]:
+    """An AsyncJob restore as an entry of RestoreDump's batch (``run_restores``): ForSt, every timer awaited.
+
+    ``max_parallelism`` None: the restoring job sets none.
+    """
+    entry: dict[str, Any] = {
+        "job": "async",
+        "savepoint": str(Path(savepoint).resolve()),
+        "parallelism": parallelism,
+        "timers": ASYNC_TIMERS,
+    }
+    if max_parallelism is not None:
+        entry["max_parallelism"] = max_parallelism
+    return entry
+
+
+def run_async_restores(
+    version: str, requests: Sequence[Mapping[str, Any]], workdir: Path, classpath: str
+) -> list[Dump]:
+    """Restore AsyncJob savepoints with Flink ``version`` in one JVM; return the dumps in request order.
+
+    A request is AsyncJob's batch entry without ``out``: ``savepoint``, ``parallelism``, optional
+    ``max_parallelism`` (absent: the job sets none), ``timers`` (how many to wait for), ``backend``.
+
+    Raises:
+        FlinkHarnessError: The java process failed, timed out or wrote no dump.
+    """
+    entries = [{**r, "savepoint": str(Path(r["savepoint"]).resolve())} for r in requests]
+    command = ["java", *JVM_FLAGS, "-cp", classpath, ASYNC_JOB_MAIN, "restore"]
+    return run_java_batch(f"AsyncJob ({version})", command, entries, workdir)
+
+
+def async_expected_timers(case: Path) -> Counter[str]:
+    """The timers AsyncJob's savepoint holds, as (key, domain, timestamp) texts: what a restore must fire."""
+    report = json.loads((case / "async-job-report.json").read_text(encoding="utf-8"))
+    base = report["processingTimerBase"]
+    timers: Counter[str] = Counter()
+    for i in range(UID_NUM_RECORDS):
+        k = i % UID_NUM_KEYS
+        key = f"k-{k}-\u00e9\U0001f600" if k % 50 == 7 else f"k-{k}"
+        if i % 2 == 0:
+            timers[canonical([key, "EVENT_TIME", ASYNC_EVENT_BASE + i])] += 1
+        if i % 3 == 0:
+            timers[canonical([key, "PROCESSING_TIME", base + i])] += 1
+    return timers
+
+
+def assert_async_job_restored(
+    dump: Dump, parallelism: int, max_parallelism: int, expected: Counter[str]
+) -> None:
+    """Assert Flink restored every key's count (5) and fired every timer once, where Flink places its key.
+
+    A key or timer under a wrong key group reads no count (None) or fires nowhere; each key's first record,
+    and each timer when it fired, read the count through Flink's own lookup.
+    """
+    error = restore_error(dump)
+    assert error is None, f"Flink refused the restore:\n{error}"
+    keys = dump["keyed"]
+    assert len(keys) == UID_NUM_KEYS
+    for key, entry in keys.items():
+        assert entry["restored"] == UID_NUM_RECORDS // UID_NUM_KEYS, key
+        _assert_placed(key, entry, parallelism, max_parallelism)
+    fired = Counter(canonical([t["key"], t["domain"], t["timestamp"]]) for t in dump["timers"])
+    assert fired == expected
+    for timer in dump["timers"]:
+        assert timer["count"] == UID_NUM_RECORDS // UID_NUM_KEYS, timer
+        _assert_placed(timer["key"], timer, parallelism, max_parallelism)
+
+
+def _assert_placed(key: str, entry: Mapping[str, Any], parallelism: int, max_parallelism: int) -> None:
+    group = key_group_for_hash(hash_code(key, "string"), max_parallelism)
+    assert entry["keyGroup"] == group, key
+    assert entry["subtask"] == operator_index_for_key_group(max_parallelism, parallelism, group), key
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state
 - The same NATIVE output is restored by the other backend as well: one output serves both, as Flink's own
   NATIVE savepoints of the two backends do (RocksDB restores the ForSt fixture, ForSt the RocksDB one).
 - A job that sets no maxParallelism restores kg's NATIVE output at the savepoint's maxParallelism (256).
+- ForSt restores kg's NATIVE rescales (p 3 -> 4; and with maxParallelism 128 -> 256) of a savepoint written
+  with the async state API (``fixtures/flink/2.3/async-forst-native-p3``, AsyncJob): its timers are in raw
+  keyed state, redistributed by key group (``flink.raw_timers``); values and timers as in the original's
+  restore, by a job that sets no maxParallelism.
 - Each new subtask's database is built by one write task of the engine: on Spark (``local[2]``, the run's
   one session) as on the local engine, re-hashed and at the same maxParallelism (a narrow job). Both give,
   key for key and column family by column family, the databases of the driver route (``to_native`` over
@@ -25,6 +29,7 @@ session (marker ``spark``).
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +46,15 @@ from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.native_output import to_native
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (
+    ASYNC_CASE,
     CASES,
     Dump,
     RestoreRequest,
+    assert_async_job_restored,
     assert_restored_like_expected,
+    async_expected_timers,
+    async_request,
+    canonical,
     case_json,
     relocated_checkpoint,
 )
@@ -106,11 +116,40 @@ def outputs(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Outputs:
     return written
 
 
+#: AsyncJob (fixtures/java/src/kg/fixtures/AsyncJob.java: the async state API on ForSt, timers in raw keyed
+#: state): name -> (p, maxP) of kg's NATIVE rescale (None: the fixture itself, p 3 / 128), restored by a job
+#: that sets none.
+ASYNC: dict[str, tuple[int, int] | None] = {
+    "async-own": None,
+    "async-p4": (4, 128),
+    "async-p4-m256": (4, 256),
+}
+
+
+@pytest.fixture(scope="module")
+def async_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    source = CASES / ASYNC_CASE
+    out = tmp_path_factory.mktemp("async")
+    written = {}
+    for name, shape in ASYNC.items():
+        if shape is None:
+            written[name] = source
+            continue
+        p, max_p = shape
+        written[name] = out / name
+        rescale(source, out / name, p, from_parallelism=3, new_max_parallelism=max_p, output_format="native",
+                engine="local")  # fmt: skip
+    return written
+
+
 @pytest.fixture(scope="module")
 def restored(
-    restore_savepoints: RestoreRunner, outputs: Outputs, tmp_path_factory: pytest.TempPathFactory
+    restore_savepoints: RestoreRunner,
+    outputs: Outputs,
+    async_outputs: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Dump]:
-    requests = []
+    requests: list[RestoreRequest | dict[str, Any]] = []
     for case, kg, backend, p, max_p in RESTORES.values():
         key_type = (
             "long" if case_json(case, "flink-report.json")["job"]["keyType"] == "java.lang.Long" else "string"
@@ -119,7 +158,9 @@ def restored(
         if kg is None and case == FORST_CHECKPOINT:  # Flink reads shared/ only at its absolute paths
             source = relocated_checkpoint(source, tmp_path_factory.mktemp("relocated") / "chk-2").parent
         requests.append(RestoreRequest(source, p, max_p, key_type, backend))
-    return dict(zip(RESTORES, restore_savepoints(requests), strict=True))
+    # The AsyncJob restores run in the same JVM and cluster (RestoreDump hands them to AsyncJob).
+    requests += [async_request(async_outputs[name], (shape or (3, 128))[0]) for name, shape in ASYNC.items()]
+    return dict(zip([*RESTORES, *ASYNC], restore_savepoints(requests), strict=True))
 
 
 @pytest.mark.parametrize("name", list(RESTORES))
@@ -131,6 +172,29 @@ def test_restore_holds_the_jobs_state(name: str, restored: dict[str, Dump]) -> N
     backends = {s["backend"] for s in dump["keyedOperators"]["keyed-state"]["subtasks"]}
     want = {"forst": "ForStSyncKeyedStateBackend", "rocksdb": "RocksDBKeyedStateBackend"}
     assert backends == {want.get(backend, "HeapKeyedStateBackend")}
+
+
+def test_forst_restores_kgs_rescale_of_an_async_state_savepoint(restored: dict[str, Dump]) -> None:
+    # AsyncJob's ForSt NATIVE savepoint (keyBy().enableAsyncState(), a v2 ValueState, 300 event-time and 200
+    # processing-time timers in raw keyed state), and kg's NATIVE rescales to p 4 (timer sections copied by
+    # key group) and to p 4 with maxParallelism 256 (every timer re-keyed), each restored by a job that sets
+    # no maxParallelism: every key reads its count, every timer fires once where Flink places its key.
+    expected = async_expected_timers(CASES / ASYNC_CASE)
+    for name, shape in ASYNC.items():
+        p, max_p = shape or (3, 128)
+        assert_async_job_restored(restored[name], p, max_p, expected)
+    # Key by key as the original's restore read them: each key's value, each timer with the value it read.
+    own = restored["async-own"]
+    for name in ("async-p4", "async-p4-m256"):
+        dump = restored[name]
+        assert {k: e["restored"] for k, e in dump["keyed"].items()} == {
+            k: e["restored"] for k, e in own["keyed"].items()
+        }
+        assert Counter(map(_fired, dump["timers"])) == Counter(map(_fired, own["timers"]))
+
+
+def _fired(timer: dict[str, Any]) -> str:
+    return canonical([timer["key"], timer["domain"], timer["timestamp"], timer["count"]])
 
 
 def test_native_output_is_one_database_per_subtask(outputs: Outputs) -> None:

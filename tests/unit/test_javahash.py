@@ -80,3 +80,22 @@ def test_out_of_range_and_null_keys_are_refused():
         javahash.long_hash_code(2**63)
     with pytest.raises(InvalidArgumentError, match="Null keys"):
         javahash.hash_codes(pa.array(["a", None]), "string")
+
+
+def test_row_keys_hash_as_binary_row_data_in_any_chunking():
+    from keygroup_cli.errors import InvalidSnapshotError
+
+    # RowDataSerializer's bytes: the big-endian length, then the row (header word and one slot per field).
+    rows = [bytes([0, 0, 0, 0, 0, 0, 0, 0]) + i.to_bytes(8, "little") for i in range(5)]
+    rows.append(bytes(8) + b"\x00" * 8 + bytes(range(16)))  # a longer row: another length group
+    keys = pa.array([len(r).to_bytes(4, "big") + r for r in rows], type=pa.binary())
+    codes = javahash.hash_codes(keys, "row")
+    assert codes.tolist() == [javahash.hash_code(k, "row") for k in keys.to_pylist()]
+    assert len(set(codes.tolist())) == len(rows)
+    chunked = pa.chunked_array([keys.slice(0, 2), keys.slice(2)])
+    assert javahash.hash_codes(chunked, "row").tolist() == codes.tolist()
+    assert javahash.hash_codes(keys.slice(3), "row").tolist() == codes.tolist()[3:]
+    assert javahash.hash_codes(pa.array([], type=pa.binary()), "row").tolist() == []
+    for bad in (b"\x00\x00\x00\x09" + bytes(8), b"\x00\x00\x00\x06" + bytes(6), b"\x00"):
+        with pytest.raises(InvalidSnapshotError, match="not a serialized BinaryRowData"):
+            javahash.hash_codes(pa.array([bad], type=pa.binary()), "row")

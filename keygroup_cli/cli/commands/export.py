@@ -13,6 +13,7 @@ EPILOG = """\b
 Examples:
   kg export savepoint/ --operator keyed-state --state sum --out sum.parquet
   kg export savepoint/ -o keyed-state --out keyed-state/      # one <state>.parquet per state
+  kg export savepoint/ -o keyed-state --out keyed-state/ --engine spark   # Spark tasks decode the files
   duckdb -c "SELECT key, value FROM 'sum.parquet' ORDER BY value DESC LIMIT 10"
 
 \b
@@ -20,7 +21,8 @@ Columns: key_group, key, namespace (absent for VoidNamespace), user_key (map sta
 state's elements as one list), timestamp (timers), undecoded (raw bytes of an entry that did not
 decode). Values are typed from the serializer snapshots (structs for POJOs, Tuples, Rows and TTL);
 Kryo, Avro and unknown serializers stay binary, with a note. Rows are read block by block, so memory
-does not grow with the state. OUT must not exist; it appears only when complete.
+does not grow with the state. OUT must not exist; it appears only when complete. --engine spark: one
+Spark task per keyed file decodes it; kg writes their batches in file order (the same files).
 Exit codes: 0 written, 2 usage (OUT exists, no such operator or state), 3 invalid savepoint,
 4 unsupported (no keyed state).
 """
@@ -31,15 +33,33 @@ Exit codes: 0 written, 2 usage (OUT exists, no such operator or state), 3 invali
 @click.option("--operator", "-o", required=True, metavar="UID", help="The operator (uid or operator id).")
 @click.option("--state", "-s", metavar="NAME", help="Only this state: OUT is then one Parquet file.")
 @click.option("--out", required=True, type=click.Path(), metavar="FILE_OR_DIR", help="Where to write.")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="local: decode in this process; spark: one Spark task per keyed file.",
+)
+@click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
 @output_options
 @click.pass_context
-def command(ctx: click.Context, savepoint: str, operator: str, state: str | None, out: str) -> None:
+def command(
+    ctx: click.Context,
+    savepoint: str,
+    operator: str,
+    state: str | None,
+    out: str,
+    engine: str,
+    master: str | None,
+) -> None:
     """Export keyed state as Parquet: typed key, namespace, user key and value columns."""
+    from keygroup_cli.execution.state_data import state_reader
     from keygroup_cli.flink.state_export import export_states
 
     output = output_for(ctx)
+    reader = state_reader(engine, master=master)
     with progress(output) as on_progress:
-        result = export_states(savepoint, operator, out, state, on_progress)
+        result = export_states(savepoint, operator, out, state, on_progress, reader)
     document = {
         "out": result.out,
         "operator": result.operator,

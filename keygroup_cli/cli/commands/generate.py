@@ -39,7 +39,10 @@ state (kg diff exits 0). SOURCE_DATE_EPOCH fixes created_at in the manifest.
 @click.command(epilog=EPILOG)
 @click.argument("out", type=click.Path(dir_okay=True, file_okay=False))
 @operator_option(help="UID[:TYPE[:KEYS[:P[:MAXP]]]] (repeatable).", metavar="SPEC")
-@key_type_option(choices=javahash.KEY_TYPES, help="Java type of the keys of operators that do not say.")
+@key_type_option(
+    choices=(*javahash.PRIMITIVE_KEY_TYPES, "binary"),
+    help="Java type of the keys of operators that do not say.",
+)
 @click.option(
     "--keys", "-n", type=click.IntRange(min=0), default=1000, show_default=True, help="Distinct keys."
 )

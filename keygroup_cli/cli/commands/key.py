@@ -31,10 +31,13 @@ Examples:
   kg key --keys-file keys.txt -m 128 -p 3 > placement.tsv
   cut -f1 users.csv | kg key --keys-file - -m 128 -p 3 --json
   kg key '[42, "abc"]' --sql-key INT,STRING -m 128 -p 4
+  kg key '["1.25", "2024-02-29T12:34:56.789", [0, "n1"]]' -m 128 \\
+      --sql-key 'DECIMAL(10, 2), TIMESTAMP(3), ROW<INT, STRING>'
 
 \b
 --sql-key: the keys of a SQL job (GROUP BY, PARTITION BY, join keys), whose key is a BinaryRowData of
-the key columns; give its field types in order and each key as a JSON array ('42' for one field).
+the key columns; give its field types in order and each key as a JSON array ('42' for one field):
+a DECIMAL as a string or number, a TIMESTAMP as ISO text (up to nanoseconds), a ROW as an array.
 kg get and kg inspect read the types from a savepoint.
 
 Keys files are UTF-8, one key per line (\\n or \\r\\n); '-' reads stdin.

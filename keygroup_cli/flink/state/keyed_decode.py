@@ -402,7 +402,7 @@ def _scan_window(
     next) and whether the END mark was read; None for a state outside ``states`` or negative lengths.
     With the native kernels (``native_kernels``), their scan: the same result.
     """
-    native = kernels()
+    native = kernels(len(buf))
     if native is not None:
         return scan_window(native, buf, states, current)
     unpack = _INT.unpack_from

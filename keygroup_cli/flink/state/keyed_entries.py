@@ -17,7 +17,8 @@ entries in input order), so the bytes are exactly those of the decode and re-enc
 
 Entry batches are the byte route of ``--format native``; a canonical output's re-key packs the entries of
 the same cut (``Rekey.rekeyed``) into plain-byte parts instead (``entry_parts``), no Arrow on the way.
-Key types kg cannot hash (opaque ``binary`` keys) have no byte route (nor any re-key route).
+Only primitive keys take the byte route. SQL jobs' ``row`` keys are re-keyed by the row route (decoded,
+re-hashed with ``javahash.row_hash_codes``, encoded); opaque ``binary`` keys have no re-key route.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from keygroup_cli.flink.state.keyed_layout import (
     KeyedLayout,
 )
 from keygroup_cli.flink.state.native_kernels import kernels
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
+from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
 from keygroup_cli.keygroups import key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
 
@@ -72,8 +73,8 @@ ENTRY_SCHEMA = pa.schema(
 
 
 def all_states(layout: KeyedLayout) -> frozenset[int]:
-    """Return the state ids the byte route takes for ``layout``: all of them, if its keys can be hashed."""
-    if layout.codec.key_type not in HASHABLE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
+    """Return the state ids the byte route takes for ``layout``: all of them, for primitive keys."""
+    if layout.codec.key_type not in PRIMITIVE_KEY_TYPES or layout.prefix_bytes not in (1, 2):
         return frozenset()
     return frozenset(range(len(layout.states)))
 

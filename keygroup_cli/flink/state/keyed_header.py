@@ -514,6 +514,17 @@ _DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
         "org.apache.flink.api.common.typeutils.base.EnumSerializer$EnumSerializerSnapshot",
         3,
     ): _Grammar.enum_end,
+    # The Table runtime's DECIMAL (precision, scale) and TIMESTAMP (precision) serializers: fixed bodies.
+    **{
+        ("org.apache.flink.table.runtime.typeutils.DecimalDataSerializer$DecimalSerializerSnapshot", v): (
+            lambda _g, p: p + 8
+        )
+        for v in (1, 2, 3)
+    },
+    (
+        "org.apache.flink.table.runtime.typeutils.TimestampDataSerializer$TimestampDataSerializerSnapshot",
+        1,
+    ): lambda _g, p: p + 4,
 }
 
 
@@ -588,6 +599,24 @@ def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
     if found is None:
         raise InvalidSnapshotError(f"{source}: not a serializer snapshot", code="FLINK_STATE_HEADER_CORRUPT")
     return found[0]
+
+
+def read_versioned_snapshot(data: bytes, pos: int, end: int) -> tuple[SerializerSnapshot, int] | None:
+    """Parse one ``writeVersionedSnapshot`` at ``pos`` whose end its own bytes give, or return None.
+
+    For snapshots that are not framed by a length (a timer section's key and namespace serializers): only a
+    body kg understands counts (a simple snapshot, a POJO's frames, Kryo's maps, a composite's nested
+    snapshots), never one whose end would be a guess.
+    """
+    grammar = _Grammar(data, end)
+    try:
+        for snapshot, q in grammar.versioned(pos):
+            if snapshot.known and all(n.known for n in snapshot.nested):
+                return snapshot, q
+            return None
+    except _GiveUp:
+        return None
+    return None
 
 
 def read_operator_header(data: bytes, source: str, end: int | None = None) -> OperatorStateHeader:

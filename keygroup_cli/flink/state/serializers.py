@@ -38,8 +38,8 @@ GLOBAL_WINDOW_SNAPSHOT = (
     "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot"
 )
 
-#: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): opaque ``binary`` keys to this module, but
-#: self-delimiting: an int length (big-endian), then the row's bytes.
+#: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): ``row`` keys, bytes to this module (self-
+#: delimiting: an int length, big-endian, then the row's bytes) that ``javahash`` hashes as Flink does.
 ROW_DATA_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
 
 #: kg key type per key-serializer snapshot class; any other class is carried as ``binary``.
@@ -164,7 +164,7 @@ class KeyCodec:
     """How to find the end of, decode and encode a serialized key.
 
     Attributes:
-        key_type: kg key type (``string``, ``long``, ``int``, ``boolean`` or ``binary``).
+        key_type: kg key type (``string``, ``long``, ``int``, ``boolean``, ``row`` or ``binary``).
         fixed_size: Bytes per key for a fixed-size serializer, None for a variable-length one.
         serializer_class: The key serializer's snapshot class.
     """
@@ -243,6 +243,8 @@ def key_codec(serializer_class: str) -> KeyCodec:
     """Return the codec for a key serializer snapshot class (opaque ``binary`` for unknown classes)."""
     if serializer_class == STRING_SNAPSHOT:
         return KeyCodec("string", None, serializer_class)
+    if serializer_class == ROW_DATA_SNAPSHOT:
+        return KeyCodec("row", None, serializer_class)
     key_type = KEY_TYPE_BY_SNAPSHOT.get(serializer_class, "binary")
     return KeyCodec(key_type, FIXED_SIZES.get(serializer_class), serializer_class)
 

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
-from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, decode_row
+from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
 from keygroup_cli.flink.state.keyed_header import (
     OPTIONAL_MAP_HEADER,
     SerializerSnapshot,
@@ -489,15 +489,42 @@ class _RowData(Codec):
     def arrow_type(self) -> pa.DataType:
         if self.reason:
             return pa.binary()
-        fields = [(f"f{i}", _ROW_FIELD_ARROW[k]) for i, k in enumerate(self.fields.kinds)]
+        fields = _row_arrow_fields(self.fields)
         return pa.struct(fields if self.as_key else [("kind", pa.string()), *fields])
 
     def to_arrow(self, value: Any) -> Any:
         if value is None:
             return None
-        items = value if self.as_key else value["fields"]
-        out = {f"f{i}": v for i, v in enumerate(items)}
+        out = _row_arrow_value(self.fields, value if self.as_key else value["fields"])
         return out if self.as_key else {"kind": value["kind"], **out}
+
+
+def _row_arrow_fields(fields: RowFields) -> list[tuple[str, pa.DataType]]:
+    """Return the struct fields of a row: ``f0``, ``f1``, … typed by kind (DECIMAL, TIMESTAMP, ROW too)."""
+    out = []
+    for i, kind in enumerate(fields.kinds):
+        param = fields.param(i)
+        if kind == "decimal":
+            arrow: pa.DataType = pa.decimal128(*param)
+        elif kind == "timestamp":
+            arrow = pa.timestamp(arrow_unit(param))
+        elif kind == "row":
+            arrow = pa.struct(_row_arrow_fields(param))
+        else:
+            arrow = _ROW_FIELD_ARROW[kind]
+        out.append((f"f{i}", arrow))
+    return out
+
+
+def _row_arrow_value(fields: RowFields, items: list[Any]) -> dict[str, Any]:
+    out = {}
+    for i, (kind, item) in enumerate(zip(fields.kinds, items, strict=True)):
+        if item is not None and kind == "timestamp":
+            item = item.arrow_value(fields.param(i))
+        elif item is not None and kind == "row":
+            item = _row_arrow_value(fields.param(i), item)
+        out[f"f{i}"] = item
+    return out
 
 
 class _VoidNamespace(Codec):

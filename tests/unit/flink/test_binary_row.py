@@ -24,13 +24,16 @@ from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.binary_row import (
     RowDecodeError,
     RowFields,
+    SqlTimestamp,
     decode_row,
     encode_row,
     parse_row_key,
     row_hash_code,
+    shown_scalar,
 )
 from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid
+from keygroup_cli.javahash import hash_codes
+from keygroup_cli.keygroups import key_group_for_hash, key_groups_for_hashes, operator_id_for_uid
 
 ALL_FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 SQL_CASES = (
@@ -46,6 +49,8 @@ KEY_TYPES = {
     "string": ("VARCHAR",),
     "composite": ("INTEGER", "VARCHAR", "BOOLEAN"),
     "distinct": ("INTEGER",),
+    # A compact and a long DECIMAL, a compact and a fine TIMESTAMP, a nested ROW (README-sql.md).
+    "typed": ("DECIMAL(10, 2)", "DECIMAL(25, 4)", "TIMESTAMP(3)", "TIMESTAMP(9)", "ROW<INTEGER, VARCHAR>"),
 }
 #: SqlJob's k_str values (SqlJob.STRINGS).
 STRINGS = {"a", "bb", "seven77", "eight888", "a-longer-key-with-more-than-16-bytes", "é€😀", ""}
@@ -74,12 +79,21 @@ def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str
                 batches = decode_keyed_file(
                     src, stream.handle, stream.layout, compressed=stream.header.compressed
                 )
-                for row in (r for batch in batches for r in batch.to_pylist()):
+                rows = []
+                for batch in batches:
+                    # The vectorised hash of the key column (kg rescale's re-key) agrees with Flink's groups.
+                    codes = hash_codes(batch.column("key"), "row")
+                    groups = key_groups_for_hashes(codes, want["maxParallelism"])
+                    assert groups.tolist() == batch.column("key_group").to_pylist()
+                    rows += batch.to_pylist()
+                for row in rows:
                     raw = row["key"]
                     assert struct.unpack_from(">i", raw)[0] == len(raw) - 4  # RowDataSerializer's length
-                    kind, values = decode_row(fields, raw[4:])
+                    kind, decoded = decode_row(fields, raw[4:])
                     assert kind == "+I"
-                    assert encode_row(fields, values) == raw[4:], values
+                    # Flink's bytes again, null long DECIMALs and fine TIMESTAMPs' reserved space included.
+                    assert encode_row(fields, decoded) == raw[4:], decoded
+                    values = _as_json(decoded)  # as the job wrote its keys: DECIMAL and TIMESTAMP as text
                     group = key_group_for_hash(row_hash_code(raw[4:]), want["maxParallelism"])
                     assert group == row["key_group"], values
                     entry = typed_entry(codecs[row["state"]], row)
@@ -96,6 +110,10 @@ def test_every_key_rehashes_to_its_key_group_and_holds_the_jobs_result(case: str
             assert set().union(*distinct.values()) == set(STRINGS)
         else:
             assert acc == results, query["name"]
+
+
+def _as_json(value: Any) -> Any:
+    return [_as_json(v) for v in value] if isinstance(value, list) else shown_scalar(value)
 
 
 def test_the_value_rows_are_typed_from_their_snapshot() -> None:
@@ -184,7 +202,47 @@ def test_a_key_rows_length_prefix_delimits_it() -> None:
     codec = key_codec(ROW_DATA_SNAPSHOT)
     row = encode_row(_fields("int"), [7])
     data = struct.pack(">i", len(row)) + row + b"\x00namespace"
-    assert (codec.key_type, codec.self_delimiting) == ("binary", True)
+    assert (codec.key_type, codec.self_delimiting) == ("row", True)
     assert codec.read(data, 0) == (data[: 4 + len(row)], 4 + len(row))
     with pytest.raises(InvalidSnapshotError, match="runs past"):
         codec.read(struct.pack(">i", 64) + row, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "millisecond", "nanos"),
+    [
+        ("1970-01-01T00:00", 0, 0),
+        ("1969-12-31T23:59:58.123456789", -1877, 456789),
+        ("2024-02-29T12:34:56.789", 1709210096789, 0),
+        ("0001-01-01T00:00:00.000001", -62135596800000, 1000),
+    ],
+)
+def test_timestamps_read_and_show_as_java_does(text: str, millisecond: int, nanos: int) -> None:
+    value = SqlTimestamp.parse(text.replace("T", " ") if nanos else text)
+    assert (value.millisecond, value.nano_of_millisecond) == (millisecond, nanos)
+    assert str(value) == text  # LocalDateTime.toString(): seconds and fraction only when not zero
+
+
+def test_long_decimals_fine_timestamps_and_rows_round_trip_and_reserve_space_when_null() -> None:
+    from decimal import Decimal
+
+    from keygroup_cli.flink.state.binary_row import row_fields_from_sql
+
+    fields = row_fields_from_sql("DECIMAL(25, 4), TIMESTAMP(9), ROW<a INT, b STRING>, DECIMAL(5, 2)")
+    values = [Decimal("-12345678901234567890.1234"), SqlTimestamp(-1, 999_999), [7, "a long string"], None]
+    row = encode_row(fields, values)
+    assert decode_row(fields, row)[1] == values
+    nulls = encode_row(fields, [None, None, None, None])
+    # Header and four slots, then 16 bytes for the null DECIMAL(25, 4) and 8 for the null TIMESTAMP(9).
+    assert len(nulls) == 8 + 4 * 8 + 16 + 8
+    assert decode_row(fields, nulls)[1] == [None, None, None, None]
+    with pytest.raises(InvalidArgumentError, match="does not fit DECIMAL"):
+        parse_row_key('["1.23456", null, null, null]', fields)
+    with pytest.raises(InvalidArgumentError, match="more fractional digits"):
+        parse_row_key("2024-02-29T12:34:56.7891", row_fields_from_sql("TIMESTAMP(3)"))
+    assert parse_row_key('["-0.5", "1970-01-01 00:00:01.5", [1, null], 1.25]', fields) == (
+        Decimal("-0.5000"),
+        SqlTimestamp(1500),
+        [1, None],
+        Decimal("1.25"),
+    )

@@ -338,3 +338,19 @@ def test_the_compile_cache_lives_in_kgs_cache_directory(tmp_path: Path) -> None:
         "kernels(); import numba; print(numba.config.CACHE_DIR)\n"
     )
     assert _python(code, KG_NATIVE="1", KG_CACHE_DIR=str(tmp_path)).stdout.strip() == str(tmp_path / "numba")
+
+
+def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
+    # Loading numba costs far more than walking a small savepoint in Python: auto waits for 32 MiB of blocks.
+    code = (
+        "import sys\n"
+        "from keygroup_cli.flink.state.native_kernels import AUTO_AFTER_BYTES, kernels\n"
+        "small = kernels(AUTO_AFTER_BYTES // 2)\n"
+        "print(small is None, 'numba' in sys.modules)\n"
+        "large = kernels(AUTO_AFTER_BYTES // 2)\n"
+        "print(large is not None, 'numba' in sys.modules, kernels() is large)\n"
+    )
+    assert _python(code, KG_NATIVE="auto").stdout.split() == ["True", "False", "True", "True", "True"]
+    # KG_NATIVE=1 asks for them on the first block, however small.
+    first = "from keygroup_cli.flink.state.native_kernels import kernels\nprint(kernels(1) is not None)\n"
+    assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
