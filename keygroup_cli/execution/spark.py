@@ -169,17 +169,26 @@ def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkCon
         conf.setMaster(master or "local[*]")
     if not submitted:
         conf.setAppName("kg rescale")
+    for key, value in session_settings(master, config, submitted=submitted).items():
+        conf.set(key, value)
+    return conf
+
+
+def session_settings(
+    master: str | None, config: dict[str, str] | None, *, submitted: bool = False
+) -> dict[str, str]:
+    """Return the settings kg gives a session it starts: its own, then the caller's ``config`` (which win)."""
     settings = {**SESSION_CONFIG, **_pythonpath_config(), **(config or {})}
-    if (master or ("local" if not submitted else "")).startswith("local"):
-        # kg's own interpreter runs the workers (``worker_python``): its daemon imports pyspark from the
-        # installed package, with bytecode, rather than from Spark's zip (``keygroup_cli.spark_daemon``).
+    local = (master or ("local" if not submitted else "")).startswith("local")
+    if local and worker_python(master, config) == sys.executable:
+        # kg's own interpreter runs the workers: their daemon imports pyspark from the installed package,
+        # with bytecode, rather than from Spark's zip (``keygroup_cli.spark_daemon``). Another interpreter
+        # (PYSPARK_PYTHON, spark.pyspark.python) keeps pyspark's daemon: it may not have kg at all.
         settings.setdefault("spark.python.daemon.module", DAEMON_MODULE)
     sharing = class_data_sharing_option()
     if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
         settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
-    for key, value in settings.items():
-        conf.set(key, value)
-    return conf
+    return settings
 
 
 def _launch(conf: SparkConf, verbose: bool) -> SparkContext:
@@ -977,6 +986,7 @@ __all__ = [
     "check_java",
     "check_workers",
     "keep_console_log",
+    "session_settings",
     "spark_session",
     "state_dataframe",
     "state_reader",

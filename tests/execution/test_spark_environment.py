@@ -173,3 +173,18 @@ def test_every_keyed_operator_of_a_stage_runs_in_one_spark_job(spark, tmp_path, 
     assert collected == [sorted(result.keyed_rows)]
     local = rescale(source, tmp_path / "local", 4, new_max_parallelism=1024, engine="local")
     assert result.keyed_rows == local.keyed_rows
+
+
+def test_only_kgs_own_interpreter_gets_kgs_daemon(monkeypatch):
+    # Another worker Python (the user's choice) may not have kg: it keeps pyspark's own daemon.
+    from keygroup_cli.execution.spark import DAEMON_MODULE, session_settings
+
+    def daemon(master, config=None):  # type: ignore[no-untyped-def]
+        return session_settings(master, config).get("spark.python.daemon.module")
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert daemon(None) == DAEMON_MODULE and daemon("local[2]") == DAEMON_MODULE
+    assert daemon(None, {"spark.pyspark.python": "/env/bin/python"}) is None
+    assert daemon("spark://host:7077") is None
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    assert daemon(None) is None
