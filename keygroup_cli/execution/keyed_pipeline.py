@@ -58,8 +58,6 @@ from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 
-#: The least bytes of blocks a read task gets when files are cut into pieces (``plan_keyed_jobs``).
-MIN_READ_TASK_BYTES = 8 << 20
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
 STAGE = "re-hash keyed state (bytes)"
 #: The stage of ``--format native`` jobs: each new subtask's database is built by its write task.

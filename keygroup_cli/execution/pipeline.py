@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 #: Upper bound of re-hash buckets: memory per bucket is about snapshot size / this.
 MAX_BUCKETS = 256
+#: The least bytes a read task gets when an engine cuts files into pieces (a Spark task's fixed start, about
+#: 0.1 s, is worth paying only for enough bytes): blocks of a savepoint, row groups (uncompressed) of a kg
+#: snapshot.
+MIN_READ_TASK_BYTES = 8 << 20
 
 #: Rows as read tasks yield them and write tasks take them.
 Rows: TypeAlias = pa.Table | pa.RecordBatch

@@ -54,9 +54,10 @@ from keygroup_cli.execution import (
     choose_engine,
     get_executor,
 )
-from keygroup_cli.execution.keyed_pipeline import MIN_READ_TASK_BYTES, plan_keyed_jobs
+from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.options import EngineOptions
+from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES
 from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_origin
 from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepoint
 from keygroup_cli.flink.finished import require_finished_kept

@@ -35,6 +35,7 @@ from keygroup_cli.execution import (
     choose_engine,
     tasks,
 )
+from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest, verify_file
@@ -163,7 +164,9 @@ def execute(
     The engine runs the plan's jobs (``tasks.plan_snapshot_jobs``: keyed state, and the operators left as
     they are); operator state, small, is redistributed here (``tasks.write_operator_state``).
     """
-    jobs = tasks.plan_snapshot_jobs(plan, snapshot, staging, pieces=executor.read_pieces())
+    jobs = tasks.plan_snapshot_jobs(
+        plan, snapshot, staging, pieces=executor.read_pieces(), min_piece_bytes=MIN_READ_TASK_BYTES
+    )
     keyed = executor.run(jobs, staging, report)
     written = []
     for op_plan in plan.operators:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,14 +79,14 @@ def copy_files(source: Snapshot, target: Path, files: Iterable[KeyedFile | Opera
 
 @dataclass(frozen=True, slots=True)
 class ParquetKeyedRead:
-    """Read one keyed file of a kg snapshot: all of it, the rows of some key groups, or one row group."""
+    """Read one keyed file of a kg snapshot: all of it, the rows of some key groups, or some row groups."""
 
     source: Snapshot
     file: KeyedFile
     #: Only the rows of these key groups (row groups outside are skipped without being read).
     key_groups: KeyGroupRange | None = None
-    #: Only this row group.
-    row_group: int | None = None
+    #: Only these row groups (contiguous, ascending).
+    row_groups: tuple[int, ...] | None = None
     #: The rows the task reads (progress).
     weight: int = 0
 
@@ -104,7 +104,7 @@ class ParquetKeyedRead:
             yield rekeyed(table, hash_codes(table.column("key"), job.key_type), job.new_max_parallelism)
 
     def _batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        if self.row_group is None:
+        if self.row_groups is None:
             yield from iter_keyed_batches(
                 self.source, self.file, key_groups=self.key_groups, batch_rows=batch_rows
             )
@@ -112,7 +112,7 @@ class ParquetKeyedRead:
         path = self.source.resolve(self.file.path)
         try:
             pf = pq.ParquetFile(path, pre_buffer=False)
-            yield from pf.iter_batches(batch_size=batch_rows, row_groups=[self.row_group])
+            yield from pf.iter_batches(batch_size=batch_rows, row_groups=list(self.row_groups))
         except (OSError, pa.ArrowException) as exc:
             raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
@@ -158,12 +158,14 @@ class ParquetKeyedWrite:
 
 
 def plan_snapshot_jobs(
-    plan: RescalePlan, source: Snapshot, target: Path, *, pieces: int = 1
+    plan: RescalePlan, source: Snapshot, target: Path, *, pieces: int = 1, min_piece_bytes: int = 0
 ) -> list[Job[WrittenParquetFile]]:
     """Return the jobs that write every keyed file of the rescaled ``source`` into ``target``.
 
     Operator state is not in them (see ``write_operator_state``), except that an operator left as it is
-    is copied whole. ``pieces`` above 1 cuts re-hashed files into one read task per row group.
+    is copied whole. ``pieces`` above 1 cuts each re-hashed file into up to that many read tasks of
+    contiguous row groups, each of at least ``min_piece_bytes`` of row groups (uncompressed) where given:
+    a task costs its engine a fixed start, worth paying only for enough rows.
     """
     jobs: list[Job[WrittenParquetFile]] = []
     for op_plan in plan.operators:
@@ -177,7 +179,7 @@ def plan_snapshot_jobs(
         elif op_plan.keyed_mode == "move":
             jobs.append(_narrow_job(source, target, op, op_plan))
         elif op_plan.keyed_mode == "rehash":
-            jobs.append(_rehash_job(source, target, op, op_plan, pieces))
+            jobs.append(_rehash_job(source, target, op, op_plan, pieces, min_piece_bytes))
     return jobs
 
 
@@ -249,20 +251,41 @@ def _narrow_job(
 
 
 def _rehash_job(
-    source: Snapshot, target: Path, op: Operator, plan: OperatorPlan, pieces: int
+    source: Snapshot, target: Path, op: Operator, plan: OperatorPlan, pieces: int, min_bytes: int
 ) -> KeyedJob[WrittenParquetFile]:
-    """Return a maxParallelism change: read tasks by old file (or row group), in old-subtask order."""
+    """Return a maxParallelism change: read tasks by old file (or run of row groups), old-subtask order."""
     reads = []
     for old in sorted(op.keyed_files, key=lambda f: f.subtask):
         if pieces <= 1:
             reads.append(ParquetKeyedRead(source, old, weight=old.rows))
             continue
         meta = pq.ParquetFile(source.resolve(old.path)).metadata
-        reads.extend(
-            ParquetKeyedRead(source, old, row_group=i, weight=meta.row_group(i).num_rows)
-            for i in range(meta.num_row_groups)
-        )
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        for run in row_group_runs([g.total_byte_size for g in groups], pieces, min_bytes):
+            rows = sum(groups[i].num_rows for i in run)
+            reads.append(ParquetKeyedRead(source, old, row_groups=run, weight=rows))
     return _job(target, op, plan, reads)
+
+
+def row_group_runs(sizes: Sequence[int], pieces: int, min_bytes: int = 0) -> list[tuple[int, ...]]:
+    """Cut row groups of ``sizes`` bytes into at most ``pieces`` contiguous runs of similar bytes.
+
+    With ``min_bytes``, into no more runs than there are ``min_bytes`` in all; every row group is in
+    exactly one run, in order. A file without row groups gives one empty run (its task reads nothing).
+    """
+    total = sum(sizes)
+    cuts = min(pieces, len(sizes), max(1, total // min_bytes) if min_bytes > 0 else pieces)
+    if cuts <= 1:
+        return [tuple(range(len(sizes)))]
+    share = total / cuts
+    runs: list[tuple[int, ...]] = []
+    first, acc = 0, 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if i == len(sizes) - 1 or (acc >= share and len(runs) < cuts - 1):
+            runs.append(tuple(range(first, i + 1)))
+            first, acc = i + 1, 0
+    return runs
 
 
 # -- Operator state ------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.execution.local import SPILL_DIR, LocalExecutor
-from keygroup_cli.execution.pipeline import CopyJob, KeyedJob
-from keygroup_cli.execution.tasks import WrittenParquetFile, plan_snapshot_jobs
+from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES, CopyJob, KeyedJob
+from keygroup_cli.execution.tasks import WrittenParquetFile, plan_snapshot_jobs, row_group_runs
 from keygroup_cli.planning import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate
@@ -64,7 +64,7 @@ def test_row_group_read_tasks_write_what_whole_files_write(source: Path, tmp_pat
         jobs = plan_snapshot_jobs(plan, snapshot, tmp_path / f"p{pieces}", pieces=pieces)
         runs.append(_written(tmp_path / f"p{pieces}", LocalExecutor(batch_rows=97).run(jobs, tmp_path)))
         reads.append([len(j.reads) for j in jobs if isinstance(j, KeyedJob)])
-    # One read task per old file, or one per row group (the fixture's files hold several).
+    # One read task per old file, or up to 4 runs of row groups per file (the fixture's files hold several).
     assert reads[0] == [3, 2] and all(many > few for few, many in zip(*reads, strict=True))
     assert runs[0] and runs[0] == runs[1]
     assert not (tmp_path / SPILL_DIR).exists()
@@ -91,3 +91,27 @@ def test_jobs_pickle(source: Path, tmp_path: Path) -> None:
     for plan in (plan_rescale(snapshot, 4), plan_rescale(snapshot, 4, None, 256)):
         jobs = plan_snapshot_jobs(plan, snapshot, tmp_path, pieces=4)
         assert pickle.loads(pickle.dumps(jobs)) == jobs
+
+
+def test_row_groups_are_cut_into_runs_of_similar_bytes_and_no_smaller_than_asked() -> None:
+    sizes = [10, 10, 10, 10, 10, 10, 10, 10]
+    assert row_group_runs(sizes, 4) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    # At least 30 bytes a run: 80 bytes make two runs, however many pieces were asked for.
+    assert row_group_runs(sizes, 16, min_bytes=30) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert row_group_runs(sizes, 16, min_bytes=100) == [tuple(range(8))]
+    # Never more runs than row groups; a run ends once it holds its share; every row group once, in order.
+    assert row_group_runs([5, 100, 5], 8) == [(0, 1), (2,)]
+    assert row_group_runs([100, 1, 1, 1, 1], 2) == [(0,), (1, 2, 3, 4)]
+    assert row_group_runs([], 4) == [()]
+
+
+def test_a_small_snapshot_is_read_in_one_task_per_file_on_an_engine_that_cuts_pieces(
+    source: Path, tmp_path: Path
+) -> None:
+    # A Spark task's fixed start is paid only for enough bytes: the fixture's files are far below 8 MiB.
+    snapshot = open_snapshot(source)
+    plan = plan_rescale(snapshot, 5, None, 1024)
+    jobs = plan_snapshot_jobs(plan, snapshot, tmp_path, pieces=16, min_piece_bytes=MIN_READ_TASK_BYTES)
+    keyed = [j for j in jobs if isinstance(j, KeyedJob)]
+    assert [len(j.reads) for j in keyed] == [3, 2]
+    assert all(len(r.row_groups) > 1 for j in keyed for r in j.reads)
