@@ -109,5 +109,8 @@ def test_a_worker_python_without_kg_exits_6_with_one_line(env: dict[str, str], t
     assert error["code"] == "SPARK_WORKER_FAILED"
     assert DECOY_MARK in error["message"] and "PYSPARK_PYTHON" in error["message"]
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip().count("\n") == 0, done.stderr
+    # One line, besides the one-time notice of Spark's class archive when this is the cache's first
+    # Spark start (this test run alone).
+    lines = [line for line in done.stderr.strip().splitlines() if "one-time archive" not in line]
+    assert len(lines) == 1, done.stderr
     assert not (tmp_path / "out").exists()
