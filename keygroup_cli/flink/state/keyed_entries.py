@@ -47,7 +47,9 @@ from keygroup_cli.flink.state.keyed_encode import (
     _ENCODE_CHUNK_ROWS,
     _big_endian,
     _Block,
+    _cut_blocks,
     _fixed_cells,
+    _prefix_cells,
 )
 from keygroup_cli.flink.state.keyed_layout import (
     _INT,
@@ -433,37 +435,15 @@ def _encode(entries: Entries, layout: KeyedLayout) -> list[_Block]:
     run_end[:-1] |= states[1:] != states[:-1]
     next_state = np.full(count, END_OF_KEY_GROUP_MARK, dtype=np.int64)
     next_state[:-1] = np.where(group_end[:-1], END_OF_KEY_GROUP_MARK, states[1:])
-    nprefix = layout.prefix_bytes
-    if nprefix == 2:
-        prefix = _big_endian(groups, ">u2").copy()
-    else:
-        prefix = groups.astype(np.uint8).reshape(count, 1)
-    prefix[:, 0] |= np.where(run_end, FIRST_BIT_IN_BYTE_MASK, 0).astype(np.uint8)
     joined = pc.binary_join_element_wise(
         _fixed_cells(_big_endian(states, ">u2"), group_start),
-        _fixed_cells(_big_endian(nprefix + entries.key_length, ">i4")),
-        _fixed_cells(prefix),
+        _fixed_cells(_big_endian(layout.prefix_bytes + entries.key_length, ">i4")),
+        _fixed_cells(_prefix_cells(groups, run_end, layout.prefix_bytes)),
         entries.entry,
         _fixed_cells(_big_endian(next_state, ">u2"), run_end),
         _EMPTY,
     )
-    bounds = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=count + 1)[
-        joined.offset : joined.offset + count + 1
-    ].astype(np.int64)
-    data = memoryview(joined.buffers()[2]) if joined.buffers()[2] is not None else memoryview(b"")
-    value_ends = bounds[1:] - 2 * run_end
-    lows = np.flatnonzero(group_start)
-    highs = [*lows[1:].tolist(), count]
-    return [
-        _Block(
-            int(groups[lo]),
-            data[int(bounds[lo]) : int(bounds[hi])],
-            hi - lo,
-            value_ends[lo:hi] - bounds[lo],
-            run_end[lo:hi],
-        )
-        for lo, hi in zip(lows.tolist(), highs, strict=True)
-    ]
+    return _cut_blocks(joined, groups, group_start, run_end)
 
 
 __all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states", "check_entries"]
