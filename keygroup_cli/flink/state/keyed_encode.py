@@ -256,6 +256,28 @@ class BlockSource(Protocol[S]):
         ...
 
 
+def header_state_ids(state: pa.Array | pa.ChunkedArray, state_ids: dict[str, int]) -> np.ndarray:
+    """Return each row's state id in the header (int32) for a column of state names.
+
+    Raises:
+        InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+    """
+    if isinstance(state, pa.ChunkedArray):
+        state = state.combine_chunks()
+    if not pa.types.is_dictionary(state.type):
+        state = pc.dictionary_encode(state)
+    names = state.dictionary.to_pylist()
+    lookup = np.asarray([state_ids.get(n, -1) for n in names], dtype=np.int32)
+    indices = state.indices.to_numpy(zero_copy_only=False)
+    states = lookup[indices] if len(names) else np.zeros(0, dtype=np.int32)
+    if bool((states < 0).any()):
+        name = names[int(indices[int(np.argmax(states < 0))])]
+        raise InvalidSnapshotError(
+            f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
+        )
+    return states
+
+
 @dataclass(frozen=True, slots=True)
 class _Rows:
     """Keyed rows on their way to blocks: key groups and state ids as numpy, the rest as Arrow arrays."""
@@ -276,18 +298,7 @@ class _Rows:
         Raises:
             InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
         """
-        state = batch.column("state")
-        if not pa.types.is_dictionary(state.type):
-            state = pc.dictionary_encode(state)
-        names = state.dictionary.to_pylist()
-        lookup = np.asarray([state_ids.get(n, -1) for n in names], dtype=np.int32)
-        indices = state.indices.to_numpy(zero_copy_only=False)
-        states = lookup[indices] if len(names) else np.zeros(0, dtype=np.int32)
-        if bool((states < 0).any()):
-            name = names[int(indices[int(np.argmax(states < 0))])]
-            raise InvalidSnapshotError(
-                f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
-            )
+        states = header_state_ids(batch.column("state"), state_ids)
         ordered = tuple(sorted(state_ids, key=state_ids.__getitem__))
         return cls(
             batch.column("key_group").to_numpy(zero_copy_only=False).astype(np.int64),

@@ -50,6 +50,7 @@ from keygroup_cli.flink.state.keyed_encode import (
     _cut_blocks,
     _fixed_cells,
     _prefix_cells,
+    header_state_ids,
 )
 from keygroup_cli.flink.state.keyed_layout import (
     _INT,
@@ -341,16 +342,7 @@ class Entries:
         Raises:
             InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
         """
-        state = batch.column("state")
-        names = state.dictionary.to_pylist()
-        lookup = np.asarray([state_ids.get(n, -1) for n in names], dtype=np.int32)
-        indices = state.indices.to_numpy(zero_copy_only=False)
-        states = lookup[indices] if len(names) else np.zeros(0, dtype=np.int32)
-        if bool((states < 0).any()):
-            name = names[int(indices[int(np.argmax(states < 0))])]
-            raise InvalidSnapshotError(
-                f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
-            )
+        states = header_state_ids(batch.column("state"), state_ids)
         return cls(
             batch.column("key_group").to_numpy(zero_copy_only=False).astype(np.int64),
             states.astype(np.int32),
