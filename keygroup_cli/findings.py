@@ -31,6 +31,15 @@ class Finding:
     subject: str
     message: str
 
+    def document(self) -> dict[str, str]:
+        """Return the finding as ``--json`` prints it (docs/reference/json-output.md)."""
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "subject": self.subject,
+            "message": self.message,
+        }
+
 
 #: Every finding code kg can emit, sorted, with a one-line meaning (rendered in docs/reference).
 FINDING_CODES: dict[str, str] = {

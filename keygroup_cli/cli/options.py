@@ -8,12 +8,14 @@ One short flag has one meaning in every command (``tests/cli/test_options.py`` e
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from keygroup_cli.cli.render import TABLE_STYLES, Output
-from keygroup_cli.keygroups import explain_bounds
+from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM, explain_bounds
 
 if TYPE_CHECKING:
     from keygroup_cli.migration import MigrationRequest
@@ -271,3 +273,39 @@ def require_bounds(
     )
     if refused is not None:
         raise refused
+
+
+def per_operator_values(values: tuple[str, ...], flag: str) -> tuple[int | None, dict[str, int]]:
+    """Split ``N`` and ``UID=N`` values; bounds as Flink's ``checkParallelismPreconditions``."""
+    default, per_op = None, {}
+    for value in values:
+        key, _, number = value.rpartition("=")
+        try:
+            n = int(number)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{flag} {value}: expected N or UID=N", code="INVALID_OPTION"
+            ) from None
+        if not 0 < n <= UPPER_BOUND_MAX_PARALLELISM:
+            kind = "maxParallelism" if flag == "--max-parallelism" else "parallelism"
+            raise InvalidArgumentError(
+                f"{flag} {value}: Operator parallelism not within bounds: {n} "
+                f"(Flink allows a {kind} of 1 to {UPPER_BOUND_MAX_PARALLELISM})",
+                code="PARALLELISM_OUT_OF_BOUNDS",
+            )
+        if key:
+            per_op[key] = n
+        else:
+            default = n
+    return default, per_op
+
+
+def read_job_uids(path: Path) -> list[str]:
+    """Return the uids listed in a ``--job-uids`` file: one a line; blank lines and ``#`` comments skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"--job-uids {path}: cannot read: {exc.strerror}", code="INVALID_OPTION"
+        ) from None
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from keygroup_cli.checks import RestorePlan, check_restore
+from keygroup_cli.cli.check_render import print_findings
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import max_parallelism_option, output_options, parallelism_option
-from keygroup_cli.cli.render import counted, output_for, print_table, table_style
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.findings import Finding, Severity, exit_code_for
-from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM
+from keygroup_cli.cli.options import (
+    max_parallelism_option,
+    output_options,
+    parallelism_option,
+    per_operator_values,
+    read_job_uids,
+)
+from keygroup_cli.cli.render import output_for
+from keygroup_cli.findings import exit_code_for
 from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
 from keygroup_cli.upgrade import parse_target, upgrade_findings
@@ -33,41 +36,6 @@ Examples:
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
 """
-
-
-def _per_operator(values: tuple[str, ...], flag: str) -> tuple[int | None, dict[str, int]]:
-    """Split ``N`` and ``UID=N`` values; bounds as Flink's ``checkParallelismPreconditions``."""
-    default, per_op = None, {}
-    for value in values:
-        key, _, number = value.rpartition("=")
-        try:
-            n = int(number)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"{flag} {value}: expected N or UID=N", code="INVALID_OPTION"
-            ) from None
-        if not 0 < n <= UPPER_BOUND_MAX_PARALLELISM:
-            kind = "maxParallelism" if flag == "--max-parallelism" else "parallelism"
-            raise InvalidArgumentError(
-                f"{flag} {value}: Operator parallelism not within bounds: {n} "
-                f"(Flink allows a {kind} of 1 to {UPPER_BOUND_MAX_PARALLELISM})",
-                code="PARALLELISM_OUT_OF_BOUNDS",
-            )
-        if key:
-            per_op[key] = n
-        else:
-            default = n
-    return default, per_op
-
-
-def _read_uids(path: Path) -> list[str]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InvalidArgumentError(
-            f"--job-uids {path}: cannot read: {exc.strerror}", code="INVALID_OPTION"
-        ) from None
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
 @click.command(epilog=EPILOG)
@@ -139,9 +107,9 @@ def command(
     state file too, as kg verify); no JVM.
     """
     out = output_for(ctx)
-    p_all, p_for = _per_operator(parallelism, "--parallelism")
-    m_all, m_for = _per_operator(max_parallelism, "--max-parallelism")
-    uids = _read_uids(job_uids) if job_uids else None
+    p_all, p_for = per_operator_values(parallelism, "--parallelism")
+    m_all, m_for = per_operator_values(max_parallelism, "--max-parallelism")
+    uids = read_job_uids(job_uids) if job_uids else None
     # --against: the new job's operators, with their states, from a savepoint of it.
     new_job = summarize(against).operators if against is not None else None
     if new_job is not None and uids is None:
@@ -172,40 +140,14 @@ def command(
         "path": str(summary.path),
         "format": summary.format,
         "checked_operators": checked,
-        "findings": [
-            {"code": f.code, "severity": f.severity.value, "subject": f.subject, "message": f.message}
-            for f in findings
-        ],
+        "findings": [f.document() for f in findings],
     }
     if uids is not None:
         document["migrate"] = suggestion.document() if suggestion else None
     lines = suggestion.lines() if suggestion else []
-    out.result("check", document, lambda console: _text(console, findings, checked, code == 0, lines))
-    ctx.exit(int(code))
-
-
-def _text(console: Console, findings: list[Finding], checked: int, ok: bool, lines: list[str]) -> None:
-    if table_style(console) == "rich":
-        styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
-        for f in findings:
-            console.print(
-                f"[{styles[f.severity]}]{f.severity.value.upper():7}[/] {f.code} [bold]{f.subject}[/]"
-            )
-            console.print(f"        {f.message}", markup=False, highlight=False)
-    else:
-        # --table plain|tsv: one line per finding (for cut, awk, sort).
-        table = Table()
-        for name in ("severity", "code", "subject", "message"):
-            table.add_column(name)
-        for f in findings:
-            table.add_row(*(Text(v) for v in (f.severity.value, f.code, f.subject, f.message)))
-        print_table(console, table)
-    errors = sum(f.severity is Severity.ERROR for f in findings)
-    warnings = sum(f.severity is Severity.WARNING for f in findings)
-    verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"
-    console.print(
-        f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
-        f"{counted(warnings, 'warning')}"
+    out.result(
+        "check",
+        document,
+        partial(print_findings, findings=findings, checked=checked, ok=code == 0, lines=lines),
     )
-    for line in lines:  # --job-uids: candidates for the unmapped operators, and the kg migrate command
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    ctx.exit(int(code))

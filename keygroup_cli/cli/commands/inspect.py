@@ -6,32 +6,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with_ha
-from keygroup_cli.cli.key_groups_render import render_key_group_sizes
+from keygroup_cli.cli.inspect_render import print_summary
 from keygroup_cli.cli.options import operator_option, output_options
-from keygroup_cli.cli.render import (
-    Output,
-    counted,
-    format_bytes,
-    format_count,
-    output_for,
-    print_grid,
-    print_table,
-    table_style,
-)
+from keygroup_cli.cli.render import Output, output_for
 from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.flink.state.binary_row import RowFields
-from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
-from keygroup_cli.summary import (
-    OperatorSummary,
-    SnapshotSummary,
-    key_group_histogram,
-    summarize,
-    summary_document,
-)
+from keygroup_cli.summary import SnapshotSummary, summarize, summary_document
 
 if TYPE_CHECKING:
     from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState
@@ -162,9 +143,8 @@ def command(
 
         keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
         write_page(html, skew_page(str(summary.path), summary.format, keyed, __version__))
-    out.result(
-        "inspect", document, with_ha(source, lambda console: _text(console, summary, subtasks, sizes, kafka))
-    )
+    text = with_ha(source, lambda console: print_summary(console, summary, subtasks, sizes, kafka))
+    out.result("inspect", document, text)
 
 
 def _kafka_states(
@@ -204,107 +184,3 @@ def _key_group_sizes(
     for warning in report.warnings:
         out.warn(warning)
     return {op.operator_id: op for op in report.operators}
-
-
-def _text(
-    console: Console,
-    summary: SnapshotSummary,
-    subtasks: bool,
-    sizes: dict[str, KeyGroupSizes],
-    kafka: list[KafkaSourceState | KafkaSinkState],
-) -> None:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    kind = ", ".join(x for x in (summary.snapshot_type, summary.format_type) if x)
-    rows = [("Path", str(summary.path)), ("Format", summary.format + (f" ({kind})" if kind else ""))]
-    rows.append(("Checkpoint id", str(summary.checkpoint_id)))
-    if summary.metadata_version is not None:
-        rows.append(("Flink metadata version", str(summary.metadata_version)))
-    stateful = [op for op in summary.operators if op.has_state]
-    rows.append(
-        ("Operators", f"{format_count(len(summary.operators))} ({format_count(len(stateful))} with state)")
-    )
-    for key, value in rows:
-        grid.add_row(f"[bold]{key}[/bold]", value)
-    print_grid(console, grid)
-    table = Table(title="Operators")
-    # One "operator" column (uid, and the name beneath when it differs), and the id last, where it may fold,
-    # keep the table within 80 columns.
-    table.add_column("operator (uid / name)")
-    for name in ("p", "maxP", "keyed", "op state", "files"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("operator id")
-    # Plain and tab-separated rows are one line each: "uid / name" there.
-    beneath = "\n  " if table_style(console) == "rich" else " / "
-    for op in summary.operators:
-        label = op.uid or f"- / {op.name or '-'}"
-        if op.uid and op.name and op.name != op.uid:
-            label += f"{beneath}{op.name}"
-        table.add_row(
-            label,
-            str(op.parallelism),
-            str(op.max_parallelism),
-            format_bytes(op.keyed_bytes),
-            format_bytes(op.operator_state_bytes),
-            format_count(op.files),
-            op.operator_id,
-        )
-    print_table(console, table)
-    for op in stateful:
-        _operator_text(console, op, subtasks)
-        if op.operator_id in sizes:
-            render_key_group_sizes(console, sizes[op.operator_id])
-    if kafka:
-        from keygroup_cli.cli.connectors_render import print_connectors
-
-        print_connectors(console, kafka)
-
-
-def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
-    key = f", key {op.key_serializer}" if op.key_serializer else ""
-    snapshot = op.key_serializer_snapshot
-    if snapshot is not None and snapshot.class_name == ROW_DATA_SNAPSHOT:
-        # A SQL job's key: its fields' SQL types say what to give kg get --key.
-        key = f", SQL key {RowFields.of(snapshot).type_name}"
-    title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
-    kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
-    if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
-        kind = "channel state"
-    console.print(f"\n{title} ({kind}{key})", markup=False, style="bold")
-    if op.has_channel_state:
-        inputs, outputs = format_bytes(op.input_channel_bytes), format_bytes(op.result_subpartition_bytes)
-        console.print(
-            f"  in-flight data (unaligned checkpoint): input channels {inputs}, result subpartitions "
-            f"{outputs} ({counted(op.channel_state_handles, 'handle')})",
-            markup=False,
-        )
-    if op.states is None:
-        console.print("  states: not read")
-    for s in op.states or ():
-        extra = f" ({counted(s.elements, 'element')})" if s.elements is not None else ""
-        unknown = " (unknown serializer)" if not s.known_serializer else ""
-        console.print(f"  {s.name}: {s.kind}{extra} {s.serializer or ''}{unknown}".rstrip(), markup=False)
-    histogram = key_group_histogram(op)
-    if histogram is not None:
-        hot = ", ".join(f"{kg} ({format_count(rows)})" for kg, rows in histogram.hottest)
-        console.print(
-            f"  rows per key group: min {format_count(histogram.min_rows)}, median "
-            f"{format_count(histogram.median_rows)}, max {format_count(histogram.max_rows)}; "
-            f"hottest: {hot or '-'}"
-        )
-    if subtasks:
-        table = Table(box=None, padding=(0, 1))
-        for name in ("subtask", "key groups", "non-empty", "keyed", "op state", "rows"):
-            table.add_column(name, justify="right", no_wrap=True)
-        for t in op.subtasks:
-            groups = "-" if t.key_group_start is None else f"{t.key_group_start}-{t.key_group_end}"
-            table.add_row(
-                str(t.subtask),
-                groups,
-                format_count(t.non_empty_key_groups),
-                format_bytes(t.keyed_bytes),
-                format_bytes(t.operator_state_bytes),
-                format_count(t.rows),
-            )
-        print_table(console, table)

@@ -46,10 +46,7 @@ def command(ctx: click.Context, snapshot: str) -> None:
         "ok": report.ok,
         "files": report.files,
         "rows": report.rows,
-        "findings": [
-            {"code": f.code, "severity": f.severity.value, "subject": f.subject, "message": f.message}
-            for f in report.findings
-        ],
+        "findings": [f.document() for f in report.findings],
     }
 
     def text(console: Console) -> None:
