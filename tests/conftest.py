@@ -6,6 +6,8 @@ import ast
 import gzip
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,9 +89,38 @@ def _compile_kg() -> None:
     compileall.compile_dir(str(ROOT / "keygroup_cli"), quiet=2)
 
 
+def _warm_native_kernels() -> None:
+    """Compile the native kernels into numba's cache in the background, while the workers start.
+
+    On a fresh machine the first process to call a kernel compiles it (about 14 s of CPU); workers that
+    reach the kernels at the same moment would each compile them. One real rescale on the kernels (the
+    byte route: scan, proof, String hashes, copies, framing) fills the cache first. It only warms a cache:
+    whatever it does, a test that needs a kernel compiles it itself if it is not there.
+    """
+    source = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-string"
+    scratch = tempfile.mkdtemp(prefix="kg-warm-")
+    script = (
+        "import shutil, sys\n"
+        "from keygroup_cli.cli import main\n"
+        "try:\n"
+        f"    main(['rescale', {str(source)!r}, '--from', '3', '--to', '4', '-m', '256', '--engine', 'local',"
+        f" '--out', {scratch + '/out'!r}, '-q'])\n"
+        "finally:\n"
+        f"    shutil.rmtree({scratch!r}, ignore_errors=True)\n"
+    )
+    subprocess.Popen(
+        [sys.executable, "-c", script],
+        env={**os.environ, "KG_NATIVE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), before any worker
         _compile_kg()
+        _warm_native_kernels()
     # The whole suite runs with decoy interpreters first on PATH (.ci/run puts its own there too), so a
     # code path or test that relies on PATH's python3 instead of kg's own interpreter fails everywhere,
     # not only on machines whose system Python lacks kg's dependencies.
