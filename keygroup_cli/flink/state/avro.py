@@ -501,7 +501,10 @@ class _Builder:
     def _reference(self, name: str, namespace: str) -> Node:
         if name in _PRIMITIVES:
             return self._primitive(name)
-        node = self.named.get(name) or self.named.get(f"{namespace}.{name}" if namespace else name)
+        # A short name is looked up in the enclosing namespace first, then as a full name (Avro's Names).
+        node = (
+            self.named.get(f"{namespace}.{name}") if namespace and "." not in name else None
+        ) or self.named.get(name)
         if node is None:
             raise AvroSchemaError(f"unknown type name {name!r}")
         if isinstance(node, _Record) and node.building:

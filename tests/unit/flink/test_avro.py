@@ -276,6 +276,27 @@ def test_named_types_resolve_through_namespaces() -> None:
         ],
     }
     assert _codec(schema).decode(b"123") == {"x": b"1", "y": b"2", "z": b"3"}
+    # A short name means the enclosing namespace's type first, as Avro resolves it.
+    shadowed = {
+        "type": "record",
+        "name": "Outer",
+        "fields": [
+            {"name": "x", "type": {"type": "fixed", "name": "H", "size": 1}},
+            {
+                "name": "y",
+                "type": {
+                    "type": "record",
+                    "name": "a.In",
+                    "fields": [
+                        {"name": "h", "type": {"type": "fixed", "name": "H", "size": 2}},
+                        {"name": "r", "type": "H"},
+                    ],
+                },
+            },
+            {"name": "z", "type": "H"},
+        ],
+    }
+    assert _codec(shadowed).decode(b"122334") == {"x": b"1", "y": {"h": b"22", "r": b"33"}, "z": b"4"}
 
 
 # -- the fixtures: kg's values equal the job's own dump, key by key ----------------------------------------
