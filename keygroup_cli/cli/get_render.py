@@ -20,7 +20,8 @@ def plain(value: Any) -> Any:
     """Return a decoded value as JSON data: bytes as base64, TTL values as ``{value, ttl_last_access}``.
 
     Non-finite floats become the strings ``NaN``, ``Infinity`` and ``-Infinity`` (JSON has no such numbers);
-    Avro dates and timestamps their ISO-8601 text (``2024-01-31``, ``2024-01-31T12:00:00.250Z``).
+    Avro dates and timestamps their ISO-8601 text (``2024-01-31``, ``2024-01-31T12:00:00.250Z``; outside
+    years 1-9999 their count of days or units).
     """
     if isinstance(value, TtlValue):
         return {"value": plain(value.value), "ttl_last_access": value.last_access}
@@ -33,7 +34,8 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, AvroInstant):
-        return str(value)
+        text = value.iso()
+        return value.value if text is None else text
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return shown_scalar(value)  # SQL DECIMAL and TIMESTAMP fields as text

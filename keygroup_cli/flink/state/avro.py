@@ -19,8 +19,9 @@ encoder is *not* Avro's binary encoding: numbers are fixed width and big-endian 
 
 Logical types kg types: ``decimal`` (on bytes or fixed: two's-complement big-endian unscaled value) as a
 ``Decimal``, ``date`` as a ``datetime.date``, ``timestamp-millis`` / ``timestamp-micros`` as an
-``AvroInstant`` (shown as Java's ``Instant.toString``), ``uuid`` as its string. Any other logical type is
-read as its underlying type, as the Avro specification says readers do.
+``AvroInstant`` (shown as Java's ``Instant.toString``), ``uuid`` as its string. Dates and instants outside
+years 1-9999 (which Python's ``datetime`` cannot hold) stay their count of days or units. Any other logical
+type is read as its underlying type, as the Avro specification says readers do.
 
 Arrow types: record -> struct, array -> list, map -> map<string, T>, enum -> string, fixed -> fixed-size
 binary, bytes -> binary, decimal -> decimal128 (decimal256 above 38 digits), date -> date32, timestamps ->
@@ -43,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.state.keyed_header import AVRO_SNAPSHOT
 from keygroup_cli.flink.state.serializers import read_string
@@ -86,9 +88,9 @@ def avro_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
             schema = text
         else:
             raise AvroSchemaError(f"AvroSerializerSnapshot version {version} is not one kg knows (1-3)")
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise AvroSchemaError(f"AvroSerializerSnapshot: the body does not read ({exc})") from None
-    except ValueError as exc:
+    except AvroSchemaError:
+        raise
+    except (struct.error, IndexError, ValueError, InvalidSnapshotError) as exc:
         raise AvroSchemaError(f"AvroSerializerSnapshot: the body does not read ({exc})") from None
     if pos != len(raw):
         raise AvroSchemaError(f"AvroSerializerSnapshot: {len(raw) - pos} byte(s) after the schema")
@@ -109,16 +111,19 @@ class AvroInstant:
     value: int
     unit: str  # "ms" or "us"
 
-    def __str__(self) -> str:
-        """Return the instant as Java's ``Instant.toString`` shows it (``2024-01-31T12:00:00.250Z``)."""
+    def iso(self) -> str | None:
+        """Return the instant as Java's ``Instant.toString`` shows it (``2024-01-31T12:00:00.250Z``).
+
+        None outside years 1-9999 (which ``datetime`` cannot hold).
+        """
         per_second = 1000 if self.unit == "ms" else 1_000_000
         seconds, fraction = divmod(self.value, per_second)
         nanos = fraction * (1_000_000_000 // per_second)
         try:
-            moment = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
+            m = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
         except OverflowError:
-            return f"{self.value}{self.unit}"  # beyond years 1-9999: the raw count
-        text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+            return None
+        text = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
         if nanos % 1_000_000 == 0 and nanos:
             text += f".{nanos // 1_000_000:03d}"
         elif nanos % 1000 == 0 and nanos:
@@ -126,6 +131,10 @@ class AvroInstant:
         elif nanos:
             text += f".{nanos:09d}"
         return text + "Z"
+
+    def __str__(self) -> str:
+        """Return ``iso()``, or the count where there is none."""
+        return self.iso() or str(self.value)
 
 
 class Node:
@@ -400,11 +409,16 @@ def _decimal(base: Node, precision: int, scale: int) -> Node:
     return _Logical(base, arrow, convert)
 
 
-def _date(days: int) -> dt.date:
+def _date(days: int) -> dt.date | int:
+    """Return the date ``days`` after the epoch; outside years 1-9999 (no ``datetime.date``) the count."""
     try:
         return _EPOCH + dt.timedelta(days=days)
     except OverflowError:
-        raise AvroDecodeError(f"date {days} days from the epoch is outside years 1-9999") from None
+        return days
+
+
+def _date_arrow(value: dt.date | int) -> int:
+    return value if isinstance(value, int) else (value - _EPOCH).days
 
 
 def _logical(schema: dict[str, Any], base: Node) -> Node:
@@ -417,7 +431,7 @@ def _logical(schema: dict[str, Any], base: Node) -> Node:
             if precision > 0:
                 return _decimal(base, precision, scale)
     elif logical == "date" and kind == "int":
-        return _Logical(base, pa.date32(), _date, lambda v: (v - _EPOCH).days)
+        return _Logical(base, pa.date32(), _date, _date_arrow)
     elif logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
         unit = "ms" if logical == "timestamp-millis" else "us"
         return _Logical(base, pa.timestamp(unit, tz="UTC"), lambda v: AvroInstant(v, unit), lambda v: v.value)

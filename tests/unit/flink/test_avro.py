@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from keygroup_cli.cli.get_render import lookup_document
+from keygroup_cli.cli.get_render import lookup_document, plain
 from keygroup_cli.flink.keyed_values import lookup_keys
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.state.avro import AvroInstant, AvroSchemaError, avro_snapshot, parse_schema
@@ -205,6 +205,28 @@ def test_instants_read_as_javas_instant_to_string(value: int, unit: str, text: s
     assert str(AvroInstant(value, unit)) == text
 
 
+def test_dates_and_instants_beyond_datetime_keep_their_count() -> None:
+    # Year 10000 and beyond: Python's datetime has no such value; JSON shows the count, Arrow takes it.
+    far = 2_932_897  # days from 1970-01-01 to 10000-01-01
+    codec = _codec(
+        {
+            "type": "record",
+            "name": "Far",
+            "fields": [
+                {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+                {"name": "ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            ],
+        }
+    )
+    value = codec.decode(_int(far) + _long(far * 86_400_000))
+    assert value == {"day": far, "ms": AvroInstant(far * 86_400_000, "ms")}
+    assert plain(value) == {"day": far, "ms": far * 86_400_000}
+    assert pa.array([codec.to_arrow(value)], type=codec.arrow_type()).cast(
+        pa.struct([("day", pa.int32()), ("ms", pa.int64())])
+    ).to_pylist() == [{"day": far, "ms": far * 86_400_000}]
+    assert AvroInstant(-62_135_596_800_000 + 1, "ms").iso() == "0001-01-01T00:00:00.001Z"
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_each_snapshot_version_gives_the_schema_and_parses_in_a_header(version: int) -> None:
     schema = json.dumps(EVERY_TYPE)
@@ -263,6 +285,11 @@ def test_a_schema_kg_cannot_type_stays_bytes_with_a_note() -> None:
         parse_schema('{"type": "array", "items": "Nope"}')
     bad = type_codec(SerializerSnapshot(AVRO_SNAPSHOT, 9, _snapshot(3, '"int"')))
     assert bad.reason is not None and "version 9" in bad.reason
+    for version in (1, 2, 3):  # a body cut short, or with bytes after the schema
+        raw = _snapshot(version, '"int"')
+        for damaged in (raw[:-1], raw + b"\x00"):
+            with pytest.raises(AvroSchemaError, match="AvroSerializerSnapshot"):
+                avro_snapshot(damaged, version)
 
 
 def test_named_types_resolve_through_namespaces() -> None:
