@@ -1,9 +1,9 @@
 """Avro values in keyed state: Flink's ``AvroSerializer`` (flink-avro), read with the writer schema.
 
 ``AvroSerializerSnapshot`` (the serializer snapshot in a state file's header) holds the writer schema: its
-body is the runtime class name and the schema's JSON (``schema.toString(false)``): version 1 only the
-schema, version 2 both as ``writeUTF`` strings, version 3 both as ``StringValue.writeString`` strings
-(``avro_snapshot``).
+body is the runtime class name and the schema's JSON (``schema.toString(false)``): version 1 the schema
+(or, in some 1.7-era code, both), version 2 both as ``writeUTF`` strings, version 3 both as
+``StringValue.writeString`` strings (``avro_snapshot``).
 
 ``AvroSerializer.serialize`` is Avro's ``GenericDatumWriter`` (or its specific / reflect variants, which
 write the same bytes for a schema) over Flink's own ``DataOutputEncoder``, with no framing of its own. That
@@ -75,8 +75,11 @@ def avro_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
     try:
         pos = 2 + _USHORT.unpack_from(raw, 0)[0] + 4
         if version == 1:
+            # Written as the schema alone, and (by some 1.7-era code) as runtime class, then schema.
             schema, pos = _utf(raw, pos)
             runtime = None
+            if pos < len(raw):
+                runtime, (schema, pos) = schema, _utf(raw, pos)
         elif version == 2:
             runtime, pos = _utf(raw, pos)
             schema, pos = _utf(raw, pos)

@@ -503,8 +503,7 @@ class _Grammar:
     def avro_end(self, pos: int, version: int) -> int:
         """Return where an ``AvroSerializerSnapshot`` body of ``version`` ends.
 
-        v1: the schema (``writeUTF``); v2: runtime class and schema (``writeUTF``); v3: both as
-        ``StringValue.writeString`` strings.
+        v2: runtime class and schema (``writeUTF``); v3: both as ``StringValue.writeString`` strings.
         """
         if version == 3:
             for _ in range(2):
@@ -515,7 +514,7 @@ class _Grammar:
             if pos > self.limit:
                 raise _Fail
             return pos
-        for _ in range(version):
+        for _ in range(2):
             _text, pos = self.utf_at(pos)
         return pos
 
@@ -546,8 +545,9 @@ _DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
         "org.apache.flink.table.runtime.typeutils.TimestampDataSerializer$TimestampDataSerializerSnapshot",
         1,
     ): lambda _g, p: p + 4,
-    # flink-avro's snapshot: its strings give its end (the writer schema is the last of them).
-    **{(AVRO_SNAPSHOT, v): functools.partial(lambda v, g, p: g.avro_end(p, v), v) for v in (1, 2, 3)},
+    # flink-avro's snapshot: its strings give its end (the writer schema is the last of them). Version 1
+    # bodies were written both with and without the runtime class: found by backtracking instead.
+    **{(AVRO_SNAPSHOT, v): functools.partial(lambda v, g, p: g.avro_end(p, v), v) for v in (2, 3)},
 }
 
 
