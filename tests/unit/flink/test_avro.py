@@ -20,7 +20,9 @@ import pyarrow as pa
 import pytest
 
 from keygroup_cli.cli.get_render import lookup_document, plain
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.keyed_values import lookup_keys
+from keygroup_cli.flink.layouts.heap import skip_serialized
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.state.avro import AvroInstant, AvroSchemaError, avro_snapshot, parse_schema
 from keygroup_cli.flink.state.keyed_header import AVRO_SNAPSHOT, SerializerSnapshot, parse_snapshot
@@ -416,3 +418,16 @@ def test_read_state_tables_equal_the_jobs_own_dump(case: str) -> None:
             else:
                 got[row["key"]] = value
         assert got == {k: v[state] for k, v in want.items()}, (case, state)
+
+
+def test_the_heap_layout_walks_avro_values_and_refuses_what_it_cannot_read() -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "string"}]}
+    snap = parse_snapshot(_snapshot(3, json.dumps(schema)), "test")
+    value = _str("abc")
+    assert skip_serialized(snap, value + b"rest", 0, "f") == len(value)
+    with pytest.raises(InvalidSnapshotError, match="Avro value does not read"):
+        skip_serialized(snap, value[:-1], 0, "f")
+    recursive = {"type": "record", "name": "N", "fields": [{"name": "n", "type": ["null", "N"]}]}
+    with pytest.raises(UnsupportedFormatError) as refused:
+        skip_serialized(parse_snapshot(_snapshot(2, json.dumps(recursive)), "test"), b"", 0, "f")
+    assert refused.value.code == "FLINK_HEAP_SERIALIZER_UNKNOWN"
