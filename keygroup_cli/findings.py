@@ -128,7 +128,7 @@ FINDING_CODES: dict[str, str] = {
         "The savepoint's and the target's Flink major versions leave the upgrade gate nothing to judge."
     ),
     "UPGRADE_SCALA_SERIALIZER": "State serialized with Flink's Scala API, which Flink 2.0 removed.",
-    "UPGRADE_SERIALIZER_UNCHECKED": "A serializer snapshot kg cannot see inside (Avro, custom): not judged.",
+    "UPGRADE_SERIALIZER_UNCHECKED": "An Avro or custom serializer kg does not judge across versions.",
 }
 
 

@@ -26,7 +26,12 @@ from dataclasses import dataclass
 
 from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.findings import Finding, Severity
-from keygroup_cli.flink.state.keyed_header import KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink.state.keyed_header import (
+    AVRO_SNAPSHOT,
+    KRYO_SNAPSHOT,
+    POJO_SNAPSHOT,
+    SerializerSnapshot,
+)
 from keygroup_cli.summary import OperatorSummary, SnapshotSummary, StateSummary
 
 #: The newest ``_metadata`` version Flink 1.x writes (``MetadataV4Serializer``); Flink 2.0 writes 5.
@@ -209,7 +214,8 @@ def _judge(
     unchecked = [
         f"{u.path}: {u.snapshot.class_name}"
         for u in uses
-        if not u.snapshot.known
+        # kg reads an Avro snapshot's writer schema, but does not judge Avro across Flink versions.
+        if (not u.snapshot.known or u.snapshot.class_name == AVRO_SNAPSHOT)
         and u.snapshot.class_name != KRYO_SNAPSHOT
         and not u.snapshot.class_name.startswith(FLINK_CORE_PREFIXES)
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import math
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from keygroup_cli.flink.keyed_values import KeyLookup, KeyState, StateEntry
+from keygroup_cli.flink.state.avro import AvroInstant
 from keygroup_cli.flink.state.binary_row import shown_scalar
 from keygroup_cli.flink.state.values import TtlValue
 
@@ -17,7 +19,9 @@ from keygroup_cli.flink.state.values import TtlValue
 def plain(value: Any) -> Any:
     """Return a decoded value as JSON data: bytes as base64, TTL values as ``{value, ttl_last_access}``.
 
-    Non-finite floats become the strings ``NaN``, ``Infinity`` and ``-Infinity`` (JSON has no such numbers).
+    Non-finite floats become the strings ``NaN``, ``Infinity`` and ``-Infinity`` (JSON has no such numbers);
+    Avro dates and timestamps their ISO-8601 text (``2024-01-31``, ``2024-01-31T12:00:00.250Z``; outside
+    years 1-9999 their count of days or units).
     """
     if isinstance(value, TtlValue):
         return {"value": plain(value.value), "ttl_last_access": value.last_access}
@@ -27,6 +31,11 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, AvroInstant):
+        text = value.iso()
+        return value.value if text is None else text
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return shown_scalar(value)  # SQL DECIMAL and TIMESTAMP fields as text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -117,3 +118,27 @@ def test_decimal_timestamp_and_row_key_fields_are_typed_columns(kg, tmp_path: Pa
         )
 
     assert rows == {expected(k["key"]): k["result"][1] for k in query["keys"]}
+
+
+def test_avro_values_are_typed_parquet_columns(kg, tmp_path: Path) -> None:
+    case = FLINK_FIXTURES / "avro-rocksdb-canonical-p2"
+    want = json.loads((case / "expected-avro-state.json").read_text(encoding="utf-8"))["keys"]
+    out = tmp_path / "reading.parquet"
+    result = kg("export", case, "-o", "avro-state", "--state", "reading", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    table = pq.read_table(out)
+    value = table.schema.field("value").type
+    assert (value.field("amount").type, value.field("atUs").type) == (
+        pa.decimal128(12, 2),
+        pa.timestamp("us", tz="UTC"),
+    )
+    rows = {r["key"]: r["value"] for r in table.to_pylist()}
+    assert table.column("undecoded").null_count == table.num_rows == len(want)
+    assert {k: (v["name"], str(v["amount"]), v["day"].isoformat()) for k, v in rows.items()} == {
+        k["key"]: (
+            k["states"]["reading"]["name"],
+            k["states"]["reading"]["amount"],
+            k["states"]["reading"]["day"],
+        )
+        for k in want
+    }

@@ -19,8 +19,8 @@ Examples:
 \b
 Columns: key_group, key, namespace (absent for VoidNamespace), user_key (map states), value (a list
 state's elements as one list), timestamp (timers), undecoded (raw bytes of an entry that did not
-decode). Values are typed from the serializer snapshots (structs for POJOs, Tuples, Rows and TTL);
-Kryo, Avro and unknown serializers stay binary, with a note. Rows are read block by block, so memory
+decode). Values are typed from the serializer snapshots (structs for POJOs, Tuples, Rows, Avro, TTL);
+Kryo and unknown serializers stay binary, with a note. Rows are read block by block, so memory
 does not grow with the state. OUT must not exist; it appears only when complete. --engine spark: one
 Spark task per keyed file decodes it; kg writes their batches in file order (the same files).
 Exit codes: 0 written, 2 usage (OUT exists, no such operator or state), 3 invalid savepoint,

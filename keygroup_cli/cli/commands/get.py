@@ -24,7 +24,8 @@ that key group's block of the subtask file holding it is read (one ranged read o
 A SQL job's key (a BinaryRowData of its key columns) is a JSON array of its fields, in the order
 kg inspect shows ('[42, "abc"]'; a one-field key may be bare).
 Values are decoded with the serializers of the state file's header: primitives, String, byte[], enums,
-List, Map, TTL, Tuple, Row, SQL rows, POJOs, timers; Kryo and other serializers stay bytes, with a note.
+List, Map, TTL, Tuple, Row, SQL rows, POJOs, Avro, timers; Kryo and other serializers stay bytes,
+with a note.
 RocksDB NATIVE savepoints and checkpoints have no per-key-group offsets: their keyed files are
 rewritten as key groups first (local disk only; as costly as kg convert).
 Exit codes: 0 every key holds state, 1 a key holds none, 2 usage, 3 invalid savepoint,

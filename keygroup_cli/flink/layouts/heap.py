@@ -48,8 +48,14 @@ from keygroup_cli.flink.metadata.reader import (
     describe_properties,
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.state.avro import AvroDecodeError, AvroSchemaError, avro_reader, read_value
 from keygroup_cli.flink.state.keyed_encode import encode_block
-from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, SerializerSnapshot, read_keyed_header
+from keygroup_cli.flink.state.keyed_header import (
+    AVRO_SNAPSHOT,
+    KeyedStateHeader,
+    SerializerSnapshot,
+    read_keyed_header,
+)
 from keygroup_cli.flink.state.keyed_layout import kg_kind
 from keygroup_cli.flink.state.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
 from keygroup_cli.keygroups import key_group_prefix_bytes
@@ -79,8 +85,8 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
     """Return where the value written by the serializer of ``snap`` at ``pos`` ends.
 
     Mirrors the ``serialize`` methods of ``StringSerializer``, the fixed-size base serializers,
-    ``BytePrimitiveArraySerializer``, ``ListSerializer``, ``MapSerializer``, ``TimerSerializer`` and
-    ``TtlSerializer``.
+    ``BytePrimitiveArraySerializer``, ``ListSerializer``, ``MapSerializer``, ``TimerSerializer``,
+    ``TtlSerializer`` and flink-avro's ``AvroSerializer`` (read with its writer schema, ``flink/state/avro``).
 
     Raises:
         UnsupportedFormatError: A serializer kg cannot walk.
@@ -118,6 +124,17 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
             end = skip_serialized(
                 snap.nested[1], data, skip_serialized(snap.nested[0], data, pos + 8, source), source
             )
+        elif name == AVRO_SNAPSHOT:
+            try:
+                end = read_value(avro_reader(snap.raw, snap.version), data, pos)[1]
+            except AvroSchemaError as exc:
+                raise UnsupportedFormatError(
+                    f"{source}: heap-layout Avro state whose writer schema kg cannot read ({exc}); take a "
+                    "canonical savepoint",
+                    code="FLINK_HEAP_SERIALIZER_UNKNOWN",
+                ) from None
+            except AvroDecodeError as exc:
+                raise _corrupt(source, f"an Avro value does not read ({exc})") from None
         elif name in _SEQUENCES and snap.nested:
             end = pos
             for nested in snap.nested:

@@ -25,7 +25,7 @@ from typing import TypeVar
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.metadata.handles import DISTRIBUTION_MODES, OperatorStateHandle
-from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
+from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT, read_string
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108
@@ -33,6 +33,8 @@ COMPOSITE_MAGIC = 911108
 NESTED_MAGIC = 1333245
 #: ``TypeSerializerSnapshotSerializationUtil``'s proxy version (1, the pre-1.7 config snapshot, is refused).
 SNAPSHOT_PROXY_VERSION = 2
+#: flink-avro's ``AvroSerializerSnapshot`` (runtime class and writer schema; ``flink/state/avro.py``).
+AVRO_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
 #: ``LinkedOptionalMapSerializer.HEADER``: starts each of the three maps of a POJO serializer snapshot.
 OPTIONAL_MAP_HEADER = 0x4F2C69A3D70
 #: The POJO serializer's snapshot: not composite, but its nested snapshots are length-framed.
@@ -498,6 +500,24 @@ class _Grammar:
             _constant, pos = self.utf_at(pos)
         return pos
 
+    def avro_end(self, pos: int, version: int) -> int:
+        """Return where an ``AvroSerializerSnapshot`` body of ``version`` ends.
+
+        v2: runtime class and schema (``writeUTF``); v3: both as ``StringValue.writeString`` strings.
+        """
+        if version == 3:
+            for _ in range(2):
+                try:
+                    _text, pos = read_string(self.data, pos)
+                except InvalidSnapshotError:
+                    raise _Fail from None
+            if pos > self.limit:
+                raise _Fail
+            return pos
+        for _ in range(2):
+            _text, pos = self.utf_at(pos)
+        return pos
+
     def short_at(self, pos: int) -> int:
         if pos + 2 > self.limit:
             raise _Fail
@@ -525,6 +545,9 @@ _DELIMITED: dict[tuple[str, int], Callable[[_Grammar, int], int]] = {
         "org.apache.flink.table.runtime.typeutils.TimestampDataSerializer$TimestampDataSerializerSnapshot",
         1,
     ): lambda _g, p: p + 4,
+    # flink-avro's snapshot: its strings give its end (the writer schema is the last of them). Version 1
+    # bodies were written both with and without the runtime class: found by backtracking instead.
+    **{(AVRO_SNAPSHOT, v): functools.partial(lambda v, g, p: g.avro_end(p, v), v) for v in (2, 3)},
 }
 
 

@@ -18,13 +18,15 @@ Each decoder reads the exact bytes Flink's serializer writes (``TypeSerializer.s
   boolean isNull and the field; field names, order and serializers come from ``PojoSerializerSnapshot``
   (``PojoSerializerSnapshotData``: class name, then ``LinkedOptionalMapSerializer`` maps of framed
   entries);
+- ``AvroSerializer`` (flink-avro): Avro values read with the writer schema of ``AvroSerializerSnapshot``
+  (``avro``);
 - namespaces: ``VoidNamespace`` (one byte) is None, ``TimeWindow`` is ``{"start", "end"}``.
 
 In canonical key groups (and kg's rows) a list state's value is its elements joined by one ``,`` byte
 (``ListDelimitedSerializer``), and a map state has one entry per user key with the value after its null
 flag already split off (``keyed_decode``).
 
-Anything else, Kryo (generic types) and Avro included, is *opaque*: its bytes are kept and the decoder says
+Anything else, Kryo (generic types) included, is *opaque*: its bytes are kept and the decoder says
 why (``Opaque.reason``); kg never guesses a layout.
 """
 
@@ -39,8 +41,10 @@ import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
+from keygroup_cli.flink.state.avro import AvroSchemaError, Node, avro_reader, read_value
 from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
 from keygroup_cli.flink.state.keyed_header import (
+    AVRO_SNAPSHOT,
     OPTIONAL_MAP_HEADER,
     SerializerSnapshot,
     StateMetaInfo,
@@ -527,6 +531,30 @@ def _row_arrow_value(fields: RowFields, items: list[Any]) -> dict[str, Any]:
     return out
 
 
+class _Avro(Codec):
+    """An ``AvroSerializer``'s values, read with the writer schema (``avro``)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.type_name = f"Avro {node.name}"
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        return read_value(self.node, data, pos)
+
+    def arrow_type(self) -> pa.DataType:
+        return self.node.arrow
+
+    def to_arrow(self, value: Any) -> Any:
+        return None if value is None else self.node.to_arrow(value)
+
+
+def _avro(snapshot: SerializerSnapshot) -> Codec:
+    try:
+        return _Avro(avro_reader(snapshot.raw, snapshot.version))
+    except AvroSchemaError as exc:
+        return Opaque("Avro", f"Avro: {exc}; kept as bytes")
+
+
 class _VoidNamespace(Codec):
     type_name = "VoidNamespace"
 
@@ -706,13 +734,15 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
             return _VoidNamespace()
         if name == TIME_WINDOW:
             return _TimeWindow()
+        if name == AVRO_SNAPSHOT:
+            return _avro(snapshot)
     except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidSnapshotError) as exc:
         return Opaque(_short(name), f"{_short(name)}: kg cannot read its serializer snapshot ({exc})")
     short = _short(name)
     if "kryo" in name.lower():
         return Opaque("Kryo", "Kryo-serialized (a generic type): kept as bytes; kg does not decode Kryo")
     if "avro" in name.lower():
-        return Opaque(short, f"{short}: Avro values are kept as bytes (not decoded yet)")
+        return Opaque(short, f"{short}: an Avro serializer kg does not know; kept as bytes")
     return Opaque(short, f"{short}: no decoder for this serializer; kept as bytes")
 
 
