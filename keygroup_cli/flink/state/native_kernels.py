@@ -22,6 +22,7 @@ compiles once and Spark workers on it share the result.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -106,12 +107,19 @@ def _load() -> Kernels | None:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def state_mask(states: frozenset[int]) -> np.ndarray:
+    """Return the kernels' form of a set of state ids: one flag per possible id (shared: never written to)."""
+    mask = np.zeros(0x10000, dtype=np.bool_)
+    mask[list(states)] = True
+    return mask
+
+
 def scan_window(
     found: Kernels, buf: bytes | bytearray | memoryview, states: frozenset[int], current: int | None
 ) -> tuple[np.ndarray, list[int], int, int | None, bool] | None:
     """``keyed_decode._scan_window`` by the scan kernel: the same result for the same bytes."""
-    mask = np.zeros(0x10000, dtype=np.bool_)
-    mask[list(states)] = True
+    mask = state_mask(states)
     raw = np.frombuffer(buf, dtype=np.uint8)
     opened = -1 if current is None else current
     status, value_ends, run_starts, consumed, after = found.scan(raw, mask, opened)
@@ -120,4 +128,13 @@ def scan_window(
     return value_ends, run_starts.tolist(), int(consumed), None if after < 0 else int(after), bool(status)
 
 
-__all__ = ["AUTO_AFTER_BYTES", "DEFER", "NATIVE_ENV", "Kernels", "kernels", "mode", "scan_window"]
+__all__ = [
+    "AUTO_AFTER_BYTES",
+    "DEFER",
+    "NATIVE_ENV",
+    "Kernels",
+    "kernels",
+    "mode",
+    "scan_window",
+    "state_mask",
+]
