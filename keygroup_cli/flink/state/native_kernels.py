@@ -10,7 +10,8 @@ Python code decides (so every error message stays the reference's).
 
 ``KG_NATIVE`` chooses: ``0`` the Python code, ``1`` the kernels (an error, ``NATIVE_KERNELS_MISSING``, if
 numba cannot be imported), ``auto`` (the default) the kernels when numba imports and the process has work
-enough to pay for them: once its walks have covered ``AUTO_AFTER_BYTES`` of blocks. Importing numba and
+enough to pay for them: once its walks have covered ``AUTO_AFTER_BYTES`` of blocks, or from its first walk
+when a caller says (``expect``) that it is about to walk that much. Importing numba and
 loading the cached kernels costs 0.5-1.3 s of CPU per process; with them a re-key saves about 17 ms of
 CPU per MB (3.5 s on 206 MB), so they pay from some 30-75 MB on. So a small savepoint, a ``kg get`` (one
 block) or a Spark task of a few key groups stays in Python, a large one switches to the kernels after its
@@ -91,6 +92,17 @@ def kernels(walking: int = 0) -> Kernels | None:
     return loaded
 
 
+def expect(walking: int) -> None:
+    """Say that this process is about to walk ``walking`` bytes of blocks (a read task's, a copy's).
+
+    In ``auto`` mode, as many as ``AUTO_AFTER_BYTES`` load the kernels at the next walk, instead of after
+    the first ``AUTO_AFTER_BYTES`` walked in Python: work that will pay for them gets them from its start.
+    Nothing is imported here.
+    """
+    if walking >= AUTO_AFTER_BYTES and mode() == "auto":
+        _walked[0] = max(_walked[0], AUTO_AFTER_BYTES)
+
+
 def _load() -> Kernels | None:
     # numba reads NUMBA_CACHE_DIR once, when it is first imported.
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_directory() / "numba"))
@@ -133,6 +145,7 @@ __all__ = [
     "DEFER",
     "NATIVE_ENV",
     "Kernels",
+    "expect",
     "kernels",
     "mode",
     "scan_window",
