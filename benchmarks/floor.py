@@ -260,6 +260,13 @@ def main() -> None:
         return
     print(f"savepoint: {args.keys / 1e6:g}M keys, {size / 1e6:.0f} MB; {args.repeat} repetitions")
     print(table(summary))
+    print(load_line(results))
+
+
+def load_line(results: dict[str, list[dict[str, Any]]]) -> str:
+    """Return the range of the 1-minute load average after each run (the machine may be shared)."""
+    loads = [r["load_average_after"][0] for rs in results.values() for r in rs]
+    return f"1-minute load average after each run: {min(loads):.1f}-{max(loads):.1f} ({os.cpu_count()} CPUs)"
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ OTHER_ENVIRONMENT = [
     (
         "KG_NATIVE",
         "`0`: pure Python; `1`: the native kernels of the `[native]` extra (exit 6 without numba); "
-        "`auto` (default): the kernels when numba imports, once the process has walked 32 MiB of blocks",
+        "`auto` (default): the kernels when numba imports, once the process has walked 32 MiB of blocks, "
+        "or from the first block of a read task or checked copy of at least 32 MiB",
     ),
     ("PYSPARK_PYTHON", "the Python of Spark's workers (default in local mode: kg's own interpreter)"),
     ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),

@@ -248,7 +248,6 @@ def plan_keyed_jobs(
     root = source_root or str(savepoint.directory)
     opened = Savepoint.of(savepoint)
     jobs: list[KeyedJob[Any]] = []
-    cutting = (pieces, min_piece_bytes)  # read_tasks' pieces and min_bytes
     for op in savepoint.metadata.operators:
         streams = sorted(opened.keyed_streams.get(op.operator_id, ()), key=lambda s: s.handle.key_group_start)
         if streams:
@@ -257,11 +256,31 @@ def plan_keyed_jobs(
             target = (new_p, new_max)
             if native_checkpoint is not None:
                 jobs.append(
-                    _native_job(op, streams, header, root, output_root, target, native_checkpoint, cutting)
+                    _native_job(
+                        op,
+                        streams,
+                        header,
+                        root,
+                        output_root,
+                        target,
+                        native_checkpoint,
+                        pieces=pieces,
+                        min_piece_bytes=min_piece_bytes,
+                    )
                 )
             else:
                 jobs.append(
-                    _operator_job(op, streams, header, root, output_root, target, compression, cutting)
+                    _operator_job(
+                        op,
+                        streams,
+                        header,
+                        root,
+                        output_root,
+                        target,
+                        compression,
+                        pieces=pieces,
+                        min_piece_bytes=min_piece_bytes,
+                    )
                 )
     return jobs
 
@@ -293,9 +312,14 @@ def _operator_job(
     output_root: str,
     target: tuple[int, int],
     compression: bool | None,
-    cutting: tuple[int, int],
+    *,
+    pieces: int,
+    min_piece_bytes: int,
 ) -> KeyedJob[WrittenKeyedFile]:
-    """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``."""
+    """Return the job that rewrites ``op``'s keyed files as ``new_p`` files for maxParallelism ``new_max``.
+
+    ``pieces`` and ``min_piece_bytes`` cut each old file into read tasks (see ``plan_keyed_jobs``).
+    """
     new_p, new_max = target
     raw, parsed, layout = header
     compressed = parsed.compressed if compression is None else compression
@@ -305,7 +329,7 @@ def _operator_job(
         read_class.of(task)
         for index, stream in enumerate(streams)
         for task in read_tasks(
-            root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+            root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header, min_piece_bytes
         )
     ]
     names = tuple(s.name for s in layout.states)
@@ -340,7 +364,9 @@ def _native_job(
     output_root: str,
     target: tuple[int, int],
     checkpoint_id: int,
-    cutting: tuple[int, int],
+    *,
+    pieces: int,
+    min_piece_bytes: int,
 ) -> KeyedJob[WrittenDatabase]:
     """Return the job that writes ``op``'s keyed state as one RocksDB database per new subtask.
 
@@ -372,7 +398,7 @@ def _native_job(
             read_class.of(task)
             for index, stream in enumerate(streams)
             for task in read_tasks(
-                root, stream.handle, op.max_parallelism, index, cutting[0], stream.raw_header, cutting[1]
+                root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header, min_piece_bytes
             )
         ]
     writes = [

@@ -16,9 +16,10 @@ Peak memory is bounded by a few batches and one row group (narrow jobs), or by o
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -81,93 +82,109 @@ class LocalExecutor:
             rows += read
         return pipeline.check_counts(job, rows, files)
 
-    def _parts(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
-        """The byte route's shuffle: each (new subtask, bucket)'s parts appended to a spill file of its own.
-
-        Then each new subtask is written bucket by bucket, a bucket's file read whole (memory: one bucket).
-        """
-        spill.mkdir(parents=True)
-        files: dict[tuple[int, int], BinaryIO] = {}
-        routed = 0
-        try:
-            for task in job.reads:
-                for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, self.batch_rows):
-                    out = files.get((new_subtask, bucket))
-                    if out is None:
-                        path = _spill_file(spill, new_subtask, bucket).with_suffix(".parts")
-                        out = files[(new_subtask, bucket)] = path.open("wb")
-                    out.write(part)
-                    routed += entries
-                progress.advance(job.stage, task.weight)
-            for out in files.values():
-                out.close()
-            files.clear()
-            written = [
-                pipeline.write_parts(job, j, _read_parts(spill, j, write.key_groups, job.new_max_parallelism))
-                for j, write in enumerate(job.writes)
-            ]
-        finally:
-            for out in files.values():
-                out.close()
-            shutil.rmtree(spill, ignore_errors=True)
-        return pipeline.check_counts(job, routed, written)
-
     def _shuffled(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
         """Route every read task into spill files, one per (new subtask, bucket); then write each subtask.
 
-        The spill holds one Arrow IPC stream per (new subtask, bucket), appended in input order, so memory
-        is bounded by a batch while routing and by one bucket while writing.
+        Each spill file is appended in input order (Arrow IPC streams of rows, or the byte route's parts:
+        ``_Spill``), so memory is bounded by a batch while routing and by one bucket while writing.
         """
-        if job.parts:
-            return self._parts(job, spill, progress)
+        kind = _PARTS if job.parts else _ROWS
         spill.mkdir(parents=True)
-        writers: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
+        outs: dict[tuple[int, int], Any] = {}
         routed = 0
         try:
             for task in job.reads:
-                for new_subtask, bucket, rows in pipeline.route(job, task, self.batch_rows):
-                    writer = writers.get((new_subtask, bucket))
-                    if writer is None:
-                        path = _spill_file(spill, new_subtask, bucket)
-                        writer = writers[(new_subtask, bucket)] = pa.ipc.new_stream(path, rows.schema)
-                    writer.write_table(rows)
-                    routed += rows.num_rows
+                for new_subtask, bucket, item in kind.route(job, task, self.batch_rows):
+                    out = outs.get((new_subtask, bucket))
+                    if out is None:
+                        path = _spill_file(spill, new_subtask, bucket, kind.suffix)
+                        out = outs[(new_subtask, bucket)] = kind.open(path, item)
+                    routed += kind.append(out, item)
                 progress.advance(job.stage, task.weight)
-            for writer in writers.values():
-                writer.close()
-            writers.clear()
+            for out in outs.values():
+                out.close()
+            outs.clear()
             files = [
-                pipeline.write(job, j, _read_spilled(spill, j, write.key_groups, job.new_max_parallelism))
+                kind.write(job, j, _read_spilled(kind, spill, j, write.key_groups, job.new_max_parallelism))
                 for j, write in enumerate(job.writes)
             ]
         finally:
-            for writer in writers.values():
-                writer.close()
+            for out in outs.values():
+                out.close()
             shutil.rmtree(spill, ignore_errors=True)
         return pipeline.check_counts(job, routed, files)
 
 
+@dataclass(frozen=True, slots=True)
+class _Spill:
+    """How one kind of job's routed items are spilled and read back: what differs between the two shuffles."""
+
+    #: The spill files' suffix.
+    suffix: str
+    #: ``(job, task, batch rows)`` -> ``(new subtask, bucket, item)`` for every routed item of a read task.
+    route: Callable[[KeyedJob[Any], Any, int], Iterator[tuple[int, int, Any]]]
+    #: ``(path, first item)`` -> an open spill file (anything with ``close()``).
+    open: Callable[[Path, Any], Any]
+    #: ``(spill file, item)`` -> the rows or entries appended.
+    append: Callable[[Any, Any], int]
+    #: ``path`` -> a bucket as its write task takes it.
+    read: Callable[[Path], Any]
+    #: ``(job, new subtask, buckets)`` -> the written file.
+    write: Callable[[KeyedJob[Any], int, Iterator[Any]], Any]
+
+
+def _route_parts(job: KeyedJob[Any], task: Any, batch_rows: int) -> Iterator[tuple[int, int, Any]]:
+    for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, batch_rows):
+        yield new_subtask, bucket, (part, entries)
+
+
+def _append_part(out: BinaryIO, item: tuple[bytes, int]) -> int:
+    out.write(item[0])
+    return item[1]
+
+
+def _append_rows(writer: pa.ipc.RecordBatchStreamWriter, rows: pa.Table) -> int:
+    writer.write_table(rows)
+    return int(rows.num_rows)
+
+
+def _read_rows(path: Path) -> pa.Table:
+    with pa.OSFile(str(path)) as fh:
+        return pa.ipc.open_stream(fh).read_all()
+
+
+#: Rows: one Arrow IPC stream per (new subtask, bucket).
+_ROWS = _Spill(
+    ".arrow",
+    pipeline.route,
+    lambda path, rows: pa.ipc.new_stream(str(path), rows.schema),
+    _append_rows,
+    _read_rows,
+    pipeline.write,
+)
+#: The byte route: its parts (``entry_parts``) back to back, a bucket's file read whole.
+_PARTS = _Spill(
+    ".parts",
+    _route_parts,
+    lambda path, _part: path.open("wb"),
+    _append_part,
+    Path.read_bytes,
+    pipeline.write_parts,
+)
+
+
 def _read_spilled(
-    spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int
-) -> Iterator[pa.Table]:
+    kind: _Spill, spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int
+) -> Iterator[Any]:
     """Yield a new subtask's spill files that exist, by bucket, each read when reached (memory: one)."""
     for bucket in pipeline.buckets_for(key_groups, new_max):
-        path = _spill_file(spill, new_subtask, bucket)
+        path = _spill_file(spill, new_subtask, bucket, kind.suffix)
         if path.exists():
-            with pa.OSFile(str(path)) as fh:
-                yield pa.ipc.open_stream(fh).read_all()
+            yield kind.read(path)
 
 
-def _read_parts(spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int) -> Iterator[bytes]:
-    """Yield a new subtask's part files that exist, by bucket, each read whole when reached (memory: one)."""
-    for bucket in pipeline.buckets_for(key_groups, new_max):
-        path = _spill_file(spill, new_subtask, bucket).with_suffix(".parts")
-        if path.exists():
-            yield path.read_bytes()
-
-
-def _spill_file(spill: Path, new_subtask: int, bucket: int) -> Path:
-    return spill / f"{new_subtask:05d}-{bucket:05d}.arrow"
+def _spill_file(spill: Path, new_subtask: int, bucket: int, suffix: str) -> Path:
+    return spill / f"{new_subtask:05d}-{bucket:05d}{suffix}"
 
 
 __all__ = ["SPILL_DIR", "LocalExecutor"]

@@ -35,6 +35,7 @@ from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
 from keygroup_cli.flink.state.keyed_entries import Rekey, all_states
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
+from keygroup_cli.flink.state.native_kernels import expect
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
@@ -238,6 +239,7 @@ def read_parts_task(
         InvalidSnapshotError: As ``read_keyed_task``.
     """
     new_max, new_parallelism, buckets = target
+    expect(task.bytes)
     with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
         layout, compressed, remap = _entry_layout(task, src, state_names)
         cutter = PartCutter(task.max_parallelism, new_max, state_names, remap, task.root)

@@ -31,6 +31,7 @@ from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.state.native_kernels import expect
 from keygroup_cli.flink.verify import block_finding
 from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
 
@@ -136,6 +137,8 @@ def _copy_handle(
     """
     with StreamSource(handle.delegate, savepoint.directory) as src:
         extents = [e for e in key_group_extents(handle, src.size) if e[0] in wanted]
+        if layout is not None:
+            expect(sum(end - start for _group, start, end in extents))
         subject = f"{op.label} subtask {subtasks.get(id(handle), 0)}"
         for run in _contiguous_runs(extents):
             run_start, run_end = run[0][1], run[-1][2]

@@ -45,9 +45,14 @@ _COLUMNS = 12
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """Re-keyed entries of proven blocks: where their bytes lie in ``raw``, and their columns."""
+    """Re-keyed entries of proven blocks: where their bytes lie, and their columns.
 
-    raw: np.ndarray
+    The blocks' bytes are ``raws``, seen back to back: ``starts`` and ``ends`` are positions in that
+    sequence, ``raws[k]`` beginning at ``offsets[k]`` (no block is copied to join them).
+    """
+
+    raws: tuple[np.ndarray, ...]
+    offsets: tuple[int, ...]
     starts: np.ndarray
     ends: np.ndarray
     groups: np.ndarray
@@ -62,22 +67,53 @@ class Cut:
     def slice(self, start: int, stop: int | None = None) -> Cut:
         """Return entries ``[start, stop)`` (the same bytes)."""
         s = slice(start, stop)
-        return Cut(self.raw, self.starts[s], self.ends[s], self.groups[s], self.states[s], self.key_length[s])
+        return Cut(
+            self.raws,
+            self.offsets,
+            self.starts[s],
+            self.ends[s],
+            self.groups[s],
+            self.states[s],
+            self.key_length[s],
+        )
 
     @staticmethod
     def join(cuts: Sequence[Cut]) -> Cut:
-        """Return the entries of ``cuts`` in order, over one buffer (each cut's bytes copied once)."""
+        """Return the entries of ``cuts`` in order (their buffers kept as they are, not copied)."""
         if len(cuts) == 1:
             return cuts[0]
-        shifts = np.cumsum([0, *(len(c.raw) for c in cuts[:-1])])
+        raws: list[np.ndarray] = []
+        offsets: list[int] = []
+        shifts: list[int] = []
+        total = 0
+        for c in cuts:
+            # Each cut's positions move by where its own buffers now begin.
+            shifts.append(total - c.offsets[0])
+            for raw, offset in zip(c.raws, c.offsets, strict=True):
+                raws.append(raw)
+                offsets.append(total + offset - c.offsets[0])
+            total += c.offsets[-1] - c.offsets[0] + len(c.raws[-1])
         return Cut(
-            np.concatenate([c.raw for c in cuts]),
+            tuple(raws),
+            tuple(offsets),
             np.concatenate([c.starts + s for c, s in zip(cuts, shifts, strict=True)]),
             np.concatenate([c.ends + s for c, s in zip(cuts, shifts, strict=True)]),
             np.concatenate([c.groups for c in cuts]),
             np.concatenate([c.states for c in cuts]),
             np.concatenate([c.key_length for c in cuts]),
         )
+
+    def copy_to(self, order: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray) -> None:
+        """Copy entry ``order[i]``'s bytes (``lengths[i]`` of them) to ``dst[dst_at[i]:]`` for every ``i``."""
+        src_at = self.starts[order]
+        if len(self.raws) == 1:
+            copy_ranges(self.raws[0], src_at - self.offsets[0], lengths, dst, dst_at)
+            return
+        which = np.searchsorted(np.asarray(self.offsets[1:]), src_at, side="right")
+        for k, (raw, offset) in enumerate(zip(self.raws, self.offsets, strict=True)):
+            mine = np.flatnonzero(which == k)
+            if len(mine):
+                copy_ranges(raw, src_at[mine] - offset, lengths[mine], dst, dst_at[mine])
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +134,8 @@ class PartCutter(Rekey):
         new, states = columns
         after_prefix = found.key_starts + layout.prefix_bytes
         return Cut(
-            np.frombuffer(block, dtype=np.uint8),
+            (np.frombuffer(block, dtype=np.uint8),),
+            (0,),
             after_prefix,
             found.value_ends,
             new.astype(np.int64, copy=False),
@@ -132,7 +169,7 @@ def parts(
     ends = np.cumsum(lengths)
     # Every entry's bytes once, in their new order, back to back; each part takes its stretch of them.
     data = np.empty(int(ends[-1]), dtype=np.uint8)
-    copy_ranges(cut.raw, cut.starts[order], lengths, data, ends - lengths)
+    cut.copy_to(order, lengths, data, ends - lengths)
     columns = (
         cut.key_length[order].astype("<i4"),
         lengths.astype("<i4"),

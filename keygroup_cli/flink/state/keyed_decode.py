@@ -34,7 +34,7 @@ from keygroup_cli.flink.state.keyed_layout import (
     StateLayout,
     _vector_states,
 )
-from keygroup_cli.flink.state.native_kernels import DEFER, kernels, scan_window
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels, scan_window, state_mask
 from keygroup_cli.flink.state.serializers import (
     KeyCodec,
     flip_sign_bit,
@@ -603,8 +603,7 @@ def _structure(
     native = kernels()
     if native is not None and int(all_ve[max(lo - 1, 0)]) >= 0:
         # The same checks, entry by entry, by the native kernel (it defers where a read would wrap).
-        mask = np.zeros(0x10000, dtype=np.bool_)
-        mask[list(states)] = True
+        mask = state_mask(states)
         status, ks, ke, ids = native.structure(
             raw,
             mask,

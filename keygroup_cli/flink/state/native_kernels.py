@@ -10,7 +10,8 @@ Python code decides (so every error message stays the reference's).
 
 ``KG_NATIVE`` chooses: ``0`` the Python code, ``1`` the kernels (an error, ``NATIVE_KERNELS_MISSING``, if
 numba cannot be imported), ``auto`` (the default) the kernels when numba imports and the process has work
-enough to pay for them: once its walks have covered ``AUTO_AFTER_BYTES`` of blocks. Importing numba and
+enough to pay for them: once its walks have covered ``AUTO_AFTER_BYTES`` of blocks, or from its first walk
+when a caller says (``expect``) that it is about to walk that much. Importing numba and
 loading the cached kernels costs 0.5-1.3 s of CPU per process; with them a re-key saves about 17 ms of
 CPU per MB (3.5 s on 206 MB), so they pay from some 30-75 MB on. So a small savepoint, a ``kg get`` (one
 block) or a Spark task of a few key groups stays in Python, a large one switches to the kernels after its
@@ -22,6 +23,7 @@ compiles once and Spark workers on it share the result.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from dataclasses import dataclass
@@ -90,6 +92,17 @@ def kernels(walking: int = 0) -> Kernels | None:
     return loaded
 
 
+def expect(walking: int) -> None:
+    """Say that this process is about to walk ``walking`` bytes of blocks (a read task's, a copy's).
+
+    In ``auto`` mode, as many as ``AUTO_AFTER_BYTES`` load the kernels at the next walk, instead of after
+    the first ``AUTO_AFTER_BYTES`` walked in Python: work that will pay for them gets them from its start.
+    Nothing is imported here.
+    """
+    if walking >= AUTO_AFTER_BYTES and mode() == "auto":
+        _walked[0] = max(_walked[0], AUTO_AFTER_BYTES)
+
+
 def _load() -> Kernels | None:
     # numba reads NUMBA_CACHE_DIR once, when it is first imported.
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_directory() / "numba"))
@@ -106,12 +119,19 @@ def _load() -> Kernels | None:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def state_mask(states: frozenset[int]) -> np.ndarray:
+    """Return the kernels' form of a set of state ids: one flag per possible id (shared: never written to)."""
+    mask = np.zeros(0x10000, dtype=np.bool_)
+    mask[list(states)] = True
+    return mask
+
+
 def scan_window(
     found: Kernels, buf: bytes | bytearray | memoryview, states: frozenset[int], current: int | None
 ) -> tuple[np.ndarray, list[int], int, int | None, bool] | None:
     """``keyed_decode._scan_window`` by the scan kernel: the same result for the same bytes."""
-    mask = np.zeros(0x10000, dtype=np.bool_)
-    mask[list(states)] = True
+    mask = state_mask(states)
     raw = np.frombuffer(buf, dtype=np.uint8)
     opened = -1 if current is None else current
     status, value_ends, run_starts, consumed, after = found.scan(raw, mask, opened)
@@ -120,4 +140,14 @@ def scan_window(
     return value_ends, run_starts.tolist(), int(consumed), None if after < 0 else int(after), bool(status)
 
 
-__all__ = ["AUTO_AFTER_BYTES", "DEFER", "NATIVE_ENV", "Kernels", "kernels", "mode", "scan_window"]
+__all__ = [
+    "AUTO_AFTER_BYTES",
+    "DEFER",
+    "NATIVE_ENV",
+    "Kernels",
+    "expect",
+    "kernels",
+    "mode",
+    "scan_window",
+    "state_mask",
+]

@@ -351,6 +351,14 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
         "print(large is not None, 'numba' in sys.modules, kernels() is large)\n"
     )
     assert _python(code, KG_NATIVE="auto").stdout.split() == ["True", "False", "True", "True", "True"]
+    # A caller that says it is about to walk that much gets them from its first walk; 0 and 1 ignore it.
+    told = (
+        "from keygroup_cli.flink.state.native_kernels import AUTO_AFTER_BYTES, expect, kernels\n"
+        "expect(AUTO_AFTER_BYTES - 1); print(kernels(1) is None)\n"
+        "expect(AUTO_AFTER_BYTES); print(kernels(1) is not None)\n"
+    )
+    assert _python(told, KG_NATIVE="auto").stdout.split() == ["True", "True"]
+    assert _python(told, KG_NATIVE="0").stdout.split() == ["True", "False"]
     # KG_NATIVE=1 asks for them on the first block, however small.
     first = "from keygroup_cli.flink.state.native_kernels import kernels\nprint(kernels(1) is not None)\n"
     assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
