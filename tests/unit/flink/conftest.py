@@ -1,10 +1,11 @@
 """The keyed-state walk's unit tests run on the native kernels; the rest of the suite on the Python reference.
 
-kg's default (``KG_NATIVE=auto``) loads the kernels only after 32 MiB of blocks, so every other test, on
-small fixtures, walks blocks in Python. The modules below, which drive the walk itself (scan, boundary
-proof, String hashes, windows, damaged blocks and their errors), run with ``KG_NATIVE=1`` instead: one
-suite run covers both routes, and ``test_native_kernels`` holds them to each other byte for byte. An
-explicit ``KG_NATIVE`` (``KG_NATIVE=0 pytest``, ``KG_NATIVE=1 pytest``) runs the whole suite one way.
+kg's default (``KG_NATIVE=auto``) loads the kernels only for work of 32 MiB of blocks or more, so every
+other test, on small fixtures, walks blocks in Python. The modules below, which drive the walk itself
+(scan, boundary proof, String hashes, windows, damaged blocks and their errors), run with
+``KG_NATIVE=1`` instead: one suite run covers both routes, and ``test_native_kernels`` holds them to each
+other byte for byte. An explicit ``KG_NATIVE`` (``KG_NATIVE=0 pytest``, ``KG_NATIVE=1 pytest``) runs the
+whole suite one way.
 """
 
 from __future__ import annotations
