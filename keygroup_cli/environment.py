@@ -242,11 +242,9 @@ def probe_spark(master: str | None = None) -> tuple[SparkProbe, Java]:
         executor = get_executor("spark", master=master)
     except KgError as exc:
         return SparkProbe(False, time.monotonic() - start, code=exc.code, message=exc.message), java
-    session = executor.session  # type: ignore[attr-defined]
+    context = executor.context  # type: ignore[attr-defined]
     seconds = time.monotonic() - start
-    return SparkProbe(
-        True, seconds, version=str(session.version), master=str(session.sparkContext.master)
-    ), java
+    return SparkProbe(True, seconds, version=str(context.version), master=str(context.master)), java
 
 
 def find_java() -> Java:

@@ -115,7 +115,36 @@ SESSION_CONFIG = {
 def spark_session(
     master: str | None = None, *, verbose: bool = False, config: dict[str, str] | None = None
 ) -> SparkSession:
-    """Return the active SparkSession, or start one (embedded ``local[*]`` unless ``master`` is given).
+    """Return the active SparkSession, or one over ``spark_context`` (started on demand).
+
+    For DataFrames (``kg.read_state(..., engine="spark")``); a rescale or an export needs only the context,
+    and building a session costs Spark SQL's start (about 6 s on two cores).
+
+    Raises:
+        MissingDependencyError: As ``spark_context``.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise MissingDependencyError(
+            "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
+            code="PYSPARK_MISSING",
+        ) from None
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        # A session started on another thread (the active session is per thread): use it.
+        return SparkSession.builder.getOrCreate()
+    return SparkSession(spark_context(master, verbose=verbose, config=config))
+
+
+def spark_context(
+    master: str | None = None, *, verbose: bool = False, config: dict[str, str] | None = None
+) -> SparkContext:
+    """Return the active SparkContext, or start one (embedded ``local[*]`` unless ``master`` is given).
 
     Without ``verbose`` the JVM's console output (log4j start-up lines, warnings) goes to a log file under
     ``$KG_CACHE_DIR/logs`` (removed at exit unless the run failed) and Spark's log level is ERROR. In local
@@ -128,32 +157,27 @@ def spark_session(
             ``SPARK_GATEWAY_FAILED``).
     """
     try:
-        from pyspark.sql import SparkSession
+        from pyspark import SparkContext
     except ImportError:
         raise MissingDependencyError(
             "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
             code="PYSPARK_MISSING",
         ) from None
-    from pyspark import SparkContext
 
-    active = SparkSession.getActiveSession()
+    active = SparkContext._active_spark_context
     if active is not None:
         return active
-    if SparkContext._active_spark_context is not None:
-        # A session started on another thread (the active session is per thread): use it.
-        return SparkSession.builder.getOrCreate()
     check_java()
     context = _launch(_session_conf(master, config), verbose)
     python = worker_python(context.master, config)
     if python is not None:
         # The interpreter every Python worker is started with (pickled into each task's function).
         context.pythonExec = python
-    # A session kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
+    # A context kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
     # and its event log is complete (no ``.inprogress``).
     atexit.register(_stop_quietly, context)
-    session = SparkSession(context)
-    session.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
-    return session
+    context.setLogLevel("WARN" if verbose else "ERROR")
+    return context
 
 
 def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkConf:
@@ -479,15 +503,25 @@ class SparkExecutor:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         config: dict[str, str] | None = None,
     ) -> None:
-        self.session = (
-            session if session is not None else spark_session(master, verbose=verbose, config=config)
+        self._session = session
+        self.context = (
+            session.sparkContext
+            if session is not None
+            else spark_context(master, verbose=verbose, config=config)
         )
         self.batch_rows = batch_rows
-        check_workers(self.session.sparkContext, master)
+        check_workers(self.context, master)
+
+    @property
+    def session(self) -> SparkSession:
+        """Return the session this executor was given, or one over its context (built on first use)."""
+        if self._session is None:
+            self._session = spark_session()
+        return self._session
 
     def read_pieces(self) -> int:
         """Return how many read tasks to cut each old keyed file into: enough to keep every core busy."""
-        return max(1, min(16, 2 * self.session.sparkContext.defaultParallelism))
+        return max(1, min(16, 2 * self.context.defaultParallelism))
 
     def run(
         self,
@@ -506,7 +540,7 @@ class SparkExecutor:
         to the driver. Copy jobs run on the driver. ``scratch`` is not used: Spark's shuffle is the spill.
         """
         progress = Progress(jobs, on_progress)
-        sc = self.session.sparkContext
+        sc = self.context
         written: dict[str, list[W]] = {}
         for job in jobs:
             if isinstance(job, CopyJob):
@@ -830,7 +864,7 @@ class _TaskProgress:
 # -- Keyed state as data: kg export --engine spark, kg.read_state(engine="spark") ----------------------------
 
 
-def state_reader(session: SparkSession) -> BatchReader:
+def state_reader(spark: SparkSession | SparkContext) -> BatchReader:
     """Return a ``state_tables.BatchReader`` whose Spark tasks decode an operator's keyed files.
 
     One task per keyed file decodes it (``state_batches``) and emits its typed batches as Arrow IPC; the
@@ -846,7 +880,7 @@ def state_reader(session: SparkSession) -> BatchReader:
         count = keyed_file_count(savepoint, operator)
         wanted = None if states is None else sorted(states)
         task = functools.partial(_state_task, _metadata_file(savepoint), op_id, wanted)
-        sc = session.sparkContext
+        sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
         done = 0
         with _spark_failures(sc):
             rdd = sc.parallelize(range(count), max(1, count)).flatMap(task)
@@ -987,6 +1021,7 @@ __all__ = [
     "check_workers",
     "keep_console_log",
     "session_settings",
+    "spark_context",
     "spark_session",
     "state_dataframe",
     "state_reader",

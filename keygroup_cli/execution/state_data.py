@@ -64,10 +64,11 @@ def state_reader(engine: str = "local", spark: Any = None, master: str | None = 
     _check(engine)
     if engine == "local":
         return state_batches
-    from keygroup_cli.execution.spark import spark_session
+    from keygroup_cli.execution.spark import spark_context
     from keygroup_cli.execution.spark import state_reader as spark_reader
 
-    return spark_reader(spark or spark_session(master))
+    # The context alone: decoding needs no DataFrame, and a session costs Spark SQL's start.
+    return spark_reader(spark or spark_context(master))
 
 
 def _check(engine: str) -> None:
