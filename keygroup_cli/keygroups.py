@@ -203,6 +203,28 @@ def skew(loads: Sequence[float]) -> float:
     return max(loads) / (total / len(loads))
 
 
+def even_runs(sizes: Sequence[int], pieces: int, min_size: int = 0) -> list[range]:
+    """Cut consecutive items of ``sizes`` into at most ``pieces`` runs of similar total size, in order.
+
+    With ``min_size``, into no more runs than there are ``min_size`` in all (an engine's task has a fixed
+    cost, worth paying only for enough bytes). A run ends once it holds its share of the total; every
+    item is in exactly one run. One item, or none, is one run.
+    """
+    total = sum(sizes)
+    cuts = min(pieces, max(1, total // min_size)) if min_size > 0 else pieces
+    if cuts <= 1 or len(sizes) <= 1:
+        return [range(len(sizes))]
+    share = total / cuts
+    runs: list[range] = []
+    first, acc = 0, 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if i == len(sizes) - 1 or (acc >= share and len(runs) < cuts - 1):
+            runs.append(range(first, i + 1))
+            first, acc = i + 1, 0
+    return runs
+
+
 def to_int32(value: int) -> int:
     """Return ``value`` wrapped to a Java int, as Java's 32-bit arithmetic would leave it."""
     value &= 0xFFFFFFFF

@@ -112,6 +112,21 @@ SESSION_CONFIG = {
 }
 
 
+def require_pyspark() -> None:
+    """Fail with one line when pyspark cannot be imported.
+
+    Raises:
+        MissingDependencyError: ``PYSPARK_MISSING``.
+    """
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(
+            "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
+            code="PYSPARK_MISSING",
+        ) from None
+
+
 def spark_session(
     master: str | None = None, *, verbose: bool = False, config: dict[str, str] | None = None
 ) -> SparkSession:
@@ -123,13 +138,9 @@ def spark_session(
     Raises:
         MissingDependencyError: As ``spark_context``.
     """
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise MissingDependencyError(
-            "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
-            code="PYSPARK_MISSING",
-        ) from None
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -156,13 +167,8 @@ def spark_context(
             Java gateway does not start (``JAVA_MISSING``, ``JAVA_HOME_BROKEN``, ``PYSPARK_MISSING``,
             ``SPARK_GATEWAY_FAILED``).
     """
-    try:
-        from pyspark import SparkContext
-    except ImportError:
-        raise MissingDependencyError(
-            "pyspark is not installed: pip install 'pyspark>=3.5' (or use --engine local)",
-            code="PYSPARK_MISSING",
-        ) from None
+    require_pyspark()
+    from pyspark import SparkContext
 
     active = SparkContext._active_spark_context
     if active is not None:
@@ -864,7 +870,7 @@ class _TaskProgress:
 # -- Keyed state as data: kg export --engine spark, kg.read_state(engine="spark") ----------------------------
 
 
-def state_reader(spark: SparkSession | SparkContext) -> BatchReader:
+def state_reader(sc: SparkContext) -> BatchReader:
     """Return a ``state_tables.BatchReader`` whose Spark tasks decode an operator's keyed files.
 
     One task per keyed file decodes it (``state_batches``) and emits its typed batches as Arrow IPC; the
@@ -880,7 +886,6 @@ def state_reader(spark: SparkSession | SparkContext) -> BatchReader:
         count = keyed_file_count(savepoint, operator)
         wanted = None if states is None else sorted(states)
         task = functools.partial(_state_task, _metadata_file(savepoint), op_id, wanted)
-        sc = spark.sparkContext if hasattr(spark, "sparkContext") else spark
         done = 0
         with _spark_failures(sc):
             rdd = sc.parallelize(range(count), max(1, count)).flatMap(task)

@@ -68,7 +68,7 @@ def state_reader(engine: str = "local", spark: Any = None, master: str | None = 
     from keygroup_cli.execution.spark import state_reader as spark_reader
 
     # The context alone: decoding needs no DataFrame, and a session costs Spark SQL's start.
-    return spark_reader(spark or spark_context(master))
+    return spark_reader(spark.sparkContext if spark is not None else spark_context(master))
 
 
 def _check(engine: str) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.execution.pipeline import CopyJob, Job, KeyedJob, Rows, rekeyed
 from keygroup_cli.javahash import hash_codes
-from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.keygroups import KeyGroupRange, even_runs
 from keygroup_cli.planning import OperatorPlan, RescalePlan
 from keygroup_cli.redistribution import ElementRun
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
@@ -261,31 +261,10 @@ def _rehash_job(
             continue
         meta = pq.ParquetFile(source.resolve(old.path)).metadata
         groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-        for run in row_group_runs([g.total_byte_size for g in groups], pieces, min_bytes):
+        for run in even_runs([g.total_byte_size for g in groups], pieces, min_bytes):
             rows = sum(groups[i].num_rows for i in run)
-            reads.append(ParquetKeyedRead(source, old, row_groups=run, weight=rows))
+            reads.append(ParquetKeyedRead(source, old, row_groups=tuple(run), weight=rows))
     return _job(target, op, plan, reads)
-
-
-def row_group_runs(sizes: Sequence[int], pieces: int, min_bytes: int = 0) -> list[tuple[int, ...]]:
-    """Cut row groups of ``sizes`` bytes into at most ``pieces`` contiguous runs of similar bytes.
-
-    With ``min_bytes``, into no more runs than there are ``min_bytes`` in all; every row group is in
-    exactly one run, in order. A file without row groups gives one empty run (its task reads nothing).
-    """
-    total = sum(sizes)
-    cuts = min(pieces, len(sizes), max(1, total // min_bytes) if min_bytes > 0 else pieces)
-    if cuts <= 1:
-        return [tuple(range(len(sizes)))]
-    share = total / cuts
-    runs: list[tuple[int, ...]] = []
-    first, acc = 0, 0
-    for i, size in enumerate(sizes):
-        acc += size
-        if i == len(sizes) - 1 or (acc >= share and len(runs) < cuts - 1):
-            runs.append(tuple(range(first, i + 1)))
-            first, acc = i + 1, 0
-    return runs
 
 
 # -- Operator state ------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_h
 from keygroup_cli.flink.state.keyed_layout import DEFAULT_BATCH_ROWS, KeyedLayout
 from keygroup_cli.flink.state.native_kernels import expect
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
-from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
+from keygroup_cli.keygroups import KeyGroupRange, even_runs, key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
 from keygroup_cli.storage.locations import Location, is_remote, location
 
@@ -116,31 +116,30 @@ def read_tasks(
     engine a fixed start (about 0.1 s for a Spark task), worth paying only for enough bytes.
     """
     extents = sorted(key_group_extents(handle, handle.size))
-    total = sum(end - start for _, start, end in extents)
+    sizes = [end - start for _, start, end in extents]
     whole = KeyGroupRange(handle.key_group_start, handle.key_group_end)
-    cuts = min(pieces, max(1, total // min_bytes)) if min_bytes > 0 else pieces
-    if cuts <= 1 or len(extents) <= 1:
-        return [KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), total, header)]
+    runs = even_runs(sizes, pieces, min_bytes)
+    if len(runs) <= 1:
+        return [
+            KeyedReadTask(root, handle, max_parallelism, whole, order * max(pieces, 1), sum(sizes), header)
+        ]
     out: list[KeyedReadTask] = []
-    share = total / cuts
-    start, acc = whole.start, 0
-    for i, (group, begin, end) in enumerate(extents):
-        acc += end - begin
-        last = i == len(extents) - 1
-        if last or (acc >= share and len(out) < cuts - 1):
-            stop = whole.end if last else group
-            out.append(
-                KeyedReadTask(
-                    root,
-                    handle,
-                    max_parallelism,
-                    KeyGroupRange(start, stop),
-                    order * pieces + len(out),
-                    acc,
-                    header,
-                )
+    start = whole.start
+    for n, run in enumerate(runs):
+        stop = whole.end if n == len(runs) - 1 else extents[run[-1]][0]
+        weight = sum(sizes[i] for i in run)
+        out.append(
+            KeyedReadTask(
+                root,
+                handle,
+                max_parallelism,
+                KeyGroupRange(start, stop),
+                order * pieces + len(out),
+                weight,
+                header,
             )
-            start, acc = stop + 1, 0
+        )
+        start = stop + 1
     return out
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from keygroup_cli.execution.local import SPILL_DIR, LocalExecutor
 from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES, CopyJob, KeyedJob
-from keygroup_cli.execution.tasks import WrittenParquetFile, plan_snapshot_jobs, row_group_runs
+from keygroup_cli.execution.tasks import WrittenParquetFile, plan_snapshot_jobs
 from keygroup_cli.planning import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate
@@ -91,18 +91,6 @@ def test_jobs_pickle(source: Path, tmp_path: Path) -> None:
     for plan in (plan_rescale(snapshot, 4), plan_rescale(snapshot, 4, None, 256)):
         jobs = plan_snapshot_jobs(plan, snapshot, tmp_path, pieces=4)
         assert pickle.loads(pickle.dumps(jobs)) == jobs
-
-
-def test_row_groups_are_cut_into_runs_of_similar_bytes_and_no_smaller_than_asked() -> None:
-    sizes = [10, 10, 10, 10, 10, 10, 10, 10]
-    assert row_group_runs(sizes, 4) == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    # At least 30 bytes a run: 80 bytes make two runs, however many pieces were asked for.
-    assert row_group_runs(sizes, 16, min_bytes=30) == [(0, 1, 2, 3), (4, 5, 6, 7)]
-    assert row_group_runs(sizes, 16, min_bytes=100) == [tuple(range(8))]
-    # Never more runs than row groups; a run ends once it holds its share; every row group once, in order.
-    assert row_group_runs([5, 100, 5], 8) == [(0, 1), (2,)]
-    assert row_group_runs([100, 1, 1, 1, 1], 2) == [(0,), (1, 2, 3, 4)]
-    assert row_group_runs([], 4) == [()]
 
 
 def test_a_small_snapshot_is_read_in_one_task_per_file_on_an_engine_that_cuts_pieces(

@@ -166,3 +166,19 @@ def test_a_uid_names_an_operator_by_name_where_recorded_and_by_hash_where_not() 
     assert not keygroups.names_operator("keyed-long", None, keyed_string)
     # Where the metadata records a uid, only that uid (or the id) names the operator.
     assert not keygroups.names_operator("keyed-string", "other", keyed_string)
+
+
+def test_even_runs_cut_sizes_into_runs_of_similar_totals_and_no_smaller_than_asked() -> None:
+    sizes = [10, 10, 10, 10, 10, 10, 10, 10]
+    assert _runs(sizes, 4) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    # At least 30 bytes a run: 80 bytes make two runs, however many pieces were asked for.
+    assert _runs(sizes, 16, min_bytes=30) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert _runs(sizes, 16, min_bytes=100) == [tuple(range(8))]
+    # A run ends once it holds its share; every item once, in order; no items is one empty run.
+    assert _runs([5, 100, 5], 8) == [(0, 1), (2,)]
+    assert _runs([100, 1, 1, 1, 1], 2) == [(0,), (1, 2, 3, 4)]
+    assert _runs([], 4) == [()]
+
+
+def _runs(sizes: list[int], pieces: int, min_bytes: int = 0) -> list[tuple[int, ...]]:
+    return [tuple(run) for run in keygroups.even_runs(sizes, pieces, min_bytes)]
