@@ -89,14 +89,18 @@ def _compile_kg() -> None:
     compileall.compile_dir(str(ROOT / "keygroup_cli"), quiet=2)
 
 
-def _warm_native_kernels() -> None:
+def _warm_native_kernels(config: pytest.Config) -> None:
     """Compile the native kernels into numba's cache in the background, while the workers start.
 
     On a fresh machine the first process to call a kernel compiles it (about 14 s of CPU); workers that
     reach the kernels at the same moment would each compile them. One real rescale on the kernels (the
     byte route: scan, proof, String hashes, copies, framing) fills the cache first. It only warms a cache:
-    whatever it does, a test that needs a kernel compiles it itself if it is not there.
+    whatever it does, a test that needs a kernel compiles it itself if it is not there. Nothing to do
+    without workers: one process compiles once anyway. (Whether the cache already holds this checkout's
+    kernels is numba's to know: its cache directories are named by a hash of the source's location.)
     """
+    if not getattr(config.option, "numprocesses", None):
+        return
     source = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-string"
     scratch = tempfile.mkdtemp(prefix="kg-warm-")
     script = (
@@ -120,7 +124,7 @@ def _warm_native_kernels() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), before any worker
         _compile_kg()
-        _warm_native_kernels()
+        _warm_native_kernels(config)
     # The whole suite runs with decoy interpreters first on PATH (.ci/run puts its own there too), so a
     # code path or test that relies on PATH's python3 instead of kg's own interpreter fails everywhere,
     # not only on machines whose system Python lacks kg's dependencies.
