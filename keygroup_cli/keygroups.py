@@ -266,7 +266,12 @@ def murmur_hash_array(codes: npt.ArrayLike) -> npt.NDArray[np.int32]:
 
 def key_groups_for_hashes(codes: npt.ArrayLike, max_parallelism: int) -> npt.NDArray[np.int32]:
     """Return the key group of every hash code (vectorised ``key_group_for_hash``)."""
-    return np.asarray(murmur_hash_array(codes) % np.int32(max_parallelism), dtype=np.int32)
+    return key_groups_for_murmurs(murmur_hash_array(codes), max_parallelism)
+
+
+def key_groups_for_murmurs(murmurs: npt.NDArray[np.int32], max_parallelism: int) -> npt.NDArray[np.int32]:
+    """Return the key group of every ``murmur_hash_array`` result: one murmur serves two maxParallelisms."""
+    return np.asarray(murmurs % np.int32(max_parallelism), dtype=np.int32)
 
 
 def operator_indexes_for_key_groups(

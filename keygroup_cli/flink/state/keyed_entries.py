@@ -61,7 +61,7 @@ from keygroup_cli.flink.state.keyed_layout import (
 )
 from keygroup_cli.flink.state.native_kernels import kernels
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
-from keygroup_cli.keygroups import key_groups_for_hashes, murmur_hash_array
+from keygroup_cli.keygroups import key_groups_for_hashes, key_groups_for_murmurs, murmur_hash_array
 from keygroup_cli.rows import STATE_TYPE
 
 #: The batches of the byte route: an entry's bytes after its key-group prefix, with its new key group.
@@ -136,9 +136,9 @@ class Rekey:
         if hashed is None:
             return None
         codes, key_at = hashed
-        # Both key groups from one murmur hash of each code (key_groups_for_hashes, twice over).
+        # Both key groups from one murmur hash of each code.
         mixed = murmur_hash_array(codes)
-        stored = mixed % np.int32(self.old_max_parallelism)
+        stored = key_groups_for_murmurs(mixed, self.old_max_parallelism)
         wrong = np.flatnonzero(stored != key_group)
         if wrong.size:
             i = int(wrong[0])
@@ -150,7 +150,7 @@ class Rekey:
                 f"{int(stored[i])} (wrong key serializer or maxParallelism?)",
                 code="KEY_GROUP_MISMATCH",
             )
-        new = np.asarray(mixed % np.int32(self.new_max_parallelism), dtype=np.int32)
+        new = key_groups_for_murmurs(mixed, self.new_max_parallelism)
         states = np.asarray(self.remap, dtype=np.int32)[found.state_ids]
         return new, states
 
