@@ -84,6 +84,7 @@ ENVIRONMENT: dict[str, str] = {
     "KG_MASTER": "default of kg rescale --master (and kg doctor --master)",
     "KG_CACHE_DIR": "kg's cache: Spark's CDS archive, logs of failed Spark runs, numba's compile cache",
     "KG_NATIVE": "0: pure Python; 1: the [native] extra's kernels; auto (default): them after 32 MiB",
+    "KG_WORKERS": "default of kg rescale --workers (threads of the local re-key and key-group copy)",
     "KG_SPARK_CDS": "0: no class-data-sharing archive of Spark's classes",
     "KG_SCRATCH_DIR": "where object-store inputs are downloaded and remote outputs staged",
     "KG_STATE_ROOTS": "more directories a checkpoint's absolute state paths may lead to",

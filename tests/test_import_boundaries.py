@@ -274,7 +274,10 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 
 #: The package's layers, bottom up (#21). A module may import its own layer and those below, never above.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("core", ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows", "cache")),
+    (
+        "core",
+        ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows", "cache", "workers"),
+    ),
     ("storage", ("storage",)),
     ("formats", ("flink", "snapshot", "ha")),
     (

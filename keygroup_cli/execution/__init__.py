@@ -139,7 +139,7 @@ def get_executor(name: str, **options: Any) -> Executor:
     Args:
         name: The engine.
         **options: Engine options: for ``spark`` ``master``, ``session``, ``verbose``, ``config`` (Spark
-            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows``.
+            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows`` and ``workers``.
 
     Raises:
         InvalidArgumentError: An unknown engine.
@@ -148,7 +148,7 @@ def get_executor(name: str, **options: Any) -> Executor:
     if name == "local":
         from keygroup_cli.execution.local import LocalExecutor
 
-        return LocalExecutor(**_known(options, ("batch_rows",)))
+        return LocalExecutor(**_known(options, ("batch_rows", "workers")))
     if name == "spark":
         choose_engine("spark")  # a one-line error naming the pip command when pyspark is missing
         from keygroup_cli.execution.spark import SparkExecutor

@@ -127,7 +127,9 @@ class FlinkPartRead(FlinkKeyedRead):
         """Return ``task`` as a read task of the byte route."""
         return cls(**{f.name: getattr(task, f.name) for f in fields(task)})
 
-    def parts(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[tuple[int, int, bytes, int]]:
+    def parts(
+        self, job: KeyedJob[Any], batch_rows: int
+    ) -> Iterator[tuple[int, int, bytes | memoryview, int]]:
         """Yield ``(new subtask, bucket, part, entries)`` (see ``pipeline.PartReadTask``).
 
         Raises:

@@ -8,16 +8,20 @@ Peak memory is bounded by a few batches and one row group (narrow jobs), or by o
 - a job with a shuffle runs every read task in input order, appending each ``(new subtask, bucket)``'s
   rows to an Arrow IPC spill file under ``scratch``; then it writes each new subtask bucket by bucket,
   stably sorted by key group; the spill files are removed before the engine returns;
-- a job of the byte route (``parts``) does the same with the parts its read tasks pack: plain bytes
-  appended to one spill file per ``(new subtask, bucket)``, each bucket's read back whole by its writer;
+- a job of the byte route (``parts``) does the same with the parts its read tasks pack, in worker
+  threads (``keygroup_cli.workers``): each worker appends plain bytes to its own spill file per
+  ``(new subtask, bucket)`` and notes which read task wrote which stretch; a writer reads a bucket's
+  stretches back in read-task order (so the bytes are those of one thread), and new subtasks are written
+  by the workers at once. Memory: a read task's block and batch, and a bucket, per worker;
 - a copy job copies its files.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -27,6 +31,7 @@ from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
+from keygroup_cli.workers import ordered_map, worker_count
 
 SPILL_DIR = ".kg-spill"
 
@@ -36,12 +41,14 @@ class LocalExecutor:
 
     name = "local"
 
-    def __init__(self, batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+    def __init__(self, batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
         self.batch_rows = batch_rows
+        #: Threads of the byte route (``keygroup_cli.workers``); the row routes run in the caller's.
+        self.workers = worker_count(workers)
 
     def read_pieces(self) -> int:
-        """Return 1: this engine runs read tasks one after the other, so one per file is enough."""
-        return 1
+        """Return the workers: read tasks of the byte route run that many at once (1: one per file)."""
+        return self.workers
 
     def run(
         self,
@@ -63,6 +70,10 @@ class LocalExecutor:
                     progress.advance(job.stage, job.weight)
                 elif job.feeds is not None:
                     written[job.operator_id] = self._narrow(job, progress)
+                elif job.parts:
+                    written[job.operator_id] = self._shuffled_parts(
+                        job, scratch / SPILL_DIR / job.operator_id, progress
+                    )
                 else:
                     written[job.operator_id] = self._shuffled(
                         job, scratch / SPILL_DIR / job.operator_id, progress
@@ -88,7 +99,7 @@ class LocalExecutor:
         Each spill file is appended in input order (Arrow IPC streams of rows, or the byte route's parts:
         ``_Spill``), so memory is bounded by a batch while routing and by one bucket while writing.
         """
-        kind = _PARTS if job.parts else _ROWS
+        kind = _ROWS
         spill.mkdir(parents=True)
         outs: dict[tuple[int, int], Any] = {}
         routed = 0
@@ -114,6 +125,137 @@ class LocalExecutor:
             shutil.rmtree(spill, ignore_errors=True)
         return pipeline.check_counts(job, routed, files)
 
+    def _shuffled_parts(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
+        """The byte route's shuffle: read tasks, then new subtasks, each ``self.workers`` at a time.
+
+        Each worker appends to its own spill files (``_PartSpill``); a bucket is read back as its
+        stretches in read-task order, so the written bytes do not depend on which worker ran what.
+        """
+        spill.mkdir(parents=True)
+        parts = _PartSpill(spill)
+        lock = threading.Lock()
+        stop = threading.Event()  # set when the map ends early: running tasks end at their next part
+
+        def read(indexed: tuple[int, Any]) -> int:
+            index, task = indexed
+            routed = 0
+            files = parts.files()
+            began: dict[tuple[int, int], int] = {}
+            for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, self.batch_rows):
+                if stop.is_set():
+                    raise _Stopped
+                out = files.get((new_subtask, bucket))
+                if out is None:
+                    out = parts.open(new_subtask, bucket)
+                if (new_subtask, bucket) not in began:
+                    began[(new_subtask, bucket)] = out.tell()
+                out.write(part)
+                routed += entries
+            parts.record(index, began)
+            with lock:
+                progress.advance(job.stage, task.weight)
+            return routed
+
+        def write(indexed: tuple[int, Any]) -> W:
+            j, target = indexed
+
+            def buckets() -> Iterator[memoryview]:
+                for bucket in pipeline.buckets_for(target.key_groups, job.new_max_parallelism):
+                    if stop.is_set():
+                        raise _Stopped
+                    if parts.has(j, bucket):
+                        yield parts.read(j, bucket)
+
+            return pipeline.write_parts(job, j, buckets())
+
+        try:
+            routed = sum(ordered_map(read, list(enumerate(job.reads)), self.workers, stop))
+            parts.close()
+            files = list(ordered_map(write, list(enumerate(job.writes)), self.workers, stop))
+        finally:
+            parts.close()
+            shutil.rmtree(spill, ignore_errors=True)
+        return pipeline.check_counts(job, routed, files)
+
+
+class _Stopped(Exception):
+    """A worker's task ended early because the map it ran in had already failed."""
+
+
+@dataclass
+class _PartSpill:
+    """The byte route's spill: one file per (worker thread, new subtask, bucket), and what lies where.
+
+    A worker appends only to its own files, and runs one read task at a time, so a task's parts in one
+    file are one stretch. ``record`` notes, per (new subtask, bucket), ``(read task, file, start, end)``.
+    """
+
+    root: Path
+    _open: list[BinaryIO] = field(default_factory=list)
+    _stretches: dict[tuple[int, int], list[tuple[int, Path, int, int]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _mine: threading.local = field(default_factory=threading.local)
+    _slots: list[int] = field(default_factory=lambda: [0])
+
+    def files(self) -> dict[tuple[int, int], BinaryIO]:
+        """Return this thread's open spill files by (new subtask, bucket)."""
+        files: dict[tuple[int, int], BinaryIO] | None = getattr(self._mine, "files", None)
+        if files is None:
+            with self._lock:
+                self._mine.slot = self._slots[0]
+                self._slots[0] += 1
+            files = self._mine.files = {}
+        return files
+
+    def open(self, new_subtask: int, bucket: int) -> BinaryIO:
+        """Open this thread's spill file of ``(new_subtask, bucket)``."""
+        path = _spill_file(self.root, new_subtask, bucket, f".{self._mine.slot}.parts")
+        out = path.open("wb")
+        self._mine.files[(new_subtask, bucket)] = out
+        with self._lock:
+            self._open.append(out)
+        return out
+
+    def record(self, task: int, began: dict[tuple[int, int], int]) -> None:
+        """Note where read task ``task`` (this thread's) wrote: from ``began`` to each file's end."""
+        files = self.files()
+        with self._lock:
+            for key, start in began.items():
+                out = files[key]
+                self._stretches.setdefault(key, []).append((task, Path(out.name), start, out.tell()))
+
+    def close(self) -> None:
+        """Close every spill file (idempotent)."""
+        with self._lock:
+            files, self._open = self._open, []
+        for out in files:
+            out.close()
+
+    def has(self, new_subtask: int, bucket: int) -> bool:
+        """Return whether any part went to ``(new_subtask, bucket)``."""
+        return (new_subtask, bucket) in self._stretches
+
+    def read(self, new_subtask: int, bucket: int) -> memoryview:
+        """Return the bucket's parts back to back, in read-task order."""
+        stretches = sorted(self._stretches[(new_subtask, bucket)], key=lambda s: s[0])
+        buf = bytearray(sum(end - start for _task, _path, start, end in stretches))
+        view = memoryview(buf)
+        at = 0
+        handles: dict[Path, Any] = {}
+        try:
+            for _task, path, start, end in stretches:
+                fh = handles.get(path)
+                if fh is None:
+                    fh = handles[path] = path.open("rb", buffering=0)
+                fh.seek(start)
+                if fh.readinto(view[at : at + end - start]) != end - start:
+                    raise OSError(f"{path}: a spill file is shorter than what was written to it")
+                at += end - start
+        finally:
+            for fh in handles.values():
+                fh.close()
+        return view
+
 
 @dataclass(frozen=True, slots=True)
 class _Spill:
@@ -131,16 +273,6 @@ class _Spill:
     read: Callable[[Path], Any]
     #: ``(job, new subtask, buckets)`` -> the written file.
     write: Callable[[KeyedJob[Any], int, Iterator[Any]], Any]
-
-
-def _route_parts(job: KeyedJob[Any], task: Any, batch_rows: int) -> Iterator[tuple[int, int, Any]]:
-    for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, batch_rows):
-        yield new_subtask, bucket, (part, entries)
-
-
-def _append_part(out: BinaryIO, item: tuple[bytes, int]) -> int:
-    out.write(item[0])
-    return item[1]
 
 
 def _append_rows(writer: pa.ipc.RecordBatchStreamWriter, rows: pa.Table) -> int:
@@ -161,15 +293,6 @@ _ROWS = _Spill(
     _append_rows,
     _read_rows,
     pipeline.write,
-)
-#: The byte route: its parts (``entry_parts``) back to back, a bucket's file read whole.
-_PARTS = _Spill(
-    ".parts",
-    _route_parts,
-    lambda path, _part: path.open("wb"),
-    _append_part,
-    Path.read_bytes,
-    pipeline.write_parts,
 )
 
 

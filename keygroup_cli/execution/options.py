@@ -25,6 +25,8 @@ class EngineOptions:
     verbose: bool = False
     #: A ready executor (overrides ``engine``, ``master``, ``spark``).
     executor: Executor | None = None
+    #: Threads of the local engine and of the key-group copy (None: ``keygroup_cli.workers.worker_count``).
+    workers: int | None = None
 
 
 __all__ = ["EngineOptions"]

@@ -89,7 +89,9 @@ class ReadTask(Protocol):
 class PartReadTask(ReadTask, Protocol):
     """A read task of the byte route: its entries packed into parts (``flink.state.entry_parts``)."""
 
-    def parts(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[tuple[int, int, bytes, int]]:
+    def parts(
+        self, job: KeyedJob[Any], batch_rows: int
+    ) -> Iterator[tuple[int, int, bytes | memoryview, int]]:
         """Yield ``(new subtask, bucket, part, entries)``, buckets ascending per batch, in input order.
 
         Raises:
@@ -249,7 +251,9 @@ def route(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple
             yield new_subtask, bucket, part
 
 
-def route_parts(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple[int, int, bytes, int]]:
+def route_parts(
+    job: KeyedJob[Any], task: ReadTask, batch_rows: int
+) -> Iterator[tuple[int, int, bytes | memoryview, int]]:
     """Yield ``(new subtask, bucket, part, entries)`` for a read task of a ``parts`` job (the byte route)."""
     assert job.parts, "only jobs of the byte route pack parts"
     return cast(PartReadTask, task).parts(job, batch_rows)

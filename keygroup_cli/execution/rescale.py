@@ -57,6 +57,7 @@ def rescale(
     verbose: bool = False,
     on_progress: OnProgress | None = None,
     executor: Executor | None = None,
+    workers: int | None = None,
 ) -> RescaleResult:
     """Rescale ``source`` to ``new_parallelism`` and commit the result at ``dest``, by the route that fits.
 
@@ -85,6 +86,8 @@ def rescale(
         verbose: Let Spark's own logging through.
         on_progress: ``on_progress(stage, completed, total)`` callback.
         executor: A ready executor (overrides ``engine``, ``master``, ``spark``).
+        workers: Threads of the local engine's byte route and of the key-group copy (default:
+            ``$KG_WORKERS``, else the machine's cores, at most 4; ``keygroup_cli.workers``).
 
     Raises:
         InvalidArgumentError: Bad arguments or DEST exists (nothing written).
@@ -101,7 +104,7 @@ def rescale(
         output_format=output_format,
         surgery=surgery,
     )
-    options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
+    options = EngineOptions(engine, master, spark, spark_conf, verbose, executor, workers)
     return run_rescale(source, dest, request, options, on_progress)
 
 

@@ -82,6 +82,7 @@ from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
 from keygroup_cli.storage.staging import scratch_directory, staged_directory
+from keygroup_cli.workers import worker_count
 
 METADATA = "_metadata"
 
@@ -407,7 +408,7 @@ def _commit(
     staged = scratch / "savepoint" if remote is not None else Path(dest)
     try:
         with staged_directory(staged) as staging:
-            keyed.write(runner.executor(), staging, scratch, report)
+            keyed.write(runner.executor(), staging, scratch, report, runner.workers)
             raw_keyed = write_raw_timers(planned.raw_timers, staging)
             written = write_rescaled(
                 keyed.opened.savepoint,
@@ -446,16 +447,19 @@ class _Runner:
     ready: Executor | None
     pending: PendingExecutor | None
     reason: str
+    #: Threads of kg's own key-group copy (``keygroup_cli.workers``).
+    workers: int = 1
 
     @classmethod
     def start(cls, opened: OpenedInput, options: EngineOptions, report: OnProgress) -> _Runner:
+        workers = worker_count(options.workers)
         if options.executor is not None:
-            return cls(options.executor, None, "executor given by the caller")
+            return cls(options.executor, None, "executor given by the caller", workers)
         if opened.copy_headers is not None:
             # Key groups are copied as bytes by kg itself, and operator state is small and redistributed
             # on the driver by either engine: starting a JVM would only add seconds.
             reason = "key groups copied as bytes (same maxParallelism): no Spark needed"
-            return cls(get_executor("local"), None, reason)
+            return cls(get_executor("local", workers=workers), None, reason, workers)
         choice = choose_engine(options.engine)
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor(
@@ -465,8 +469,9 @@ class _Runner:
             session=options.spark,
             verbose=options.verbose,
             config=options.spark_conf,
+            workers=workers,
         )
-        return cls(None, pending, choice.reason)
+        return cls(None, pending, choice.reason, workers)
 
     def executor(self) -> Executor:
         if self.ready is None:
@@ -489,12 +494,14 @@ class _Keyed:
     rows: dict[str, tuple[int, ...]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
-    def write(self, executor: Executor, staging: Path, scratch: Path, report: OnProgress) -> None:
-        """Copy the key groups as bytes, or run the engine's tasks; keep what was written."""
+    def write(
+        self, executor: Executor, staging: Path, scratch: Path, report: OnProgress, workers: int
+    ) -> None:
+        """Copy the key groups as bytes (``workers`` threads), or run the engine's tasks; keep the files."""
         if self.jobs is None:
             assert self.opened.copy_headers is not None
             self.files = _regroup_all(
-                self.opened, self.opened.copy_headers, self.targets, staging, self.sizes, report
+                self.opened, self.opened.copy_headers, self.targets, staging, self.sizes, report, workers
             )
             return
         jobs = self.jobs if self.keyed_root is not None else [_bind(job, str(staging)) for job in self.jobs]
@@ -619,6 +626,7 @@ def _regroup_all(
     staging: Path,
     copied: dict[str, tuple[int, ...]],
     report: OnProgress,
+    workers: int,
 ) -> dict[str, list[RegroupedFile]]:
     """Copy every keyed operator's key groups into its new subtasks' files; record bytes in ``copied``.
 
@@ -630,7 +638,7 @@ def _regroup_all(
     for done, (op_id, header) in enumerate(headers.items(), 1):
         new_parallelism = targets[op_id][0]
         files[op_id] = regroup_keyed_state(
-            savepoint, by_id[op_id], header, new_parallelism, staging, check=opened.label
+            savepoint, by_id[op_id], header, new_parallelism, staging, check=opened.label, workers=workers
         )
         copied[op_id] = tuple(f.size for f in files[op_id])
         report("copy key groups", done, len(headers))

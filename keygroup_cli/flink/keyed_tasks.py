@@ -41,6 +41,11 @@ from keygroup_cli.keygroups import KeyGroupRange, even_runs, key_groups_for_hash
 from keygroup_cli.rows import STATE_TYPE
 from keygroup_cli.storage.locations import Location, is_remote, location
 
+#: The byte route reads key-group blocks in windows of this size (``keyed_decode._windowed_block``): a read
+#: task's memory follows the window, not the key group, so it is the same for any state size and each
+#: worker thread (``keygroup_cli.workers``) holds little.
+PART_WINDOW_BYTES = 1 << 20
+
 
 @dataclass(frozen=True, slots=True)
 class KeyedReadTask:
@@ -227,7 +232,7 @@ def read_parts_task(
     state_names: tuple[str, ...],
     target: tuple[int, int, int],
     batch_rows: int = DEFAULT_BATCH_ROWS,
-) -> Iterator[tuple[int, int, bytes, int]]:
+) -> Iterator[tuple[int, int, bytes | memoryview, int]]:
     """Yield ``(new subtask, bucket, part, entries)``: the entries of ``task`` re-keyed as bytes, packed.
 
     ``target`` is the new maxParallelism, parallelism and bucket count. Every block is read, proven and
@@ -251,6 +256,7 @@ def read_parts_task(
             key_groups=task.key_groups,
             strict=True,
             cutter=cutter,
+            window_bytes=PART_WINDOW_BYTES,
         )
         for cut in cuts:
             yield from parts(cast(Cut, cut), new_max, new_parallelism, buckets)

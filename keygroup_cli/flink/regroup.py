@@ -34,6 +34,7 @@ from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.flink.state.native_kernels import expect
 from keygroup_cli.flink.verify import block_finding
 from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
+from keygroup_cli.workers import ordered_map
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
 COPY_CHUNK = 16 * 1024 * 1024
@@ -74,6 +75,7 @@ def regroup_keyed_state(
     target: Path,
     *,
     check: str | None = None,
+    workers: int = 1,
 ) -> list[RegroupedFile]:
     """Write the keyed file of every new subtask of ``op`` into ``target`` (files named by random UUIDs).
 
@@ -86,6 +88,7 @@ def regroup_keyed_state(
         check: Check every block as ``kg verify`` does, in the pass that copies it (``verify.block_finding``:
             read once, nothing decoded into rows), and name the input so in the error; None: copy runs of
             blocks as they are (a caller that checked them already).
+        workers: Threads writing new subtasks' files at once (``keygroup_cli.workers``).
 
     Raises:
         InvalidSnapshotError: A state file is missing or shorter than its offsets say; with ``check``, a
@@ -99,8 +102,8 @@ def regroup_keyed_state(
         layout = KeyedLayout.from_header(parsed, op.max_parallelism, check)
         compressed = parsed.compressed
     subtasks = {id(s.managed_keyed_state): s.index for s in op.subtasks}
-    written = []
-    for index in range(new_parallelism):
+
+    def write(index: int) -> RegroupedFile:
         wanted = key_group_range_for_operator_index(op.max_parallelism, new_parallelism, index)
         offsets = [0] * wanted.size
         name = str(uuid.uuid4())
@@ -114,7 +117,9 @@ def regroup_keyed_state(
                     savepoint, op, handle, subtasks, wanted, offsets, out, position, layout, compressed, check
                 )
         handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
-        written.append(RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o)))
+        return RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o))
+
+    written = list(ordered_map(write, range(new_parallelism), workers))
     return written
 
 

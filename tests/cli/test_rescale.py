@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from keygroup_cli.execution import tasks
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate, keyed_rows, tree_digest
+
+FLINK_23 = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 
 
 @pytest.fixture
@@ -312,3 +315,26 @@ def test_wall_seconds_include_the_input_check(kg, source, tmp_path, monkeypatch)
     result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "local", "--json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["wall_seconds"] >= 1.5
+
+
+def test_workers_from_the_option_or_the_environment_give_the_same_savepoint(kg, tmp_path, monkeypatch):
+    savepoint = FLINK_23 / "heap-files-p3-maxp128-long"
+    outs = []
+    for label, args, env in (("one", ["--workers", "1"], None), ("three", [], "3")):
+        if env is None:
+            monkeypatch.delenv("KG_WORKERS", raising=False)
+        else:
+            monkeypatch.setenv("KG_WORKERS", env)
+        out = tmp_path / label
+        result = kg("rescale", savepoint, "--to", "4", "-m", "512", "--out", out, "--engine", "local", *args)
+        assert result.exit_code == 0, result.stderr
+        outs.append(out)
+    keyed = [sorted(p.read_bytes() for p in out.iterdir() if p.name != "_metadata") for out in outs]
+    assert keyed[0] == keyed[1] and len(keyed[0]) >= 4
+    monkeypatch.setenv("KG_WORKERS", "none")
+    result = kg("rescale", savepoint, "--to", "4", "--out", tmp_path / "bad", "--engine", "local")
+    assert result.exit_code == 2 and "KG_WORKERS" in result.stderr and not (tmp_path / "bad").exists()
+    monkeypatch.delenv("KG_WORKERS")
+    result = kg("rescale", savepoint, "--to", "4", "--out", tmp_path / "bad", "--workers", "0")
+    assert result.exit_code == 2 and "0 is not in the range x>=1" in result.stderr
+    assert not (tmp_path / "bad").exists()

@@ -4,6 +4,8 @@ Every real Flink fixture under fixtures/flink (Flink 2.3 and the versioned uid-*
 canonical and native layouts, checkpoints, snappy-compressed state, String and Long keys, timers) is
 rescaled to new maxParallelisms (1- and 2-byte key-group prefixes) by both routes; every keyed file and
 its offsets must be identical, so every real-Flink restore test of the row route covers the byte route.
+The byte route runs its read tasks (each file cut into three) and its writes on three worker threads
+(``keygroup_cli.workers``), the row route in one: which thread ran what must not change a byte.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ def _ignore(_stage: str, _done: int, _total: int | None) -> None:
     return None
 
 
-def _written(jobs: list[Any], out: Path, spill: Path) -> dict[tuple[str, int], tuple[tuple[int, ...], bytes]]:
+def _written(
+    jobs: list[Any], out: Path, spill: Path, workers: int
+) -> dict[tuple[str, int], tuple[tuple[int, ...], bytes]]:
     # Same file names on both routes, so files compare by name and bytes.
     jobs = [
         replace(j, writes=tuple(replace(w, name=f"{j.operator_id}-{w.subtask}") for w in j.writes))
         for j in jobs
     ]
-    written = LocalExecutor(batch_rows=1000).run(jobs, spill)
+    written = LocalExecutor(batch_rows=1000, workers=workers).run(jobs, spill)
     return {
         (op_id, f.subtask): (f.handle.offsets, (out / f.handle.delegate.relative_path).read_bytes())
         for op_id, files in written.items()
@@ -61,10 +65,12 @@ def test_both_routes_write_the_same_bytes(
             monkeypatch.setattr(keyed_pipeline, "byte_route_applies", lambda *_args: False)
         out = tmp_path / f"out-{as_bytes}"
         out.mkdir()
-        jobs = [j for j in plan_keyed_jobs(view, targets, str(out)) if j.operator_id in hashable]
+        pieces = 3 if as_bytes else 1
+        planned = plan_keyed_jobs(view, targets, str(out), pieces=pieces)
+        jobs = [j for j in planned if j.operator_id in hashable]
         if as_bytes:
             assert all(isinstance(r, FlinkPartRead) for j in jobs for r in j.reads)
             assert all(isinstance(w, FlinkPartWrite) for j in jobs for w in j.writes)
-        results.append(_written(jobs, out, tmp_path / f"spill-{as_bytes}"))
+        results.append(_written(jobs, out, tmp_path / f"spill-{as_bytes}", 3 if as_bytes else 1))
     # Fixtures of finished operators hold no keyed state: nothing to compare, and nothing written.
     assert results[0] == results[1]

@@ -30,6 +30,7 @@ Examples:
   kg rescale savepoint-1a2b/ --from 3 --to 4 --out savepoint-p4/       # a Flink savepoint in, one out
   kg rescale savepoint-1a2b/ --to 8 -m 1024 --out savepoint-m1024/     # what Flink refuses at restore
   kg rescale savepoint-1a2b/ --to 4 --out sp-p4/ --format native       # RocksDB / ForSt database files
+  kg rescale savepoint-1a2b/ --to 8 -m 1024 --out sp/ --engine local --workers 2   # two threads
   kg rescale savepoint-1a2b/ --to 8 --out sp-p8/ --rename counter=counter-v2 --drop old-dedup
   kg rescale zk://zk1:2181/flink/my-cluster --to 8 --out sp-p8/   # refused (exit 7) while a leader is live
   kg rescale s3://bkt/savepoints/sp-1a2b --from 3 --to 4 --out s3://bkt/savepoints/sp-1a2b-p4
@@ -109,6 +110,16 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     callback=lambda _ctx, _param, values: _parse_conf(values),
     help="A Spark setting for the session kg starts (repeatable), e.g. spark.pyspark.python=PATH.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    envvar="KG_WORKERS",
+    show_envvar=True,
+    help="Threads kg itself uses on this machine: the local engine's re-key and the key-group copy, "
+    "about 27 MiB each. [default: the machine's cores, at most 4]",
+)
 @savepoint_format_option()
 @surgery_options
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
@@ -131,6 +142,7 @@ def command(
     engine: str | None,
     master: str | None,
     spark_conf: dict[str, str],
+    workers: int | None,
     output_format: str,
     rename: tuple[str, ...],
     assign_uid: tuple[str, ...],
@@ -181,6 +193,7 @@ def command(
             spark_conf=spark_conf or None,
             verbose=verbose,
             on_progress=on_progress,
+            workers=workers,
         )
     # The wall time a user waited.
     result = replace(result, wall_seconds=time.monotonic() - started)

@@ -149,11 +149,13 @@ class PartCutter(Rekey):
 
 def parts(
     cut: Cut, new_max_parallelism: int, new_parallelism: int, buckets: int
-) -> Iterator[tuple[int, int, bytes, int]]:
+) -> Iterator[tuple[int, int, memoryview, int]]:
     """Yield ``(new subtask, bucket, part, entries)`` for ``cut``'s entries, buckets ascending.
 
     Entries are sorted by new key group, stably (so within a part they keep their order per key group);
-    ``buckets`` contiguous key-group ranges cut maxParallelism (``pipeline.bucket_of``).
+    ``buckets`` contiguous key-group ranges cut maxParallelism (``pipeline.bucket_of``). The parts are
+    laid out back to back in one buffer: each entry's bytes are copied once, straight to their place in
+    it, and each part is a view of its stretch (valid while the caller keeps it; no other copy).
     """
     count = cut.num_rows
     if count == 0:
@@ -167,23 +169,57 @@ def parts(
     part_hi = np.concatenate([lows, [count]]).astype(np.int64)
     lengths = (cut.ends - cut.starts)[order]
     ends = np.cumsum(lengths)
-    # Every entry's bytes once, in their new order, back to back; each part takes its stretch of them.
-    data = np.empty(int(ends[-1]), dtype=np.uint8)
-    cut.copy_to(order, lengths, data, ends - lengths)
-    columns = (
-        cut.key_length[order].astype("<i4"),
-        lengths.astype("<i4"),
-        groups.astype("<u2"),
-        cut.states[order].astype("<u2"),
-    )
-    for lo, hi in zip(part_lo.tolist(), part_hi.tolist(), strict=True):
-        start = int(ends[lo - 1]) if lo else 0
-        stop = int(ends[hi - 1])
-        size = 8 + _COLUMNS * (hi - lo) + stop - start
-        pieces = [_HEAD.pack(hi - lo, stop - start), *(c[lo:hi].tobytes() for c in columns)]
-        pieces += [data[start:stop].tobytes(), bytes(-size % 4)]
+    data_end = ends[part_hi - 1]
+    data_start = data_end - np.add.reduceat(lengths, part_lo)
+    data_bytes = data_end - data_start
+    counts = part_hi - part_lo
+    size = 8 + _COLUMNS * counts + data_bytes
+    padded = size + (-size % 4)
+    base = np.cumsum(padded) - padded
+    out = np.empty(int(base[-1] + padded[-1]), dtype=np.uint8)
+    # Entry i of part p goes after p's head and columns, where its bytes lie among p's entries.
+    part_of = np.repeat(np.arange(len(part_lo)), counts)
+    first_data = base + 8 + _COLUMNS * counts - data_start
+    cut.copy_to(order, lengths, out, ends - lengths + first_data[part_of])
+    columns = (cut.key_length[order].astype(np.int64), lengths, groups, cut.states[order].astype(np.int64))
+    native = kernels()
+    packing = pack_parts_reference if native is None else native.pack_parts
+    packing(out, base, part_lo, part_hi, data_bytes, *columns)
+    view = memoryview(out)  # type: ignore[arg-type]
+    for p, (lo, hi) in enumerate(zip(part_lo.tolist(), part_hi.tolist(), strict=True)):
+        at = int(base[p])
         subtask, bucket = divmod(int(composite[lo]), buckets)
-        yield subtask, bucket, b"".join(pieces), hi - lo
+        yield subtask, bucket, view[at : at + int(padded[p])], hi - lo
+
+
+def pack_parts_reference(
+    out: np.ndarray,
+    base: np.ndarray,
+    part_lo: np.ndarray,
+    part_hi: np.ndarray,
+    data_bytes: np.ndarray,
+    key_length: np.ndarray,
+    lengths: np.ndarray,
+    groups: np.ndarray,
+    states: np.ndarray,
+) -> None:
+    """Write each part's head (count, data bytes), its columns and its zero padding into ``out``.
+
+    Part ``p`` starts at ``base[p]`` and holds entries ``[part_lo[p], part_hi[p])``; its entries' bytes
+    (``data_bytes[p]`` of them, after the columns) are the caller's to copy.
+    """
+    widths = (("<i4", key_length), ("<i4", lengths), ("<u2", groups), ("<u2", states))
+    for p, (lo, hi) in enumerate(zip(part_lo.tolist(), part_hi.tolist(), strict=True)):
+        at = int(base[p])
+        out[at : at + 8] = np.frombuffer(_HEAD.pack(hi - lo, int(data_bytes[p])), dtype=np.uint8)
+        at += 8
+        for dtype, column in widths:
+            piece = column[lo:hi].astype(dtype).view(np.uint8)
+            out[at : at + len(piece)] = piece
+            at += len(piece)
+        end = at + int(data_bytes[p])
+        pad = -(end - int(base[p])) % 4
+        out[end : end + pad] = 0
 
 
 def part_entries(part: bytes | memoryview) -> int:
@@ -197,7 +233,7 @@ def part_entries(part: bytes | memoryview) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Unpacked:
-    """A bucket's entries in input order: their bytes back to back, their columns, where each starts."""
+    """A bucket's entries in input order: the bucket's bytes, the entries' columns, where each starts."""
 
     data: np.ndarray
     key_length: np.ndarray
@@ -207,16 +243,16 @@ class _Unpacked:
     at: np.ndarray
 
 
-def _unpack(buf: bytes | memoryview) -> _Unpacked:
+def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
     """Read every part of ``buf`` (parts back to back, as a spill file holds them).
+
+    The entries' bytes stay where they are in ``buf`` (``at``: each one's position there).
 
     Raises:
         InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
     """
     columns: list[list[np.ndarray]] = [[], [], [], [], []]
-    datas: list[np.ndarray] = []
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    pos, size, offset = 0, len(buf), 0
+    pos, size = 0, len(buf)
     while pos < size:
         if pos + 8 > size:
             raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
@@ -225,29 +261,38 @@ def _unpack(buf: bytes | memoryview) -> _Unpacked:
         end = head + _COLUMNS * n + data
         if end > size:
             raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
-        lengths = np.frombuffer(buf, dtype="<i4", count=n, offset=head + 4 * n).astype(np.int64)
+        lengths = np.frombuffer(buf, dtype="<i4", count=n, offset=head + 4 * n)
         columns[0].append(np.frombuffer(buf, dtype="<i4", count=n, offset=head))
         columns[1].append(lengths)
         columns[2].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 8 * n))
         columns[3].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 10 * n))
-        columns[4].append(np.cumsum(lengths) - lengths + offset)
-        datas.append(raw[head + _COLUMNS * n : end])
-        offset += data
-        if int(lengths.sum()) != data:
+        columns[4].append(np.full(1, head + _COLUMNS * n, dtype=np.int64))
+        if int(lengths.sum(dtype=np.int64)) != data:
             raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
         pos = end + (-end % 4)
-    joined = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in columns]
+    lengths = np.concatenate(columns[1]).astype(np.int64) if columns[1] else np.zeros(0, dtype=np.int64)
+    if len(lengths) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Unpacked(np.zeros(0, dtype=np.uint8), empty, empty, empty, empty, empty)
+    counts = np.fromiter((len(c) for c in columns[1]), dtype=np.int64, count=len(columns[1]))
+    # An entry starts where its part's data starts, after the entries before it in that part.
+    starts = np.cumsum(lengths) - lengths
+    part_first = np.cumsum(counts) - counts
+    data_at = np.concatenate(columns[4])
+    shift = np.repeat(data_at - starts[np.minimum(part_first, len(starts) - 1)], counts)  # empty parts: 0
     return _Unpacked(
-        datas[0] if len(datas) == 1 else np.concatenate([np.zeros(0, dtype=np.uint8), *datas]),
-        joined[0].astype(np.int64),
-        joined[1],
-        joined[2].astype(np.int64),
-        joined[3].astype(np.int64),
-        joined[4].astype(np.int64),
+        np.frombuffer(buf, dtype=np.uint8),
+        np.concatenate(columns[0]).astype(np.int64),
+        lengths,
+        np.concatenate(columns[2]).astype(np.int64),
+        np.concatenate(columns[3]).astype(np.int64),
+        starts + shift,
     )
 
 
-def frame_bucket(buf: bytes | memoryview, layout: KeyedLayout, state_ids: np.ndarray) -> list[_Block]:
+def frame_bucket(
+    buf: bytes | bytearray | memoryview, layout: KeyedLayout, state_ids: np.ndarray
+) -> list[_Block]:
     """Return the blocks of a bucket's parts (``buf``), key groups ascending, framed as the row encoder does.
 
     ``state_ids`` maps the parts' state positions to the header's state ids (-1: a state it lacks). Each
@@ -481,6 +526,7 @@ __all__ = [
     "copy_ranges_reference",
     "frame_bucket",
     "frame_entries_reference",
+    "pack_parts_reference",
     "part_entries",
     "parts",
 ]

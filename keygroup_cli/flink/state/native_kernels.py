@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,12 +50,15 @@ class Kernels:
     string_hashes: Any
     copy_ranges: Any
     frame_entries: Any
+    pack_parts: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
 AUTO_AFTER_BYTES = 32 << 20
 
 _compiled: dict[str, Kernels | None] = {}
+#: Held while the kernels load: worker threads may ask for them at once (``keygroup_cli.workers``).
+_loading = threading.Lock()
 _walked = [0]
 
 
@@ -81,7 +85,9 @@ def kernels(walking: int = 0) -> Kernels | None:
         if _walked[0] < AUTO_AFTER_BYTES:
             return None
     if "numba" not in _compiled:
-        _compiled["numba"] = _load()
+        with _loading:
+            if "numba" not in _compiled:
+                _compiled["numba"] = _load()
     loaded = _compiled["numba"]
     if loaded is None and setting == "1":
         raise MissingDependencyError(
@@ -116,6 +122,7 @@ def _load() -> Kernels | None:
         compiled.string_hashes,
         compiled.copy_ranges,
         compiled.frame_entries,
+        compiled.pack_parts,
     )
 
 

@@ -286,4 +286,41 @@ def frame_entries(
     return out, value_ends, run_end
 
 
-__all__ = ["copy_ranges", "frame_entries", "scan", "string_hashes", "structure"]
+@_jit
+def _put_le(out: npt.NDArray[np.uint8], at: int, value: int, width: int) -> None:
+    """Write ``value`` little-endian in ``width`` bytes at ``at``."""
+    for b in range(width):
+        out[at + b] = (value >> (8 * b)) & 0xFF
+
+
+@_jit
+def pack_parts(
+    out: npt.NDArray[np.uint8],
+    base: npt.NDArray[np.int64],
+    part_lo: npt.NDArray[np.int64],
+    part_hi: npt.NDArray[np.int64],
+    data_bytes: npt.NDArray[np.int64],
+    key_length: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    groups: npt.NDArray[np.int64],
+    states: npt.NDArray[np.int64],
+) -> None:
+    """``entry_parts.pack_parts_reference``: each part's head, columns and padding (not its entries)."""
+    for p in range(len(base)):
+        at = base[p]
+        lo = part_lo[p]
+        n = part_hi[p] - lo
+        _put_le(out, at, n, 4)
+        _put_le(out, at + 4, data_bytes[p], 4)
+        c = at + 8
+        for i in range(n):
+            _put_le(out, c + 4 * i, key_length[lo + i], 4)
+            _put_le(out, c + 4 * n + 4 * i, lengths[lo + i], 4)
+            _put_le(out, c + 8 * n + 2 * i, groups[lo + i], 2)
+            _put_le(out, c + 10 * n + 2 * i, states[lo + i], 2)
+        end = c + 12 * n + data_bytes[p]
+        for k in range(-(end - at) % 4):
+            out[end + k] = 0
+
+
+__all__ = ["copy_ranges", "frame_entries", "pack_parts", "scan", "string_hashes", "structure"]

@@ -362,3 +362,35 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
     # KG_NATIVE=1 asks for them on the first block, however small.
     first = "from keygroup_cli.flink.state.native_kernels import kernels\nprint(kernels(1) is not None)\n"
     assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_parts_are_packed_as_the_reference_packs_them(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = np.asarray(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=8)), dtype=np.int64)
+    total = int(counts.sum())
+    column = st.lists(st.integers(0, 0xFFFF), min_size=total, max_size=total)
+    key_length, lengths, groups, states = (np.asarray(data.draw(column), dtype=np.int64) for _ in range(4))
+    part_hi = np.cumsum(counts)
+    part_lo = part_hi - counts
+    data_bytes = np.asarray(
+        data.draw(st.lists(st.integers(0, 9), min_size=len(counts), max_size=len(counts)))
+    )
+    size = 8 + 12 * counts + data_bytes
+    padded = size + (-size % 4)
+    base = (np.cumsum(padded) - padded).astype(np.int64)
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+    found = native_kernels.kernels()
+    assert found is not None
+    native, reference = (np.full(int(padded.sum()), 7, dtype=np.uint8) for _ in range(2))
+    args = (base, part_lo, part_hi, data_bytes.astype(np.int64), key_length, lengths, groups, states)
+    found.pack_parts(native, *args)
+    entry_parts.pack_parts_reference(reference, *args)
+    assert _same(native, reference)
+    # The entries' bytes are not the packer's: they keep what was there.
+    for p in range(len(counts)):
+        data_at = int(base[p]) + 8 + 12 * int(counts[p])
+        assert bytes(reference[data_at : data_at + int(data_bytes[p])]) == b"\x07" * int(data_bytes[p])
+        assert entry_parts.part_entries(memoryview(reference)[int(base[p]) :]) == counts[p]

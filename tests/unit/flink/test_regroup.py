@@ -59,7 +59,17 @@ def test_every_key_group_keeps_its_bytes_and_entries(case, new_p, tmp_path):
             continue
         header = shared_keyed_header(savepoint, op)
         assert header is not None  # Flink writes one header for all subtasks of these jobs
-        files = regroup_keyed_state(savepoint, op, header, new_p, tmp_path)
+        files = regroup_keyed_state(savepoint, op, header, new_p, tmp_path, check="in", workers=3)
+        one_thread = tmp_path / f"one-{op.operator_id}"
+        one_thread.mkdir()
+        alone = regroup_keyed_state(savepoint, op, header, new_p, one_thread, check="in", workers=1)
+        # Three threads write what one writes: the same files, subtask by subtask.
+        assert [f.subtask for f in files] == [f.subtask for f in alone] == list(range(new_p))
+        for threaded, single in zip(files, alone, strict=True):
+            assert threaded.handle.offsets == single.handle.offsets
+            assert (tmp_path / threaded.handle.delegate.relative_path).read_bytes() == (
+                one_thread / single.handle.delegate.relative_path
+            ).read_bytes()
         old_blocks = {g: b for h in old for g, b in _blocks(savepoint.directory, h).items()}
         new_blocks: dict[int, bytes] = {}
         for f in files:
