@@ -13,6 +13,8 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
   the ``[native]`` extra; **rekey** and **copy** then run with ``KG_NATIVE=0``, the pure-Python reference).
   The kernels' compile cache is warmed by one untimed run first: each timed run pays the import of numba
   and the load of the cached kernels, as every kg process does;
+- with ``--workers N [N ...]``, every kg run once per number of worker threads (``KG_WORKERS``; the
+  local engine's re-key and the key-group copy use them), named ``run/wN``; without it kg's default;
 - with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
   earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
   one (each result names the package it ran): before and after, in the same run.
@@ -27,7 +29,7 @@ a shared machine) and its peak RSS (``VmHWM``). No assertion on timings:
 the figures go to docs/performance.md.
 
 Usage: nice -n 5 python benchmarks/floor.py --work /work/bench-cache [--keys 2000000] [--savepoint DIR]
-    [--repeat 3] [--engines local [spark]] [--native] [--before DIR] [--json]
+    [--repeat 3] [--engines local [spark]] [--native] [--workers 1 2] [--before DIR] [--json]
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ def run_child(
     """
     env = dict(os.environ)
     env.pop(BEFORE_ENV, None)
+    run, _, workers = run.partition("/w")
+    if workers:
+        env["KG_WORKERS"] = workers
     # An installed kg runs from compiled bytecode; with PYTHONDONTWRITEBYTECODE set (as in some shells and
     # CI images) every child would compile kg's modules from source again, about 0.5 s of each kg run.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -186,8 +191,10 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     ]
     for run, s in summary.items():
         jvm = f" (JVM {s['jvm_peak_rss_mib']:.0f})" if s["jvm_peak_rss_mib"] else ""
+        base, _, workers = run.partition("/w")
+        title = TITLES[base] + (f", {workers} worker{'s' if workers != '1' else ''}" if workers else "")
         lines.append(
-            f"| {TITLES[run]} | {s['min_s']:.2f} / {s['median_s']:.2f} s | "
+            f"| {title} | {s['min_s']:.2f} / {s['median_s']:.2f} s | "
             f"{s['min_ratio']:.2f}x / {s['ratio']:.2f}x | "
             f"{s['mb_per_s']:.0f} | {s['mb_per_s_per_core']:.0f} | {s['median_cpu_s']:.1f} | "
             f"{s['mb_per_cpu_s']:.0f} | "
@@ -208,6 +215,9 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="A directory holding an earlier keygroup_cli package.")
     parser.add_argument(
         "--native", action="store_true", help="Also run with the native kernels (KG_NATIVE=1)."
+    )
+    parser.add_argument(
+        "--workers", type=int, nargs="+", help="Run every kg run once per number of worker threads."
     )
     parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -235,10 +245,13 @@ def main() -> None:
         shutil.rmtree(warm, ignore_errors=True)
         run_child("rekey-native", source, warm, None, native=True)
         shutil.rmtree(warm, ignore_errors=True)
+    if args.workers:
+        runs = [run if run == "floor" else f"{run}/w{n}" for run in runs for n in args.workers]
+        runs = list(dict.fromkeys(runs))
     results: dict[str, list[dict[str, Any]]] = {run: [] for run in runs}
     for i in range(args.repeat):
         for run in runs:
-            dest = work / f"out-{run}"
+            dest = work / f"out-{run.replace('/', '-')}"
             shutil.rmtree(dest, ignore_errors=True)
             log(f"[{i + 1}/{args.repeat}] {run} (load {os.getloadavg()[0]:.1f}) ...")
             r = run_child(run, source, dest, args.before, native=args.native)

@@ -144,12 +144,15 @@ class LocalExecutor:
             for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, self.batch_rows):
                 if stop.is_set():
                     raise _Stopped
-                out = files.get((new_subtask, bucket))
+                key = (new_subtask, bucket)
+                out = files.get(key)
                 if out is None:
                     out = parts.open(new_subtask, bucket)
-                if (new_subtask, bucket) not in began:
-                    began[(new_subtask, bucket)] = out.tell()
-                out.write(part)
+                if key not in began:
+                    began[key] = out.tell()
+                written = out.write(part)
+                if written != len(part):  # a raw write may take less than it is given
+                    _write_all(out, memoryview(part)[written or 0 :])
                 routed += entries
             parts.record(index, began)
             with lock:
@@ -176,6 +179,14 @@ class LocalExecutor:
             parts.close()
             shutil.rmtree(spill, ignore_errors=True)
         return pipeline.check_counts(job, routed, files)
+
+
+def _write_all(out: BinaryIO, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to an unbuffered file (a raw write may take less than it is given)."""
+    view = memoryview(data)
+    while view:
+        written = out.write(view)
+        view = view[written or 0 :]
 
 
 class _Stopped(Exception):
@@ -210,7 +221,7 @@ class _PartSpill:
     def open(self, new_subtask: int, bucket: int) -> BinaryIO:
         """Open this thread's spill file of ``(new_subtask, bucket)``."""
         path = _spill_file(self.root, new_subtask, bucket, f".{self._mine.slot}.parts")
-        out = path.open("wb")
+        out = path.open("wb", buffering=0)  # parts are larger than a buffer: no 8 KiB per file
         self._mine.files[(new_subtask, bucket)] = out
         with self._lock:
             self._open.append(out)

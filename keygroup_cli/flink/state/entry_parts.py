@@ -186,10 +186,13 @@ def parts(
     packing = pack_parts_reference if native is None else native.pack_parts
     packing(out, base, part_lo, part_hi, data_bytes, *columns)
     view = memoryview(out)  # type: ignore[arg-type]
-    for p, (lo, hi) in enumerate(zip(part_lo.tolist(), part_hi.tolist(), strict=True)):
-        at = int(base[p])
-        subtask, bucket = divmod(int(composite[lo]), buckets)
-        yield subtask, bucket, view[at : at + int(padded[p])], hi - lo
+    # Plain ints for the loop: a numpy scalar per part costs more than the part's slice.
+    heads = zip(
+        base.tolist(), (base + padded).tolist(), composite[part_lo].tolist(), counts.tolist(), strict=True
+    )
+    for at, stop, key, entries in heads:
+        subtask, bucket = divmod(key, buckets)
+        yield subtask, bucket, view[at:stop], entries
 
 
 def pack_parts_reference(
