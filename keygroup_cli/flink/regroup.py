@@ -16,6 +16,8 @@ key group), kg decodes and re-encodes instead (``keygroup_cli.convert.from_savep
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,9 @@ from keygroup_cli.workers import ordered_map
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
 COPY_CHUNK = 16 * 1024 * 1024
+#: A checked copy reads each block whole; worker threads hold blocks larger than this one at a time.
+LARGE_BLOCK_BYTES = 64 << 20
+_LARGE_BLOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +165,17 @@ def _copy_handle(
                     out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
             else:
                 for group, start, end in run:
-                    raw = src.read(start, end)
-                    problem = block_finding(
-                        raw, group, compressed, layout, op.max_parallelism, src.source, subject
-                    )
-                    if problem is not None:
-                        raise _refused(check or "", problem)
-                    out.write(raw)
+                    # A block is checked whole: threads take turns with large ones, so memory is one
+                    # large block, not one per thread.
+                    with _LARGE_BLOCK if end - start > LARGE_BLOCK_BYTES else contextlib.nullcontext():
+                        raw = src.read(start, end)
+                        problem = block_finding(
+                            raw, group, compressed, layout, op.max_parallelism, src.source, subject
+                        )
+                        if problem is not None:
+                            raise _refused(check or "", problem)
+                        out.write(raw)
+                        del raw
             position += run_end - run_start
     return position
 

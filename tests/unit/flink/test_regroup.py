@@ -6,6 +6,8 @@ key group's block in the old file, and decode (with kg's decoder) to the same en
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +15,7 @@ import pytest
 
 from keygroup_cli.execution import savepoint as savepoint_rescale
 from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.flink import regroup
 from keygroup_cli.flink.io.stream_handles import key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
@@ -133,3 +136,30 @@ def test_a_copy_reads_each_input_byte_once_and_checks_every_block(case, tmp_path
             assert 0 < seen[str(FIXTURES / case / path)] <= (FIXTURES / case / path).stat().st_size
     assert sorted(checked) == sorted(g for h in handles for g, _a, _b in key_group_extents(h, h.size))
     assert checked
+
+
+def test_worker_threads_check_large_blocks_one_at_a_time(tmp_path, monkeypatch):
+    savepoint = read_flink_metadata(FIXTURES / "heap-files-p3-maxp128-long")
+    op = next(o for o in savepoint.metadata.operators if keyed_handles(o))
+    header = shared_keyed_header(savepoint, op)
+    assert header is not None
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    real = regroup.block_finding
+
+    def watched(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)  # long enough for another thread to arrive
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(regroup, "block_finding", watched)
+    monkeypatch.setattr(regroup, "LARGE_BLOCK_BYTES", 0)  # every block is "large"
+    files = regroup_keyed_state(savepoint, op, header, 4, tmp_path, check="in", workers=3)
+    assert most[0] == 1
+    assert sum(f.key_groups_with_data for f in files) > 0
