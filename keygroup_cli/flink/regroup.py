@@ -31,6 +31,7 @@ from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink.state.keyed_entries import check_entries_in_windows
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.flink.state.native_kernels import expect
@@ -40,7 +41,9 @@ from keygroup_cli.workers import ordered_map
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
 COPY_CHUNK = 16 * 1024 * 1024
-#: A checked copy reads each block whole; worker threads hold blocks larger than this one at a time.
+#: An uncompressed block larger than this is checked and copied window by window (memory: a window).
+CHECK_WINDOW_BYTES = 1 << 20
+#: Other blocks are read whole to be checked; worker threads hold those larger than this one at a time.
 LARGE_BLOCK_BYTES = 64 << 20
 _LARGE_BLOCK = threading.Lock()
 
@@ -165,8 +168,18 @@ def _copy_handle(
                     out.write(src.read(chunk_start, min(chunk_start + COPY_CHUNK, run_end)))
             else:
                 for group, start, end in run:
-                    # A block is checked whole: threads take turns with large ones, so memory is one
-                    # large block, not one per thread.
+                    if not compressed and end - start > CHECK_WINDOW_BYTES:
+                        mark = out.tell()
+                        through = _ReadOnceInto(src, start, out)
+                        taken = check_entries_in_windows(
+                            through, group, start, end, layout, op.max_parallelism, CHECK_WINDOW_BYTES
+                        )
+                        if taken is not None and through.end == end:
+                            continue  # checked window by window, each byte written as it was read
+                        out.seek(mark)  # not taken: the whole-block check below says why, or takes it
+                        out.truncate()
+                    # Checked whole: threads take turns with large blocks, so memory is one large block,
+                    # not one per thread.
                     with _LARGE_BLOCK if end - start > LARGE_BLOCK_BYTES else contextlib.nullcontext():
                         raw = src.read(start, end)
                         problem = block_finding(
@@ -178,6 +191,38 @@ def _copy_handle(
                         del raw
             position += run_end - run_start
     return position
+
+
+class _ReadOnceInto:
+    """A forward-only view of ``src`` from ``start``: each byte is written to ``out`` when first read.
+
+    The window walk reads ``[a, b)`` ranges that move forward and may start inside the last one (a window
+    ends at its last whole entry): those bytes come from the kept tail, so each input byte is read from
+    ``src`` and written to ``out`` once.
+    """
+
+    def __init__(self, src: StreamSource, start: int, out: BinaryIO) -> None:
+        self.src, self.out = src, out
+        self.tail, self.tail_at = b"", start
+        self.source = src.source
+
+    @property
+    def end(self) -> int:
+        """Return where the bytes read so far end."""
+        return self.tail_at + len(self.tail)
+
+    def read(self, start: int, end: int) -> bytes:
+        """Return ``src[start:end]`` (``start`` at or after the last read's start)."""
+        if start < self.tail_at:
+            raise ValueError("a forward-only read went back")  # the window walk never does
+        have = self.end
+        if end > have:
+            fresh = self.src.read(have, end)
+            self.out.write(fresh)
+            keep = min(start, have)
+            self.tail = self.tail[keep - self.tail_at :] + fresh
+            self.tail_at = keep
+        return self.tail[start - self.tail_at : end - self.tail_at]
 
 
 def _refused(name: str, problem: Finding) -> InvalidSnapshotError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +41,7 @@ from keygroup_cli.flink.state.keyed_decode import (
     _slices,
     _Structure,
     _structure,
+    _walk_windows,
     check_block,
 )
 from keygroup_cli.flink.state.keyed_encode import (
@@ -221,6 +223,63 @@ def check_entries(
     if hashed is None or bool((key_groups_for_hashes(hashed[0], max_parallelism) != key_group).any()):
         return None
     return found.count
+
+
+class _Checked:
+    """What ``_KeyGroupCheck`` cuts a proven window into: its entry count, nothing else."""
+
+    __slots__ = ("num_rows",)
+
+    def __init__(self, num_rows: int) -> None:
+        self.num_rows = num_rows
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyGroupCheck:
+    """A ``keyed_decode.BlockCutter`` that checks every proven entry's key against its key group, no rows."""
+
+    max_parallelism: int
+
+    def states(self, layout: KeyedLayout) -> frozenset[int]:
+        return all_states(layout)
+
+    def cut(self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout) -> Any:
+        hashed = _hashed(block, found, layout)
+        if hashed is None or bool(
+            (key_groups_for_hashes(hashed[0], self.max_parallelism) != key_group).any()
+        ):
+            return None  # not taken: the caller asks the whole-block check why
+        return _Checked(found.count)
+
+    def per_entry(
+        self, block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool
+    ) -> Any:
+        raise AssertionError("the window check never reads a block whole")  # pragma: no cover
+
+
+def check_entries_in_windows(
+    source: Any, key_group: int, start: int, end: int, layout: KeyedLayout, max_parallelism: int, window: int
+) -> int | None:
+    """``check_entries`` of the uncompressed block ``source[start:end]``, read window by window.
+
+    ``source.read(a, b)`` gives bytes; each window is proven as ``keyed_decode._windowed_block`` proves it
+    (lengths, flags, state ids, prefixes, and the END mark as the block's last bytes) and every key hashed
+    against ``key_group``: memory follows the window, not the key group. Returns the entry count, or None
+    where the windows do not take the block (anything wrong or unusual: the caller checks it whole).
+    """
+    checker = _KeyGroupCheck(max_parallelism)
+    states = checker.states(layout)
+    if not states:
+        return None
+    walk = _walk_windows(source, key_group, start, end, layout, 1 << 30, True, window, checker, states)
+    entries = 0
+    try:
+        while True:
+            entries += next(walk).num_rows
+    except StopIteration as done:
+        return entries if done.value is None else None
+    except InvalidSnapshotError:
+        return None
 
 
 def _names(state_names: tuple[str, ...]) -> pa.Array:
@@ -440,4 +499,4 @@ def _encode(entries: Entries, layout: KeyedLayout) -> list[_Block]:
     return _cut_blocks(joined, groups, group_start, run_end)
 
 
-__all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states", "check_entries"]
+__all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states", "check_entries", "check_entries_in_windows"]

@@ -6,6 +6,7 @@ key group's block in the old file, and decode (with kg's decoder) to the same en
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.execution import savepoint as savepoint_rescale
 from keygroup_cli.execution.rescale import rescale
 from keygroup_cli.flink import regroup
@@ -163,3 +165,73 @@ def test_worker_threads_check_large_blocks_one_at_a_time(tmp_path, monkeypatch):
     files = regroup_keyed_state(savepoint, op, header, 4, tmp_path, check="in", workers=3)
     assert most[0] == 1
     assert sum(f.key_groups_with_data for f in files) > 0
+
+
+@pytest.mark.parametrize("case", ["heap-files-p3-maxp128-long", "rocksdb-canonical-snappy-p2-maxp256-string"])
+def test_large_blocks_are_checked_and_copied_window_by_window(case, tmp_path, monkeypatch):
+    # Windows of 64 bytes: every uncompressed block of these small fixtures is "large".
+    savepoint = read_flink_metadata(FIXTURES / case)
+    op = next(o for o in savepoint.metadata.operators if keyed_handles(o))
+    header = shared_keyed_header(savepoint, op)
+    assert header is not None
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    expected = regroup_keyed_state(savepoint, op, header, 3, whole, check="in", workers=1)
+    windowed: list[int] = []
+    real = regroup.check_entries_in_windows
+
+    def counted(*args, **kwargs):
+        got = real(*args, **kwargs)
+        windowed.append(got is not None)
+        return got
+
+    read = StreamSource.read
+    seen: dict[str, int] = {}
+
+    def counting(self, start: int, end: int) -> bytes:
+        data = read(self, start, end)
+        seen[self.source] = seen.get(self.source, 0) + len(data)
+        return data
+
+    monkeypatch.setattr(regroup, "CHECK_WINDOW_BYTES", 64)
+    monkeypatch.setattr(regroup, "check_entries_in_windows", counted)
+    monkeypatch.setattr(StreamSource, "read", counting)
+    out = tmp_path / "windows"
+    out.mkdir()
+    files = regroup_keyed_state(savepoint, op, header, 3, out, check="in", workers=2)
+    for a, b in zip(files, expected, strict=True):
+        assert a.handle.offsets == b.handle.offsets
+        assert (out / a.handle.delegate.relative_path).read_bytes() == (
+            whole / b.handle.delegate.relative_path
+        ).read_bytes()
+    compressed = "snappy" in case
+    assert (windowed == []) if compressed else (len(windowed) > 10 and all(windowed))
+    for handle in keyed_handles(op):
+        path = FIXTURES / case / handle.delegate.relative_path
+        assert seen[str(path)] <= path.stat().st_size  # each byte read once
+
+
+def test_a_damaged_large_block_is_refused_as_a_whole_block_check_refuses_it(tmp_path, monkeypatch):
+    source = tmp_path / "in"
+    shutil.copytree(FIXTURES / "heap-files-p3-maxp128-long", source)
+    savepoint = read_flink_metadata(source)
+    op = next(o for o in savepoint.metadata.operators if keyed_handles(o))
+    handle = keyed_handles(op)[0]
+    path = source / handle.delegate.relative_path
+    with StreamSource(handle.delegate, source) as src:
+        group, start, end = max(key_group_extents(handle, src.size), key=lambda e: e[2] - e[1])
+    data = bytearray(path.read_bytes())
+    data[end - 1] ^= 0x5A  # the END mark after its last entry is no longer one
+    path.write_bytes(bytes(data))
+    errors = []
+    for window in (1 << 30, 64):
+        monkeypatch.setattr(regroup, "CHECK_WINDOW_BYTES", window)
+        try:
+            rescale(source, tmp_path / f"out-{window}", 4, engine="local")
+        except InvalidSnapshotError as error:
+            errors.append((error.code, str(error)))
+        else:
+            errors.append(None)
+        assert not (tmp_path / f"out-{window}").exists()
+    assert errors[0] == errors[1]
+    assert errors[0] is not None and errors[0][0] == "INPUT_FAILS_VERIFY"
