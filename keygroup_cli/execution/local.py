@@ -153,6 +153,7 @@ class LocalExecutor:
                 written = out.write(part)
                 if written != len(part):  # a raw write may take less than it is given
                     _write_all(out, memoryview(part)[written or 0 :])
+                del part  # a part is a view of its batch's buffer: let the buffer go with the batch
                 routed += entries
             parts.record(index, began)
             with lock:
