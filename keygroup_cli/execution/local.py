@@ -12,7 +12,7 @@ Peak memory is bounded by a few batches and one row group (narrow jobs), or by o
   threads (``keygroup_cli.workers``): each worker appends plain bytes to its own spill file per
   ``(new subtask, bucket)`` and notes which read task wrote which stretch; a writer reads a bucket's
   stretches back in read-task order (so the bytes are those of one thread), and new subtasks are written
-  by the workers at once. Memory: a read task's block and batch, and a bucket, per worker;
+  by the workers at once. Memory: a read task's window and batch, and a bucket, per worker;
 - a copy job copies its files.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -94,29 +94,29 @@ class LocalExecutor:
         return pipeline.check_counts(job, rows, files)
 
     def _shuffled(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
-        """Route every read task into spill files, one per (new subtask, bucket); then write each subtask.
+        """Route every read task's rows into spill files, one per (new subtask, bucket); then write them.
 
-        Each spill file is appended in input order (Arrow IPC streams of rows, or the byte route's parts:
-        ``_Spill``), so memory is bounded by a batch while routing and by one bucket while writing.
+        Each spill file is an Arrow IPC stream appended in input order, so memory is bounded by a batch while
+        routing and by one bucket while writing.
         """
-        kind = _ROWS
         spill.mkdir(parents=True)
-        outs: dict[tuple[int, int], Any] = {}
+        outs: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
         routed = 0
         try:
             for task in job.reads:
-                for new_subtask, bucket, item in kind.route(job, task, self.batch_rows):
+                for new_subtask, bucket, rows in pipeline.route(job, task, self.batch_rows):
                     out = outs.get((new_subtask, bucket))
                     if out is None:
-                        path = _spill_file(spill, new_subtask, bucket, kind.suffix)
-                        out = outs[(new_subtask, bucket)] = kind.open(path, item)
-                    routed += kind.append(out, item)
+                        path = _spill_file(spill, new_subtask, bucket, ".arrow")
+                        out = outs[(new_subtask, bucket)] = pa.ipc.new_stream(str(path), rows.schema)
+                    out.write_table(rows)
+                    routed += rows.num_rows
                 progress.advance(job.stage, task.weight)
             for out in outs.values():
                 out.close()
             outs.clear()
             files = [
-                kind.write(job, j, _read_spilled(kind, spill, j, write.key_groups, job.new_max_parallelism))
+                pipeline.write(job, j, _read_spilled(spill, j, write.key_groups, job.new_max_parallelism))
                 for j, write in enumerate(job.writes)
             ]
         finally:
@@ -269,53 +269,15 @@ class _PartSpill:
         return view
 
 
-@dataclass(frozen=True, slots=True)
-class _Spill:
-    """How one kind of job's routed items are spilled and read back: what differs between the two shuffles."""
-
-    #: The spill files' suffix.
-    suffix: str
-    #: ``(job, task, batch rows)`` -> ``(new subtask, bucket, item)`` for every routed item of a read task.
-    route: Callable[[KeyedJob[Any], Any, int], Iterator[tuple[int, int, Any]]]
-    #: ``(path, first item)`` -> an open spill file (anything with ``close()``).
-    open: Callable[[Path, Any], Any]
-    #: ``(spill file, item)`` -> the rows or entries appended.
-    append: Callable[[Any, Any], int]
-    #: ``path`` -> a bucket as its write task takes it.
-    read: Callable[[Path], Any]
-    #: ``(job, new subtask, buckets)`` -> the written file.
-    write: Callable[[KeyedJob[Any], int, Iterator[Any]], Any]
-
-
-def _append_rows(writer: pa.ipc.RecordBatchStreamWriter, rows: pa.Table) -> int:
-    writer.write_table(rows)
-    return int(rows.num_rows)
-
-
-def _read_rows(path: Path) -> pa.Table:
-    with pa.OSFile(str(path)) as fh:
-        return pa.ipc.open_stream(fh).read_all()
-
-
-#: Rows: one Arrow IPC stream per (new subtask, bucket).
-_ROWS = _Spill(
-    ".arrow",
-    pipeline.route,
-    lambda path, rows: pa.ipc.new_stream(str(path), rows.schema),
-    _append_rows,
-    _read_rows,
-    pipeline.write,
-)
-
-
 def _read_spilled(
-    kind: _Spill, spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int
-) -> Iterator[Any]:
-    """Yield a new subtask's spill files that exist, by bucket, each read when reached (memory: one)."""
+    spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int
+) -> Iterator[pa.Table]:
+    """Yield a new subtask's spilled rows that exist, by bucket, each read when reached (memory: one)."""
     for bucket in pipeline.buckets_for(key_groups, new_max):
-        path = _spill_file(spill, new_subtask, bucket, kind.suffix)
+        path = _spill_file(spill, new_subtask, bucket, ".arrow")
         if path.exists():
-            yield kind.read(path)
+            with pa.OSFile(str(path)) as fh:
+                yield pa.ipc.open_stream(fh).read_all()
 
 
 def _spill_file(spill: Path, new_subtask: int, bucket: int, suffix: str) -> Path:
