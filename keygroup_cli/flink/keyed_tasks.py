@@ -30,7 +30,7 @@ from keygroup_cli.flink.io.snappy import encode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.state.entry_parts import Cut, PartCutter, frame_bucket, parts
-from keygroup_cli.flink.state.keyed_decode import check_block, decode_keyed_file
+from keygroup_cli.flink.state.keyed_decode import BYTE_WINDOW_BYTES, check_block, decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
 from keygroup_cli.flink.state.keyed_entries import Rekey, all_states
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
@@ -40,11 +40,6 @@ from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, even_runs, key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
 from keygroup_cli.storage.locations import Location, is_remote, location
-
-#: The byte route reads key-group blocks in windows of this size (``keyed_decode._windowed_block``): a read
-#: task's memory follows the window, not the key group, so it is the same for any state size and each
-#: worker thread (``keygroup_cli.workers``) holds little.
-PART_WINDOW_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +251,7 @@ def read_parts_task(
             key_groups=task.key_groups,
             strict=True,
             cutter=cutter,
-            window_bytes=PART_WINDOW_BYTES,
+            window_bytes=BYTE_WINDOW_BYTES,
         )
         for cut in cuts:
             yield from parts(cast(Cut, cut), new_max, new_parallelism, buckets)

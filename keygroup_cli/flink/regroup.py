@@ -31,6 +31,7 @@ from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink.state.keyed_decode import BYTE_WINDOW_BYTES
 from keygroup_cli.flink.state.keyed_entries import check_entries_in_windows
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
@@ -42,7 +43,7 @@ from keygroup_cli.workers import ordered_map
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
 COPY_CHUNK = 16 * 1024 * 1024
 #: An uncompressed block larger than this is checked and copied window by window (memory: a window).
-CHECK_WINDOW_BYTES = 1 << 20
+CHECK_WINDOW_BYTES = BYTE_WINDOW_BYTES
 #: Other blocks are read whole to be checked; worker threads hold those larger than this one at a time.
 LARGE_BLOCK_BYTES = 64 << 20
 _LARGE_BLOCK = threading.Lock()
@@ -127,8 +128,7 @@ def regroup_keyed_state(
         handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
         return RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o))
 
-    written = list(ordered_map(write, range(new_parallelism), workers))
-    return written
+    return list(ordered_map(write, range(new_parallelism), workers))
 
 
 def _copy_handle(

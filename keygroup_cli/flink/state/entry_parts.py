@@ -169,9 +169,8 @@ def parts(
     part_hi = np.concatenate([lows, [count]]).astype(np.int64)
     lengths = (cut.ends - cut.starts)[order]
     ends = np.cumsum(lengths)
-    data_end = ends[part_hi - 1]
-    data_start = data_end - np.add.reduceat(lengths, part_lo)
-    data_bytes = data_end - data_start
+    data_bytes = np.add.reduceat(lengths, part_lo)
+    data_start = ends[part_hi - 1] - data_bytes
     counts = part_hi - part_lo
     size = 8 + _COLUMNS * counts + data_bytes
     padded = size + (-size % 4)
@@ -254,7 +253,9 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
     Raises:
         InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
     """
-    columns: list[list[np.ndarray]] = [[], [], [], [], []]
+    columns: list[list[np.ndarray]] = [[], [], [], []]
+    data_at: list[int] = []  # where each part's entries' bytes begin in buf
+    data_sizes: list[int] = []
     pos, size = 0, len(buf)
     while pos < size:
         if pos + 8 > size:
@@ -269,7 +270,8 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
         columns[1].append(lengths)
         columns[2].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 8 * n))
         columns[3].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 10 * n))
-        columns[4].append(np.full(1, head + _COLUMNS * n, dtype=np.int64))
+        data_at.append(head + _COLUMNS * n)
+        data_sizes.append(data)
         if int(lengths.sum(dtype=np.int64)) != data:
             raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
         pos = end + (-end % 4)
@@ -278,11 +280,10 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
         empty = np.zeros(0, dtype=np.int64)
         return _Unpacked(np.zeros(0, dtype=np.uint8), empty, empty, empty, empty, empty)
     counts = np.fromiter((len(c) for c in columns[1]), dtype=np.int64, count=len(columns[1]))
-    # An entry starts where its part's data starts, after the entries before it in that part.
+    # Entries' bytes back to back would start at ``starts``; each part's lie at its own place in buf.
     starts = np.cumsum(lengths) - lengths
-    part_first = np.cumsum(counts) - counts
-    data_at = np.concatenate(columns[4])
-    shift = np.repeat(data_at - starts[np.minimum(part_first, len(starts) - 1)], counts)  # empty parts: 0
+    sizes = np.asarray(data_sizes, dtype=np.int64)
+    shift = np.repeat(np.asarray(data_at, dtype=np.int64) - (np.cumsum(sizes) - sizes), counts)
     return _Unpacked(
         np.frombuffer(buf, dtype=np.uint8),
         np.concatenate(columns[0]).astype(np.int64),

@@ -45,6 +45,9 @@ from keygroup_cli.rows import STATE_TYPE, keyed_schema
 
 #: Uncompressed key-group blocks larger than this are read and decoded window by window.
 WINDOW_BYTES = 8 << 20
+#: The windows of the byte-level routes (the re-key as bytes, the checked copy): they make no rows, so a
+#: small window costs little, and a read task's or worker thread's memory is the same for any key group.
+BYTE_WINDOW_BYTES = 1 << 20
 
 
 class _Columns:
@@ -1021,6 +1024,7 @@ ROWS: BlockCutter = _RowCutter()
 
 
 __all__ = [
+    "BYTE_WINDOW_BYTES",
     "ROWS",
     "BlockCutter",
     "check_block",

@@ -219,10 +219,21 @@ def check_entries(
     found = _structure(block, states, value_ends, _run_ends(len(value_ends), run_starts), end)
     if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
         return None
+    return found.count if _keys_in_group(block, found, key_group, layout, max_parallelism) else None
+
+
+def _keys_in_group(
+    block: bytes | bytearray | memoryview,
+    found: _Structure,
+    key_group: int,
+    layout: KeyedLayout,
+    max_parallelism: int,
+) -> bool:
+    """Return whether every proven entry's key is whole and hashes to ``key_group`` (False: ask why)."""
     hashed = _hashed(block, found, layout)
-    if hashed is None or bool((key_groups_for_hashes(hashed[0], max_parallelism) != key_group).any()):
-        return None
-    return found.count
+    return hashed is not None and not bool(
+        (key_groups_for_hashes(hashed[0], max_parallelism) != key_group).any()
+    )
 
 
 class _Checked:
@@ -244,10 +255,7 @@ class _KeyGroupCheck:
         return all_states(layout)
 
     def cut(self, block: bytes | bytearray, found: _Structure, key_group: int, layout: KeyedLayout) -> Any:
-        hashed = _hashed(block, found, layout)
-        if hashed is None or bool(
-            (key_groups_for_hashes(hashed[0], self.max_parallelism) != key_group).any()
-        ):
+        if not _keys_in_group(block, found, key_group, layout, self.max_parallelism):
             return None  # not taken: the caller asks the whole-block check why
         return _Checked(found.count)
 
