@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,6 +32,7 @@ from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
+from keygroup_cli.storage import background
 from keygroup_cli.workers import ordered_map, worker_count
 
 SPILL_DIR = ".kg-spill"
@@ -169,6 +171,7 @@ class LocalExecutor:
                         raise _Stopped
                     if parts.has(j, bucket):
                         yield parts.read(j, bucket)
+                        parts.release(j, bucket)  # freed in the background while the next is framed
 
             return pipeline.write_parts(job, j, buckets())
 
@@ -178,6 +181,7 @@ class LocalExecutor:
             files = list(ordered_map(write, list(enumerate(job.writes)), self.workers, stop))
         finally:
             parts.close()
+            parts.settle()
             shutil.rmtree(spill, ignore_errors=True)
         return pipeline.check_counts(job, routed, files)
 
@@ -208,6 +212,7 @@ class _PartSpill:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _mine: threading.local = field(default_factory=threading.local)
     _slots: list[int] = field(default_factory=lambda: [0])
+    _removals: list[Future[None]] = field(default_factory=list)
 
     def files(self) -> dict[tuple[int, int], BinaryIO]:
         """Return this thread's open spill files by (new subtask, bucket)."""
@@ -246,6 +251,19 @@ class _PartSpill:
     def has(self, new_subtask: int, bucket: int) -> bool:
         """Return whether any part went to ``(new_subtask, bucket)``."""
         return (new_subtask, bucket) in self._stretches
+
+    def release(self, new_subtask: int, bucket: int) -> None:
+        """Start removing the files of ``(new_subtask, bucket)``, read back in full (they hold only it)."""
+        paths = {path for _task, path, _start, _end in self._stretches[(new_subtask, bucket)]}
+        removal = background.submit(background.remove_files, sorted(paths))
+        with self._lock:
+            self._removals.append(removal)
+
+    def settle(self) -> None:
+        """Wait for the removals started (their errors do not matter: the spill directory goes next)."""
+        with self._lock:
+            removals, self._removals = self._removals, []
+        wait(removals)
 
     def read(self, new_subtask: int, bucket: int) -> memoryview:
         """Return the bucket's parts back to back, in read-task order."""

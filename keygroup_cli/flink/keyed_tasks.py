@@ -40,6 +40,7 @@ from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import KeyGroupRange, even_runs, key_groups_for_hashes
 from keygroup_cli.rows import STATE_TYPE
 from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.staging import flush_soon
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,8 +447,10 @@ def _output(root: str, name: str) -> Iterator[BinaryIO]:
         with target.fs.open_output_stream(target.path) as stream:
             yield stream
         return
-    with open(Path(root) / name, "wb", buffering=1 << 20) as fh:
+    path = Path(root) / name
+    with open(path, "wb", buffering=1 << 20) as fh:
         yield fh
+    flush_soon(path)  # the disk flushes this file while the next one is computed
 
 
 __all__ = [

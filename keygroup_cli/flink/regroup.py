@@ -38,6 +38,7 @@ from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.flink.state.native_kernels import expect
 from keygroup_cli.flink.verify import block_finding
 from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
+from keygroup_cli.storage.staging import flush_soon
 from keygroup_cli.workers import ordered_map
 
 #: Bytes copied per read: bounds memory whatever the size of a key group run.
@@ -125,6 +126,7 @@ def regroup_keyed_state(
                 position = _copy_handle(
                     savepoint, op, handle, subtasks, wanted, offsets, out, position, layout, compressed, check
                 )
+        flush_soon(target / name)  # the disk flushes this file while the next one is copied
         handle_out = KeyGroupsHandle(7, wanted.start, tuple(offsets), RelativeFileHandle(name, position))
         return RegroupedFile(index, handle_out, position, sum(1 for o in offsets if o))
 

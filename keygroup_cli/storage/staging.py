@@ -11,6 +11,10 @@ whose writer is provably gone (same host, and no process with that pid and start
 to DEST removes them first, before it checks whether DEST exists; ``kg clean DEST`` does the same on
 demand. A staging directory of another host, or of a process still running, is never touched.
 
+Each file's fsync may start as soon as the file is finished (``flush_soon``, on a background thread), so
+the disk flushes it while the next one is computed; the commit waits for those, raises their errors, and
+still fsyncs everything before the rename.
+
 The commit knows no format: a kg snapshot (``snapshot.writer``) and a Flink savepoint are both staged here.
 """
 
@@ -20,16 +24,22 @@ import os
 import re
 import secrets
 import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import InvalidArgumentError, destination_error, environment_error
+from keygroup_cli.storage import background
 from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.writer import Writer, pid_exists
 
 _STAGING_MARK = ".kg-staging-"
+# The staging directories this process will commit, and the early flushes started in each.
+_early: dict[Path, list[Future[None]]] = {}
+_early_lock = threading.Lock()
 #: The file in every staging directory that says who writes it.
 WRITER_MARK = ".kg-writer"
 
@@ -103,17 +113,47 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
         remove_stale_staging(dest)
     refuse_existing(dest)
     staging = _new_staging(dest, "")
+    with _early_lock:
+        _early[Path(os.path.abspath(staging))] = []
     try:
         yield staging
         (staging / WRITER_MARK).unlink(missing_ok=True)
+        background.settle(_early_flushes(staging))
         _fsync_tree(staging)
         refuse_existing(dest)
         os.rename(staging, dest)
         fsync_directory(dest.parent)
     except BaseException as exc:
+        background.abandon(_early_flushes(staging))
         shutil.rmtree(staging, ignore_errors=True)
         _refuse_environment(exc, dest)
         raise
+    finally:
+        with _early_lock:
+            _early.pop(Path(os.path.abspath(staging)), None)
+
+
+def flush_soon(path: Path) -> None:
+    """Start flushing a finished file to disk now, if it lies in a staging directory this process commits.
+
+    The commit waits for it (raising its error) and still fsyncs every file; starting early lets the disk
+    work while the next file is computed. Elsewhere (a Spark worker's process, a scratch file) a no-op.
+    """
+    parents = Path(os.path.abspath(path)).parents
+    with _early_lock:
+        for root, futures in _early.items():
+            if root in parents:
+                futures.append(background.submit(background.fsync_file, path))
+                return
+
+
+def _early_flushes(staging: Path) -> list[Future[None]]:
+    root = Path(os.path.abspath(staging))
+    with _early_lock:
+        futures = _early.get(root, [])
+        if root in _early:
+            _early[root] = []
+        return futures
 
 
 @contextmanager
@@ -243,6 +283,7 @@ def fsync_directory(directory: Path) -> None:
 __all__ = [
     "WRITER_MARK",
     "StaleStaging",
+    "flush_soon",
     "fsync_directory",
     "refuse_existing",
     "refuse_inside_input",

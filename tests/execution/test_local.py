@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -156,3 +158,22 @@ def test_rescaling_twice_keeps_each_union_element_once(source, tmp_path, chain):
         for s in range(result.operator("counter").parallelism):
             assert [r[3] for r in after[s] if r[0] == "offsets"] == old_union
     assert diff_snapshots(source, second.output).same
+
+
+def test_a_bucket_read_back_in_full_is_removed_and_the_others_stay(tmp_path):
+    from keygroup_cli.execution.local import _PartSpill
+
+    spill = _PartSpill(tmp_path)
+    files = spill.files()
+    began = {}
+    for key, payload in (((0, 1), b"first"), ((0, 2), b"second")):
+        out = spill.open(*key)
+        began[key] = out.tell()
+        out.write(payload)
+    spill.record(0, began)
+    spill.close()
+    assert bytes(spill.read(0, 1)) == b"first"
+    spill.release(0, 1)
+    spill.settle()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(files[(0, 2)].name).name]
+    assert bytes(spill.read(0, 2)) == b"second"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.storage.staging import staged_directory, staging_prefix, stale_staging
+from keygroup_cli.storage.staging import flush_soon, staged_directory, staging_prefix, stale_staging
 
 
 def _siblings(dest: Path) -> list[str]:
@@ -34,6 +34,33 @@ def test_failure_leaves_dest_absent_and_no_staging(tmp_path: Path, exc: BaseExce
         (staging / "a").write_text("x")
         raise exc
     assert _siblings(dest) == []
+
+
+def test_an_early_flush_is_committed_with_the_rest(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    with staged_directory(dest) as staging:
+        (staging / "a").write_bytes(b"x" * 100_000)
+        flush_soon(staging / "a")
+    assert (dest / "a").read_bytes() == b"x" * 100_000
+    assert _siblings(dest) == ["out"]
+
+
+def test_an_early_flush_error_fails_the_commit_even_from_a_relative_dest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    dest = Path("out")
+    with pytest.raises(OSError), staged_directory(dest) as staging:
+        (staging / "device").symlink_to(os.devnull)  # fsync refuses a device (EINVAL)
+        flush_soon(staging / "device")  # its error must not be lost: the commit's own fsync would not see it
+    assert _siblings(tmp_path / "out") == []
+
+
+def test_a_flush_outside_a_staging_directory_does_nothing_and_leaks_into_no_commit(tmp_path: Path) -> None:
+    flush_soon(tmp_path / "missing")  # no staging directory of this process holds it
+    with staged_directory(tmp_path / "out") as staging:
+        (staging / "a").write_text("x")
+    assert (tmp_path / "out" / "a").read_text() == "x"
 
 
 def test_existing_dest_is_refused_before_writing(tmp_path: Path) -> None:
