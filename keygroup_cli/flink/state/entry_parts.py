@@ -105,15 +105,21 @@ class Cut:
 
     def copy_to(self, order: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray) -> None:
         """Copy entry ``order[i]``'s bytes (``lengths[i]`` of them) to ``dst[dst_at[i]:]`` for every ``i``."""
-        src_at = self.starts[order]
         if len(self.raws) == 1:
-            copy_ranges(self.raws[0], src_at - self.offsets[0], lengths, dst, dst_at)
+            copy_ranges(self.raws[0], self.starts[order] - self.offsets[0], lengths, dst, dst_at)
             return
-        which = np.searchsorted(np.asarray(self.offsets[1:]), src_at, side="right")
-        for k, (raw, offset) in enumerate(zip(self.raws, self.offsets, strict=True)):
-            mine = np.flatnonzero(which == k)
-            if len(mine):
-                copy_ranges(raw, src_at[mine] - offset, lengths[mine], dst, dst_at[mine])
+        # The entries lie in their blocks' order (``starts`` ascending), so each block's entries are one
+        # stretch of the cut: copy block by block, reading each in order, every entry to its sorted place.
+        placed = np.empty_like(dst_at)
+        placed[order] = dst_at
+        sizes = np.empty_like(lengths)
+        sizes[order] = lengths
+        firsts = np.searchsorted(self.starts, np.asarray(self.offsets[1:]), side="left").tolist()
+        for raw, offset, lo, hi in zip(
+            self.raws, self.offsets, [0, *firsts], [*firsts, self.num_rows], strict=True
+        ):
+            if hi > lo:
+                copy_ranges(raw, self.starts[lo:hi] - offset, sizes[lo:hi], dst, placed[lo:hi])
 
 
 @dataclass(frozen=True, slots=True)
