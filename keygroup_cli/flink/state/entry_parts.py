@@ -16,9 +16,10 @@ entries in one run, runs in order of first appearance, entries in input order) a
 with the new prefix, copying each entry's bytes once more, into its place. The bytes are those of the
 decode and re-encode route (``tests/execution/test_byte_rekey.py``).
 
-The per-entry loops are the copy of each entry's bytes into its part (``copy_ranges``) and the framing of
-each entry into its block (``frame_entries_reference``): the numba kernels of ``native_kernels`` when
-``KG_NATIVE`` allows, else numpy (the reference, the same bytes). Everything else is whole-array numpy.
+The per-entry loops are the sort of a batch's entries into parts with their heads and columns
+(``sort_parts_reference``), the copy of each entry's bytes into its part (``copy_ranges``, block by block
+in source order) and the framing of each entry into its block (``frame_entries_reference``): the numba
+kernels of ``native_kernels`` when ``KG_NATIVE`` allows, else numpy (the reference, the same bytes).
 """
 
 from __future__ import annotations
@@ -103,17 +104,13 @@ class Cut:
             np.concatenate([c.key_length for c in cuts]),
         )
 
-    def copy_to(self, order: np.ndarray, lengths: np.ndarray, dst: np.ndarray, dst_at: np.ndarray) -> None:
-        """Copy entry ``order[i]``'s bytes (``lengths[i]`` of them) to ``dst[dst_at[i]:]`` for every ``i``."""
-        if len(self.raws) == 1:
-            copy_ranges(self.raws[0], self.starts[order] - self.offsets[0], lengths, dst, dst_at)
-            return
-        # The entries lie in their blocks' order (``starts`` ascending), so each block's entries are one
-        # stretch of the cut: copy block by block, reading each in order, every entry to its sorted place.
-        placed = np.empty_like(dst_at)
-        placed[order] = dst_at
-        sizes = np.empty_like(lengths)
-        sizes[order] = lengths
+    def copy_in_order(self, dst: np.ndarray, placed: np.ndarray) -> None:
+        """Copy every entry's bytes to ``dst[placed[i]:]`` (``i``: its position in the cut), block by block.
+
+        The entries lie in their blocks' order (``starts`` ascending), so each block's entries are one
+        stretch of the cut: each block is read in order, every entry written to its place.
+        """
+        sizes = self.ends - self.starts
         firsts = np.searchsorted(self.starts, np.asarray(self.offsets[1:]), side="left").tolist()
         for raw, offset, lo, hi in zip(
             self.raws, self.offsets, [0, *firsts], [*firsts, self.num_rows], strict=True
@@ -163,17 +160,53 @@ def parts(
     laid out back to back in one buffer: each entry's bytes are copied once, straight to their place in
     it, and each part is a view of its stretch (valid while the caller keeps it; no other copy).
     """
-    count = cut.num_rows
-    if count == 0:
+    if cut.num_rows == 0:
         return
-    order = np.argsort(cut.groups.astype(np.int16), kind="stable")
-    groups = cut.groups[order]
+    native = kernels()
+    layout = sort_parts_reference if native is None else native.sort_parts
+    out, placed, part_at, part_stop, keys, counts = layout(
+        cut.groups,
+        cut.key_length,
+        cut.ends - cut.starts,
+        cut.states,
+        new_max_parallelism,
+        new_parallelism,
+        buckets,
+    )
+    cut.copy_in_order(out, placed)
+    view = memoryview(out)  # type: ignore[arg-type]
+    # Plain ints for the loop: a numpy scalar per part costs more than the part's slice.
+    heads = zip(part_at.tolist(), part_stop.tolist(), keys.tolist(), counts.tolist(), strict=True)
+    for at, stop, key, entries in heads:
+        subtask, bucket = divmod(key, buckets)
+        yield subtask, bucket, view[at:stop], entries
+
+
+def sort_parts_reference(
+    groups: np.ndarray,
+    key_length: np.ndarray,
+    lengths: np.ndarray,
+    states: np.ndarray,
+    new_max_parallelism: int,
+    new_parallelism: int,
+    buckets: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Lay out the parts of entries with these columns: their buffer without the entries' bytes yet.
+
+    Entries are sorted by new key group, stably; a part holds the entries of one (new subtask, bucket).
+    Returns the buffer (heads, columns and padding written), where entry ``i``'s bytes go in it, and per
+    part its start, its end, its ``subtask * buckets + bucket`` and its entry count. The numba kernel
+    ``sort_parts`` returns the same.
+    """
+    count = len(groups)
+    order = np.argsort(groups.astype(np.int16), kind="stable")
+    groups = groups[order]
     subtasks = operator_indexes_for_key_groups(groups, new_max_parallelism, new_parallelism)
     composite = subtasks.astype(np.int64) * buckets + groups * buckets // new_max_parallelism
     lows = np.flatnonzero(np.diff(composite)) + 1
     part_lo = np.concatenate([[0], lows]).astype(np.int64)
     part_hi = np.concatenate([lows, [count]]).astype(np.int64)
-    lengths = (cut.ends - cut.starts)[order]
+    lengths = lengths[order]
     ends = np.cumsum(lengths)
     data_bytes = np.add.reduceat(lengths, part_lo)
     data_start = ends[part_hi - 1] - data_bytes
@@ -185,19 +218,11 @@ def parts(
     # Entry i of part p goes after p's head and columns, where its bytes lie among p's entries.
     part_of = np.repeat(np.arange(len(part_lo)), counts)
     first_data = base + 8 + _COLUMNS * counts - data_start
-    cut.copy_to(order, lengths, out, ends - lengths + first_data[part_of])
-    columns = (cut.key_length[order].astype(np.int64), lengths, groups, cut.states[order].astype(np.int64))
-    native = kernels()
-    packing = pack_parts_reference if native is None else native.pack_parts
-    packing(out, base, part_lo, part_hi, data_bytes, *columns)
-    view = memoryview(out)  # type: ignore[arg-type]
-    # Plain ints for the loop: a numpy scalar per part costs more than the part's slice.
-    heads = zip(
-        base.tolist(), (base + padded).tolist(), composite[part_lo].tolist(), counts.tolist(), strict=True
-    )
-    for at, stop, key, entries in heads:
-        subtask, bucket = divmod(key, buckets)
-        yield subtask, bucket, view[at:stop], entries
+    placed = np.empty(count, dtype=np.int64)
+    placed[order] = ends - lengths + first_data[part_of]
+    columns = (key_length[order].astype(np.int64), lengths, groups, states[order].astype(np.int64))
+    pack_parts_reference(out, base, part_lo, part_hi, data_bytes, *columns)
+    return out, placed, base, base + padded, composite[part_lo], counts
 
 
 def pack_parts_reference(
@@ -539,4 +564,5 @@ __all__ = [
     "pack_parts_reference",
     "part_entries",
     "parts",
+    "sort_parts_reference",
 ]

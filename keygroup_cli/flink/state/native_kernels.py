@@ -50,7 +50,7 @@ class Kernels:
     string_hashes: Any
     copy_ranges: Any
     frame_entries: Any
-    pack_parts: Any
+    sort_parts: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
@@ -122,7 +122,7 @@ def _load() -> Kernels | None:
         compiled.string_hashes,
         compiled.copy_ranges,
         compiled.frame_entries,
-        compiled.pack_parts,
+        compiled.sort_parts,
     )
 
 

@@ -294,33 +294,98 @@ def _put_le(out: npt.NDArray[np.uint8], at: int, value: int, width: int) -> None
 
 
 @_jit
-def pack_parts(
-    out: npt.NDArray[np.uint8],
-    base: npt.NDArray[np.int64],
-    part_lo: npt.NDArray[np.int64],
-    part_hi: npt.NDArray[np.int64],
-    data_bytes: npt.NDArray[np.int64],
-    key_length: npt.NDArray[np.int64],
+def sort_parts(
+    groups: npt.NDArray[Any],
+    key_length: npt.NDArray[Any],
     lengths: npt.NDArray[np.int64],
-    groups: npt.NDArray[np.int64],
-    states: npt.NDArray[np.int64],
-) -> None:
-    """``entry_parts.pack_parts_reference``: each part's head, columns and padding (not its entries)."""
-    for p in range(len(base)):
-        at = base[p]
-        lo = part_lo[p]
-        n = part_hi[p] - lo
-        _put_le(out, at, n, 4)
-        _put_le(out, at + 4, data_bytes[p], 4)
-        c = at + 8
-        for i in range(n):
-            _put_le(out, c + 4 * i, key_length[lo + i], 4)
-            _put_le(out, c + 4 * n + 4 * i, lengths[lo + i], 4)
-            _put_le(out, c + 8 * n + 2 * i, groups[lo + i], 2)
-            _put_le(out, c + 10 * n + 2 * i, states[lo + i], 2)
-        end = c + 12 * n + data_bytes[p]
-        for k in range(-(end - at) % 4):
-            out[end + k] = 0
+    states: npt.NDArray[Any],
+    new_max: int,
+    new_parallelism: int,
+    buckets: int,
+) -> tuple[
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``entry_parts.parts``' layout in one kernel: the counting sort, the parts' heads, columns and padding.
+
+    Returns the parts' buffer (entries' bytes not yet copied), where each entry's bytes go in it (by input
+    position), and per part its start, its end, its ``subtask * buckets + bucket`` and its entry count.
+    """
+    n = len(groups)
+    starts = np.zeros(new_max + 1, dtype=np.int64)
+    for i in range(n):
+        starts[np.int64(groups[i]) + 1] += 1
+    for g in range(new_max):
+        starts[g + 1] += starts[g]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):  # stable: entries of a key group keep their input order
+        g = np.int64(groups[i])
+        order[starts[g]] = i
+        starts[g] += 1
+    nparts = 0
+    previous = -1
+    for j in range(n):
+        g = np.int64(groups[order[j]])
+        key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+        if key != previous:
+            nparts += 1
+            previous = key
+    part_lo = np.empty(nparts + 1, dtype=np.int64)
+    part_key = np.empty(nparts, dtype=np.int64)
+    data_bytes = np.zeros(nparts, dtype=np.int64)
+    p = -1
+    previous = -1
+    for j in range(n):
+        e = order[j]
+        g = np.int64(groups[e])
+        key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+        if key != previous:
+            p += 1
+            part_lo[p] = j
+            part_key[p] = key
+            previous = key
+        data_bytes[p] += lengths[e]
+    part_lo[nparts] = n
+    part_at = np.empty(nparts, dtype=np.int64)
+    part_stop = np.empty(nparts, dtype=np.int64)
+    at = 0
+    for q in range(nparts):
+        size = 8 + 12 * (part_lo[q + 1] - part_lo[q]) + data_bytes[q]
+        part_at[q] = at
+        at += size + (-size % 4)
+        part_stop[q] = at
+    out = np.empty(at, dtype=np.uint8)
+    placed = np.empty(n, dtype=np.int64)
+    for q in range(nparts):
+        lo = part_lo[q]
+        count = part_lo[q + 1] - lo
+        c = part_at[q]
+        _put_le(out, c, count, 4)
+        _put_le(out, c + 4, data_bytes[q], 4)
+        c += 8
+        data = c + 12 * count
+        for i in range(count):
+            e = order[lo + i]
+            _put_le(out, c + 4 * i, np.int64(key_length[e]), 4)
+            _put_le(out, c + 4 * count + 4 * i, lengths[e], 4)
+            _put_le(out, c + 8 * count + 2 * i, np.int64(groups[e]), 2)
+            _put_le(out, c + 10 * count + 2 * i, np.int64(states[e]), 2)
+            placed[e] = data
+            data += lengths[e]
+        for k in range(data, part_stop[q]):
+            out[k] = 0
+    return out, placed, part_at, part_stop, part_key, part_lo[1:] - part_lo[:-1]
 
 
-__all__ = ["copy_ranges", "frame_entries", "pack_parts", "scan", "string_hashes", "structure"]
+__all__ = [
+    "copy_ranges",
+    "frame_entries",
+    "scan",
+    "sort_parts",
+    "string_hashes",
+    "structure",
+]

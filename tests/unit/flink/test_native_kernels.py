@@ -364,33 +364,36 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
     assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_parts_are_packed_as_the_reference_packs_them(
+def test_parts_are_laid_out_as_the_reference_lays_them_out(
     data: st.DataObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    counts = np.asarray(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=8)), dtype=np.int64)
-    total = int(counts.sum())
-    column = st.lists(st.integers(0, 0xFFFF), min_size=total, max_size=total)
-    key_length, lengths, groups, states = (np.asarray(data.draw(column), dtype=np.int64) for _ in range(4))
-    part_hi = np.cumsum(counts)
-    part_lo = part_hi - counts
-    data_bytes = np.asarray(
-        data.draw(st.lists(st.integers(0, 9), min_size=len(counts), max_size=len(counts)))
+    new_max = data.draw(st.sampled_from([1, 2, 7, 128, 129, 1024, 32768]))
+    new_parallelism = data.draw(st.integers(1, min(new_max, 9)))
+    buckets = data.draw(st.sampled_from([1, 3, 64, 256]))
+    count = data.draw(st.integers(1, 60))
+    groups = np.asarray(data.draw(st.lists(st.integers(0, new_max - 1), min_size=count, max_size=count)))
+    column = st.lists(st.integers(0, 0xFFFF), min_size=count, max_size=count)
+    key_length, states = (np.asarray(data.draw(column), dtype=np.int32) for _ in range(2))
+    lengths = np.asarray(
+        data.draw(st.lists(st.integers(0, 40), min_size=count, max_size=count)), dtype=np.int64
     )
-    size = 8 + 12 * counts + data_bytes
-    padded = size + (-size % 4)
-    base = (np.cumsum(padded) - padded).astype(np.int64)
+    args = (groups.astype(np.int32), key_length, lengths, states, new_max, new_parallelism, buckets)
     monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
     found = native_kernels.kernels()
     assert found is not None
-    native, reference = (np.full(int(padded.sum()), 7, dtype=np.uint8) for _ in range(2))
-    args = (base, part_lo, part_hi, data_bytes.astype(np.int64), key_length, lengths, groups, states)
-    found.pack_parts(native, *args)
-    entry_parts.pack_parts_reference(reference, *args)
-    assert _same(native, reference)
-    # The entries' bytes are not the packer's: they keep what was there.
-    for p in range(len(counts)):
-        data_at = int(base[p]) + 8 + 12 * int(counts[p])
-        assert bytes(reference[data_at : data_at + int(data_bytes[p])]) == b"\x07" * int(data_bytes[p])
-        assert entry_parts.part_entries(memoryview(reference)[int(base[p]) :]) == counts[p]
+    native = found.sort_parts(*args)
+    reference = entry_parts.sort_parts_reference(*args)
+    out, placed, part_at, part_stop, keys, counts = reference
+    # The entries' bytes are the caller's to copy: only the heads, columns and padding must agree.
+    entries = np.zeros(len(out), dtype=bool)
+    for at, size in zip(placed.tolist(), lengths.tolist(), strict=True):
+        entries[at : at + size] = True
+    assert np.array_equal(native[0][~entries], out[~entries])
+    for mine, theirs in zip(native[1:], reference[1:], strict=True):
+        assert np.array_equal(mine, theirs)
+    # Parts ascend by (subtask, bucket) and hold what their heads say.
+    assert list(keys) == sorted(set(keys.tolist())) and int(counts.sum()) == count
+    for at, n in zip(part_at.tolist(), counts.tolist(), strict=True):
+        assert entry_parts.part_entries(memoryview(out)[at:]) == n
