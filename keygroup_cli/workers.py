@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.errors import ExecutionError, InvalidArgumentError
 
 #: The environment's say on the number of workers.
 WORKERS_ENV = "KG_WORKERS"
 #: The default's ceiling: more threads than this gain little on the work the engine gives them.
 DEFAULT_MAX = 4
+#: Open files left for everything but a worker's spill files (``workers_within_open_files``).
+FD_RESERVE = 64
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -61,6 +63,49 @@ def _usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS and Windows have no affinity call
         return os.cpu_count() or 1
+
+
+def workers_within_open_files(per_worker: int, workers: int) -> int:
+    """Return how many of ``workers`` may each keep ``per_worker`` files open at once (at least 1).
+
+    Where the soft limit on open files (``ulimit -n``) is lower than they need, it is raised toward the
+    hard limit first, as the JVM does at its start: macOS shells default to 256 and many Linux ones to
+    1024, while a re-key's worker keeps a spill file open per (new subtask, bucket), up to about 260.
+    ``FD_RESERVE`` descriptors stay free for everything else (inputs, outputs, libraries).
+
+    Raises:
+        ExecutionError: ``OPEN_FILES_LIMIT`` (exit 5): the limit cannot be raised far enough for one worker.
+    """
+    try:
+        import resource
+    except ImportError:  # no such limit to read (Windows)
+        return workers
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = per_worker * workers + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < want:
+        for target in (want, 10240):  # macOS refuses more than its per-process maximum (OPEN_MAX)
+            if hard != resource.RLIM_INFINITY:
+                target = min(target, hard)
+            if target <= soft:
+                continue
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            except (ValueError, OSError):
+                continue
+            soft = target
+            break
+    if soft == resource.RLIM_INFINITY:
+        return workers
+    fit = min(workers, (soft - FD_RESERVE) // max(per_worker, 1))
+    if fit < 1:
+        ceiling = "unlimited" if hard == resource.RLIM_INFINITY else hard
+        raise ExecutionError(
+            f"this rescale keeps {per_worker} spill files open, and the open-file limit is {soft} "
+            f"(ulimit -n; hard limit {ceiling}): raise it to at least {per_worker + FD_RESERVE}; "
+            "nothing was written",
+            code="OPEN_FILES_LIMIT",
+        )
+    return fit
 
 
 def ordered_map(
@@ -115,4 +160,11 @@ def _raise_first_failure(live: dict[int, Future[R]]) -> None:
             raise error
 
 
-__all__ = ["DEFAULT_MAX", "WORKERS_ENV", "ordered_map", "worker_count"]
+__all__ = [
+    "DEFAULT_MAX",
+    "FD_RESERVE",
+    "WORKERS_ENV",
+    "ordered_map",
+    "worker_count",
+    "workers_within_open_files",
+]

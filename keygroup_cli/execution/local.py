@@ -33,7 +33,7 @@ from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
 from keygroup_cli.storage import background
-from keygroup_cli.workers import ordered_map, worker_count
+from keygroup_cli.workers import ordered_map, worker_count, workers_within_open_files
 
 SPILL_DIR = ".kg-spill"
 
@@ -101,6 +101,7 @@ class LocalExecutor:
         Each spill file is an Arrow IPC stream appended in input order, so memory is bounded by a batch while
         routing and by one bucket while writing.
         """
+        workers_within_open_files(pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism), 1)
         spill.mkdir(parents=True)
         outs: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
         routed = 0
@@ -133,6 +134,10 @@ class LocalExecutor:
         Each worker appends to its own spill files (``_PartSpill``); a bucket is read back as its
         stretches in read-task order, so the written bytes do not depend on which worker ran what.
         """
+        # Each reader keeps a spill file open per (new subtask, bucket): as many read at once as fit.
+        readers = workers_within_open_files(
+            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism), self.workers
+        )
         spill.mkdir(parents=True)
         parts = _PartSpill(spill)
         lock = threading.Lock()
@@ -176,7 +181,7 @@ class LocalExecutor:
             return pipeline.write_parts(job, j, buckets())
 
         try:
-            routed = sum(ordered_map(read, list(enumerate(job.reads)), self.workers, stop))
+            routed = sum(ordered_map(read, list(enumerate(job.reads)), readers, stop))
             parts.close()
             files = list(ordered_map(write, list(enumerate(job.writes)), self.workers, stop))
         finally:

@@ -191,6 +191,15 @@ def bucket_count(new_max_parallelism: int) -> int:
     return min(new_max_parallelism, MAX_BUCKETS)
 
 
+def spill_keys(new_max_parallelism: int, new_parallelism: int) -> int:
+    """Return how many (new subtask, bucket) pairs hold some key group: the spill files a reader may open."""
+    groups = np.arange(new_max_parallelism, dtype=np.int32)
+    subtasks = operator_indexes_for_key_groups(groups, new_max_parallelism, new_parallelism)
+    buckets = bucket_count(new_max_parallelism)
+    pairs = np.add(subtasks.astype(np.int64) * buckets, bucket_of(groups, new_max_parallelism))
+    return int(np.unique(pairs).size)
+
+
 def bucket_of(key_groups: npt.NDArray[np.int32] | int, new_max_parallelism: int) -> npt.NDArray[np.int64]:
     """Return the bucket of every key group (``kg * buckets // maxP'``: contiguous, ascending)."""
     kg = np.asarray(key_groups, dtype=np.int64)
@@ -369,6 +378,7 @@ __all__ = [
     "route",
     "route_parts",
     "sort_bucket",
+    "spill_keys",
     "split_by_bucket",
     "stream",
     "write",

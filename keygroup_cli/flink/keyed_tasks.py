@@ -308,7 +308,9 @@ def write_parts_task(
         out.write(head)
         pos = len(head)
         for buf in buckets:
-            for encoded in frame_bucket(buf, layout, state_map):
+            blocks = frame_bucket(buf, layout, state_map)
+            del buf  # the blocks hold every byte now: a bucket's parts need not wait for their checks
+            for encoded in blocks:
                 group = encoded.key_group
                 if group not in span:
                     raise InvalidSnapshotError(

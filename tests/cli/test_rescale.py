@@ -338,3 +338,42 @@ def test_workers_from_the_option_or_the_environment_give_the_same_savepoint(kg, 
     result = kg("rescale", savepoint, "--to", "4", "--out", tmp_path / "bad", "--workers", "0")
     assert result.exit_code == 2 and "0 is not in the range x>=1" in result.stderr
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize(("soft", "hard", "code"), [(64, 4096, 0), (200, 200, 5)])
+def test_a_re_key_under_a_low_open_file_limit_raises_it_or_says_why_in_one_line(tmp_path, soft, hard, code):
+    # macOS shells allow 256 open files by default; four re-key workers may keep 4 x 256 spill files open
+    # (this small savepoint fills fewer: a soft limit of 64 is too low for it).
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES
+
+    out = tmp_path / "out"
+    args = ["rescale", FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long", "--from", "3", "--to", "4"]
+    args += ["-m", "1024", "--engine", "local", "--out", out]
+    run = subprocess.run(
+        [sys.executable, "-m", "keygroup_cli", *map(str, args)],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)),
+        env={**os.environ, "KG_WORKERS": "4"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == code, run.stderr
+    if code:
+        assert run.stderr.strip().startswith("kg: error: this rescale keeps 256 spill files open")
+        assert "ulimit -n" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+        assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+    else:
+        check = subprocess.run(
+            [sys.executable, "-m", "keygroup_cli", "check", str(out), "-p", "4", "-m", "1024"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert check.returncode == 0, check.stdout

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.workers import DEFAULT_MAX, WORKERS_ENV, ordered_map, worker_count
+from keygroup_cli.workers import DEFAULT_MAX, FD_RESERVE, WORKERS_ENV, ordered_map, worker_count
 
 
 def test_worker_count_takes_the_request_then_the_environment_then_the_cores(
@@ -101,3 +104,51 @@ def test_at_most_two_calls_per_worker_run_ahead_of_the_consumer() -> None:
     time.sleep(0.1)
     assert len(started) <= 5  # item 0 and at most 2 * workers more
     assert list(results) == list(range(1, 50))
+
+
+def _under_limits(soft: int, hard: int, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a child whose open-file limits are ``soft`` / ``hard`` (this process keeps its own)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+_FIT = (
+    "import resource\n"
+    "from keygroup_cli.errors import KgError\n"
+    "from keygroup_cli.workers import workers_within_open_files\n"
+    "try:\n"
+    "    fit = workers_within_open_files(256, 4)\n"
+    "except KgError as e:\n"
+    "    print('error', e.code, e)\n"
+    "else:\n"
+    "    print(fit, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+)
+
+
+def test_a_low_soft_limit_on_open_files_is_raised_for_every_worker() -> None:
+    # macOS shells default to 256: four workers of 256 spill files each need 1,088.
+    done = _under_limits(256, 4096, _FIT)
+    assert done.stdout.split() == ["4", str(4 * 256 + FD_RESERVE)], done.stderr
+
+
+def test_a_hard_limit_that_fits_fewer_workers_gets_fewer() -> None:
+    done = _under_limits(256, 600, _FIT)
+    assert done.stdout.split() == ["2", "600"], done.stderr
+
+
+def test_a_hard_limit_too_low_for_one_worker_is_a_one_line_error() -> None:
+    done = _under_limits(200, 200, _FIT)
+    assert done.stdout.startswith("error OPEN_FILES_LIMIT this rescale keeps 256 spill files open"), (
+        done.stderr
+    )
+    assert "raise it to at least 320" in done.stdout and done.stdout.count("\n") == 1
