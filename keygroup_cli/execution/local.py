@@ -101,7 +101,9 @@ class LocalExecutor:
         Each spill file is an Arrow IPC stream appended in input order, so memory is bounded by a batch while
         routing and by one bucket while writing.
         """
-        workers_within_open_files(pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism), 1)
+        workers_within_open_files(
+            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism, job.buckets), 1
+        )
         spill.mkdir(parents=True)
         outs: dict[tuple[int, int], pa.ipc.RecordBatchStreamWriter] = {}
         routed = 0
@@ -119,7 +121,7 @@ class LocalExecutor:
                 out.close()
             outs.clear()
             files = [
-                pipeline.write(job, j, _read_spilled(spill, j, write.key_groups, job.new_max_parallelism))
+                pipeline.write(job, j, _read_spilled(spill, j, write.key_groups, job))
                 for j, write in enumerate(job.writes)
             ]
         finally:
@@ -135,8 +137,9 @@ class LocalExecutor:
         stretches in read-task order, so the written bytes do not depend on which worker ran what.
         """
         # Each reader keeps a spill file open per (new subtask, bucket): as many read at once as fit.
+        count = job.buckets
         readers = workers_within_open_files(
-            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism), self.workers
+            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism, count), self.workers
         )
         spill.mkdir(parents=True)
         parts = _PartSpill(spill)
@@ -171,7 +174,7 @@ class LocalExecutor:
             j, target = indexed
 
             def buckets() -> Iterator[memoryview]:
-                for bucket in pipeline.buckets_for(target.key_groups, job.new_max_parallelism):
+                for bucket in pipeline.buckets_for(target.key_groups, job.new_max_parallelism, count):
                     if stop.is_set():
                         raise _Stopped
                     if parts.has(j, bucket):
@@ -293,10 +296,10 @@ class _PartSpill:
 
 
 def _read_spilled(
-    spill: Path, new_subtask: int, key_groups: KeyGroupRange, new_max: int
+    spill: Path, new_subtask: int, key_groups: KeyGroupRange, job: KeyedJob[Any]
 ) -> Iterator[pa.Table]:
     """Yield a new subtask's spilled rows that exist, by bucket, each read when reached (memory: one)."""
-    for bucket in pipeline.buckets_for(key_groups, new_max):
+    for bucket in pipeline.buckets_for(key_groups, job.new_max_parallelism, job.buckets):
         path = _spill_file(spill, new_subtask, bucket, ".arrow")
         if path.exists():
             with pa.OSFile(str(path)) as fh:

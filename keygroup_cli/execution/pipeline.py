@@ -40,8 +40,11 @@ from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes, operato
 if TYPE_CHECKING:
     from keygroup_cli.execution import OnProgress
 
-#: Upper bound of re-hash buckets: memory per bucket is about snapshot size / this.
+#: Re-hash buckets at least (fewer only when maxParallelism is smaller): a bucket is what a write task holds.
 MAX_BUCKETS = 256
+#: The byte route's bucket at most, where maxParallelism allows: more buckets for a larger state, so what a
+#: write task holds stays bounded whatever the state's size (a bucket is at least one key group).
+BUCKET_BYTES = 8 << 20
 #: The least bytes a read task gets when an engine cuts files into pieces (a Spark task's fixed start, about
 #: 0.1 s, is worth paying only for enough bytes): blocks of a savepoint, row groups (uncompressed) of a kg
 #: snapshot.
@@ -152,8 +155,8 @@ class KeyedJob(Generic[W]):
 
     @property
     def buckets(self) -> int:
-        """Return how many re-hash buckets the new key groups are cut into."""
-        return bucket_count(self.new_max_parallelism)
+        """Return how many re-hash buckets the new key groups are cut into (the byte route: by its bytes)."""
+        return bucket_count(self.new_max_parallelism, self.weight if self.parts else 0)
 
     @property
     def rehash(self) -> bool:
@@ -186,30 +189,36 @@ Job: TypeAlias = KeyedJob[W] | CopyJob
 # -- Buckets ------------------------------------------------------------------------------------------------
 
 
-def bucket_count(new_max_parallelism: int) -> int:
-    """Return how many re-hash buckets (contiguous key-group ranges) a maxParallelism is cut into."""
-    return min(new_max_parallelism, MAX_BUCKETS)
+def bucket_count(new_max_parallelism: int, state_bytes: int = 0) -> int:
+    """Return how many re-hash buckets (contiguous key-group ranges) a maxParallelism is cut into.
+
+    ``MAX_BUCKETS``, or as many as keep ``state_bytes`` within ``BUCKET_BYTES`` a bucket; never more than
+    there are key groups.
+    """
+    wanted = max(MAX_BUCKETS, -(-state_bytes // BUCKET_BYTES))
+    return min(new_max_parallelism, wanted)
 
 
-def spill_keys(new_max_parallelism: int, new_parallelism: int) -> int:
+def spill_keys(new_max_parallelism: int, new_parallelism: int, buckets: int) -> int:
     """Return how many (new subtask, bucket) pairs hold some key group: the spill files a reader may open."""
     groups = np.arange(new_max_parallelism, dtype=np.int32)
     subtasks = operator_indexes_for_key_groups(groups, new_max_parallelism, new_parallelism)
-    buckets = bucket_count(new_max_parallelism)
-    pairs = np.add(subtasks.astype(np.int64) * buckets, bucket_of(groups, new_max_parallelism))
+    pairs = np.add(subtasks.astype(np.int64) * buckets, bucket_of(groups, new_max_parallelism, buckets))
     return int(np.unique(pairs).size)
 
 
-def bucket_of(key_groups: npt.NDArray[np.int32] | int, new_max_parallelism: int) -> npt.NDArray[np.int64]:
+def bucket_of(
+    key_groups: npt.NDArray[np.int32] | int, new_max_parallelism: int, buckets: int
+) -> npt.NDArray[np.int64]:
     """Return the bucket of every key group (``kg * buckets // maxP'``: contiguous, ascending)."""
     kg = np.asarray(key_groups, dtype=np.int64)
-    return kg * bucket_count(new_max_parallelism) // new_max_parallelism
+    return kg * buckets // new_max_parallelism
 
 
-def buckets_for(key_groups: KeyGroupRange, new_max_parallelism: int) -> range:
+def buckets_for(key_groups: KeyGroupRange, new_max_parallelism: int, buckets: int) -> range:
     """Return the buckets that hold some key group of ``key_groups``, ascending."""
-    first = int(bucket_of(key_groups.start, new_max_parallelism))
-    last = int(bucket_of(key_groups.end, new_max_parallelism))
+    first = int(bucket_of(key_groups.start, new_max_parallelism, buckets))
+    last = int(bucket_of(key_groups.end, new_max_parallelism, buckets))
     return range(first, last + 1)
 
 
@@ -254,7 +263,7 @@ def route(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple
         groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
         subtasks = operator_indexes_for_key_groups(groups, job.new_max_parallelism, job.new_parallelism)
         # One block per (new subtask, bucket): a bucket can straddle two new subtasks.
-        composite = subtasks.astype(np.int64) * count + bucket_of(groups, job.new_max_parallelism)
+        composite = subtasks.astype(np.int64) * count + bucket_of(groups, job.new_max_parallelism, count)
         for key, part in split_by_bucket(table, composite):
             new_subtask, bucket = divmod(key, count)
             yield new_subtask, bucket, part
@@ -360,6 +369,7 @@ class Progress:
 
 
 __all__ = [
+    "BUCKET_BYTES",
     "MAX_BUCKETS",
     "CopyJob",
     "Job",

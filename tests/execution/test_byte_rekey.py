@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.execution import keyed_pipeline
+from keygroup_cli.execution import keyed_pipeline, pipeline
 from keygroup_cli.execution.keyed_pipeline import FlinkPartRead, FlinkPartWrite, plan_keyed_jobs
 from keygroup_cli.execution.local import LocalExecutor
 from keygroup_cli.execution.savepoint import open_input
@@ -54,7 +54,28 @@ def _written(
 def test_both_routes_write_the_same_bytes(
     savepoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    new_p, new_max = TARGETS[SAVEPOINTS.index(savepoint) % len(TARGETS)]
+    _compare_routes(savepoint, tmp_path, monkeypatch, TARGETS[SAVEPOINTS.index(savepoint) % len(TARGETS)])
+
+
+@pytest.mark.parametrize("name", ["2.3/heap-files-p3-maxp128-string", "2.3/rocksdb-canonical-p3-maxp10-long"])
+def test_a_state_cut_into_more_buckets_than_usual_writes_the_same_bytes(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large state gets a bucket per BUCKET_BYTES (at most one per key group): 64 bytes forces it here.
+    monkeypatch.setattr(pipeline, "BUCKET_BYTES", 64)
+    savepoint = FIXTURES / name
+    _compare_routes(savepoint, tmp_path, monkeypatch, (3, 1000), many_buckets=True)
+
+
+def _compare_routes(
+    savepoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    target: tuple[int, int],
+    *,
+    many_buckets: bool = False,
+) -> None:
+    new_p, new_max = target
     view = open_input(savepoint, tmp_path / "scratch", new_max, _ignore).savepoint
     # Keys kg cannot hash (an opaque serializer, e.g. Kryo: the 1.20 upgrade-* fixtures) are never
     # re-keyed on either route (a maxParallelism change of them is refused before planning).
@@ -79,6 +100,7 @@ def test_both_routes_write_the_same_bytes(
         if as_bytes:
             assert all(isinstance(r, FlinkPartRead) for j in jobs for r in j.reads)
             assert all(isinstance(w, FlinkPartWrite) for j in jobs for w in j.writes)
+            assert not many_buckets or max(j.buckets for j in jobs) > pipeline.MAX_BUCKETS
         results.append(_written(jobs, out, tmp_path / f"spill-{as_bytes}", 3 if as_bytes else 1))
     # Fixtures of finished operators hold no keyed state: nothing to compare, and nothing written.
     assert results[0] == results[1]
