@@ -450,7 +450,7 @@ def _output(root: str, name: str) -> Iterator[BinaryIO]:
             yield stream
         return
     path = Path(root) / name
-    with open(path, "wb", buffering=1 << 20) as fh:
+    with open(path, "wb", buffering=64 << 10) as fh:  # blocks larger than this go straight through
         yield fh
     flush_soon(path)  # the disk flushes this file while the next one is computed
 
