@@ -202,9 +202,15 @@ def bucket_count(new_max_parallelism: int, state_bytes: int = 0) -> int:
 def spill_keys(new_max_parallelism: int, new_parallelism: int, buckets: int) -> int:
     """Return how many (new subtask, bucket) pairs hold some key group: the spill files a reader may open."""
     groups = np.arange(new_max_parallelism, dtype=np.int32)
+    return int(np.unique(_pairs(groups, new_max_parallelism, new_parallelism, buckets)).size)
+
+
+def _pairs(
+    groups: npt.NDArray[np.int32], new_max_parallelism: int, new_parallelism: int, buckets: int
+) -> npt.NDArray[np.int64]:
+    """Return ``new subtask * buckets + bucket`` of every key group: a bucket can straddle two subtasks."""
     subtasks = operator_indexes_for_key_groups(groups, new_max_parallelism, new_parallelism)
-    pairs = np.add(subtasks.astype(np.int64) * buckets, bucket_of(groups, new_max_parallelism, buckets))
-    return int(np.unique(pairs).size)
+    return np.add(subtasks.astype(np.int64) * buckets, bucket_of(groups, new_max_parallelism, buckets))
 
 
 def bucket_of(
@@ -261,9 +267,8 @@ def route(job: KeyedJob[Any], task: ReadTask, batch_rows: int) -> Iterator[tuple
     for rows in task.read(job, batch_rows):
         table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
         groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int32)
-        subtasks = operator_indexes_for_key_groups(groups, job.new_max_parallelism, job.new_parallelism)
-        # One block per (new subtask, bucket): a bucket can straddle two new subtasks.
-        composite = subtasks.astype(np.int64) * count + bucket_of(groups, job.new_max_parallelism, count)
+        # One block per (new subtask, bucket).
+        composite = _pairs(groups, job.new_max_parallelism, job.new_parallelism, count)
         for key, part in split_by_bucket(table, composite):
             new_subtask, bucket = divmod(key, count)
             yield new_subtask, bucket, part

@@ -38,12 +38,14 @@ def submit(fn: Callable[..., Any], *args: Any) -> Future[Any]:
         return _pool.submit(fn, *args)
 
 
-def fsync_file(path: Path) -> None:
-    """Flush ``path``'s data to disk; a file removed meanwhile has nothing left to flush."""
+def fsync_file(path: Path | str, missing_ok: bool = False) -> None:
+    """Flush ``path``'s data to disk; with ``missing_ok``, a file removed meanwhile has nothing to flush."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return
+        if missing_ok:
+            return
+        raise
     try:
         os.fsync(fd)
     finally:

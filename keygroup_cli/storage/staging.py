@@ -143,7 +143,7 @@ def flush_soon(path: Path) -> None:
     with _early_lock:
         for root, futures in _early.items():
             if root in parents:
-                futures.append(background.submit(background.fsync_file, path))
+                futures.append(background.submit(background.fsync_file, path, True))
                 return
 
 
@@ -258,11 +258,7 @@ def _fsync_tree(root: Path) -> None:
     # Data first, then directory entries bottom-up, so the rename publishes only durable content.
     for directory, _dirs, files in os.walk(root, topdown=False):
         for name in files:
-            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            background.fsync_file(os.path.join(directory, name))
         fsync_directory(Path(directory))
 
 

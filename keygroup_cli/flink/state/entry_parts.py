@@ -104,19 +104,18 @@ class Cut:
             np.concatenate([c.key_length for c in cuts]),
         )
 
-    def copy_in_order(self, dst: np.ndarray, placed: np.ndarray) -> None:
-        """Copy every entry's bytes to ``dst[placed[i]:]`` (``i``: its position in the cut), block by block.
+    def copy_in_order(self, lengths: np.ndarray, dst: np.ndarray, placed: np.ndarray) -> None:
+        """Copy entry ``i``'s bytes (``lengths[i]``, its ``ends - starts``) to ``dst[placed[i]:]``, by block.
 
         The entries lie in their blocks' order (``starts`` ascending), so each block's entries are one
         stretch of the cut: each block is read in order, every entry written to its place.
         """
-        sizes = self.ends - self.starts
         firsts = np.searchsorted(self.starts, np.asarray(self.offsets[1:]), side="left").tolist()
         for raw, offset, lo, hi in zip(
             self.raws, self.offsets, [0, *firsts], [*firsts, self.num_rows], strict=True
         ):
             if hi > lo:
-                copy_ranges(raw, self.starts[lo:hi] - offset, sizes[lo:hi], dst, placed[lo:hi])
+                copy_ranges(raw, self.starts[lo:hi] - offset, lengths[lo:hi], dst, placed[lo:hi])
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +163,17 @@ def parts(
         return
     native = kernels()
     layout = sort_parts_reference if native is None else native.sort_parts
+    lengths = cut.ends - cut.starts
     out, placed, part_at, part_stop, keys, counts = layout(
         cut.groups,
         cut.key_length,
-        cut.ends - cut.starts,
+        lengths,
         cut.states,
         new_max_parallelism,
         new_parallelism,
         buckets,
     )
-    cut.copy_in_order(out, placed)
+    cut.copy_in_order(lengths, out, placed)
     view = memoryview(out)  # type: ignore[arg-type]
     # Plain ints for the loop: a numpy scalar per part costs more than the part's slice.
     heads = zip(part_at.tolist(), part_stop.tolist(), keys.tolist(), counts.tolist(), strict=True)

@@ -23,7 +23,9 @@ def test_settle_waits_and_raises_the_first_error(tmp_path: Path) -> None:
 
 
 def test_a_file_removed_before_its_flush_has_nothing_to_flush(tmp_path: Path) -> None:
-    background.settle([background.submit(background.fsync_file, tmp_path / "removed")])
+    background.settle([background.submit(background.fsync_file, tmp_path / "removed", True)])
+    with pytest.raises(FileNotFoundError):  # unless the caller says so
+        background.fsync_file(tmp_path / "removed")
 
 
 def test_remove_files_takes_what_is_there_and_ignores_what_is_gone(tmp_path: Path) -> None:
