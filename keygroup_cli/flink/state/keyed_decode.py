@@ -360,27 +360,39 @@ def _walk_windows(
     pos = start
     current: int | None = None  # the state id of the run open at ``pos``; None: a state id is next
     size = window_bytes
+    walk = getattr(cutter, "walk", None)
     while pos < end:
         buf = source.read(pos, min(pos + size, end))
-        scanned = _scan_window(buf, states, current)
-        if scanned is None:
-            break
-        value_ends, run_starts, consumed, after, ended = scanned
-        if len(value_ends):
-            block, window = _window_block(
-                buf, states, value_ends, run_starts, consumed, current, after, ended
-            )
-            taken = True
-            for _lo, batch in _proven_batches(block, window, group, layout, batch_rows, cutter):
-                if batch is None:
-                    taken = False
-                    break
-                given += batch.num_rows
-                yield batch
-            del block, window, batch  # before the next window is read
-            if not taken:
+        fused = None if walk is None else walk(buf, current, group, layout)
+        if fused is not None:
+            # The cutter walked, proved and cut the window in one step (the same result as below).
+            cut, consumed, after, ended = fused
+            entries = cut.num_rows
+            for lo in range(0, entries, batch_rows):
+                yield cut.slice(lo, lo + batch_rows)
+            given += entries
+            del cut
+        else:
+            scanned = _scan_window(buf, states, current)
+            if scanned is None:
                 break
-        elif not ended:
+            value_ends, run_starts, consumed, after, ended = scanned
+            entries = len(value_ends)
+            if entries:
+                block, window = _window_block(
+                    buf, states, value_ends, run_starts, consumed, current, after, ended
+                )
+                taken = True
+                for _lo, batch in _proven_batches(block, window, group, layout, batch_rows, cutter):
+                    if batch is None:
+                        taken = False
+                        break
+                    given += batch.num_rows
+                    yield batch
+                del block, window, batch  # before the next window is read
+                if not taken:
+                    break
+        if not entries and not ended:
             if pos + size >= end:
                 break  # the block ends inside an entry
             size *= 2  # an entry larger than the window
@@ -840,6 +852,13 @@ def decode_block_batches(
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
     cut = ROWS if cutter is None else cutter
+    walk = getattr(cut, "walk", None)
+    fused = None if walk is None or batch_rows <= 0 else walk(block, None, key_group, layout)
+    if fused is not None and fused[3] and fused[0].num_rows and (fused[1] == len(block) or not whole):
+        # The cutter walked, proved and cut the whole block in one step, up to its END mark.
+        for lo in range(0, fused[0].num_rows, batch_rows):
+            yield fused[0].slice(lo, lo + batch_rows)
+        return
     scanned = _scan(block, layout, whole=whole, states=cut.states(layout)) if batch_rows > 0 else None
     if scanned is None:
         yield cut.per_entry(block, key_group, layout, source, whole=whole)

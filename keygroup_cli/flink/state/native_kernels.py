@@ -6,7 +6,9 @@ copy of each entry's bytes on the byte-level re-key (``entry_parts.copy_ranges``
 one entry at a time. In Python that costs about 250 ns per entry; compiled by numba, a
 few ns. The Python code stays the reference: each kernel here returns exactly what its Python counterpart
 returns, for any bytes, and where a kernel meets a case it does not cover it answers ``DEFER`` and the
-Python code decides (so every error message stays the reference's).
+Python code decides (so every error message stays the reference's). The byte re-key's read side has one
+fused kernel (``rekey_window``): the walk, its proof, the prefix check, the key hash and both key groups of a
+window in one pass, where the reference takes five steps (``entry_parts.PartCutter.walk``).
 
 ``KG_NATIVE`` chooses: ``0`` the Python code, ``1`` the kernels (an error, ``NATIVE_KERNELS_MISSING``, if
 numba cannot be imported), ``auto`` (the default) the kernels when numba imports and the process has work
@@ -51,6 +53,7 @@ class Kernels:
     copy_ranges: Any
     frame_entries: Any
     sort_parts: Any
+    rekey_window: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
@@ -123,6 +126,7 @@ def _load() -> Kernels | None:
         compiled.copy_ranges,
         compiled.frame_entries,
         compiled.sort_parts,
+        compiled.rekey_window,
     )
 
 

@@ -171,6 +171,231 @@ def structure(
 
 
 @_jit
+def _murmur(code: int) -> int:
+    """``keygroups.murmur_hash_array`` of one Java int (``MathUtils.murmurHash``): never negative."""
+    k = np.uint32(np.int64(code) & 0xFFFFFFFF)
+    k = np.uint32(k * np.uint32(0xCC9E2D51))
+    k = np.uint32((k << np.uint32(15)) | (k >> np.uint32(17)))
+    k = np.uint32(k * np.uint32(0x1B873593))
+    h = np.uint32((k << np.uint32(13)) | (k >> np.uint32(19)))
+    h = np.uint32(h * np.uint32(5) + np.uint32(0xE6546B64))
+    h = np.uint32(h ^ np.uint32(4))
+    h = np.uint32(h ^ (h >> np.uint32(16)))
+    h = np.uint32(h * np.uint32(0x85EBCA6B))
+    h = np.uint32(h ^ (h >> np.uint32(13)))
+    h = np.uint32(h * np.uint32(0xC2B2AE35))
+    h = np.uint32(h ^ (h >> np.uint32(16)))
+    signed: int = np.int64(h)
+    if signed >= (1 << 31):
+        signed -= 1 << 32
+    if signed == -(1 << 31):
+        return 0
+    return -signed if signed < 0 else signed
+
+
+@_jit
+def _modulo(value: int, modulus: int) -> int:
+    """Return ``value % modulus`` for a non-negative ``value``: a mask where ``modulus`` is a power of two.
+
+    maxParallelism is one almost always (Flink's default is), and a division costs several times a mask.
+    """
+    if modulus & (modulus - 1) == 0:
+        return value & (modulus - 1)
+    return value % modulus
+
+
+@_jit
+def _key_hash(raw: npt.NDArray[np.uint8], at: int, limit: int, kind: int) -> tuple[int, int]:
+    """Return a key's Java ``hashCode`` read at ``at`` and where the key ends; end -1: not one the walk takes.
+
+    ``kind``: 0 a short ASCII ``StringValue`` (``keyed_entries._short_string_hash_codes``), 1 Long, 2 Int,
+    3 Boolean (big-endian, ``javahash.hash_codes``). The key must end by ``limit``.
+    """
+    if kind == 0:
+        if at + 1 > limit:
+            return 0, -1
+        head = np.int64(raw[at])
+        if head < 1 or head >= 0x80 or at + head > limit:
+            return 0, -1
+        h = np.uint32(0)
+        seen = np.uint8(0)  # every char byte OR-ed: ASCII if its top bit stays clear (no branch per byte)
+        for p in range(at + 1, at + head):
+            b = raw[p]
+            seen |= b
+            h = np.uint32(h * np.uint32(31) + np.uint32(b))
+        if seen >= 0x80:
+            return 0, -1
+        return np.int64(np.int32(h)), at + head
+    size = 8 if kind == 1 else (4 if kind == 2 else 1)
+    if at + size > limit:
+        return 0, -1
+    if kind == 3:
+        return (1231 if raw[at] != 0 else 1237), at + 1
+    high = _int_at(raw, at)
+    if kind == 2:
+        return high, at + 4
+    low = _int_at(raw, at + 4)
+    return np.int64(np.int32(np.int64(high ^ low) & 0xFFFFFFFF)), at + 8
+
+
+@_jit
+def _grown(
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    groups: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int32],
+    key_lengths: npt.NDArray[np.int32],
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.int32],
+]:
+    """Return ``rekey_window``'s full columns copied into twice the room."""
+    count = len(starts)
+    size = 2 * count + 16
+    a = np.empty(size, dtype=np.int64)
+    b = np.empty(size, dtype=np.int64)
+    c = np.empty(size, dtype=np.int64)
+    d = np.empty(size, dtype=np.int32)
+    e = np.empty(size, dtype=np.int32)
+    a[:count] = starts
+    b[:count] = ends
+    c[:count] = groups
+    d[:count] = ids
+    e[:count] = key_lengths
+    return a, b, c, d, e
+
+
+@_jit
+def rekey_window(
+    raw: npt.NDArray[np.uint8],
+    states: npt.NDArray[np.bool_],
+    current: int,
+    key_group: int,
+    nprefix: int,
+    kind: int,
+    timer: npt.NDArray[np.bool_],
+    namespace: npt.NDArray[np.int64],
+    remap: npt.NDArray[np.int32],
+    old_max: int,
+    new_max: int,
+) -> tuple[
+    int,
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int32],
+    npt.NDArray[np.int32],
+    int,
+    int,
+]:
+    """The read side of the byte re-key in one walk: ``scan``, ``structure``, the prefix check and the cut.
+
+    Walks the whole entries at the start of ``raw`` as ``scan`` does (``current``: the state id of the run
+    ``raw`` starts inside, -1 none), reading each entry as Flink's restore does, so the walk is its own
+    proof; checks every key's prefix (``keyed_decode._prefixes_match``), reads and hashes every key
+    (``keyed_entries._hashed``), checks it is stored in ``key_group`` under ``old_max`` and computes its key
+    group under ``new_max`` (``Rekey.rekeyed``). ``timer``, ``namespace`` and ``remap`` are per state id:
+    whether it holds timers, its fixed namespace size (0 if none or variable), its position in the
+    operator's state names.
+
+    Returns a status (1: the END mark read, 0: not, DEFER: an entry the walk does not take: a state id
+    outside ``states``, a length or prefix out of place, a key not short ASCII or not whole, a key stored in
+    another key group. The reference path then decides and names what is wrong), and per entry where its
+    bytes begin after the prefix, where they end, its new key group, its state position and its key's
+    length after the prefix; then the bytes consumed and the state id of the run open there (as ``scan``).
+    """
+    n = len(raw)
+    cap = n // 32 + 16
+    starts = np.empty(cap, dtype=np.int64)
+    ends = np.empty(cap, dtype=np.int64)
+    groups = np.empty(cap, dtype=np.int64)
+    ids = np.empty(cap, dtype=np.int32)
+    key_lengths = np.empty(cap, dtype=np.int32)
+    count = 0
+    pos = 0
+    ended = False
+    fresh = False  # a state id read, none of its run's entries yet
+    while True:
+        if current < 0:
+            if pos + 2 > n:
+                break
+            state_id = (np.int64(raw[pos]) << 8) | np.int64(raw[pos + 1])
+            if state_id == _END_OF_KEY_GROUP_MARK:
+                ended = True
+                break
+            if not states[state_id]:
+                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+            pos += 2
+            current = state_id
+            fresh = True
+        stop = False
+        while True:
+            begin = pos + 4
+            if begin > n:
+                stop = True
+                break
+            key_length = _int_at(raw, pos)
+            if key_length < max(nprefix, 1):
+                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+            key_end = begin + key_length
+            if key_end + 4 > n:
+                stop = True
+                break
+            value_length = _int_at(raw, key_end)
+            if value_length < 0:
+                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+            following = key_end + 4 + value_length
+            if following > n:
+                stop = True
+                break
+            prefix = np.int64(raw[begin]) & 0x7F
+            if nprefix == 2:
+                prefix = (prefix << 8) | np.int64(raw[begin + 1])
+            key_at = begin + nprefix + (8 if timer[current] else 0)
+            code, key_stop = _key_hash(raw, key_at, key_end, kind)
+            if prefix != key_group or key_stop < 0 or key_stop + namespace[current] > key_end:
+                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+            mixed = _murmur(code)
+            if _modulo(mixed, old_max) != key_group:
+                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+            if count == len(starts):
+                starts, ends, groups, ids, key_lengths = _grown(starts, ends, groups, ids, key_lengths)
+            starts[count] = begin + nprefix
+            ends[count] = following
+            groups[count] = _modulo(mixed, new_max)
+            ids[count] = remap[current]
+            key_lengths[count] = key_length - nprefix
+            count += 1
+            fresh = False
+            pos = following
+            if raw[begin] > 0x7F:  # the run's last entry
+                current = -1
+                break
+        if stop:
+            break
+    if fresh:
+        # A state id read, but none of its run's entries fits: the next window starts at that id.
+        current = -1
+    if ended:
+        consumed = pos + 2
+    else:
+        consumed = ends[count - 1] if count else 0
+    return (
+        np.int64(ended),
+        starts[:count],
+        ends[:count],
+        groups[:count],
+        ids[:count],
+        key_lengths[:count],
+        consumed,
+        current,
+    )
+
+
+@_jit
 def string_hashes(
     raw: npt.NDArray[np.uint8], key_at: npt.NDArray[np.int64], key_ends: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
@@ -383,6 +608,7 @@ def sort_parts(
 
 __all__ = [
     "copy_ranges",
+    "rekey_window",
     "frame_entries",
     "scan",
     "sort_parts",

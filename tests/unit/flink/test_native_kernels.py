@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_block_check import _damage
 
+from keygroup_cli import javahash, keygroups
 from keygroup_cli.errors import KgError, MissingDependencyError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
@@ -229,6 +230,130 @@ def test_a_false_claim_of_entry_boundaries_is_judged_as_the_reference_judges_it(
         lambda: keyed_decode._structure(claimed, states, value_ends, run_end, end, lo, hi),
     )
     assert _same(native, reference)
+
+
+def _part_cutter(layout: KeyedLayout) -> entry_parts.PartCutter:
+    rekey = _rekey(layout, _max_parallelism(layout))
+    return entry_parts.PartCutter(*(getattr(rekey, f) for f in rekey.__dataclass_fields__))
+
+
+def _entries(cut: entry_parts.Cut) -> list[tuple[bytes, int, int, int]]:
+    """A cut's entries as plain values: bytes after the prefix, new key group, state, key length."""
+    joined = b"".join(bytes(raw) for raw in cut.raws)
+    columns = (cut.starts.tolist(), cut.ends.tolist(), cut.groups.tolist(), cut.states.tolist())
+    return [
+        (joined[s:e], int(g), int(st_), int(k))
+        for (s, e, g, st_), k in zip(zip(*columns, strict=True), cut.key_length.tolist(), strict=True)
+    ]
+
+
+def _reference_walk(
+    buf: bytes, current: int | None, group: int, layout: KeyedLayout
+) -> tuple[list[tuple[bytes, int, int, int]], int, int | None, bool] | None:
+    """The reference path's take on a window: scan, window block, proof, prefixes, cut; None: not taken."""
+    cutter = _part_cutter(layout)
+    states = cutter.states(layout)
+    scanned = keyed_decode._scan_window(buf, states, current)
+    if scanned is None:
+        return None
+    value_ends, run_starts, consumed, after, ended = scanned
+    if not len(value_ends):
+        return [], consumed, after, ended
+    block, window = keyed_decode._window_block(
+        buf, states, value_ends, run_starts, consumed, current, after, ended
+    )
+    try:
+        batches = list(keyed_decode._proven_batches(block, window, group, layout, 1 << 30, cutter))
+    except KgError:
+        return None  # a key stored in another key group: the kernel must leave it to the reference
+    ((_lo, cut),) = batches
+    return None if cut is None else (_entries(cut), consumed, after, ended)  # type: ignore[arg-type]
+
+
+def _fused_walk(
+    buf: bytes, current: int | None, group: int, layout: KeyedLayout
+) -> tuple[list[tuple[bytes, int, int, int]], int, int | None, bool] | None:
+    walked = _part_cutter(layout).walk(buf, current, group, layout)
+    return None if walked is None else (_entries(walked[0]), *walked[1:])
+
+
+REKEYED = [b for b in BLOCKS if keyed_entries.all_states(b[1])]
+
+
+def test_the_fused_re_key_walk_takes_every_fixture_block_as_the_reference_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert len({name for name, *_ in REKEYED}) > 15
+    taken = deferred = 0
+    for _name, layout, group, block in REKEYED:
+        monkeypatch.setenv(native_kernels.NATIVE_ENV, "0")
+        reference = _reference_walk(block, None, group, layout)
+        monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+        fused = _fused_walk(block, None, group, layout)
+        if reference is None or not reference[3]:
+            # A block the column-wise proof does not take (a key it cannot hash from its bytes), or not in
+            # the canonical layout (a heap savepoint's NATIVE blocks): the reference path reads it.
+            assert fused is None or fused == reference
+            deferred += 1
+            continue
+        # Real blocks of short ASCII or fixed-size keys: the kernel takes them all, nothing deferred.
+        ascii_keys = layout.codec.key_type != "string" or all(
+            len(e) and e[0] < 0x80 and e[0] > 0 and max(e[1 : e[0]], default=0) < 0x80
+            for e, *_ in reference[0]
+        )
+        if fused is None:
+            assert not ascii_keys
+            continue
+        assert fused == reference
+        # The key group under the old maxParallelism moved away: every key is then refused by both.
+        monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+        assert _fused_walk(block, None, group + 1, layout) is None
+        taken += 1
+    assert taken > 200
+    print(f"taken {taken}, deferred {deferred}")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_fused_re_key_walk_of_a_damaged_window_is_the_reference_s_or_defers(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, group, block = data.draw(st.sampled_from(REKEYED))
+    lo = data.draw(st.integers(0, len(block)))
+    hi = data.draw(st.integers(lo, len(block)))
+    window = _damage(block[lo:hi], data, 0, 3) if hi > lo else b""
+    current = data.draw(st.none() | st.integers(0, len(layout.states) - 1))
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+    fused = _fused_walk(window, current, group, layout)
+    monkeypatch.setenv(native_kernels.NATIVE_ENV, "0")
+    reference = _reference_walk(window, current, group, layout)
+    if fused is not None:
+        assert fused == reference
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.integers(-(2**63), 2**63 - 1)
+    | st.sampled_from([0, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]),
+    kind=st.sampled_from([1, 2, 3]),
+)
+def test_fixed_size_keys_hash_and_mix_as_javahash_and_keygroups_do(value: int, kind: int) -> None:
+    from keygroup_cli.flink.state import numba_kernels
+
+    size, key_type = {1: (8, "long"), 2: (4, "int"), 3: (1, "boolean")}[kind]
+    body = (value % 2**64).to_bytes(8, "big")[-size:]
+    raw = np.frombuffer(b"\x05" + body + b"\x00", dtype=np.uint8)
+    code, end = numba_kernels._key_hash(raw, 1, 1 + size, kind)
+    key = int.from_bytes(body, "big", signed=True) if kind != 3 else body != b"\x00"
+    assert code == int(javahash.hash_codes(np.asarray([key]), key_type)[0])
+    assert end == 1 + size
+    assert numba_kernels._key_hash(raw, 1, size, kind)[1] == -1  # a key that does not fit its entry
+    # Flink's murmur of the code (MathUtils.murmurHash), and of the int itself where it is one.
+    for mixed in (code, int(np.int64(value).astype(np.int32))):
+        assert numba_kernels._murmur(mixed) == int(keygroups.murmur_hash_array([mixed])[0])
+    mixed = abs(value) % 2**31  # a murmur hash: never negative
+    assert numba_kernels._modulo(mixed, 1024) == mixed % 1024
+    assert numba_kernels._modulo(mixed, 1000) == mixed % 1000
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
