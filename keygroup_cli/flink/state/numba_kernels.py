@@ -551,11 +551,14 @@ def sort_parts(
         g = np.int64(groups[i])
         order[starts[g]] = i
         starts[g] += 1
+    # Each key group's part key, once: two divisions per key group instead of four per entry.
+    key_of = np.empty(new_max, dtype=np.int64)
+    for g in range(new_max):
+        key_of[g] = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
     nparts = 0
     previous = -1
     for j in range(n):
-        g = np.int64(groups[order[j]])
-        key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+        key = key_of[np.int64(groups[order[j]])]
         if key != previous:
             nparts += 1
             previous = key
@@ -566,8 +569,7 @@ def sort_parts(
     previous = -1
     for j in range(n):
         e = order[j]
-        g = np.int64(groups[e])
-        key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+        key = key_of[np.int64(groups[e])]
         if key != previous:
             p += 1
             part_lo[p] = j
