@@ -34,9 +34,9 @@ import pyarrow as pa
 from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.state.keyed_decode import _Structure
 from keygroup_cli.flink.state.keyed_encode import _Block
-from keygroup_cli.flink.state.keyed_entries import Rekey
+from keygroup_cli.flink.state.keyed_entries import Rekey, walk_window
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.native_kernels import DEFER, kernels, state_mask
+from keygroup_cli.flink.state.native_kernels import kernels
 from keygroup_cli.keygroups import operator_indexes_for_key_groups
 
 _HEAD = struct.Struct("<II")
@@ -154,55 +154,16 @@ class PartCutter(Rekey):
         id of the run it starts inside (None: it starts at a state id). Returns the entries' ``Cut`` (over
         ``buf`` itself, no copy), the bytes consumed, the state id of the run open there and whether the
         END mark was read: what ``keyed_decode._scan_window``, ``_structure``, ``_prefixes_match`` and
-        ``cut`` give for the same bytes. None without the kernels, or where the kernel meets anything it
-        does not take (``numba_kernels.rekey_window``): the reference path then walks the same bytes and
-        decides, with its errors.
+        ``cut`` give for the same bytes. None where ``keyed_entries.walk_window`` defers: the reference
+        path then walks the same bytes and decides, with its errors.
         """
-        native = kernels(len(buf))
-        walk = _walk_columns(layout, self.remap)
-        if native is None or walk is None or len(buf) >= 2**31:
-            return None
-        kind, timer, namespace, remap = walk
-        raw = np.frombuffer(buf, dtype=np.uint8)
-        status, starts, ends, groups, states, key_length, consumed, after = native.rekey_window(
-            raw,
-            state_mask(self.states(layout)),
-            -1 if current is None else current,
-            key_group,
-            layout.prefix_bytes,
-            kind,
-            timer,
-            namespace,
-            remap,
-            self.old_max_parallelism,
-            self.new_max_parallelism,
+        walked = walk_window(
+            buf, current, key_group, layout, self.old_max_parallelism, self.new_max_parallelism, self.remap
         )
-        if status == DEFER:
+        if walked is None:
             return None
-        cut = Cut((raw,), (0,), starts, ends, groups, states, key_length)
-        return cut, int(consumed), None if after < 0 else int(after), bool(status)
-
-
-#: ``rekey_window``'s key kinds, by kg key type.
-_KEY_KINDS = {"string": 0, "long": 1, "int": 2, "boolean": 3}
-#: The key sizes ``rekey_window`` reads, by key kind (a String's is its own).
-_FIXED_SIZES = (None, 8, 4, 1)
-
-
-def _walk_columns(
-    layout: KeyedLayout, remap: tuple[int, ...]
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Return ``rekey_window``'s view of a layout: key kind, and per state id timer flag, namespace, position.
-
-    None where the kernel does not take the layout (a key type it cannot hash, no fixed size).
-    """
-    codec = layout.codec
-    kind = _KEY_KINDS.get(codec.key_type)
-    if kind is None or codec.fixed_size != _FIXED_SIZES[kind] or len(remap) != len(layout.states):
-        return None
-    timer = np.asarray([s.kind == "timer" for s in layout.states], dtype=np.bool_)
-    sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
-    return kind, timer, np.asarray(sizes, dtype=np.int64), np.asarray(remap, dtype=np.int32)
+        raw, starts, ends, groups, states, key_length, consumed, after, ended = walked
+        return Cut((raw,), (0,), starts, ends, groups, states, key_length), consumed, after, ended
 
 
 # -- Read side: entries into parts --------------------------------------------------------------------------

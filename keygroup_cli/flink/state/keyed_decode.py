@@ -368,8 +368,11 @@ def _walk_windows(
             # The cutter walked, proved and cut the window in one step (the same result as below).
             cut, consumed, after, ended = fused
             entries = cut.num_rows
-            for lo in range(0, entries, batch_rows):
-                yield cut.slice(lo, lo + batch_rows)
+            if 0 < entries <= batch_rows:
+                yield cut
+            elif entries:
+                for lo in range(0, entries, batch_rows):
+                    yield cut.slice(lo, lo + batch_rows)
             given += entries
             del cut
         else:

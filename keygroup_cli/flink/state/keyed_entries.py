@@ -61,7 +61,7 @@ from keygroup_cli.flink.state.keyed_layout import (
     FIRST_BIT_IN_BYTE_MASK,
     KeyedLayout,
 )
-from keygroup_cli.flink.state.native_kernels import kernels
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels, state_mask
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
 from keygroup_cli.keygroups import key_groups_for_hashes, key_groups_for_murmurs, murmur_hash_array
 from keygroup_cli.rows import STATE_TYPE
@@ -176,6 +176,78 @@ class Rekey:
         return batch
 
 
+def walk_window(
+    buf: bytes | bytearray,
+    current: int | None,
+    key_group: int,
+    layout: KeyedLayout,
+    old_max_parallelism: int,
+    new_max_parallelism: int,
+    remap: tuple[int, ...],
+) -> (
+    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int | None, bool]
+    | None
+):
+    """Walk, prove, check and re-key the whole entries at the start of ``buf``: one kernel call.
+
+    The fused kernel (``numba_kernels.rekey_window``) gives for ``buf`` what the reference's five steps give
+    (``keyed_decode._scan_window``, the window's copy, ``_structure``, ``_prefixes_match`` and
+    ``Rekey.rekeyed``): ``buf`` as bytes, per entry where its bytes begin after the prefix and where they
+    end, its key group under ``new_max_parallelism`` and its state's position by ``remap``, its key's length
+    after the prefix; then the bytes consumed, the state id of the run open there (None: a state id is
+    next) and whether the END mark was read. None without the kernels, for a layout the kernel does not
+    take, or where it meets anything unusual (a state id out of place, a length or prefix that does not
+    hold, a key that is not a short ASCII String or not whole, a key stored in another key group): the
+    caller's reference path then reads the same bytes and decides, with its errors.
+    """
+    native = kernels(len(buf))
+    columns = _walk_columns(layout, remap)
+    if native is None or columns is None or len(buf) >= 2**31:
+        return None
+    kind, timer, namespace, positions = columns
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    status, starts, ends, groups, states, key_length, consumed, after = native.rekey_window(
+        raw,
+        state_mask(all_states(layout)),
+        -1 if current is None else current,
+        key_group,
+        layout.prefix_bytes,
+        kind,
+        timer,
+        namespace,
+        positions,
+        old_max_parallelism,
+        new_max_parallelism,
+    )
+    if status == DEFER:
+        return None
+    opened = None if after < 0 else int(after)
+    return raw, starts, ends, groups, states, key_length, int(consumed), opened, bool(status)
+
+
+#: ``rekey_window``'s key kinds, by kg key type.
+_KEY_KINDS = {"string": 0, "long": 1, "int": 2, "boolean": 3}
+#: The key sizes ``rekey_window`` reads, by key kind (a String's is its own).
+_FIXED_SIZES = (None, 8, 4, 1)
+
+
+def _walk_columns(
+    layout: KeyedLayout, remap: tuple[int, ...]
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Return ``rekey_window``'s view of a layout: key kind, and per state id timer flag, namespace, position.
+
+    None where the kernel does not take the layout (a key type it cannot hash, another key size).
+    """
+    codec = layout.codec
+    kind = _KEY_KINDS.get(codec.key_type)
+    states = all_states(layout)
+    if kind is None or codec.fixed_size != _FIXED_SIZES[kind] or not states or len(remap) != len(states):
+        return None
+    timer = np.asarray([s.kind == "timer" for s in layout.states], dtype=np.bool_)
+    sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
+    return kind, timer, np.asarray(sizes, dtype=np.int64), np.asarray(remap, dtype=np.int32)
+
+
 def _hashed(
     block: bytes | bytearray | memoryview, found: _Structure, layout: KeyedLayout
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -212,6 +284,11 @@ def check_entries(
     states = all_states(layout)
     if not states or len(block) >= 2**31:
         return None
+    whole = bytes(block) if isinstance(block, memoryview) else block
+    names = tuple(range(len(layout.states)))
+    walked = walk_window(whole, None, key_group, layout, max_parallelism, max_parallelism, names)
+    if walked is not None and walked[8] and walked[6] == len(block) and len(walked[1]):
+        return len(walked[1])  # the fused kernel walked, proved and checked it all
     scanned = _scan_block(bytes(block) if isinstance(block, memoryview) else block, states)
     if scanned is None or scanned[2] != len(block):
         return None
@@ -258,6 +335,18 @@ class _KeyGroupCheck:
         if not _keys_in_group(block, found, key_group, layout, self.max_parallelism):
             return None  # not taken: the caller asks the whole-block check why
         return _Checked(found.count)
+
+    def walk(
+        self, buf: bytes, current: int | None, key_group: int, layout: KeyedLayout
+    ) -> tuple[_Checked, int, int | None, bool] | None:
+        """Check a window in one kernel call (``walk_window``); None: the reference steps check it."""
+        names = tuple(range(len(layout.states)))
+        walked = walk_window(
+            buf, current, key_group, layout, self.max_parallelism, self.max_parallelism, names
+        )
+        if walked is None:
+            return None
+        return _Checked(len(walked[1])), *walked[6:]
 
     def per_entry(
         self, block: bytes, key_group: int, layout: KeyedLayout, source: str, *, whole: bool
@@ -507,4 +596,12 @@ def _encode(entries: Entries, layout: KeyedLayout) -> list[_Block]:
     return _cut_blocks(joined, groups, group_start, run_end)
 
 
-__all__ = ["ENTRY_SCHEMA", "Entries", "Rekey", "all_states", "check_entries", "check_entries_in_windows"]
+__all__ = [
+    "ENTRY_SCHEMA",
+    "Entries",
+    "Rekey",
+    "all_states",
+    "check_entries",
+    "check_entries_in_windows",
+    "walk_window",
+]

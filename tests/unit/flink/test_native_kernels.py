@@ -331,6 +331,54 @@ def test_the_fused_re_key_walk_of_a_damaged_window_is_the_reference_s_or_defers(
         assert fused == reference
 
 
+class _Bytes:
+    """A ``source.read(a, b)`` over bytes in memory, as ``check_entries_in_windows`` reads a file."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.source = "t"
+
+    def read(self, start: int, end: int) -> bytes:
+        return self.data[start:end]
+
+
+def _checked(block: bytes, group: int, layout: KeyedLayout, window: int) -> tuple[Any, Any]:
+    """The copy's checks of a block: whole (``check_entries``) and window by window."""
+    old_max = _max_parallelism(layout)
+    return (
+        keyed_entries.check_entries(block, group, layout, old_max),
+        keyed_entries.check_entries_in_windows(_Bytes(block), group, 0, len(block), layout, old_max, window),
+    )
+
+
+def test_the_copy_s_checks_count_every_fixture_block_as_the_reference_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted = 0
+    for _name, layout, group, block in REKEYED:
+        for window in (64, 4096):
+            native, reference = _both(
+                monkeypatch, lambda b=block, g=group, la=layout, w=window: _checked(b, g, la, w)
+            )
+            assert native == reference
+            counted += reference[0] is not None
+        native, reference = _both(monkeypatch, lambda b=block, g=group, la=layout: _checked(b, g + 1, la, 64))
+        assert native == reference == (None, None)
+    assert counted > 400
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_copy_s_checks_of_a_damaged_block_are_the_reference_s(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, group, block = data.draw(st.sampled_from(REKEYED))
+    damaged = _damage(block, data, 1, 3)
+    window = data.draw(st.sampled_from([16, 64, 1 << 20]))
+    native, reference = _both(monkeypatch, lambda: _checked(damaged, group, layout, window))
+    assert native == reference
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     value=st.integers(-(2**63), 2**63 - 1)
