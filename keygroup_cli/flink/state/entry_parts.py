@@ -36,7 +36,7 @@ from keygroup_cli.flink.state.keyed_decode import _Structure
 from keygroup_cli.flink.state.keyed_encode import _Block
 from keygroup_cli.flink.state.keyed_entries import Rekey
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.native_kernels import kernels
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels
 from keygroup_cli.keygroups import operator_indexes_for_key_groups
 
 _HEAD = struct.Struct("<II")
@@ -331,10 +331,57 @@ def frame_bucket(
     """Return the blocks of a bucket's parts (``buf``), key groups ascending, framed as the row encoder does.
 
     ``state_ids`` maps the parts' state positions to the header's state ids (-1: a state it lacks). Each
-    block carries its entry ends and run ends, for ``keyed_decode.check_block``.
+    block carries its entry ends and run ends, for ``keyed_decode.check_block``. The numba kernel
+    ``frame_bucket`` when ``KG_NATIVE`` allows (the same blocks); parts or states it does not take are
+    left to ``frame_bucket_reference``, which words the error.
 
     Raises:
-        InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+        InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``), a state the
+            header does not hold (``FLINK_STATE_UNKNOWN``).
+    """
+    native = kernels()
+    if native is not None:
+        framed = native.frame_bucket(
+            np.frombuffer(buf, dtype=np.uint8),
+            np.ascontiguousarray(state_ids, dtype=np.int64),
+            layout.prefix_bytes,
+        )
+        if framed[0] != DEFER:
+            return _blocks(*framed[1:])
+    return frame_bucket_reference(buf, layout, state_ids)
+
+
+def _blocks(
+    out: np.ndarray,
+    value_ends: np.ndarray,
+    run_end: np.ndarray,
+    groups: np.ndarray,
+    lows: np.ndarray,
+    starts: np.ndarray,
+) -> list[_Block]:
+    """Return the ``_Block``s the kernel ``frame_bucket`` framed: views of its bytes and its columns.
+
+    Block ``b`` is key group ``groups[b]``, bytes ``[starts[b], starts[b + 1])`` and entries
+    ``[lows[b], lows[b + 1])``, whose value ends count from the block's start already.
+    """
+    view: memoryview = out.data
+    blocks = []
+    ats, firsts = starts.tolist(), lows.tolist()
+    for b, group in enumerate(groups[:-1].tolist()):
+        lo, hi = firsts[b], firsts[b + 1]
+        blocks.append(_Block(group, view[ats[b] : ats[b + 1]], hi - lo, value_ends[lo:hi], run_end[lo:hi]))
+    return blocks
+
+
+def frame_bucket_reference(
+    buf: bytes | bytearray | memoryview, layout: KeyedLayout, state_ids: np.ndarray
+) -> list[_Block]:
+    """``frame_bucket`` with whole-array steps: the parts read in Python, the entries ordered by numpy.
+
+    The framing itself is ``frame_entries_reference`` (or its kernel, when ``KG_NATIVE`` allows).
+
+    Raises:
+        InvalidSnapshotError: As ``frame_bucket``.
     """
     got = _unpack(buf)
     count = len(got.groups)
@@ -560,6 +607,7 @@ __all__ = [
     "copy_ranges",
     "copy_ranges_reference",
     "frame_bucket",
+    "frame_bucket_reference",
     "frame_entries_reference",
     "pack_parts_reference",
     "part_entries",

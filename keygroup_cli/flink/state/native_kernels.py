@@ -51,6 +51,8 @@ class Kernels:
     copy_ranges: Any
     frame_entries: Any
     sort_parts: Any
+    frame_bucket: Any
+    check_block: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
@@ -123,6 +125,8 @@ def _load() -> Kernels | None:
         compiled.copy_ranges,
         compiled.frame_entries,
         compiled.sort_parts,
+        compiled.frame_bucket,
+        compiled.check_block,
     )
 
 

@@ -381,8 +381,286 @@ def sort_parts(
     return out, placed, part_at, part_stop, part_key, part_lo[1:] - part_lo[:-1]
 
 
+# -- The write side of the byte-level re-key: a bucket's parts framed into blocks, each block checked ------
+
+
+@_jit
+def _le(buf: npt.NDArray[np.uint8], at: int, width: int) -> int:
+    """Return the unsigned little-endian ``width``-byte integer at ``at``."""
+    value: int = np.int64(0)
+    for b in range(width):
+        value |= np.int64(buf[at + b]) << (8 * b)
+    return value
+
+
+@_jit
+def _part_columns(
+    buf: npt.NDArray[np.uint8],
+) -> tuple[
+    int,
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``entry_parts._unpack``: the entries of every part of ``buf``, in input order.
+
+    Returns a status (1: read; DEFER: a part the reference refuses, or an entry length below 0, which
+    only the reference decides), then per entry its key length, length, key group, state position and
+    where its bytes lie in ``buf``.
+    """
+    size = len(buf)
+    empty = np.empty(0, dtype=np.int64)
+    count = 0
+    pos = 0
+    while pos < size:  # the heads first: whether every part fits, and how many entries there are
+        if pos + 8 > size:
+            return DEFER, empty, empty, empty, empty, empty
+        n = _le(buf, pos, 4)
+        end = pos + 8 + 12 * n + _le(buf, pos + 4, 4)
+        if end > size:
+            return DEFER, empty, empty, empty, empty, empty
+        count += n
+        pos = end + (-end % 4)
+    key_length = np.empty(count, dtype=np.int64)
+    lengths = np.empty(count, dtype=np.int64)
+    groups = np.empty(count, dtype=np.int64)
+    states = np.empty(count, dtype=np.int64)
+    at = np.empty(count, dtype=np.int64)
+    i = 0
+    pos = 0
+    while pos < size:
+        n = _le(buf, pos, 4)
+        head = pos + 8
+        first = head + 12 * n
+        p = first
+        for k in range(n):
+            key = _le(buf, head + 4 * k, 4)
+            length = _le(buf, head + 4 * n + 4 * k, 4)
+            if length >= 1 << 31:
+                return DEFER, empty, empty, empty, empty, empty
+            key_length[i] = key - (1 << 32) if key >= 1 << 31 else key
+            lengths[i] = length
+            groups[i] = _le(buf, head + 8 * n + 2 * k, 2)
+            states[i] = _le(buf, head + 10 * n + 2 * k, 2)
+            at[i] = p
+            p += length
+            i += 1
+        if p - first != _le(buf, pos + 4, 4):
+            return DEFER, empty, empty, empty, empty, empty
+        pos = p + (-p % 4)
+    return 1, key_length, lengths, groups, states, at
+
+
+@_jit
+def _bucket_order(
+    groups: npt.NDArray[np.int64], states: npt.NDArray[np.int64], nstates: int
+) -> npt.NDArray[np.int64]:
+    """``entry_parts._entry_order``: key groups ascending, then runs in order of first appearance.
+
+    A counting sort by key group (stable), then within each key group one by run: a bucket's key groups
+    are few and contiguous, a key group's states fewer (each ``state`` below ``nstates``).
+    """
+    n = len(groups)
+    low = groups.min()
+    starts = np.zeros(groups.max() - low + 2, dtype=np.int64)
+    for i in range(n):
+        starts[groups[i] - low + 1] += 1
+    for g in range(len(starts) - 1):
+        starts[g + 1] += starts[g]
+    by_group = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        g = groups[i] - low
+        by_group[starts[g]] = i
+        starts[g] += 1
+    order = np.empty(n, dtype=np.int64)
+    seen = np.full(nstates, -1, dtype=np.int64)  # the key group (its first entry) where a state last ran
+    rank = np.empty(nstates, dtype=np.int64)
+    place = np.empty(nstates, dtype=np.int64)
+    lo = 0
+    while lo < n:
+        group = groups[by_group[lo]]
+        hi = lo
+        runs = 0
+        while hi < n and groups[by_group[hi]] == group:
+            s = states[by_group[hi]]
+            if seen[s] != lo:
+                seen[s] = lo
+                rank[s] = runs
+                place[runs] = 0
+                runs += 1
+            place[rank[s]] += 1
+            hi += 1
+        at = lo
+        for r in range(runs):
+            size = place[r]
+            place[r] = at
+            at += size
+        for j in range(lo, hi):
+            e = by_group[j]
+            r = rank[states[e]]
+            order[place[r]] = e
+            place[r] += 1
+        lo = hi
+    return order
+
+
+@_jit
+def _frame_in_order(
+    order: npt.NDArray[np.int64],
+    groups: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int64],
+    key_length: npt.NDArray[np.int64],
+    src: npt.NDArray[np.uint8],
+    src_at: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    nprefix: int,
+) -> tuple[
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``frame_entries`` of the entries in ``order`` (``ids``: the header's state ids), and their blocks.
+
+    Each entry's value end is counted from the start of its key group's block. Returns the bytes, the
+    value ends, which entries close a run, and per block its key group, its first entry and its start
+    (one more of each: the entry count and the end of the bytes).
+    """
+    count = len(order)
+    run_end = np.empty(count, dtype=np.bool_)
+    size = 0
+    nblocks = 0
+    for j in range(count):
+        e = order[j]
+        opens = j == 0 or groups[e] != groups[order[j - 1]]
+        closes_group = j == count - 1 or groups[order[j + 1]] != groups[e]
+        run_end[j] = closes_group or ids[order[j + 1]] != ids[e]
+        size += 4 + nprefix + lengths[e] + (2 if opens else 0) + (2 if run_end[j] else 0)
+        nblocks += 1 if opens else 0
+    out = np.empty(size, dtype=np.uint8)
+    value_ends = np.empty(count, dtype=np.int64)
+    block_group = np.empty(nblocks + 1, dtype=np.int64)
+    block_lo = np.empty(nblocks + 1, dtype=np.int64)
+    block_at = np.empty(nblocks + 1, dtype=np.int64)
+    p = 0
+    b = -1
+    for j in range(count):
+        e = order[j]
+        if j == 0 or groups[e] != groups[order[j - 1]]:
+            b += 1
+            block_group[b] = groups[e]
+            block_lo[b] = j
+            block_at[b] = p
+            _put(out, p, ids[e], 2)
+            p += 2
+        _put(out, p, nprefix + key_length[e], 4)
+        p += 4
+        prefix = groups[e]
+        if run_end[j]:
+            prefix |= 0x80 << (8 * (nprefix - 1))
+        _put(out, p, prefix, nprefix)
+        p += nprefix
+        _memcpy(out, p, src, src_at[e], lengths[e])
+        p += lengths[e]
+        value_ends[j] = p - block_at[b]
+        if run_end[j]:
+            closes_group = j == count - 1 or groups[order[j + 1]] != groups[e]
+            _put(out, p, _END_OF_KEY_GROUP_MARK if closes_group else ids[order[j + 1]], 2)
+            p += 2
+    block_group[nblocks] = -1
+    block_lo[nblocks] = count
+    block_at[nblocks] = p
+    return out, value_ends, run_end, block_group, block_lo, block_at
+
+
+@_jit
+def frame_bucket(
+    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64], nprefix: int
+) -> tuple[
+    int,
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``entry_parts.frame_bucket``, one kernel: the parts read, the entries ordered, framed, cut in blocks.
+
+    Returns a status (1: framed; DEFER: parts or states the reference refuses, which it decides and words),
+    then ``_frame_in_order``'s bytes, value ends (per block), run ends and blocks.
+    """
+    status, key_length, lengths, groups, states, at = _part_columns(buf)
+    no_entries = np.empty(0, dtype=np.int64)
+    no_bytes = np.empty(0, dtype=np.uint8)
+    no_flags = np.empty(0, dtype=np.bool_)
+    if status != 1:
+        return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
+    count = len(groups)
+    nstates = len(state_ids)
+    ids = np.empty(count, dtype=np.int64)
+    for i in range(count):
+        if states[i] >= nstates or state_ids[states[i]] < 0:
+            return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
+        ids[i] = state_ids[states[i]]
+    if count == 0:
+        return 1, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
+    order = _bucket_order(groups, states, nstates)
+    out, value_ends, run_end, block_group, block_lo, block_at = _frame_in_order(
+        order, groups, ids, key_length, buf, at, lengths, nprefix
+    )
+    return 1, out, value_ends, run_end, block_group, block_lo, block_at
+
+
+@_jit
+def check_block(
+    raw: npt.NDArray[np.uint8],
+    states: npt.NDArray[np.bool_],
+    value_ends: npt.NDArray[np.int64],
+    run_end: npt.NDArray[np.bool_],
+    key_group: int,
+    nprefix: int,
+) -> int:
+    """``keyed_decode.check_block``, one kernel: ``_structure``'s checks and ``_prefixes_match``'s.
+
+    ``_structure``'s preliminaries, then ``structure`` over the whole block, then each key's prefix.
+    Returns 1 (the bytes prove the claim), 0 (they do not) or DEFER (where the reference takes numpy's
+    path: a first entry end below 0, or a read that would leave the block; the reference decides).
+    """
+    count = len(value_ends)
+    end = len(raw)
+    if count == 0 or len(run_end) != count or end < 8 or not run_end[count - 1]:
+        return 0
+    if value_ends[count - 1] + 2 != end:
+        return 0
+    for i in range(1, count):
+        if value_ends[i] <= value_ends[i - 1]:
+            return 0
+    if value_ends[0] < 0:
+        return DEFER
+    status, key_starts, key_ends, _ids = structure(raw, states, value_ends, run_end, end, 0, count, 0)
+    if status != 1:
+        return status
+    for j in range(count):
+        ks = key_starts[j]
+        if key_ends[j] - ks < nprefix:
+            return 0
+        prefix = np.int64(raw[ks] & 0x7F)
+        if nprefix == 2:
+            prefix = (prefix << 8) | np.int64(raw[ks + 1])
+        if prefix != key_group:
+            return 0
+    return 1
+
+
 __all__ = [
+    "check_block",
     "copy_ranges",
+    "frame_bucket",
     "frame_entries",
     "scan",
     "sort_parts",
