@@ -394,8 +394,8 @@ def _le(buf: npt.NDArray[np.uint8], at: int, width: int) -> int:
 
 
 @_jit
-def _part_columns(
-    buf: npt.NDArray[np.uint8],
+def _segments(
+    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64]
 ) -> tuple[
     int,
     npt.NDArray[np.int64],
@@ -403,54 +403,83 @@ def _part_columns(
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    int,
+    int,
 ]:
-    """``entry_parts._unpack``: the entries of every part of ``buf``, in input order.
+    """``entry_parts._unpack`` and ``frame_bucket``'s state check, by segments, not entries.
 
-    Returns a status (1: read; DEFER: a part the reference refuses, or an entry length below 0, which
-    only the reference decides), then per entry its key length, length, key group, state position and
-    where its bytes lie in ``buf``.
+    A segment is a stretch of one part's entries of one key group and one state: its entries' bytes lie
+    back to back, and the ordering never splits it (so it orders segments, a few per part, not entries).
+    Returns a status (1: read; DEFER: a part the reference refuses, a state the map lacks, an entry length
+    below 0 or a key group above 32767, which no maxParallelism has: the reference decides those, its
+    sort reading key groups as int16), then per segment where its key lengths and its
+    lengths begin (the parts' columns), where its bytes begin, its entry count, key group and state
+    position; and the entry count and their bytes in all.
     """
     size = len(buf)
+    nstates = len(state_ids)
     empty = np.empty(0, dtype=np.int64)
-    count = 0
+    nseg = 0
+    entries = 0
+    data_bytes = 0
     pos = 0
-    while pos < size:  # the heads first: whether every part fits, and how many entries there are
+    while pos < size:  # the checks, and how many segments there are
         if pos + 8 > size:
-            return DEFER, empty, empty, empty, empty, empty
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
         n = _le(buf, pos, 4)
-        end = pos + 8 + 12 * n + _le(buf, pos + 4, 4)
+        data = _le(buf, pos + 4, 4)
+        head = pos + 8
+        end = head + 12 * n + data
         if end > size:
-            return DEFER, empty, empty, empty, empty, empty
-        count += n
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+        total = 0
+        group = state = -1
+        for k in range(n):
+            length = _le(buf, head + 4 * n + 4 * k, 4)
+            if length >= 1 << 31:
+                return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+            total += length
+            g = _le(buf, head + 8 * n + 2 * k, 2)
+            s = _le(buf, head + 10 * n + 2 * k, 2)
+            if s >= nstates or state_ids[s] < 0 or g >= 1 << 15:
+                return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+            if g != group or s != state:
+                nseg += 1
+                group, state = g, s
+        if total != data:
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+        entries += n
+        data_bytes += data
         pos = end + (-end % 4)
-    key_length = np.empty(count, dtype=np.int64)
-    lengths = np.empty(count, dtype=np.int64)
-    groups = np.empty(count, dtype=np.int64)
-    states = np.empty(count, dtype=np.int64)
-    at = np.empty(count, dtype=np.int64)
-    i = 0
+    key_at = np.empty(nseg, dtype=np.int64)
+    length_at = np.empty(nseg, dtype=np.int64)
+    src_at = np.empty(nseg, dtype=np.int64)
+    counts = np.zeros(nseg, dtype=np.int64)
+    groups = np.empty(nseg, dtype=np.int64)
+    states = np.empty(nseg, dtype=np.int64)
+    q = -1
     pos = 0
     while pos < size:
         n = _le(buf, pos, 4)
         head = pos + 8
-        first = head + 12 * n
-        p = first
+        at = head + 12 * n
+        group = state = -1
         for k in range(n):
-            key = _le(buf, head + 4 * k, 4)
-            length = _le(buf, head + 4 * n + 4 * k, 4)
-            if length >= 1 << 31:
-                return DEFER, empty, empty, empty, empty, empty
-            key_length[i] = key - (1 << 32) if key >= 1 << 31 else key
-            lengths[i] = length
-            groups[i] = _le(buf, head + 8 * n + 2 * k, 2)
-            states[i] = _le(buf, head + 10 * n + 2 * k, 2)
-            at[i] = p
-            p += length
-            i += 1
-        if p - first != _le(buf, pos + 4, 4):
-            return DEFER, empty, empty, empty, empty, empty
-        pos = p + (-p % 4)
-    return 1, key_length, lengths, groups, states, at
+            g = _le(buf, head + 8 * n + 2 * k, 2)
+            s = _le(buf, head + 10 * n + 2 * k, 2)
+            if g != group or s != state:
+                q += 1
+                key_at[q] = head + 4 * k
+                length_at[q] = head + 4 * n + 4 * k
+                src_at[q] = at
+                groups[q] = g
+                states[q] = s
+                group, state = g, s
+            counts[q] += 1
+            at += _le(buf, head + 4 * n + 4 * k, 4)
+        pos = at + (-at % 4)
+    return 1, key_at, length_at, src_at, counts, groups, states, entries, data_bytes
 
 
 @_jit
@@ -459,8 +488,9 @@ def _bucket_order(
 ) -> npt.NDArray[np.int64]:
     """``entry_parts._entry_order``: key groups ascending, then runs in order of first appearance.
 
-    A counting sort by key group (stable), then within each key group one by run: a bucket's key groups
-    are few and contiguous, a key group's states fewer (each ``state`` below ``nstates``).
+    Of entries or of ``_segments`` (stretches of entries the order keeps together). A counting sort by key
+    group (stable), then within each key group one by run: a bucket's key groups are few and contiguous, a
+    key group's states fewer (each ``state`` below ``nstates``).
     """
     n = len(groups)
     low = groups.min()
@@ -507,14 +537,17 @@ def _bucket_order(
 
 
 @_jit
-def _frame_in_order(
+def _frame_segments(
+    buf: npt.NDArray[np.uint8],
     order: npt.NDArray[np.int64],
+    key_at: npt.NDArray[np.int64],
+    length_at: npt.NDArray[np.int64],
+    src_at: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
     groups: npt.NDArray[np.int64],
     ids: npt.NDArray[np.int64],
-    key_length: npt.NDArray[np.int64],
-    src: npt.NDArray[np.uint8],
-    src_at: npt.NDArray[np.int64],
-    lengths: npt.NDArray[np.int64],
+    entries: int,
+    data_bytes: int,
     nprefix: int,
 ) -> tuple[
     npt.NDArray[np.uint8],
@@ -524,55 +557,66 @@ def _frame_in_order(
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
 ]:
-    """``frame_entries`` of the entries in ``order`` (``ids``: the header's state ids), and their blocks.
+    """``frame_entries`` of ``_segments``' entries, segments in ``order`` (``ids``: the header's state ids).
 
+    Entries of one segment share key group and state, so only a segment's last entry may close a run.
     Each entry's value end is counted from the start of its key group's block. Returns the bytes, the
     value ends, which entries close a run, and per block its key group, its first entry and its start
-    (one more of each: the entry count and the end of the bytes).
+    (one more of each: -1, the entry count and the end of the bytes).
     """
-    count = len(order)
-    run_end = np.empty(count, dtype=np.bool_)
-    size = 0
+    nseg = len(order)
+    closes = np.empty(nseg, dtype=np.bool_)
     nblocks = 0
-    for j in range(count):
-        e = order[j]
-        opens = j == 0 or groups[e] != groups[order[j - 1]]
-        closes_group = j == count - 1 or groups[order[j + 1]] != groups[e]
-        run_end[j] = closes_group or ids[order[j + 1]] != ids[e]
-        size += 4 + nprefix + lengths[e] + (2 if opens else 0) + (2 if run_end[j] else 0)
-        nblocks += 1 if opens else 0
-    out = np.empty(size, dtype=np.uint8)
-    value_ends = np.empty(count, dtype=np.int64)
+    nruns = 0
+    for q in range(nseg):
+        s = order[q]
+        if q == 0 or groups[s] != groups[order[q - 1]]:
+            nblocks += 1
+        closes_group = q == nseg - 1 or groups[order[q + 1]] != groups[s]
+        closes[q] = closes_group or ids[order[q + 1]] != ids[s]
+        if closes[q]:
+            nruns += 1
+    out = np.empty(entries * (4 + nprefix) + data_bytes + 2 * nblocks + 2 * nruns, dtype=np.uint8)
+    value_ends = np.empty(entries, dtype=np.int64)
+    run_end = np.zeros(entries, dtype=np.bool_)
     block_group = np.empty(nblocks + 1, dtype=np.int64)
     block_lo = np.empty(nblocks + 1, dtype=np.int64)
     block_at = np.empty(nblocks + 1, dtype=np.int64)
+    flag = 0x80 << (8 * (nprefix - 1))
     p = 0
+    j = 0
     b = -1
-    for j in range(count):
-        e = order[j]
-        if j == 0 or groups[e] != groups[order[j - 1]]:
+    for q in range(nseg):
+        s = order[q]
+        group = groups[s]
+        if q == 0 or group != groups[order[q - 1]]:
             b += 1
-            block_group[b] = groups[e]
+            block_group[b] = group
             block_lo[b] = j
             block_at[b] = p
-            _put(out, p, ids[e], 2)
+            _put(out, p, ids[s], 2)
             p += 2
-        _put(out, p, nprefix + key_length[e], 4)
-        p += 4
-        prefix = groups[e]
-        if run_end[j]:
-            prefix |= 0x80 << (8 * (nprefix - 1))
-        _put(out, p, prefix, nprefix)
-        p += nprefix
-        _memcpy(out, p, src, src_at[e], lengths[e])
-        p += lengths[e]
-        value_ends[j] = p - block_at[b]
-        if run_end[j]:
-            closes_group = j == count - 1 or groups[order[j + 1]] != groups[e]
-            _put(out, p, _END_OF_KEY_GROUP_MARK if closes_group else ids[order[j + 1]], 2)
+        base = block_at[b]
+        src = src_at[s]
+        last = counts[s] - 1
+        for k in range(counts[s]):
+            length = _le(buf, length_at[s] + 4 * k, 4)
+            _put(out, p, nprefix + _le(buf, key_at[s] + 4 * k, 4), 4)
+            p += 4
+            _put(out, p, group | flag if k == last and closes[q] else group, nprefix)
+            p += nprefix
+            _memcpy(out, p, buf, src, length)
+            p += length
+            src += length
+            value_ends[j] = p - base
+            j += 1
+        if closes[q]:
+            run_end[j - 1] = True
+            closes_group = q == nseg - 1 or groups[order[q + 1]] != group
+            _put(out, p, _END_OF_KEY_GROUP_MARK if closes_group else ids[order[q + 1]], 2)
             p += 2
     block_group[nblocks] = -1
-    block_lo[nblocks] = count
+    block_lo[nblocks] = entries
     block_at[nblocks] = p
     return out, value_ends, run_end, block_group, block_lo, block_at
 
@@ -592,26 +636,19 @@ def frame_bucket(
     """``entry_parts.frame_bucket``, one kernel: the parts read, the entries ordered, framed, cut in blocks.
 
     Returns a status (1: framed; DEFER: parts or states the reference refuses, which it decides and words),
-    then ``_frame_in_order``'s bytes, value ends (per block), run ends and blocks.
+    then ``_frame_segments``' bytes, value ends (per block), run ends and blocks.
     """
-    status, key_length, lengths, groups, states, at = _part_columns(buf)
+    status, key_at, length_at, src_at, counts, groups, states, entries, data_bytes = _segments(buf, state_ids)
     no_entries = np.empty(0, dtype=np.int64)
     no_bytes = np.empty(0, dtype=np.uint8)
     no_flags = np.empty(0, dtype=np.bool_)
     if status != 1:
         return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
-    count = len(groups)
-    nstates = len(state_ids)
-    ids = np.empty(count, dtype=np.int64)
-    for i in range(count):
-        if states[i] >= nstates or state_ids[states[i]] < 0:
-            return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
-        ids[i] = state_ids[states[i]]
-    if count == 0:
+    if entries == 0:
         return 1, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
-    order = _bucket_order(groups, states, nstates)
-    out, value_ends, run_end, block_group, block_lo, block_at = _frame_in_order(
-        order, groups, ids, key_length, buf, at, lengths, nprefix
+    order = _bucket_order(groups, states, len(state_ids))
+    out, value_ends, run_end, block_group, block_lo, block_at = _frame_segments(
+        buf, order, key_at, length_at, src_at, counts, groups, state_ids[states], entries, data_bytes, nprefix
     )
     return 1, out, value_ends, run_end, block_group, block_lo, block_at
 
@@ -627,7 +664,7 @@ def check_block(
 ) -> int:
     """``keyed_decode.check_block``, one kernel: ``_structure``'s checks and ``_prefixes_match``'s.
 
-    ``_structure``'s preliminaries, then ``structure`` over the whole block, then each key's prefix.
+    ``_structure``'s preliminaries, then ``structure``'s checks over the whole block with each key's prefix.
     Returns 1 (the bytes prove the claim), 0 (they do not) or DEFER (where the reference takes numpy's
     path: a first entry end below 0, or a read that would leave the block; the reference decides).
     """
@@ -642,19 +679,47 @@ def check_block(
             return 0
     if value_ends[0] < 0:
         return DEFER
-    status, key_starts, key_ends, _ids = structure(raw, states, value_ends, run_end, end, 0, count, 0)
-    if status != 1:
-        return status
-    for j in range(count):
-        ks = key_starts[j]
-        if key_ends[j] - ks < nprefix:
+    # ``structure``'s loop over the whole block (``opened`` 0), with each key's prefix checked on the way
+    # (a mismatch is remembered, not returned: as in the reference, the structure's verdict comes first).
+    current = (np.int64(raw[0]) << 8) | np.int64(raw[1])
+    if not states[current]:
+        return 0
+    matches = True
+    start = 6
+    for i in range(count):
+        ve = value_ends[i]
+        if start + 4 > ve:
             return 0
-        prefix = np.int64(raw[ks] & 0x7F)
-        if nprefix == 2:
-            prefix = (prefix << 8) | np.int64(raw[ks + 1])
-        if prefix != key_group:
+        if start - 4 < 0 or start + 4 > end:
+            return DEFER
+        key_end = start + _int_at(raw, start - 4)
+        if key_end < start + 1 or key_end + 4 > ve:
             return 0
-    return 1
+        if key_end + 4 + _int_at(raw, key_end) != ve:
+            return 0
+        if (raw[start] > 0x7F) != run_end[i]:
+            return 0
+        if key_end - start < nprefix:
+            matches = False
+        else:
+            prefix = np.int64(raw[start] & 0x7F)
+            if nprefix == 2:
+                prefix = (prefix << 8) | np.int64(raw[start + 1])
+            matches = matches and prefix == key_group
+        if run_end[i]:
+            if ve + 2 > end:
+                return DEFER
+            following = (np.int64(raw[ve]) << 8) | np.int64(raw[ve + 1])
+            if i == count - 1:
+                if following != _END_OF_KEY_GROUP_MARK:
+                    return 0
+            elif not states[following]:
+                return 0
+            current = following
+            start = ve + 6
+        else:
+            start = ve + 4
+    return 1 if matches else 0
 
 
 __all__ = [
