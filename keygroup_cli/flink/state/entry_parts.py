@@ -32,11 +32,11 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.state.keyed_decode import _Structure
+from keygroup_cli.flink.state.keyed_decode import _Structure, check_block
 from keygroup_cli.flink.state.keyed_encode import _Block
 from keygroup_cli.flink.state.keyed_entries import Rekey
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.native_kernels import DEFER, kernels
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels, state_mask
 from keygroup_cli.keygroups import operator_indexes_for_key_groups
 
 _HEAD = struct.Struct("<II")
@@ -345,10 +345,51 @@ def frame_bucket(
             np.frombuffer(buf, dtype=np.uint8),
             np.ascontiguousarray(state_ids, dtype=np.int64),
             layout.prefix_bytes,
+            _NO_CHECK,
         )
         if framed[0] != DEFER:
-            return _blocks(*framed[1:])
+            return _blocks(*framed[1:7])
     return frame_bucket_reference(buf, layout, state_ids)
+
+
+#: ``frame_bucket``'s kernel told to check no block.
+_NO_CHECK = np.zeros(0, dtype=np.bool_)
+
+
+def frame_checked_bucket(
+    buf: bytes | bytearray | memoryview, layout: KeyedLayout, state_ids: np.ndarray, states: frozenset[int]
+) -> list[tuple[_Block, int | None]]:
+    """Return ``frame_bucket``'s blocks, each with ``keyed_decode.check_block``'s verdict on it.
+
+    ``states``: the state ids the check allows. With the kernels, one call frames the bucket and checks
+    each block as soon as it is framed, while its bytes are still in cache (checked after the whole
+    bucket, a block is read back from memory); a verdict it defers is the reference's.
+
+    Raises:
+        InvalidSnapshotError: As ``frame_bucket``.
+    """
+    native = kernels()
+    if native is not None and states:
+        framed = native.frame_bucket(
+            np.frombuffer(buf, dtype=np.uint8),
+            np.ascontiguousarray(state_ids, dtype=np.int64),
+            layout.prefix_bytes,
+            state_mask(states),
+        )
+        if framed[0] != DEFER:
+            blocks = _blocks(*framed[1:7])
+            verdicts = framed[7].tolist()
+            return [
+                (b, b.rows if v == 1 else None if v == 0 else _checked(b, layout, states))
+                for b, v in zip(blocks, verdicts, strict=False)
+            ]
+    return [(b, _checked(b, layout, states)) for b in frame_bucket(buf, layout, state_ids)]
+
+
+def _checked(block: _Block, layout: KeyedLayout, states: frozenset[int]) -> int | None:
+    """Return ``keyed_decode.check_block``'s verdict on a framed block."""
+    assert block.value_ends is not None and block.run_end is not None
+    return check_block(block.block, block.key_group, layout, block.value_ends, block.run_end, states)
 
 
 def _blocks(
@@ -608,6 +649,7 @@ __all__ = [
     "copy_ranges_reference",
     "frame_bucket",
     "frame_bucket_reference",
+    "frame_checked_bucket",
     "frame_entries_reference",
     "pack_parts_reference",
     "part_entries",

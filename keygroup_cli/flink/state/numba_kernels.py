@@ -562,10 +562,12 @@ def _frame_segments(
     entries: int,
     data_bytes: int,
     nprefix: int,
+    check: npt.NDArray[np.bool_],
 ) -> tuple[
     npt.NDArray[np.uint8],
     npt.NDArray[np.int64],
     npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
@@ -574,8 +576,10 @@ def _frame_segments(
 
     Entries of one segment share key group and state, so only a segment's last entry may close a run.
     Each entry's value end is counted from the start of its key group's block. Returns the bytes, the
-    value ends, which entries close a run, and per block its key group, its first entry and its start
-    (one more of each: -1, the entry count and the end of the bytes).
+    value ends, which entries close a run, and per block its key group, its first entry, its start (one
+    more of each: -1, the entry count and the end of the bytes) and ``check_block``'s verdict on it with
+    the state ids ``check`` allows, taken as soon as it is framed, while its bytes are in cache (-1: none
+    taken, ``check`` being empty).
     """
     nseg = len(order)
     closes = np.empty(nseg, dtype=np.bool_)
@@ -595,6 +599,7 @@ def _frame_segments(
     block_group = np.empty(nblocks + 1, dtype=np.int64)
     block_lo = np.empty(nblocks + 1, dtype=np.int64)
     block_at = np.empty(nblocks + 1, dtype=np.int64)
+    proven = np.full(nblocks + 1, -1, dtype=np.int64)
     flag = 0x80 << (8 * (nprefix - 1))
     p = 0
     j = 0
@@ -628,15 +633,20 @@ def _frame_segments(
             closes_group = q == nseg - 1 or groups[order[q + 1]] != group
             _put_be(out, p, _END_OF_KEY_GROUP_MARK if closes_group else ids[order[q + 1]], 2)
             p += 2
+            if closes_group and len(check):
+                lo = block_lo[b]
+                proven[b] = check_block(
+                    out[block_at[b] : p], check, value_ends[lo:j], run_end[lo:j], group, nprefix
+                )
     block_group[nblocks] = -1
     block_lo[nblocks] = entries
     block_at[nblocks] = p
-    return out, value_ends, run_end, block_group, block_lo, block_at
+    return out, value_ends, run_end, block_group, block_lo, block_at, proven
 
 
 @_jit
 def frame_bucket(
-    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64], nprefix: int
+    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64], nprefix: int, check: npt.NDArray[np.bool_]
 ) -> tuple[
     int,
     npt.NDArray[np.uint8],
@@ -645,25 +655,28 @@ def frame_bucket(
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
     npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
 ]:
     """``entry_parts.frame_bucket``, one kernel: the parts read, the entries ordered, framed, cut in blocks.
 
-    Returns a status (1: framed; DEFER: parts or states the reference refuses, which it decides and words),
-    then ``_frame_segments``' bytes, value ends (per block), run ends and blocks.
+    ``check`` (state ids allowed; empty: none) also checks each block as ``check_block`` does. Returns a
+    status (1: framed; DEFER: parts or states the reference refuses, which it decides and words), then
+    ``_frame_segments``' bytes, value ends (per block), run ends, blocks and verdicts.
     """
     status, key_at, length_at, src_at, counts, groups, states, entries, data_bytes = _segments(buf, state_ids)
     no_entries = np.empty(0, dtype=np.int64)
     no_bytes = np.empty(0, dtype=np.uint8)
     no_flags = np.empty(0, dtype=np.bool_)
     if status != 1:
-        return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
+        return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries, no_entries
     if entries == 0:
-        return 1, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries
+        return 1, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries, no_entries
     order = _bucket_order(groups, states, len(state_ids))
-    out, value_ends, run_end, block_group, block_lo, block_at = _frame_segments(
-        buf, order, key_at, length_at, src_at, counts, groups, state_ids[states], entries, data_bytes, nprefix
+    ids = state_ids[states]
+    out, value_ends, run_end, block_group, block_lo, block_at, proven = _frame_segments(
+        buf, order, key_at, length_at, src_at, counts, groups, ids, entries, data_bytes, nprefix, check
     )
-    return 1, out, value_ends, run_end, block_group, block_lo, block_at
+    return 1, out, value_ends, run_end, block_group, block_lo, block_at, proven
 
 
 @_jit

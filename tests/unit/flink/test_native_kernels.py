@@ -452,17 +452,24 @@ def _bucket(draw: st.DrawFn) -> tuple[bytes, int, np.ndarray, bool, bool]:
     return buf, nprefix, np.asarray(ids, dtype=np.int64), known, legal
 
 
-def _framed(buf: bytes, nprefix: int, ids: np.ndarray) -> list[Any]:
-    """``frame_bucket``'s blocks, each with what ``check_block`` (the write task's check) says of it."""
+def _framed(buf: bytes, nprefix: int, ids: np.ndarray) -> tuple[list[Any], list[Any]]:
+    """``frame_bucket``'s blocks, each with what ``check_block`` says of it, and the write task's framing
+    and checks in one (``frame_checked_bucket``: the same blocks and verdicts, or the same error)."""
     layout = KeyedLayout(BLOCKS[0][1].codec, nprefix, BLOCKS[0][1].states)
     states = frozenset(int(i) for i in ids if i >= 0) or frozenset({0})
-    return [
+    framed = [
         (
             (b.key_group, bytes(b.block), b.rows, b.value_ends, b.run_end),
             keyed_decode.check_block(b.block, b.key_group, layout, b.value_ends, b.run_end, states),
         )
         for b in entry_parts.frame_bucket(buf, layout, ids)
     ]
+    checked = [
+        ((b.key_group, bytes(b.block), b.rows, b.value_ends, b.run_end), proven)
+        for b, proven in entry_parts.frame_checked_bucket(buf, layout, ids, states)
+    ]
+    assert _same(checked, framed)
+    return framed, checked
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -478,8 +485,9 @@ def test_a_bucket_is_framed_and_checked_as_the_reference_does_it(
         monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
         found = native_kernels.kernels()
         assert found is not None
-        assert found.frame_bucket(np.frombuffer(buf, dtype=np.uint8), ids, nprefix)[0] == 1
-        assert not legal or all(checked == framed[2] for framed, checked in native)
+        no_check = np.zeros(0, dtype=np.bool_)
+        assert found.frame_bucket(np.frombuffer(buf, dtype=np.uint8), ids, nprefix, no_check)[0] == 1
+        assert not legal or all(checked == framed[2] for framed, checked in native[0])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
