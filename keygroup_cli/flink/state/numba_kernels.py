@@ -440,12 +440,8 @@ def _segments(
     size = len(buf)
     nstates = len(state_ids)
     empty = np.empty(0, dtype=np.int64)
-    key_at = np.empty(16, dtype=np.int64)
-    length_at = np.empty(16, dtype=np.int64)
-    src_at = np.empty(16, dtype=np.int64)
-    counts = np.empty(16, dtype=np.int64)
-    groups = np.empty(16, dtype=np.int64)
-    states = np.empty(16, dtype=np.int64)
+    # One row per segment: key lengths' position, lengths' position, bytes' position, count, group, state.
+    rows = np.empty((16, 6), dtype=np.int64)
     nseg = 0
     entries = 0
     data_bytes = 0
@@ -470,35 +466,33 @@ def _segments(
                 return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
             if g != group or s != state:
                 if k:
-                    counts[nseg - 1] = k - first
-                key_at, length_at, src_at = _grow(key_at, nseg), _grow(length_at, nseg), _grow(src_at, nseg)
-                counts, groups, states = _grow(counts, nseg), _grow(groups, nseg), _grow(states, nseg)
-                key_at[nseg] = head + 4 * k
-                length_at[nseg] = head + 4 * n + 4 * k
-                src_at[nseg] = at
-                groups[nseg] = g
-                states[nseg] = s
+                    rows[nseg - 1, 3] = k - first
+                if nseg == len(rows):
+                    bigger = np.empty((2 * nseg, 6), dtype=np.int64)
+                    bigger[:nseg] = rows
+                    rows = bigger
+                rows[nseg, 0] = head + 4 * k
+                rows[nseg, 1] = head + 4 * n + 4 * k
+                rows[nseg, 2] = at
+                rows[nseg, 4] = g
+                rows[nseg, 5] = s
                 nseg += 1
                 group, state, first = g, s, k
             at += length
         if n:
-            counts[nseg - 1] = n - first
+            rows[nseg - 1, 3] = n - first
         if at - (head + 12 * n) != data:
             return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
         entries += n
         data_bytes += data
         pos = end + (-end % 4)
-    return (
-        1,
-        key_at[:nseg],
-        length_at[:nseg],
-        src_at[:nseg],
-        counts[:nseg],
-        groups[:nseg],
-        states[:nseg],
-        entries,
-        data_bytes,
-    )
+    key_at = rows[:nseg, 0].copy()
+    length_at = rows[:nseg, 1].copy()
+    src_at = rows[:nseg, 2].copy()
+    counts = rows[:nseg, 3].copy()
+    groups = rows[:nseg, 4].copy()
+    states = rows[:nseg, 5].copy()
+    return 1, key_at, length_at, src_at, counts, groups, states, entries, data_bytes
 
 
 @_jit
