@@ -29,8 +29,8 @@ from keygroup_cli.errors import ExecutionError, InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import encode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.state.entry_parts import Cut, PartCutter, frame_bucket, parts
-from keygroup_cli.flink.state.keyed_decode import BYTE_WINDOW_BYTES, check_block, decode_keyed_file
+from keygroup_cli.flink.state.entry_parts import Cut, PartCutter, frame_checked_bucket, parts
+from keygroup_cli.flink.state.keyed_decode import BYTE_WINDOW_BYTES, decode_keyed_file
 from keygroup_cli.flink.state.keyed_encode import BlockSource, write_keyed_file
 from keygroup_cli.flink.state.keyed_entries import Rekey, all_states
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
@@ -286,8 +286,9 @@ def write_parts_task(
 ) -> WrittenKeyedFile:
     """Write ``root/name`` from its buckets' parts (ascending; each bucket's parts in input order).
 
-    Each bucket's entries are framed into blocks (``entry_parts.frame_bucket``), every block is proven
-    against the entry ends the framing claims (``keyed_decode.check_block``) before it is written.
+    Each bucket's entries are framed into blocks and every block is proven against the entry ends the
+    framing claims (``keyed_decode.check_block``) before it is written: ``entry_parts.frame_checked_bucket``,
+    one kernel call per bucket with the native kernels.
 
     Raises:
         InvalidSnapshotError: Entries outside the range, out of bucket order, or of a state the header lacks.
@@ -308,9 +309,9 @@ def write_parts_task(
         out.write(head)
         pos = len(head)
         for buf in buckets:
-            blocks = frame_bucket(buf, layout, state_map)
-            del buf  # the blocks hold every byte now: a bucket's parts need not wait for their checks
-            for encoded in blocks:
+            framed = frame_checked_bucket(buf, layout, state_map, states)
+            del buf  # the blocks hold every byte now: a bucket's parts need not wait for their writes
+            for encoded, proven in framed:
                 group = encoded.key_group
                 if group not in span:
                     raise InvalidSnapshotError(
@@ -321,10 +322,6 @@ def write_parts_task(
                     raise InvalidSnapshotError(
                         "keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
                     )
-                assert encoded.value_ends is not None and encoded.run_end is not None
-                proven = check_block(
-                    encoded.block, group, layout, encoded.value_ends, encoded.run_end, states
-                )
                 if proven != encoded.rows:
                     raise ExecutionError(
                         f"output verification failed: key group {group}'s block does not read back as its "

@@ -32,11 +32,11 @@ import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.state.keyed_decode import _Structure
+from keygroup_cli.flink.state.keyed_decode import _Structure, check_block
 from keygroup_cli.flink.state.keyed_encode import _Block
 from keygroup_cli.flink.state.keyed_entries import Rekey, walk_window
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.native_kernels import kernels
+from keygroup_cli.flink.state.native_kernels import DEFER, kernels, state_mask
 from keygroup_cli.keygroups import operator_indexes_for_key_groups
 
 _HEAD = struct.Struct("<II")
@@ -323,7 +323,9 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
         columns[3].append(np.frombuffer(buf, dtype="<u2", count=n, offset=head + 10 * n))
         data_at.append(head + _COLUMNS * n)
         data_sizes.append(data)
-        if int(lengths.sum(dtype=np.int64)) != data:
+        if int(lengths.sum(dtype=np.int64)) != data or bool((lengths < 0).any()):
+            # A negative length could add up with the others and would have the framing copy before its
+            # entry: corrupt either way.
             raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
         pos = end + (-end % 4)
     lengths = np.concatenate(columns[1]).astype(np.int64) if columns[1] else np.zeros(0, dtype=np.int64)
@@ -351,10 +353,98 @@ def frame_bucket(
     """Return the blocks of a bucket's parts (``buf``), key groups ascending, framed as the row encoder does.
 
     ``state_ids`` maps the parts' state positions to the header's state ids (-1: a state it lacks). Each
-    block carries its entry ends and run ends, for ``keyed_decode.check_block``.
+    block carries its entry ends and run ends, for ``keyed_decode.check_block``. The numba kernel
+    ``frame_bucket`` when ``KG_NATIVE`` allows (the same blocks); parts or states it does not take are
+    left to ``frame_bucket_reference``, which words the error.
 
     Raises:
-        InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+        InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``), a state the
+            header does not hold (``FLINK_STATE_UNKNOWN``).
+    """
+    native = kernels()
+    if native is not None:
+        framed = native.frame_bucket(
+            np.frombuffer(buf, dtype=np.uint8),
+            np.ascontiguousarray(state_ids, dtype=np.int64),
+            layout.prefix_bytes,
+            _NO_CHECK,
+        )
+        if framed[0] != DEFER:
+            return _blocks(*framed[1:7])
+    return frame_bucket_reference(buf, layout, state_ids)
+
+
+#: ``frame_bucket``'s kernel told to check no block.
+_NO_CHECK = np.zeros(0, dtype=np.bool_)
+
+
+def frame_checked_bucket(
+    buf: bytes | bytearray | memoryview, layout: KeyedLayout, state_ids: np.ndarray, states: frozenset[int]
+) -> list[tuple[_Block, int | None]]:
+    """Return ``frame_bucket``'s blocks, each with ``keyed_decode.check_block``'s verdict on it.
+
+    ``states``: the state ids the check allows. With the kernels, one call frames the bucket and checks
+    each block as soon as it is framed, while its bytes are still in cache (checked after the whole
+    bucket, a block is read back from memory); a verdict it defers is the reference's.
+
+    Raises:
+        InvalidSnapshotError: As ``frame_bucket``.
+    """
+    native = kernels()
+    if native is not None and states:
+        framed = native.frame_bucket(
+            np.frombuffer(buf, dtype=np.uint8),
+            np.ascontiguousarray(state_ids, dtype=np.int64),
+            layout.prefix_bytes,
+            state_mask(states),
+        )
+        if framed[0] != DEFER:
+            blocks = _blocks(*framed[1:7])
+            verdicts = framed[7][: len(blocks)].tolist()  # one per block (the kernel adds a sentinel)
+            return [
+                (b, b.rows if v == 1 else None if v == 0 else _checked(b, layout, states))
+                for b, v in zip(blocks, verdicts, strict=True)
+            ]
+    return [(b, _checked(b, layout, states)) for b in frame_bucket(buf, layout, state_ids)]
+
+
+def _checked(block: _Block, layout: KeyedLayout, states: frozenset[int]) -> int | None:
+    """Return ``keyed_decode.check_block``'s verdict on a framed block."""
+    assert block.value_ends is not None and block.run_end is not None
+    return check_block(block.block, block.key_group, layout, block.value_ends, block.run_end, states)
+
+
+def _blocks(
+    out: np.ndarray,
+    value_ends: np.ndarray,
+    run_end: np.ndarray,
+    groups: np.ndarray,
+    lows: np.ndarray,
+    starts: np.ndarray,
+) -> list[_Block]:
+    """Return the ``_Block``s the kernel ``frame_bucket`` framed: views of its bytes and its columns.
+
+    Block ``b`` is key group ``groups[b]``, bytes ``[starts[b], starts[b + 1])`` and entries
+    ``[lows[b], lows[b + 1])``, whose value ends count from the block's start already.
+    """
+    view: memoryview = out.data
+    blocks = []
+    ats, firsts = starts.tolist(), lows.tolist()
+    for b, group in enumerate(groups[:-1].tolist()):
+        lo, hi = firsts[b], firsts[b + 1]
+        blocks.append(_Block(group, view[ats[b] : ats[b + 1]], hi - lo, value_ends[lo:hi], run_end[lo:hi]))
+    return blocks
+
+
+def frame_bucket_reference(
+    buf: bytes | bytearray | memoryview, layout: KeyedLayout, state_ids: np.ndarray
+) -> list[_Block]:
+    """``frame_bucket`` with whole-array steps: the parts read in Python, the entries ordered by numpy.
+
+    The framing itself is ``frame_entries_reference`` (or its kernel, when ``KG_NATIVE`` allows).
+
+    Raises:
+        InvalidSnapshotError: As ``frame_bucket``.
     """
     got = _unpack(buf)
     count = len(got.groups)
@@ -580,6 +670,8 @@ __all__ = [
     "copy_ranges",
     "copy_ranges_reference",
     "frame_bucket",
+    "frame_bucket_reference",
+    "frame_checked_bucket",
     "frame_entries_reference",
     "pack_parts_reference",
     "part_entries",

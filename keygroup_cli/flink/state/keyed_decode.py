@@ -806,6 +806,20 @@ def check_block(
     just encoded, before it is written. ``states``: the state ids allowed (default: ``_vector_states``).
     """
     states = _vector_states(layout) if states is None else states
+    native = kernels()
+    if native is not None and states:
+        # The same checks, and the prefixes', in one pass by the native kernel (it defers where
+        # ``_structure`` takes its numpy path).
+        status = native.check_block(
+            np.frombuffer(block, dtype=np.uint8),
+            state_mask(states),
+            np.asarray(value_ends, dtype=np.int64),
+            np.asarray(run_end, dtype=np.bool_),
+            key_group,
+            layout.prefix_bytes,
+        )
+        if status != DEFER:
+            return len(value_ends) if status else None
     found = _structure(block, states, value_ends, run_end, len(block)) if states else None
     if found is None or not _prefixes_match(np.frombuffer(block, dtype=np.uint8), found, key_group, layout):
         return None

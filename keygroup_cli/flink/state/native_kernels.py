@@ -54,6 +54,8 @@ class Kernels:
     frame_entries: Any
     sort_parts: Any
     rekey_window: Any
+    frame_bucket: Any
+    check_block: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
@@ -127,6 +129,8 @@ def _load() -> Kernels | None:
         compiled.frame_entries,
         compiled.sort_parts,
         compiled.rekey_window,
+        compiled.frame_bucket,
+        compiled.check_block,
     )
 
 

@@ -22,9 +22,12 @@ DEFER = 2
 _END_OF_KEY_GROUP_MARK = 0xFFFF
 
 _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+#: Helpers inlined into the kernels (numba's IR): LLVM does not inline calls between jitted functions, and a
+#: call per field of each entry cost a bucket's framing a third of its time.
+_inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
 
-@_jit
+@_inline
 def _int_at(raw: npt.NDArray[np.uint8], pos: int) -> int:
     """Return the big-endian Java int at ``pos``."""
     value: int = (np.int64(raw[pos]) << 24) | (np.int64(raw[pos + 1]) << 16)
@@ -461,7 +464,7 @@ def copy_ranges(
         _memcpy(dst, dst_at[i], src, src_at[i], lengths[i])
 
 
-@_jit
+@_inline
 def _put(out: npt.NDArray[np.uint8], at: int, value: int, width: int) -> None:
     """Write ``value`` big-endian in ``width`` bytes at ``at``."""
     for b in range(width):
@@ -608,10 +611,359 @@ def sort_parts(
     return out, placed, part_at, part_stop, part_key, part_lo[1:] - part_lo[:-1]
 
 
+# -- The write side of the byte-level re-key: a bucket's parts framed into blocks, each block checked ------
+
+
+@_inline
+def _le(buf: npt.NDArray[np.uint8], at: int, width: int) -> int:
+    """Return the unsigned little-endian ``width``-byte integer at ``at``."""
+    value: int = np.int64(0)
+    for b in range(width):
+        value |= np.int64(buf[at + b]) << (8 * b)
+    return value
+
+
+@_jit
+def _segments(
+    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64]
+) -> tuple[
+    int,
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    int,
+    int,
+]:
+    """``entry_parts._unpack`` and ``frame_bucket``'s state check, by segments, not entries.
+
+    A segment is a stretch of one part's entries of one key group and one state: its entries' bytes lie
+    back to back, and the ordering never splits it (so it orders segments, a few per part, not entries).
+    Returns a status (1: read; DEFER: a part the reference refuses, a state the map lacks, an entry length
+    below 0 or a key group above 32767, which no maxParallelism has: the reference decides those, its
+    sort reading key groups as int16), then per segment where its key lengths and its
+    lengths begin (the parts' columns), where its bytes begin, its entry count, key group and state
+    position; and the entry count and their bytes in all.
+    """
+    size = len(buf)
+    nstates = len(state_ids)
+    empty = np.empty(0, dtype=np.int64)
+    # One row per segment: key lengths' position, lengths' position, bytes' position, count, group, state.
+    rows = np.empty((16, 6), dtype=np.int64)
+    nseg = 0
+    entries = 0
+    data_bytes = 0
+    pos = 0
+    while pos < size:
+        if pos + 8 > size:
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+        n = _le(buf, pos, 4)
+        data = _le(buf, pos + 4, 4)
+        head = pos + 8
+        end = head + 12 * n + data
+        if end > size:
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+        at = head + 12 * n
+        group = state = -1
+        first = 0
+        for k in range(n):
+            length = _le(buf, head + 4 * n + 4 * k, 4)
+            g = _le(buf, head + 8 * n + 2 * k, 2)
+            s = _le(buf, head + 10 * n + 2 * k, 2)
+            if length >= 1 << 31 or s >= nstates or state_ids[s] < 0 or g >= 1 << 15:
+                return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+            if g != group or s != state:
+                if k:
+                    rows[nseg - 1, 3] = k - first
+                if nseg == len(rows):
+                    bigger = np.empty((2 * nseg, 6), dtype=np.int64)
+                    bigger[:nseg] = rows
+                    rows = bigger
+                rows[nseg, 0] = head + 4 * k
+                rows[nseg, 1] = head + 4 * n + 4 * k
+                rows[nseg, 2] = at
+                rows[nseg, 4] = g
+                rows[nseg, 5] = s
+                nseg += 1
+                group, state, first = g, s, k
+            at += length
+        if n:
+            rows[nseg - 1, 3] = n - first
+        if at - (head + 12 * n) != data:
+            return DEFER, empty, empty, empty, empty, empty, empty, 0, 0
+        entries += n
+        data_bytes += data
+        pos = end + (-end % 4)
+    key_at = rows[:nseg, 0].copy()
+    length_at = rows[:nseg, 1].copy()
+    src_at = rows[:nseg, 2].copy()
+    counts = rows[:nseg, 3].copy()
+    groups = rows[:nseg, 4].copy()
+    states = rows[:nseg, 5].copy()
+    return 1, key_at, length_at, src_at, counts, groups, states, entries, data_bytes
+
+
+@_jit
+def _bucket_order(
+    groups: npt.NDArray[np.int64], states: npt.NDArray[np.int64], nstates: int
+) -> npt.NDArray[np.int64]:
+    """``entry_parts._entry_order``: key groups ascending, then runs in order of first appearance.
+
+    Of entries or of ``_segments`` (stretches of entries the order keeps together). A counting sort by key
+    group (stable), then within each key group one by run: a bucket's key groups are few and contiguous, a
+    key group's states fewer (each ``state`` below ``nstates``).
+    """
+    n = len(groups)
+    low = groups.min()
+    starts = np.zeros(groups.max() - low + 2, dtype=np.int64)
+    for i in range(n):
+        starts[groups[i] - low + 1] += 1
+    for g in range(len(starts) - 1):
+        starts[g + 1] += starts[g]
+    by_group = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        g = groups[i] - low
+        by_group[starts[g]] = i
+        starts[g] += 1
+    order = np.empty(n, dtype=np.int64)
+    seen = np.full(nstates, -1, dtype=np.int64)  # the key group (its first entry) where a state last ran
+    rank = np.empty(nstates, dtype=np.int64)
+    place = np.empty(nstates, dtype=np.int64)
+    lo = 0
+    while lo < n:
+        group = groups[by_group[lo]]
+        hi = lo
+        runs = 0
+        while hi < n and groups[by_group[hi]] == group:
+            s = states[by_group[hi]]
+            if seen[s] != lo:
+                seen[s] = lo
+                rank[s] = runs
+                place[runs] = 0
+                runs += 1
+            place[rank[s]] += 1
+            hi += 1
+        at = lo
+        for r in range(runs):
+            size = place[r]
+            place[r] = at
+            at += size
+        for j in range(lo, hi):
+            e = by_group[j]
+            r = rank[states[e]]
+            order[place[r]] = e
+            place[r] += 1
+        lo = hi
+    return order
+
+
+@_jit
+def _frame_segments(
+    buf: npt.NDArray[np.uint8],
+    order: npt.NDArray[np.int64],
+    key_at: npt.NDArray[np.int64],
+    length_at: npt.NDArray[np.int64],
+    src_at: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    groups: npt.NDArray[np.int64],
+    ids: npt.NDArray[np.int64],
+    entries: int,
+    data_bytes: int,
+    nprefix: int,
+    check: npt.NDArray[np.bool_],
+) -> tuple[
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``frame_entries`` of ``_segments``' entries, segments in ``order`` (``ids``: the header's state ids).
+
+    Entries of one segment share key group and state, so only a segment's last entry may close a run.
+    Each entry's value end is counted from the start of its key group's block. Returns the bytes, the
+    value ends, which entries close a run, and per block its key group, its first entry, its start (one
+    more of each: -1, the entry count and the end of the bytes) and ``check_block``'s verdict on it with
+    the state ids ``check`` allows, taken as soon as it is framed, while its bytes are in cache (-1: none
+    taken, ``check`` being empty).
+    """
+    nseg = len(order)
+    closes = np.empty(nseg, dtype=np.bool_)
+    nblocks = 0
+    nruns = 0
+    for q in range(nseg):
+        s = order[q]
+        if q == 0 or groups[s] != groups[order[q - 1]]:
+            nblocks += 1
+        closes_group = q == nseg - 1 or groups[order[q + 1]] != groups[s]
+        closes[q] = closes_group or ids[order[q + 1]] != ids[s]
+        if closes[q]:
+            nruns += 1
+    out = np.empty(entries * (4 + nprefix) + data_bytes + 2 * nblocks + 2 * nruns, dtype=np.uint8)
+    value_ends = np.empty(entries, dtype=np.int64)
+    run_end = np.zeros(entries, dtype=np.bool_)
+    block_group = np.empty(nblocks + 1, dtype=np.int64)
+    block_lo = np.empty(nblocks + 1, dtype=np.int64)
+    block_at = np.empty(nblocks + 1, dtype=np.int64)
+    proven = np.full(nblocks + 1, -1, dtype=np.int64)
+    flag = 0x80 << (8 * (nprefix - 1))
+    p = 0
+    j = 0
+    b = -1
+    for q in range(nseg):
+        s = order[q]
+        group = groups[s]
+        if q == 0 or group != groups[order[q - 1]]:
+            b += 1
+            block_group[b] = group
+            block_lo[b] = j
+            block_at[b] = p
+            _put(out, p, ids[s], 2)
+            p += 2
+        base = block_at[b]
+        src = src_at[s]
+        last = counts[s] - 1
+        for k in range(counts[s]):
+            length = _le(buf, length_at[s] + 4 * k, 4)
+            _put(out, p, nprefix + _le(buf, key_at[s] + 4 * k, 4), 4)
+            p += 4
+            _put(out, p, group | flag if k == last and closes[q] else group, nprefix)
+            p += nprefix
+            _memcpy(out, p, buf, src, length)
+            p += length
+            src += length
+            value_ends[j] = p - base
+            j += 1
+        if closes[q]:
+            run_end[j - 1] = True
+            closes_group = q == nseg - 1 or groups[order[q + 1]] != group
+            _put(out, p, _END_OF_KEY_GROUP_MARK if closes_group else ids[order[q + 1]], 2)
+            p += 2
+            if closes_group and len(check):
+                lo = block_lo[b]
+                proven[b] = check_block(
+                    out[block_at[b] : p], check, value_ends[lo:j], run_end[lo:j], group, nprefix
+                )
+    block_group[nblocks] = -1
+    block_lo[nblocks] = entries
+    block_at[nblocks] = p
+    return out, value_ends, run_end, block_group, block_lo, block_at, proven
+
+
+@_jit
+def frame_bucket(
+    buf: npt.NDArray[np.uint8], state_ids: npt.NDArray[np.int64], nprefix: int, check: npt.NDArray[np.bool_]
+) -> tuple[
+    int,
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    """``entry_parts.frame_bucket``, one kernel: the parts read, the entries ordered, framed, cut in blocks.
+
+    ``check`` (state ids allowed; empty: none) also checks each block as ``check_block`` does. Returns a
+    status (1: framed; DEFER: parts or states the reference refuses, which it decides and words), then
+    ``_frame_segments``' bytes, value ends (per block), run ends, blocks and verdicts.
+    """
+    status, key_at, length_at, src_at, counts, groups, states, entries, data_bytes = _segments(buf, state_ids)
+    no_entries = np.empty(0, dtype=np.int64)
+    no_bytes = np.empty(0, dtype=np.uint8)
+    no_flags = np.empty(0, dtype=np.bool_)
+    if status != 1:
+        return DEFER, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries, no_entries
+    if entries == 0:
+        return 1, no_bytes, no_entries, no_flags, no_entries, no_entries, no_entries, no_entries
+    order = _bucket_order(groups, states, len(state_ids))
+    ids = state_ids[states]
+    out, value_ends, run_end, block_group, block_lo, block_at, proven = _frame_segments(
+        buf, order, key_at, length_at, src_at, counts, groups, ids, entries, data_bytes, nprefix, check
+    )
+    return 1, out, value_ends, run_end, block_group, block_lo, block_at, proven
+
+
+@_jit
+def check_block(
+    raw: npt.NDArray[np.uint8],
+    states: npt.NDArray[np.bool_],
+    value_ends: npt.NDArray[np.int64],
+    run_end: npt.NDArray[np.bool_],
+    key_group: int,
+    nprefix: int,
+) -> int:
+    """``keyed_decode.check_block``, one kernel: ``_structure``'s checks and ``_prefixes_match``'s.
+
+    ``_structure``'s preliminaries, then ``structure``'s checks over the whole block with each key's prefix.
+    Returns 1 (the bytes prove the claim), 0 (they do not) or DEFER (where the reference takes numpy's
+    path: a first entry end below 0, or a read that would leave the block; the reference decides).
+    """
+    count = len(value_ends)
+    end = len(raw)
+    if count == 0 or len(run_end) != count or end < 8 or not run_end[count - 1]:
+        return 0
+    if value_ends[count - 1] + 2 != end:
+        return 0
+    for i in range(1, count):
+        if value_ends[i] <= value_ends[i - 1]:
+            return 0
+    if value_ends[0] < 0:
+        return DEFER
+    # ``structure``'s loop over the whole block (``opened`` 0), with each key's prefix checked on the way
+    # (a mismatch is remembered, not returned: as in the reference, the structure's verdict comes first).
+    current = (np.int64(raw[0]) << 8) | np.int64(raw[1])
+    if not states[current]:
+        return 0
+    matches = True
+    start = 6
+    for i in range(count):
+        ve = value_ends[i]
+        if start + 4 > ve:
+            return 0
+        if start - 4 < 0 or start + 4 > end:
+            return DEFER
+        key_end = start + _int_at(raw, start - 4)
+        if key_end < start + 1 or key_end + 4 > ve:
+            return 0
+        if key_end + 4 + _int_at(raw, key_end) != ve:
+            return 0
+        if (raw[start] > 0x7F) != run_end[i]:
+            return 0
+        if key_end - start < nprefix:
+            matches = False
+        else:
+            prefix = np.int64(raw[start] & 0x7F)
+            if nprefix == 2:
+                prefix = (prefix << 8) | np.int64(raw[start + 1])
+            matches = matches and prefix == key_group
+        if run_end[i]:
+            if ve + 2 > end:
+                return DEFER
+            following = (np.int64(raw[ve]) << 8) | np.int64(raw[ve + 1])
+            if i == count - 1:
+                if following != _END_OF_KEY_GROUP_MARK:
+                    return 0
+            elif not states[following]:
+                return 0
+            current = following
+            start = ve + 6
+        else:
+            start = ve + 4
+    return 1 if matches else 0
+
+
 __all__ = [
+    "check_block",
     "copy_ranges",
-    "rekey_window",
+    "frame_bucket",
     "frame_entries",
+    "rekey_window",
     "scan",
     "sort_parts",
     "string_hashes",

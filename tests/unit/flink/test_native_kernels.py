@@ -9,7 +9,9 @@ same message.
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 from test_block_check import _damage
 
 from keygroup_cli import javahash, keygroups
-from keygroup_cli.errors import KgError, MissingDependencyError
+from keygroup_cli.errors import InvalidSnapshotError, KgError, MissingDependencyError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -570,3 +572,179 @@ def test_parts_are_laid_out_as_the_reference_lays_them_out(
     assert list(keys) == sorted(set(keys.tolist())) and int(counts.sum()) == count
     for at, n in zip(part_at.tolist(), counts.tolist(), strict=True):
         assert entry_parts.part_entries(memoryview(out)[at:]) == n
+
+
+def _part(
+    key_length: list[int], lengths: list[int], groups: list[int], states: list[int], data: bytes
+) -> bytes:
+    """One part as ``entry_parts`` lays it out (see its module docstring), built here independently."""
+    columns = b"".join(
+        np.asarray(column, dtype=dtype).tobytes()
+        for column, dtype in ((key_length, "<i4"), (lengths, "<i4"), (groups, "<u2"), (states, "<u2"))
+    )
+    part = struct.pack("<II", len(lengths), len(data)) + columns + data
+    return part + bytes(-len(part) % 4)
+
+
+@st.composite
+def _bucket(draw: st.DrawFn) -> tuple[bytes, int, np.ndarray, bool, bool]:
+    """A bucket's parts back to back: key groups of one contiguous range, states interleaved.
+
+    Its entries are either legal ones (a key of 0 to 5 bytes after its prefix, ``int valueLen``, a value
+    of 0 to 5 bytes) or any bytes (0 to 9, a key length within them or, rarely, any int32); its state map
+    holds distinct header ids or is drawn freely (-1 and too short among them). Returns the bytes, the
+    prefix width, the state map, whether the state map is valid and whether the entries are legal.
+    """
+    nprefix = draw(st.sampled_from([1, 2]))
+    top = 127 if nprefix == 1 else 32767
+    width = draw(st.integers(1, 6))
+    low = draw(st.integers(0, top - width + 1))
+    nstates = draw(st.integers(1, 4))
+    legal = draw(st.booleans())
+    buf = b""
+    for _ in range(draw(st.integers(0, 4))):
+        n = draw(st.integers(0, 12))
+        groups = draw(st.lists(st.integers(low, low + width - 1), min_size=n, max_size=n))
+        states = draw(st.lists(st.integers(0, nstates - 1), min_size=n, max_size=n))
+        entries, key_length = [], []
+        for _entry in range(n):
+            if legal:
+                key, value = draw(st.binary(max_size=5)), draw(st.binary(max_size=5))
+                entries.append(key + struct.pack(">i", len(value)) + value)
+                key_length.append(len(key))
+            else:
+                entries.append(draw(st.binary(max_size=9)))
+                odd = st.integers(-(2**31), 2**31 - 1)
+                key_length.append(draw(st.integers(0, len(entries[-1])) | odd))
+        buf += _part(key_length, [len(e) for e in entries], groups, states, b"".join(entries))
+    known = draw(st.booleans())
+    if known:
+        ids = draw(st.lists(st.integers(0, 5), min_size=nstates, max_size=nstates, unique=True))
+    else:
+        ids = draw(st.lists(st.integers(-1, 5), max_size=nstates + 1))
+    return buf, nprefix, np.asarray(ids, dtype=np.int64), known, legal
+
+
+def _framed(buf: bytes, nprefix: int, ids: np.ndarray) -> tuple[list[Any], list[Any]]:
+    """``frame_bucket``'s blocks, each with what ``check_block`` says of it, and the write task's framing
+    and checks in one (``frame_checked_bucket``: the same blocks and verdicts, or the same error)."""
+    layout = KeyedLayout(BLOCKS[0][1].codec, nprefix, BLOCKS[0][1].states)
+    states = frozenset(int(i) for i in ids if i >= 0) or frozenset({0})
+    framed = [
+        (
+            (b.key_group, bytes(b.block), b.rows, b.value_ends, b.run_end),
+            keyed_decode.check_block(b.block, b.key_group, layout, b.value_ends, b.run_end, states),
+        )
+        for b in entry_parts.frame_bucket(buf, layout, ids)
+    ]
+    checked = [
+        ((b.key_group, bytes(b.block), b.rows, b.value_ends, b.run_end), proven)
+        for b, proven in entry_parts.frame_checked_bucket(buf, layout, ids, states)
+    ]
+    assert _same(checked, framed)
+    return framed, checked
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bucket=_bucket())
+def test_a_bucket_is_framed_and_checked_as_the_reference_does_it(
+    bucket: tuple[bytes, int, np.ndarray, bool, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buf, nprefix, ids, known, legal = bucket
+    native, reference = _both(monkeypatch, lambda: _framed(buf, nprefix, ids))
+    assert _same(native, reference)
+    if known:
+        # The kernel framed it (no DEFER); legal entries' blocks prove their claims.
+        monkeypatch.setenv(native_kernels.NATIVE_ENV, "1")
+        found = native_kernels.kernels()
+        assert found is not None
+        no_check = np.zeros(0, dtype=np.bool_)
+        assert found.frame_bucket(np.frombuffer(buf, dtype=np.uint8), ids, nprefix, no_check)[0] == 1
+        assert not legal or all(checked == framed[2] for framed, checked in native[0])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bucket=_bucket(), data=st.data())
+def test_a_damaged_or_truncated_bucket_is_refused_or_framed_as_the_reference_does_it(
+    bucket: tuple[bytes, int, np.ndarray, bool, bool],
+    data: st.DataObject,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    buf, nprefix, ids, _known, _legal = bucket
+    if not buf:
+        return
+    if data.draw(st.booleans()):
+        buf = buf[: data.draw(st.integers(0, len(buf) - 1))]
+    else:
+        buf = _damage(buf, data, 1, 3)
+    native, reference = _both(monkeypatch, lambda: _framed(buf, nprefix, ids))
+    assert _same(native, reference)
+
+
+def test_a_part_with_a_negative_entry_length_is_refused_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lengths -2 and 6 add up to the part's 4 data bytes: only the sign shows the damage (the framing would
+    # otherwise copy a negative count of bytes).
+    columns = np.asarray([1, 1], "<i4").tobytes() + np.asarray([-2, 6], "<i4").tobytes()
+    part = struct.pack("<II", 2, 4) + columns + bytes(8) + b"abcd"  # key groups and states: 0
+    ids = np.zeros(1, dtype=np.int64)
+    native, reference = _both(monkeypatch, lambda: _framed(part, 1, ids))
+    assert (
+        native
+        == reference
+        == (InvalidSnapshotError, "a spilled entry part is corrupt", "FLINK_STATE_CORRUPT")
+    )
+
+
+def _claim(block: bytes, states: frozenset[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The entry ends and run ends of a block's sequential read: what its encoder would claim."""
+    scanned = keyed_decode._scan_block(block, states)
+    if scanned is None or scanned[2] != len(block):
+        return None
+    return scanned[0].copy(), keyed_decode._run_ends(len(scanned[0]), scanned[1])
+
+
+def test_every_fixtures_blocks_are_checked_as_the_reference_checks_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    accepted = 0
+    for _name, layout, group, block in BLOCKS:
+        states = keyed_entries.all_states(layout) or frozenset(range(len(layout.states)))
+        claim = _claim(block, states)
+        if claim is None:
+            continue
+        for key_group in (group, group + 1):
+            native, reference = _both(
+                monkeypatch,
+                functools.partial(keyed_decode.check_block, block, key_group, layout, *claim, states),
+            )
+            assert native == reference
+            accepted += native is not None
+    assert accepted > 200
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_damaged_block_or_false_claim_is_checked_as_the_reference_checks_it(
+    data: st.DataObject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _name, layout, group, block = data.draw(st.sampled_from(BLOCKS))
+    states = keyed_entries.all_states(layout) or frozenset(range(len(layout.states)))
+    claim = _claim(block, states)
+    if claim is None:
+        return
+    value_ends, run_end = claim
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(value_ends) - 1))
+        value_ends[i] += data.draw(st.integers(-12, 12))
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(run_end) - 1))
+        run_end[i] = not run_end[i]
+    damaged = _damage(block, data, 0, 3)
+    if data.draw(st.booleans()):
+        damaged = damaged[: data.draw(st.integers(0, len(damaged)))]
+    key_group = group + data.draw(st.sampled_from([0, 0, 0, 1, -1, 128]))
+    native, reference = _both(
+        monkeypatch,
+        lambda: keyed_decode.check_block(damaged, key_group, layout, value_ends, run_end, states),
+    )
+    assert native == reference
