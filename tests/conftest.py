@@ -92,9 +92,10 @@ def _compile_kg() -> None:
 def _warm_native_kernels(config: pytest.Config) -> None:
     """Compile the native kernels into numba's cache in the background, while the workers start.
 
-    On a fresh machine the first process to call a kernel compiles it (about 14 s of CPU); workers that
-    reach the kernels at the same moment would each compile them. One real rescale on the kernels (the
-    byte route: scan, proof, String hashes, copies, framing) fills the cache first. It only warms a cache:
+    On a fresh machine the first process to call a kernel compiles it (about 30 s of CPU for the byte
+    route's); workers that reach the kernels at the same moment would each compile them. One real rescale
+    on the kernels (the byte route: the fused walk, the sort, copies, framing and checks) fills the cache
+    first. It only warms a cache:
     whatever it does, a test that needs a kernel compiles it itself if it is not there. Nothing to do
     without workers: one process compiles once anyway. (Whether the cache already holds this checkout's
     kernels is numba's to know: its cache directories are named by a hash of the source's location.)

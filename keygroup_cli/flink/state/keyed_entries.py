@@ -206,7 +206,7 @@ def walk_window(
         return None
     kind, timer, namespace, positions = columns
     raw = np.frombuffer(buf, dtype=np.uint8)
-    status, starts, ends, groups, states, key_length, consumed, after = native.rekey_window(
+    status, table, consumed, after = native.rekey_window(
         raw,
         state_mask(all_states(layout)),
         -1 if current is None else current,
@@ -222,6 +222,9 @@ def walk_window(
     if status == DEFER:
         return None
     opened = None if after < 0 else int(after)
+    # Each row of the table is one column, contiguous; the small ones as the reference types them.
+    starts, ends, groups = table[0], table[1], table[2]
+    states, key_length = table[3].astype(np.int32), table[4].astype(np.int32)
     return raw, starts, ends, groups, states, key_length, int(consumed), opened, bool(status)
 
 

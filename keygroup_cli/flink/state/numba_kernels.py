@@ -27,7 +27,7 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
 
-@_inline
+@_jit
 def _int_at(raw: npt.NDArray[np.uint8], pos: int) -> int:
     """Return the big-endian Java int at ``pos``."""
     value: int = (np.int64(raw[pos]) << 24) | (np.int64(raw[pos + 1]) << 16)
@@ -242,33 +242,11 @@ def _key_hash(raw: npt.NDArray[np.uint8], at: int, limit: int, kind: int) -> tup
 
 
 @_jit
-def _grown(
-    starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
-    groups: npt.NDArray[np.int64],
-    ids: npt.NDArray[np.int32],
-    key_lengths: npt.NDArray[np.int32],
-) -> tuple[
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int32],
-    npt.NDArray[np.int32],
-]:
-    """Return ``rekey_window``'s full columns copied into twice the room."""
-    count = len(starts)
-    size = 2 * count + 16
-    a = np.empty(size, dtype=np.int64)
-    b = np.empty(size, dtype=np.int64)
-    c = np.empty(size, dtype=np.int64)
-    d = np.empty(size, dtype=np.int32)
-    e = np.empty(size, dtype=np.int32)
-    a[:count] = starts
-    b[:count] = ends
-    c[:count] = groups
-    d[:count] = ids
-    e[:count] = key_lengths
-    return a, b, c, d, e
+def _wider(table: npt.NDArray[np.int64], count: int) -> npt.NDArray[np.int64]:
+    """Return ``rekey_window``'s full table (a row per column) copied into twice the room."""
+    wider = np.empty((table.shape[0], 2 * count + 16), dtype=np.int64)
+    wider[:, :count] = table[:, :count]
+    return wider
 
 
 @_jit
@@ -284,16 +262,7 @@ def rekey_window(
     remap: npt.NDArray[np.int32],
     old_max: int,
     new_max: int,
-) -> tuple[
-    int,
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int64],
-    npt.NDArray[np.int32],
-    npt.NDArray[np.int32],
-    int,
-    int,
-]:
+) -> tuple[int, npt.NDArray[np.int64], int, int]:
     """The read side of the byte re-key in one walk: ``scan``, ``structure``, the prefix check and the cut.
 
     Walks the whole entries at the start of ``raw`` as ``scan`` does (``current``: the state id of the run
@@ -306,20 +275,17 @@ def rekey_window(
 
     Returns a status (1: the END mark read, 0: not, DEFER: an entry the walk does not take: a state id
     outside ``states``, a length or prefix out of place, a key not short ASCII or not whole, a key stored in
-    another key group. The reference path then decides and names what is wrong), and per entry where its
-    bytes begin after the prefix, where they end, its new key group, its state position and its key's
-    length after the prefix; then the bytes consumed and the state id of the run open there (as ``scan``).
+    another key group. The reference path then decides and names what is wrong); a table with a row per
+    column and a column per entry: where its bytes begin after the prefix, where they end, its new key
+    group, its state position, its key's length after the prefix; then the bytes consumed and the state id
+    of the run open there (as ``scan``). One exit and one table keep numba's compile short.
     """
     n = len(raw)
-    cap = n // 32 + 16
-    starts = np.empty(cap, dtype=np.int64)
-    ends = np.empty(cap, dtype=np.int64)
-    groups = np.empty(cap, dtype=np.int64)
-    ids = np.empty(cap, dtype=np.int32)
-    key_lengths = np.empty(cap, dtype=np.int32)
+    table = np.empty((5, n // 32 + 16), dtype=np.int64)
     count = 0
     pos = 0
     ended = False
+    deferred = False
     fresh = False  # a state id read, none of its run's entries yet
     while True:
         if current < 0:
@@ -330,7 +296,8 @@ def rekey_window(
                 ended = True
                 break
             if not states[state_id]:
-                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
+                deferred = True
+                break
             pos += 2
             current = state_id
             fresh = True
@@ -341,61 +308,58 @@ def rekey_window(
                 stop = True
                 break
             key_length = _int_at(raw, pos)
-            if key_length < max(nprefix, 1):
-                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
             key_end = begin + key_length
+            if key_length < max(nprefix, 1):
+                deferred = True
+                break
             if key_end + 4 > n:
                 stop = True
                 break
             value_length = _int_at(raw, key_end)
-            if value_length < 0:
-                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
             following = key_end + 4 + value_length
+            if value_length < 0:
+                deferred = True
+                break
             if following > n:
                 stop = True
                 break
-            prefix = np.int64(raw[begin]) & 0x7F
-            if nprefix == 2:
-                prefix = (prefix << 8) | np.int64(raw[begin + 1])
+            # The key-group prefix without the run-end flag, read as two bytes and shifted to its width (no
+            # branch on it in the loop: the second byte lies inside the entry, before its value's length).
+            prefix = (((np.int64(raw[begin]) & 0x7F) << 8) | np.int64(raw[begin + 1])) >> (16 - 8 * nprefix)
             key_at = begin + nprefix + (8 if timer[current] else 0)
             code, key_stop = _key_hash(raw, key_at, key_end, kind)
-            if prefix != key_group or key_stop < 0 or key_stop + namespace[current] > key_end:
-                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
             mixed = _murmur(code)
+            if prefix != key_group or key_stop < 0 or key_stop + namespace[current] > key_end:
+                deferred = True
+                break
             if _modulo(mixed, old_max) != key_group:
-                return DEFER, starts[:0], ends[:0], groups[:0], ids[:0], key_lengths[:0], 0, -1
-            if count == len(starts):
-                starts, ends, groups, ids, key_lengths = _grown(starts, ends, groups, ids, key_lengths)
-            starts[count] = begin + nprefix
-            ends[count] = following
-            groups[count] = _modulo(mixed, new_max)
-            ids[count] = remap[current]
-            key_lengths[count] = key_length - nprefix
+                deferred = True
+                break
+            if count == table.shape[1]:
+                table = _wider(table, count)
+            table[0, count] = begin + nprefix
+            table[1, count] = following
+            table[2, count] = _modulo(mixed, new_max)
+            table[3, count] = remap[current]
+            table[4, count] = key_length - nprefix
             count += 1
             fresh = False
             pos = following
             if raw[begin] > 0x7F:  # the run's last entry
                 current = -1
                 break
-        if stop:
+        if stop or deferred:
             break
+    if deferred:
+        return DEFER, table[:, :0], 0, -1
     if fresh:
         # A state id read, but none of its run's entries fits: the next window starts at that id.
         current = -1
     if ended:
         consumed = pos + 2
     else:
-        consumed = ends[count - 1] if count else 0
-    return (
-        np.int64(ended),
-        starts[:count],
-        ends[:count],
-        groups[:count],
-        ids[:count],
-        key_lengths[:count],
-        consumed,
-        current,
-    )
+        consumed = table[1, count - 1] if count else 0
+    return np.int64(ended), table[:, :count], consumed, current
 
 
 @_jit
