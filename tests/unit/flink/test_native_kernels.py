@@ -537,6 +537,21 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
     # KG_NATIVE=1 asks for them on the first block, however small.
     first = "from keygroup_cli.flink.state.native_kernels import kernels\nprint(kernels(1) is not None)\n"
     assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
+    # A re-key's window is counted once: the fused walk (which asks first) does not count it, the reference
+    # path that then walks it does. 20 MiB of windows stays under the 32 MiB, with no numba imported.
+    once = (
+        "import sys\n"
+        "from keygroup_cli.flink.state import keyed_decode, keyed_entries, native_kernels\n"
+        "from keygroup_cli.flink.state.keyed_layout import KeyedLayout\n"
+        "from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT, key_codec\n"
+        "window = bytes(1 << 20)\n"
+        "layout = KeyedLayout(key_codec(LONG_SNAPSHOT), 1, ())\n"
+        "for _ in range(20):\n"
+        "    assert keyed_entries.walk_window(window, None, 0, layout, 128, 256, ()) is None\n"
+        "    keyed_decode._scan_window(window, frozenset({0}), None)\n"
+        "print(native_kernels._walked[0] == 20 << 20, 'numba' in sys.modules)\n"
+    )
+    assert _python(once, KG_NATIVE="auto").stdout.split() == ["True", "False"]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
