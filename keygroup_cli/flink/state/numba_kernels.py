@@ -508,71 +508,81 @@ def sort_parts(
     position), and per part its start, its end, its ``subtask * buckets + bucket`` and its entry count.
     """
     n = len(groups)
-    starts = np.zeros(new_max + 1, dtype=np.int64)
+    # Per key group: its entries and their bytes (a counting sort needs no more: parts are runs of key
+    # groups, and each key group's entries keep their input order).
+    in_group = np.zeros(new_max, dtype=np.int64)
+    bytes_in = np.zeros(new_max, dtype=np.int64)
     for i in range(n):
-        starts[np.int64(groups[i]) + 1] += 1
-    for g in range(new_max):
-        starts[g + 1] += starts[g]
-    order = np.empty(n, dtype=np.int64)
-    for i in range(n):  # stable: entries of a key group keep their input order
         g = np.int64(groups[i])
-        order[starts[g]] = i
-        starts[g] += 1
-    # Each key group's part key, once: two divisions per key group instead of four per entry.
-    key_of = np.empty(new_max, dtype=np.int64)
-    for g in range(new_max):
-        key_of[g] = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+        in_group[g] += 1
+        bytes_in[g] += lengths[i]
+    # Parts: the runs of non-empty key groups (ascending) that share a (subtask, bucket), whose key grows
+    # with the key group.
+    part_of = np.empty(new_max, dtype=np.int64)
     nparts = 0
     previous = -1
-    for j in range(n):
-        key = key_of[np.int64(groups[order[j]])]
-        if key != previous:
-            nparts += 1
-            previous = key
-    part_lo = np.empty(nparts + 1, dtype=np.int64)
+    for g in range(new_max):
+        if in_group[g]:
+            key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+            if key != previous:
+                nparts += 1
+                previous = key
+            part_of[g] = nparts - 1
     part_key = np.empty(nparts, dtype=np.int64)
+    counts = np.zeros(nparts, dtype=np.int64)
     data_bytes = np.zeros(nparts, dtype=np.int64)
-    p = -1
-    previous = -1
-    for j in range(n):
-        e = order[j]
-        key = key_of[np.int64(groups[e])]
-        if key != previous:
-            p += 1
-            part_lo[p] = j
-            part_key[p] = key
-            previous = key
-        data_bytes[p] += lengths[e]
-    part_lo[nparts] = n
+    for g in range(new_max):
+        if in_group[g]:
+            q = part_of[g]
+            part_key[q] = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
+            counts[q] += in_group[g]
+            data_bytes[q] += bytes_in[g]
     part_at = np.empty(nparts, dtype=np.int64)
     part_stop = np.empty(nparts, dtype=np.int64)
     at = 0
     for q in range(nparts):
-        size = 8 + 12 * (part_lo[q + 1] - part_lo[q]) + data_bytes[q]
+        size = 8 + 12 * counts[q] + data_bytes[q]
         part_at[q] = at
         at += size + (-size % 4)
         part_stop[q] = at
     out = np.empty(at, dtype=np.uint8)
-    placed = np.empty(n, dtype=np.int64)
+    # Each key group's next entry: its index in its part and where its bytes go.
+    next_index = np.empty(new_max, dtype=np.int64)
+    next_data = np.empty(new_max, dtype=np.int64)
+    q = -1
+    index = data = 0
+    for g in range(new_max):
+        if in_group[g]:
+            if part_of[g] != q:
+                q = part_of[g]
+                index = 0
+                data = part_at[q] + 8 + 12 * counts[q]
+            next_index[g] = index
+            next_data[g] = data
+            index += in_group[g]
+            data += bytes_in[g]
     for q in range(nparts):
-        lo = part_lo[q]
-        count = part_lo[q + 1] - lo
-        c = part_at[q]
-        _put_le(out, c, count, 4)
-        _put_le(out, c + 4, data_bytes[q], 4)
-        c += 8
-        data = c + 12 * count
-        for i in range(count):
-            e = order[lo + i]
-            _put_le(out, c + 4 * i, np.int64(key_length[e]), 4)
-            _put_le(out, c + 4 * count + 4 * i, lengths[e], 4)
-            _put_le(out, c + 8 * count + 2 * i, np.int64(groups[e]), 2)
-            _put_le(out, c + 10 * count + 2 * i, np.int64(states[e]), 2)
-            placed[e] = data
-            data += lengths[e]
-        for k in range(data, part_stop[q]):
+        _put_le(out, part_at[q], counts[q], 4)
+        _put_le(out, part_at[q] + 4, data_bytes[q], 4)
+        end = part_at[q] + 8 + 12 * counts[q] + data_bytes[q]
+        for k in range(end, part_stop[q]):
             out[k] = 0
-    return out, placed, part_at, part_stop, part_key, part_lo[1:] - part_lo[:-1]
+    # One pass in input order: each entry's columns straight to its place in its part (stable per key group).
+    placed = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        g = np.int64(groups[i])
+        q = part_of[g]
+        k = next_index[g]
+        next_index[g] = k + 1
+        c = part_at[q] + 8
+        count = counts[q]
+        _put_le(out, c + 4 * k, np.int64(key_length[i]), 4)
+        _put_le(out, c + 4 * count + 4 * k, lengths[i], 4)
+        _put_le(out, c + 8 * count + 2 * k, g, 2)
+        _put_le(out, c + 10 * count + 2 * k, np.int64(states[i]), 2)
+        placed[i] = next_data[g]
+        next_data[g] += lengths[i]
+    return out, placed, part_at, part_stop, part_key, counts
 
 
 # -- The write side of the byte-level re-key: a bucket's parts framed into blocks, each block checked ------
