@@ -146,10 +146,18 @@ def spark_session(
         return active
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is not None:
-        # A session started on another thread (the active session is per thread): use it.
-        return SparkSession.builder.getOrCreate()
+    with _STARTING:  # a context another thread is starting is used once it is whole
+        if SparkContext._active_spark_context is not None:
+            # A session started on another thread (the active session is per thread): use it.
+            return SparkSession.builder.getOrCreate()
     return SparkSession(spark_context(master, verbose=verbose, config=config))
+
+
+#: Held while kg starts a SparkContext. pyspark makes a context the active one before initializing it
+#: (``_ensure_initialized`` runs before ``_do_init``), so without it a caller on another thread would take a
+#: half-made context: in a process that goes on after a failed run (kg's Python API, tests), a
+#: ``PendingExecutor`` thread may still be starting one.
+_STARTING = threading.RLock()
 
 
 def spark_context(
@@ -170,20 +178,21 @@ def spark_context(
     require_pyspark()
     from pyspark import SparkContext
 
-    active = SparkContext._active_spark_context
-    if active is not None:
-        return active
-    check_java()
-    context = _launch(_session_conf(master, config), verbose)
-    python = worker_python(context.master, config)
-    if python is not None:
-        # The interpreter every Python worker is started with (pickled into each task's function).
-        context.pythonExec = python
-    # A context kg started is stopped when kg exits: the application ends FINISHED on a cluster manager
-    # and its event log is complete (no ``.inprogress``).
-    atexit.register(_stop_quietly, context)
-    context.setLogLevel("WARN" if verbose else "ERROR")
-    return context
+    with _STARTING:
+        active = SparkContext._active_spark_context
+        if active is not None:
+            return active
+        check_java()
+        context = _launch(_session_conf(master, config), verbose)
+        python = worker_python(context.master, config)
+        if python is not None:
+            # The interpreter every Python worker is started with (pickled into each task's function).
+            context.pythonExec = python
+        # A context kg started is stopped when kg exits: the application ends FINISHED on a cluster
+        # manager and its event log is complete (no ``.inprogress``).
+        atexit.register(_stop_quietly, context)
+        context.setLogLevel("WARN" if verbose else "ERROR")
+        return context
 
 
 def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkConf:

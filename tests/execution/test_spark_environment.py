@@ -6,6 +6,8 @@ kg's own interpreter without its site-packages (so kg's dependencies cannot be i
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -188,3 +190,35 @@ def test_only_kgs_own_interpreter_gets_kgs_daemon(monkeypatch):
     assert daemon("spark://host:7077") is None
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
     assert daemon(None) is None
+
+
+def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -> None:
+    # pyspark makes a SparkContext the active one before it initializes it. A kg run that failed early leaves
+    # its PendingExecutor thread starting one; the next run in the same process (kg's Python API) took the
+    # half-made context and failed with an internal error ("no attribute 'pythonExec'"). Here the real
+    # initialization is held back for two seconds, in a process of its own (its own JVM).
+    code = (
+        "import time\n"
+        "from pyspark import SparkContext\n"
+        "real = SparkContext._do_init\n"
+        "def held(self, *args, **kwargs):\n"
+        "    time.sleep(2)\n"
+        "    return real(self, *args, **kwargs)\n"
+        "SparkContext._do_init = held\n"
+        "from keygroup_cli.execution import PendingExecutor\n"
+        "from keygroup_cli.execution.spark import spark_context\n"
+        "pending = PendingExecutor('spark', master='local[1]')\n"
+        "while SparkContext._active_spark_context is None:\n"
+        "    time.sleep(0.05)\n"
+        "context = spark_context()\n"
+        "print(hasattr(context, 'pythonExec'), context is pending.result().context)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=dict(os.environ),
+    )
+    assert done.stdout.split() == ["True", "True"], done.stderr[-3000:]
