@@ -36,7 +36,7 @@ from keygroup_cli.flink.state.keyed_decode import _Structure, check_block
 from keygroup_cli.flink.state.keyed_encode import _Block
 from keygroup_cli.flink.state.keyed_entries import Rekey, walk_window
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
-from keygroup_cli.flink.state.native_kernels import DEFER, kernels, state_mask
+from keygroup_cli.flink.state.native_kernels import DEFER, Kernels, kernels, state_mask
 from keygroup_cli.keygroups import operator_indexes_for_key_groups
 
 _HEAD = struct.Struct("<II")
@@ -362,16 +362,8 @@ def frame_bucket(
             header does not hold (``FLINK_STATE_UNKNOWN``).
     """
     native = kernels()
-    if native is not None:
-        framed = native.frame_bucket(
-            np.frombuffer(buf, dtype=np.uint8),
-            np.ascontiguousarray(state_ids, dtype=np.int64),
-            layout.prefix_bytes,
-            _NO_CHECK,
-        )
-        if framed[0] != DEFER:
-            return _blocks(*framed[1:7])
-    return frame_bucket_reference(buf, layout, state_ids)
+    framed = None if native is None else _kernel_framed(native, buf, layout, state_ids, _NO_CHECK)
+    return frame_bucket_reference(buf, layout, state_ids) if framed is None else framed[0]
 
 
 #: ``frame_bucket``'s kernel told to check no block.
@@ -385,27 +377,46 @@ def frame_checked_bucket(
 
     ``states``: the state ids the check allows. With the kernels, one call frames the bucket and checks
     each block as soon as it is framed, while its bytes are still in cache (checked after the whole
-    bucket, a block is read back from memory); a verdict it defers is the reference's.
+    bucket, a block is read back from memory); a verdict it defers is the reference's, and a bucket it
+    defers is framed by ``frame_bucket_reference``.
 
     Raises:
         InvalidSnapshotError: As ``frame_bucket``.
     """
     native = kernels()
-    if native is not None and states:
-        framed = native.frame_bucket(
-            np.frombuffer(buf, dtype=np.uint8),
-            np.ascontiguousarray(state_ids, dtype=np.int64),
-            layout.prefix_bytes,
-            state_mask(states),
-        )
-        if framed[0] != DEFER:
-            blocks = _blocks(*framed[1:7])
-            verdicts = framed[7][: len(blocks)].tolist()  # one per block (the kernel adds a sentinel)
-            return [
-                (b, b.rows if v == 1 else None if v == 0 else _checked(b, layout, states))
-                for b, v in zip(blocks, verdicts, strict=True)
-            ]
-    return [(b, _checked(b, layout, states)) for b in frame_bucket(buf, layout, state_ids)]
+    check = state_mask(states) if states else _NO_CHECK
+    framed = None if native is None else _kernel_framed(native, buf, layout, state_ids, check)
+    if framed is None:
+        return [(b, _checked(b, layout, states)) for b in frame_bucket_reference(buf, layout, state_ids)]
+    blocks, verdicts = framed
+    return [
+        (b, b.rows if v == 1 else None if v == 0 else _checked(b, layout, states))
+        for b, v in zip(blocks, verdicts, strict=True)
+    ]
+
+
+def _kernel_framed(
+    native: Kernels,
+    buf: bytes | bytearray | memoryview,
+    layout: KeyedLayout,
+    state_ids: np.ndarray,
+    check: np.ndarray,
+) -> tuple[list[_Block], list[int]] | None:
+    """Frame a bucket by the kernel ``frame_bucket``: its blocks and a verdict on each; None: it deferred.
+
+    ``check`` (a ``state_mask``; empty: none) has each block checked as ``check_block`` checks it: 1 it
+    holds, 0 it does not, else not checked (the caller asks the reference).
+    """
+    framed = native.frame_bucket(
+        np.frombuffer(buf, dtype=np.uint8),
+        np.ascontiguousarray(state_ids, dtype=np.int64),
+        layout.prefix_bytes,
+        check,
+    )
+    if framed[0] == DEFER:
+        return None
+    blocks = _blocks(*framed[1:7])
+    return blocks, framed[7][: len(blocks)].tolist()  # one verdict per block (the kernel adds a sentinel)
 
 
 def _checked(block: _Block, layout: KeyedLayout, states: frozenset[int]) -> int | None:
