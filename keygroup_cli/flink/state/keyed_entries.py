@@ -248,9 +248,19 @@ def _walk_columns(
     states = all_states(layout)
     if kind is None or codec.fixed_size != _FIXED_SIZES[kind] or not states or len(remap) != len(states):
         return None
+    timer, namespace = _key_room(layout)
+    return kind, timer, namespace, np.asarray(remap, dtype=np.int32)
+
+
+def _key_room(layout: KeyedLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Return per state id whether it holds timers and the fixed namespace its keys leave room for.
+
+    A timer's element is its flipped timestamp, its key and its namespace (the rest of the element: 0 here);
+    a state's key is followed by its namespace (0 where none or of variable size).
+    """
     timer = np.asarray([s.kind == "timer" for s in layout.states], dtype=np.bool_)
     sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
-    return kind, timer, np.asarray(sizes, dtype=np.int64), np.asarray(remap, dtype=np.int32)
+    return timer, np.asarray(sizes, dtype=np.int64)
 
 
 def _hashed(
@@ -262,16 +272,14 @@ def _hashed(
     row route's split requires (a timer's namespace is the rest of its element).
     """
     raw = np.frombuffer(block, dtype=np.uint8)
-    timers = np.asarray([s.kind == "timer" for s in layout.states], dtype=bool)[found.state_ids]
+    timer, namespace = _key_room(layout)
     # A timer's element is the flipped timestamp (8 bytes), then the key, then the namespace.
-    key_at = found.key_starts + layout.prefix_bytes + 8 * timers
+    key_at = found.key_starts + layout.prefix_bytes + 8 * timer[found.state_ids]
     hashed = _key_hash_codes(block, raw, found, key_at, layout)
     if hashed is None:
         return None
     codes, key_end = hashed
-    sizes = [0 if s.kind == "timer" else s.namespace_size or 0 for s in layout.states]
-    namespace = np.asarray(sizes, dtype=np.int64)[found.state_ids]
-    if bool((key_end + namespace > found.key_ends).any()):
+    if bool((key_end + namespace[found.state_ids] > found.key_ends).any()):
         return None
     return codes, key_at
 

@@ -377,21 +377,11 @@ def string_hashes(
     simple = np.zeros(count, dtype=np.bool_)
     for i in range(count):
         at = key_at[i]
-        head = np.int64(raw[at])
-        ends[i] = at + head
-        if head < 1 or head >= 0x80 or at + head > key_ends[i]:
-            continue
-        h = np.uint32(0)
-        ascii_only = True
-        for p in range(at + 1, at + head):
-            b = raw[p]
-            if b >= 0x80:
-                ascii_only = False
-                break
-            h = np.uint32(h * np.uint32(31) + np.uint32(b))
-        if ascii_only:
+        ends[i] = at + np.int64(raw[at])
+        code, stop = _key_hash(raw, at, key_ends[i], 0)  # the fused walk's String hash
+        if stop >= 0:
             simple[i] = True
-            codes[i] = np.int32(h)
+            codes[i] = np.int32(code)
     return codes, ends, simple
 
 
