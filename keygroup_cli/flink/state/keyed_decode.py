@@ -368,11 +368,7 @@ def _walk_windows(
             # The cutter walked, proved and cut the window in one step (the same result as below).
             cut, consumed, after, ended = fused
             entries = cut.num_rows
-            if 0 < entries <= batch_rows:
-                yield cut
-            elif entries:
-                for lo in range(0, entries, batch_rows):
-                    yield cut.slice(lo, lo + batch_rows)
+            yield from _in_batches(cut, batch_rows)
             given += entries
             del cut
         else:
@@ -407,6 +403,16 @@ def _walk_windows(
                 break  # bytes after the END mark: the whole-block path refuses them
             return None
     return given
+
+
+def _in_batches(cut: pa.RecordBatch, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Yield a cutter's walked entries at most ``batch_rows`` at a time (whole when they fit)."""
+    if cut.num_rows <= batch_rows:
+        if cut.num_rows:
+            yield cut
+        return
+    for lo in range(0, cut.num_rows, batch_rows):
+        yield cut.slice(lo, lo + batch_rows)
 
 
 def _scan_window(
@@ -873,8 +879,7 @@ def decode_block_batches(
     fused = None if walk is None or batch_rows <= 0 else walk(block, None, key_group, layout)
     if fused is not None and fused[3] and fused[0].num_rows and (fused[1] == len(block) or not whole):
         # The cutter walked, proved and cut the whole block in one step, up to its END mark.
-        for lo in range(0, fused[0].num_rows, batch_rows):
-            yield fused[0].slice(lo, lo + batch_rows)
+        yield from _in_batches(fused[0], batch_rows)
         return
     scanned = _scan(block, layout, whole=whole, states=cut.states(layout)) if batch_rows > 0 else None
     if scanned is None:
@@ -1019,7 +1024,12 @@ def _row_batch(
 
 
 class BlockCutter(Protocol):
-    """What a proven block becomes: the record batches ``decode_keyed_file`` yields."""
+    """What a proven block becomes: the record batches ``decode_keyed_file`` yields.
+
+    A cutter may also have ``walk(buf, current, key_group, layout)``: the walk, proof and cut of a window (or
+    a whole block) in one step, returning ``(batch, consumed, open state id, END read)`` or None to leave the
+    bytes to the steps below (``entry_parts.PartCutter.walk``).
+    """
 
     def states(self, layout: KeyedLayout) -> frozenset[int]:
         """Return the state ids whose entries ``cut`` takes (others go to ``per_entry``)."""
