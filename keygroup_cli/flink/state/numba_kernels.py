@@ -509,24 +509,22 @@ def sort_parts(
     # Parts: the runs of non-empty key groups (ascending) that share a (subtask, bucket), whose key grows
     # with the key group.
     part_of = np.empty(new_max, dtype=np.int64)
+    keys = np.empty(new_max, dtype=np.int64)  # each part's key, the first nparts of them
     nparts = 0
-    previous = -1
     for g in range(new_max):
         if in_group[g]:
             key = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
-            if key != previous:
+            if nparts == 0 or key != keys[nparts - 1]:
+                keys[nparts] = key
                 nparts += 1
-                previous = key
             part_of[g] = nparts - 1
-    part_key = np.empty(nparts, dtype=np.int64)
+    part_key = keys[:nparts].copy()
     counts = np.zeros(nparts, dtype=np.int64)
     data_bytes = np.zeros(nparts, dtype=np.int64)
     for g in range(new_max):
         if in_group[g]:
-            q = part_of[g]
-            part_key[q] = (g * new_parallelism // new_max) * buckets + g * buckets // new_max
-            counts[q] += in_group[g]
-            data_bytes[q] += bytes_in[g]
+            counts[part_of[g]] += in_group[g]
+            data_bytes[part_of[g]] += bytes_in[g]
     part_at = np.empty(nparts, dtype=np.int64)
     part_stop = np.empty(nparts, dtype=np.int64)
     at = 0
