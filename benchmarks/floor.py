@@ -18,6 +18,8 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
   and the load of the cached kernels, as every kg process does;
 - with ``--workers N [N ...]``, every kg run once per number of worker threads (``KG_WORKERS``; the
   local engine's re-key and the key-group copy use them), named ``run/wN``; without it kg's default;
+- every kg run sets up its process as the ``kg`` command does (``keygroup_cli.allocator``) and then calls
+  the API;
 - with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
   earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
   one (each result names the package it ran): before and after, in the same run.
@@ -132,6 +134,16 @@ def _use_package(root: str) -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in type(f).__module__.lower()]
 
 
+def _as_the_cli_does() -> None:
+    """Set up the process as ``kg`` does before it runs a command (the allocator's thresholds)."""
+    import importlib.util
+
+    if importlib.util.find_spec("keygroup_cli.allocator") is not None:  # an earlier package may lack it
+        from keygroup_cli.allocator import keep_freed_memory
+
+        keep_freed_memory()
+
+
 def child_main(args: list[str]) -> None:
     if os.environ.get(BEFORE_ENV):
         _use_package(os.environ[BEFORE_ENV])
@@ -143,6 +155,7 @@ def child_main(args: list[str]) -> None:
         result: dict[str, Any] = {"wall_s": time.perf_counter() - start, "bytes_copied": copied}
     else:
         engine, max_p = args[3], int(args[4])
+        _as_the_cli_does()
         with pipeline.JvmPeak() as jvm:
             result = sr.child_kg("direct", engine, source, dest, max_p or None)
         result["jvm_peak_rss_mib"] = jvm.peak

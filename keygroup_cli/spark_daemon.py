@@ -11,14 +11,17 @@ runs pyspark's own daemon. Any other layout (a Spark distribution, a zip from el
 path untouched. Forked workers inherit the path.
 
 kg starts its embedded sessions with ``spark.python.daemon.module`` set to this module (see
-``execution.spark``); it imports nothing of kg's but this file, so the daemon starts no threads before it
-forks its workers.
+``execution.spark``); it imports nothing of kg's but this file and ``allocator`` (standard library only), so
+the daemon starts no threads before it forks its workers, and it sets the allocator's thresholds
+(``allocator.keep_freed_memory``) that the workers inherit.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from keygroup_cli.allocator import keep_freed_memory
 
 
 def installed_copy(entry: str, path: list[str]) -> bool:
@@ -50,6 +53,8 @@ def prefer_installed(path: list[str]) -> list[str]:
 def main() -> None:
     """Run pyspark's daemon, pyspark imported from its installed package where ``installed_copy`` allows."""
     sys.path[:] = prefer_installed(sys.path)
+    # Set before the fork: every worker reuses the buffers it frees (``keygroup_cli.allocator``).
+    keep_freed_memory()
     from pyspark import daemon
 
     daemon.manager()

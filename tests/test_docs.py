@@ -44,6 +44,12 @@ OTHER_ENVIRONMENT = [
     ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),
     ("KG_SCRATCH_DIR", "where inputs from object stores are downloaded and remote outputs staged"),
     ("KG_STATE_ROOTS", "more directories (`:`-separated) a checkpoint's absolute state paths may lead to"),
+    (
+        "MALLOC_TRIM_THRESHOLD_",
+        "glibc only: when it, `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` is set, kg keeps the allocator's "
+        "thresholds as they are instead of its own (freed buffers kept for reuse; "
+        "[performance](../performance.md))",
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ import traceback
 import click
 
 from keygroup_cli import __version__
+from keygroup_cli.allocator import keep_freed_memory
 from keygroup_cli.cli.options import (
     DEBUG_ENVVAR,
     JSON_ENVVAR,
@@ -114,7 +115,11 @@ def cli(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run kg and exit with a documented code; the one place exceptions become exit codes."""
+    """Run kg and exit with a documented code; the one place exceptions become exit codes.
+
+    The ``kg`` process keeps the buffers it frees for reuse (``allocator.keep_freed_memory``).
+    """
+    keep_freed_memory()
     sys.exit(run(argv))
 
 

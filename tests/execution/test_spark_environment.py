@@ -222,3 +222,22 @@ def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -
         env=dict(os.environ),
     )
     assert done.stdout.split() == ["True", "True"], done.stderr[-3000:]
+
+
+def test_spark_workers_keep_freed_memory(spark):
+    # kg's daemon sets the allocator's thresholds before it forks the workers (keygroup_cli.allocator): a
+    # task that fills ever larger buffers of about 8 MiB, two alive at once, reuses the pages it freed.
+    # With glibc's own thresholds each buffer would be a fresh mapping (tests/unit/test_allocator.py).
+    def churn(_: object) -> int:
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        alive = []
+        for i in range(24):
+            alive.append(b"\x01" * ((8 << 20) + i * 65536))
+            if len(alive) > 2:
+                alive.pop(0)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults = spark.sparkContext.parallelize([0], 1).map(churn).collect()
+    assert faults[0] < 8 * (8 << 20) // 4096
