@@ -1,4 +1,4 @@
-"""The C allocator's thresholds in kg's own processes: freed buffers are kept and reused, not faulted in again.
+"""The C allocator's thresholds in kg's own processes: freed buffers are kept for reuse, not faulted in again.
 
 kg's byte route allocates a few buffers of 1-16 MiB per batch and per bucket (windows, parts, framed
 blocks) and frees them a moment later. glibc serves such sizes with ``mmap`` and gives them back with
@@ -63,12 +63,15 @@ def _set_thresholds() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success; the mmap threshold first, so a refused trim leaves a consistent pair.
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    )
 
 
 def _glibc() -> bool:
     """Return whether this process runs on glibc (``confstr`` names it; musl and others do not)."""
     try:
-        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc ")
-    except (AttributeError, ValueError, OSError):
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):  # no confstr, or a name this platform does not know
         return False
+    return version is not None and version.startswith("glibc ")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.execution import OnProgress, pipeline
@@ -276,8 +277,9 @@ class _PartSpill:
     def read(self, new_subtask: int, bucket: int) -> memoryview:
         """Return the bucket's parts back to back, in read-task order."""
         stretches = sorted(self._stretches[(new_subtask, bucket)], key=lambda s: s[0])
-        buf = bytearray(sum(end - start for _task, _path, start, end in stretches))
-        view = memoryview(buf)
+        # Not zeroed (a bytearray is): every byte is read into it next.
+        size = sum(end - start for _task, _path, start, end in stretches)
+        view = memoryview(np.empty(size, dtype=np.uint8))  # type: ignore[arg-type]
         at = 0
         handles: dict[Path, Any] = {}
         try:
