@@ -13,7 +13,8 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
   as bytes and checked in the same pass;
 - with ``--engines local spark`` also **spark-rekey**: the re-key on an embedded Spark ``local[*]``;
 - with ``--native``, **rekey-native** and **copy-native**: the same with kg's numba kernels (``KG_NATIVE=1``,
-  the ``[native]`` extra; **rekey** and **copy** then run with ``KG_NATIVE=0``, the pure-Python reference).
+  the ``[native]`` extra; **rekey** and **copy** then run with ``KG_NATIVE=0``, the pure-Python reference;
+  ``--kernels-only`` leaves those two out).
   The kernels' compile cache is warmed by one untimed run first: each timed run pays the import of numba
   and the load of the cached kernels, as every kg process does;
 - with ``--workers N [N ...]``, every kg run once per number of worker threads (``KG_WORKERS``; the
@@ -34,7 +35,7 @@ a shared machine) and its peak RSS (``VmHWM``). No assertion on timings:
 the figures go to docs/performance.md.
 
 Usage: nice -n 5 python benchmarks/floor.py --work /work/bench-cache [--keys 2000000] [--savepoint DIR]
-    [--repeat 3] [--engines local [spark]] [--native] [--workers 1 2] [--before DIR] [--json]
+    [--repeat 3] [--engines local [spark]] [--native [--kernels-only]] [--workers 1 2] [--before DIR] [--json]
 """
 
 from __future__ import annotations
@@ -264,6 +265,11 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, nargs="+", help="Run every kg run once per number of worker threads."
     )
+    parser.add_argument(
+        "--kernels-only",
+        action="store_true",
+        help="With --native: leave out the pure-Python runs (rekey, copy), e.g. to repeat the others more.",
+    )
     parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -284,6 +290,8 @@ def main() -> None:
     if args.before is not None:
         runs += ["rekey-before", "copy-before"]
     if args.native:
+        if args.kernels_only:
+            runs = [run for run in runs if run not in ("rekey", "copy")]
         runs += ["rekey-native", "copy-native"]
         log("warming the native kernels' compile cache (one untimed re-key) ...")
         warm = work / "out-warm"
