@@ -98,7 +98,8 @@ ENVIRONMENT: dict[str, str] = {
     "NO_COLOR": "no colours",
     "COLUMNS": "width of the text output",
     "SOURCE_DATE_EPOCH": "kg generate: the manifest's created_at",
-    "MALLOC_TRIM_THRESHOLD_": "glibc: set (or MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES), kg sets no threshold",
+    "MALLOC_TRIM_THRESHOLD_": "glibc: set (or MALLOC_MMAP_THRESHOLD_, MALLOC_ARENA_MAX, GLIBC_TUNABLES): "
+    "kg leaves the allocator as it is",
 }
 
 

@@ -46,9 +46,9 @@ OTHER_ENVIRONMENT = [
     ("KG_STATE_ROOTS", "more directories (`:`-separated) a checkpoint's absolute state paths may lead to"),
     (
         "MALLOC_TRIM_THRESHOLD_",
-        "glibc only: when it, `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` is set, kg keeps the allocator's "
-        "thresholds as they are instead of its own (freed buffers kept for reuse; "
-        "[performance](../performance.md))",
+        "glibc only: when it, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` is set, "
+        "the `kg` command and kg's Spark workers leave the allocator as it is instead of keeping freed "
+        "buffers for reuse (`keygroup_cli.allocator`; [performance](../performance.md))",
     ),
 ]
 

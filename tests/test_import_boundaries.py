@@ -276,7 +276,18 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "core",
-        ("keygroup_cli", "errors", "keygroups", "javahash", "keys", "findings", "rows", "cache", "workers"),
+        (
+            "keygroup_cli",
+            "errors",
+            "keygroups",
+            "javahash",
+            "keys",
+            "findings",
+            "rows",
+            "cache",
+            "workers",
+            "allocator",
+        ),
     ),
     ("storage", ("storage",)),
     ("formats", ("flink", "snapshot", "ha")),

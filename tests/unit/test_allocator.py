@@ -67,6 +67,7 @@ def test_kept_freed_memory_is_reused():
         {"MALLOC_TRIM_THRESHOLD_": "131072"},
         {"MALLOC_MMAP_THRESHOLD_": "131072"},
         {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
+        {"MALLOC_ARENA_MAX": "8"},
     ],
 )
 def test_the_users_own_setting_stands(env):
@@ -95,3 +96,46 @@ def test_the_kg_command_keeps_freed_memory():
     result = _churn(setup, "kept")
     assert result["set"] is True
     assert isinstance(result["faults"], int) and result["faults"] < 8 * PAGES
+
+
+#: A worker thread fills and frees buffers as _CHURN does and stays alive (as kg's workers do) while a
+#: second worker does the same with larger ones; prints the second worker's page faults.
+_TWO_WORKERS = """
+import json, resource, threading
+SETUP
+def churn(first):
+    alive = []
+    for i in range(first, first + 24):
+        alive.append(b"\\x01" * ((8 << 20) + i * 65536))
+        if len(alive) > 2:
+            alive.pop(0)
+done, finish, faults = threading.Event(), threading.Event(), []
+def first():
+    churn(0)
+    done.set()
+    finish.wait()  # alive: its heap stays its own
+def second():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    churn(24)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+one = threading.Thread(target=first)
+one.start()
+done.wait()
+two = threading.Thread(target=second)
+two.start()
+two.join()
+finish.set()
+one.join()
+print(json.dumps({"faults": faults[0]}))
+"""
+
+
+def test_workers_reuse_what_other_workers_freed():
+    # With a heap per thread, the second worker would fault its first buffers in afresh (about 6,000
+    # pages) although the first one's freed pages lie unused; on one heap it only grows it a little.
+    code = _TWO_WORKERS.replace(
+        "SETUP", "from keygroup_cli.allocator import keep_freed_memory\nassert keep_freed_memory()"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    done = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)["faults"] < PAGES
