@@ -2,9 +2,9 @@
 
 kg's byte route allocates a few buffers of 1-16 MiB per batch and per bucket (windows, parts, framed
 blocks) and frees them a moment later. glibc serves such sizes with ``mmap`` and gives them back with
-``munmap`` (its dynamic threshold only ever rises to the size last freed, and the heap top is trimmed
-above 128 KiB), so each new buffer is fresh memory: one page fault and a zeroed page per 4 KiB. Rescaling
-a 1 GB savepoint took about 250,000 such faults, about 0.8 s of system CPU on one worker.
+``munmap`` (its dynamic threshold only ever rises to the size last freed, and it trims the heap's top
+above twice that), so each new buffer is fresh memory: one page fault and a zeroed page per 4 KiB.
+Rescaling a 1 GB savepoint took about 250,000 such faults, about 0.8 s of system CPU on one worker.
 
 ``keep_freed_memory`` fixes the two thresholds: allocations below ``MMAP_THRESHOLD`` come from the heap,
 and up to ``TRIM_THRESHOLD`` of free memory stays at the heap's top, so the next batch reuses pages that
@@ -16,10 +16,9 @@ kg's peak memory stays as it was: the same buffers, reused.
 It is called by the processes kg owns: the ``kg`` command (``cli.main``) and the Python workers of kg's
 Spark sessions (``spark_daemon``, whose forked workers inherit it). kg's Python API leaves the host
 process's allocator alone; a program that rescales large state may call it too, early, knowing that its
-threads then share one heap. It does nothing where
-the C library is not glibc (musl, macOS, Windows), and nothing when the environment already sets either
-threshold or the arenas (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_ARENA_MAX`` or
-``GLIBC_TUNABLES``): the user's setting stands.
+threads then share one heap. It does nothing where the C library is not glibc (musl, macOS, Windows), and
+nothing when the environment already sets a threshold or the arenas (``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_ARENA_MAX`` or ``GLIBC_TUNABLES``): the user's setting stands.
 """
 
 from __future__ import annotations
