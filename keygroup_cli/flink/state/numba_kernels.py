@@ -27,9 +27,9 @@ _jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 _inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 
 
-@_jit
+@_inline
 def _int_at(raw: npt.NDArray[np.uint8], pos: int) -> int:
-    """Return the big-endian Java int at ``pos``."""
+    """Return the big-endian Java int at ``pos`` (inlined: ``check_block`` reads two per entry)."""
     value: int = (np.int64(raw[pos]) << 24) | (np.int64(raw[pos + 1]) << 16)
     value |= (np.int64(raw[pos + 2]) << 8) | np.int64(raw[pos + 3])
     return value - (1 << 32) if value >= (1 << 31) else value
