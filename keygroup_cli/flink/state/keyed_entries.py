@@ -298,11 +298,10 @@ def check_entries(
     if not states or len(block) >= 2**31:
         return None
     whole = bytes(block) if isinstance(block, memoryview) else block
-    names = tuple(range(len(layout.states)))
-    walked = walk_window(whole, None, key_group, layout, max_parallelism, max_parallelism, names)
-    if walked is not None and walked[8] and walked[6] == len(block) and len(walked[1]):
-        return len(walked[1])  # the fused kernel walked, proved and checked it all
-    scanned = _scan_block(bytes(block) if isinstance(block, memoryview) else block, states)
+    walked = _KeyGroupCheck(max_parallelism).walk(whole, None, key_group, layout)
+    if walked is not None and walked[3] and walked[1] == len(block) and walked[0].num_rows:
+        return walked[0].num_rows  # the fused kernel walked, proved and checked it all
+    scanned = _scan_block(whole, states)
     if scanned is None or scanned[2] != len(block):
         return None
     value_ends, run_starts, end = scanned
