@@ -23,6 +23,7 @@ re-hashed with ``javahash.row_hash_codes``, encoded); opaque ``binary`` keys hav
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -206,11 +207,11 @@ def walk_window(
     columns = _walk_columns(layout, remap)
     if native is None or columns is None or len(buf) >= 2**31:
         return None
-    kind, timer, namespace, positions = columns
+    mask, kind, timer, namespace, positions = columns
     raw = np.frombuffer(buf, dtype=np.uint8)
     status, table, consumed, after = native.rekey_window(
         raw,
-        state_mask(all_states(layout)),
+        mask,
         -1 if current is None else current,
         key_group,
         layout.prefix_bytes,
@@ -236,12 +237,14 @@ _KEY_KINDS = {"string": 0, "long": 1, "int": 2, "boolean": 3}
 _FIXED_SIZES = (None, 8, 4, 1)
 
 
+@functools.lru_cache(maxsize=64)
 def _walk_columns(
     layout: KeyedLayout, remap: tuple[int, ...]
-) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Return ``rekey_window``'s view of a layout: key kind, and per state id timer flag, namespace, position.
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Return ``rekey_window``'s view of a layout: state mask, key kind, per state timer, namespace, position.
 
-    None where the kernel does not take the layout (a key type it cannot hash, another key size).
+    None where the kernel does not take the layout (a key type it cannot hash, another key size). Kept per
+    layout and remap, not built again for each window: the arrays are shared, and no kernel writes to them.
     """
     codec = layout.codec
     kind = _KEY_KINDS.get(codec.key_type)
@@ -249,7 +252,7 @@ def _walk_columns(
     if kind is None or codec.fixed_size != _FIXED_SIZES[kind] or not states or len(remap) != len(states):
         return None
     timer, namespace = _key_room(layout)
-    return kind, timer, namespace, np.asarray(remap, dtype=np.int32)
+    return state_mask(states), kind, timer, namespace, np.asarray(remap, dtype=np.int32)
 
 
 def _key_room(layout: KeyedLayout) -> tuple[np.ndarray, np.ndarray]:
