@@ -20,7 +20,8 @@ from keygroup_cli.flink.io.stream_handles import FileHandle, SegmentFileHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_metadata_bytes
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.storage import remote, transfer
-from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.containment import contain
+from keygroup_cli.storage.locations import Location, is_remote
 
 METADATA = "_metadata"
 
@@ -57,19 +58,26 @@ def copy_savepoint(
         snapshot = snapshot or open_savepoint(metadata)
         inside = [name for name, _size in directory.walk_files() if name != METADATA]
         transfer.download(directory, inside, local, on_progress)
-        outside = sorted(_absolute_files(snapshot, directory))
+        outside = _absolute_files(snapshot, directory)
         # Beside _metadata, where handle resolution looks for copies of absolute paths.
         for _size in transfer.in_flight(
-            lambda uri: location(uri).download_to(local / Path(uri).name), outside, ordered=False
+            lambda uri: outside[uri].download_to(local / Path(uri).name), sorted(outside), ordered=False
         ):
             pass
     raw = snapshot.raw if snapshot is not None else read_metadata_bytes(metadata)
     (local / METADATA).write_bytes(raw)
 
 
-def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> set[str]:
-    """Return the object-store URIs of state files a checkpoint names outside its own directory."""
-    found: set[str] = set()
+def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> dict[str, Location]:
+    """Return the state files a checkpoint names outside its own directory, by URI.
+
+    Each is where ``storage.containment`` resolves it (``..`` normalized; the job's ``shared/`` or a
+    prefix named in ``KG_STATE_ROOTS``); one that leads anywhere else is refused.
+
+    Raises:
+        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``.
+    """
+    found: dict[str, Location] = {}
     prefix = directory.uri.rstrip("/") + "/"
     seen: set[int] = set()
 
@@ -77,9 +85,10 @@ def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> set[str]:
         if id(value) in seen:
             return
         seen.add(id(value))
-        if isinstance(value, (FileHandle, SegmentFileHandle)):
-            if "://" in value.path and not _same_place(value.path, prefix):
-                found.add(value.path)
+        if isinstance(value, (FileHandle, SegmentFileHandle)) and "://" in value.path:
+            resolved = contain(value.path, directory)
+            if isinstance(resolved, Location) and not _same_place(resolved.uri, prefix):
+                found[resolved.uri] = resolved
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             for field in dataclasses.fields(value):
                 visit(getattr(value, field.name))

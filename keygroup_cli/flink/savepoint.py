@@ -35,6 +35,7 @@ from keygroup_cli.flink.metadata.locate import (
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, OperatorStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.state_files import contain_references
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
@@ -212,16 +213,25 @@ def _checked_stream(
         return OperatorStreamCheck(None, None, (stream_finding(exc, subject),), None, opened)
 
 
-def open_savepoint(path: str | os.PathLike[str] | Location) -> Savepoint:
+def open_savepoint(path: str | os.PathLike[str] | Location, *, contained: bool = True) -> Savepoint:
     """Find and parse a savepoint's or checkpoint's ``_metadata`` (``find_metadata``), reading it once.
 
+    Every file it names is judged by the input's roots before anything reads one
+    (``state_files.contain_references``). ``contained=False`` leaves that to each read (which judges
+    its own file all the same): for the ``_metadata`` kg wrote of a scratch view it opens again in a
+    Spark task, whose absolute handles name the files of the input the driver opened and judged.
+
     Raises:
-        InvalidSnapshotError: Missing, truncated or corrupt metadata.
+        InvalidSnapshotError: Missing, truncated or corrupt metadata; a file named outside the input's
+            roots (``STATE_FILE_OUTSIDE``).
         UnsupportedFormatError: A metadata version kg does not read.
     """
     metadata_path = find_metadata(path)
     raw = read_metadata_bytes(metadata_path)
-    return Savepoint(metadata_path, parse_metadata(raw, str(metadata_path)), raw=raw)
+    metadata = parse_metadata(raw, str(metadata_path))
+    if contained:
+        contain_references(metadata, metadata_path.parent)
+    return Savepoint(metadata_path, metadata, raw=raw)
 
 
 def try_open_savepoint(path: str | os.PathLike[str] | Location) -> Savepoint | None:

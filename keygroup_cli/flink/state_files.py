@@ -18,7 +18,7 @@ from pathlib import Path
 
 from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.findings import Finding, Severity
-from keygroup_cli.flink.io.paths import local_path
+from keygroup_cli.flink.io.paths import handle_reference, local_path
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
@@ -30,7 +30,8 @@ from keygroup_cli.flink.io.stream_handles import (
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-from keygroup_cli.flink.metadata.reader import SubtaskState
+from keygroup_cli.flink.metadata.reader import CheckpointMetadata, SubtaskState
+from keygroup_cli.storage.containment import contain, input_roots
 from keygroup_cli.storage.locations import Location
 
 
@@ -95,6 +96,28 @@ def state_file_findings(savepoint: FlinkSnapshot) -> list[Finding]:
                     dict.fromkeys(_stream_findings(owner, stream, savepoint.directory, sizes, subject))
                 )
     return list(findings)
+
+
+def contain_references(metadata: CheckpointMetadata, directory: Path | Location) -> None:
+    """Judge every file ``_metadata`` names by the input's roots (``storage.containment``), opening none.
+
+    Run when a savepoint or checkpoint is opened, so that every command refuses an input that names a
+    file outside it alike, whether or not that command would read the file.
+
+    Raises:
+        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``, for the first reference that leads outside.
+    """
+    roots = input_roots(directory)
+    for op in metadata.operators:
+        for sub in op.subtasks:
+            for _owner, stream in _streams(sub):
+                reference = handle_reference(stream)
+                if reference is None:
+                    continue
+                try:
+                    contain(reference[0], directory, relative=reference[1], roots=roots, locate=False)
+                except UnsupportedFormatError:
+                    continue  # a file system kg does not know: reported by whatever reads the file
 
 
 _Owner = KeyGroupsHandle | OperatorStateHandle | str | None

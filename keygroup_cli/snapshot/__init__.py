@@ -25,6 +25,7 @@ from keygroup_cli.snapshot.model import (
     Snapshot,
     StateDescriptor,
 )
+from keygroup_cli.storage.containment import contain_file
 
 
 def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
@@ -45,6 +46,7 @@ def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
         directory, manifest_path = path.parent, path
     else:
         raise InvalidSnapshotError(f"no such snapshot: {path}", code="SNAPSHOT_NOT_FOUND")
+    contain_file(manifest_path)  # a _manifest.json that is a link leading outside is not read
     manifest = read_manifest(manifest_path)
     check_paths_inside(directory, manifest, source=str(manifest_path))
     return Snapshot(path=directory, manifest=manifest)

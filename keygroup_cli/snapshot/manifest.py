@@ -37,6 +37,7 @@ from keygroup_cli.snapshot.model import (
     OperatorFile,
     StateDescriptor,
 )
+from keygroup_cli.storage.containment import contain, input_roots
 from keygroup_cli.storage.staging import fsync_directory
 
 _OPERATOR_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -449,18 +450,16 @@ def check_relative_path(path: str, *, where: str) -> str:
 
 
 def check_paths_inside(directory: Path, manifest: Manifest, *, source: str) -> None:
-    """Raise unless every file path, after resolving symlinks, stays inside ``directory``."""
-    root = directory.resolve()
+    """Raise unless every file path, after resolving symlinks, stays inside the snapshot's roots.
+
+    The roots are ``directory`` and those named in ``KG_STATE_ROOTS`` (``storage.containment``); a file
+    that is a link leading elsewhere is refused with ``STATE_FILE_OUTSIDE``.
+    """
+    roots = input_roots(directory)
     for op in manifest.operators:
         files: list[KeyedFile | OperatorFile] = [*op.keyed_files, *op.operator_files]
         for f in files:
-            resolved = (directory / f.path).resolve()
-            if resolved != root and root not in resolved.parents:
-                raise InvalidSnapshotError(
-                    f"{source}: operator {op.label!r} file {f.path!r} resolves outside the snapshot "
-                    f"directory (to {resolved})",
-                    code="PATH_ESCAPES_SNAPSHOT",
-                )
+            contain(f.path, directory, relative=True, roots=roots)
 
 
 # -- Writing -----------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ the absolute path Flink wrote it to (``/tmp/kg-flink-fixtures/…/<job id>/share
   ``fixtures/flink/2.0/uid-forst-incremental-p3`` alike (ForSt 2.0.1 restores kg's NATIVE rescale of it:
   tests/flink/test_native_versions.py);
 - where the absolute paths exist but lie outside the checkpoint's own directories (the checkpoint copied
-  elsewhere, its handles naming the repository's files), kg refuses them (``kg check``: a finding per
-  file; ``kg rescale``: exit 3 ``INPUT_FAILS_VERIFY``; both naming ``KG_STATE_ROOTS``) until
+  elsewhere, its handles naming the repository's files), kg refuses them (``kg check`` and ``kg rescale``
+  alike: exit 3 ``STATE_FILE_OUTSIDE`` when the checkpoint is opened, naming ``KG_STATE_ROOTS``) until
   ``KG_STATE_ROOTS`` names their root; then a ``--format native`` rescale of it holds the checkpoint's
   state (``kg diff`` against the moved checkpoint).
 
@@ -63,16 +63,14 @@ def test_shared_files_outside_the_checkpoints_directories_need_kg_state_roots(kg
     named = [Path(p.removeprefix("file://")) for p in _shared_paths(elsewhere)]
     assert named and all(p.is_file() and p.is_relative_to(JOB.resolve()) for p in named)
     out = tmp_path / "native"
-    checked = kg("check", elsewhere, "-p", "4", "--json")
-    findings = checked.json()["findings"]
-    assert checked.exit_code == 1 and len(findings) >= len(named)  # its private files too
-    for finding in findings:  # every file named by an absolute path, none read
-        assert finding["code"] == "FLINK_STATE_FILE_UNREADABLE" and "KG_STATE_ROOTS" in finding["message"]
     native = ("rescale", elsewhere, "--to", "4", "--out", out, "--format", "native", "--engine", "local")
-    refused = kg(*native, "--json")
-    assert refused.exit_code == 3, refused.stderr
-    error = refused.json()["error"]
-    assert error["code"] == "INPUT_FAILS_VERIFY" and "KG_STATE_ROOTS" in error["message"]
+    for args in (("check", elsewhere, "-p", "4"), native):  # refused when opened, no file read
+        refused = kg(*args, "--json")
+        assert refused.exit_code == 3, refused.stderr
+        error = refused.json()["error"]
+        assert error["code"] == "STATE_FILE_OUTSIDE" and "KG_STATE_ROOTS" in error["message"]
+        reference = error["message"].split(": not read")[0].removeprefix("file://")
+        assert Path(reference).is_relative_to(JOB.resolve()), reference  # a file of the job's, not its copy
     assert not out.exists()
     monkeypatch.setenv("KG_STATE_ROOTS", str(JOB))
     assert kg("check", elsewhere, "-p", "4").exit_code == 0

@@ -6,10 +6,9 @@ The file may be beside ``_metadata``, at an absolute path, or on an object store
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urlparse
+from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
@@ -19,126 +18,63 @@ from keygroup_cli.flink.io.stream_handles import (
     SegmentFileHandle,
     StreamHandle,
 )
-from keygroup_cli.storage.locations import Location, is_remote, location
+from keygroup_cli.storage.containment import (
+    STATE_ROOTS_ENV,
+    RootedDirectory,
+    Roots,
+    contain,
+    rooted_directory,
+)
+from keygroup_cli.storage.locations import Location
+
+__all__ = [
+    "STATE_ROOTS_ENV",
+    "PrefixCache",
+    "ViewDirectory",
+    "handle_reference",
+    "local_path",
+    "read_stream_prefix",
+    "view_directory",
+]
 
 
-def local_path(handle: StreamHandle, directory: Path | Location) -> Path | Location | None:
+def local_path(
+    handle: StreamHandle, directory: Path | Location, *, roots: Roots | None = None
+) -> Path | Location | None:
     """Return the file holding a handle's data, or None for inline / empty handles.
 
-    Absolute ``file:`` paths that no longer exist (a checkpoint copied elsewhere) fall back to the file of
-    the same name beside ``_metadata``, or under the job's ``shared/`` directory. The same fallback applies
-    first to an object-store path (``s3p://…``) when a copy is there; otherwise that path is read where it is
-    (a ``Location``).
+    Every file reference goes through ``storage.containment.contain``: it is normalized and refused
+    (``STATE_FILE_OUTSIDE``) unless it lies inside the input's roots (``roots``: ``input_roots(directory)``
+    computed once by a caller that resolves many handles). Absolute ``file:`` paths that no longer exist (a
+    checkpoint copied elsewhere) fall back to the file of the same name beside ``_metadata``, or under the
+    job's ``shared/`` directory, inside those roots. The same fallback applies first to an object-store
+    path (``s3p://…``) when a copy is there; otherwise that path is read where it is (a ``Location``) if
+    it lies under the input's prefix or one named in ``KG_STATE_ROOTS``.
     """
+    reference = handle_reference(handle)
+    if reference is None:
+        return None
+    return contain(reference[0], directory, relative=reference[1], roots=roots)
+
+
+def handle_reference(handle: StreamHandle | None) -> tuple[str, bool] | None:
+    """Return the file reference a handle holds and whether it is relative, or None (inline, empty)."""
     if isinstance(handle, RelativeFileHandle):
-        relative = PurePosixPath(handle.relative_path)
-        if not relative.parts or relative.is_absolute() or ".." in relative.parts:
-            raise _outside(f"{directory}: state file {handle.relative_path!r} leads outside the savepoint")
-        path = directory / handle.relative_path
-        if isinstance(path, Path) and path.exists() and not _inside(path, Path(directory)):
-            raise _outside(f"{path}: a link that leads outside the savepoint ({path.resolve()})")
-        return path
+        return handle.relative_path, True
     if isinstance(handle, (FileHandle, SegmentFileHandle)):
-        return _resolve_absolute(handle.path, directory)
+        return handle.path, False
     if isinstance(handle, KeyGroupsHandle) and handle.delegate is not None:
-        return local_path(handle.delegate, directory)
+        return handle_reference(handle.delegate)
     return None
 
 
-def _resolve_absolute(uri: str, directory: Path | Location) -> Path | Location:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file"):
-        if not is_remote(uri):
-            raise UnsupportedFormatError(
-                f"{uri}: state on a file system kg does not know ({parsed.scheme}://)",
-                code="REMOTE_STATE_FILE",
-            )
-        name = PurePosixPath(parsed.path)
-        for copy in (directory / name.name, directory.parent / name.parent.name / name.name):
-            if copy.exists():
-                return copy
-        return location(uri)
-    if isinstance(directory, Location) and not directory.is_local:
-        raise UnsupportedFormatError(
-            f"{uri}: a local path in the _metadata of {directory}, which is on an object store",
-            code="REMOTE_STATE_FILE",
-        )
-    path = Path(unquote(parsed.path))
-    roots = _state_roots(directory if isinstance(directory, Path) else Path(directory))
-    if path.exists() and any(_inside(path, root) for root in roots):
-        return path
-    for candidate in (
-        directory / path.name,
-        directory.parent / path.parent.name / path.name,
-        *_under_job(path, directory),
-    ):
-        if isinstance(candidate, Path) and candidate.exists() and any(_inside(candidate, r) for r in roots):
-            return candidate
-    if path.exists():
-        raise _outside(
-            f"{uri}: state outside the checkpoint's own directories ({directory.parent}); to read it "
-            f"there, name its root in {STATE_ROOTS_ENV} (paths separated by {os.pathsep!r})"
-        )
-    return path
-
-
-def _under_job(path: Path, directory: Path | Location) -> list[Path | Location]:
-    """Return where ``path`` is in this copy of the job's checkpoint directory, if it names that directory.
-
-    The part of ``path`` after the job's directory name (``<job id>/dstl/<job id>/dstl/<file>`` for the
-    changelog backend's files) is taken from the job directory the checkpoint was found in.
-    """
-    job = directory.parent
-    if not isinstance(job, Path) or job.name not in path.parts[:-1]:
-        return []
-    return [job.joinpath(*path.parts[path.parts.index(job.name) + 1 :])]
-
-
-#: Extra directories (``os.pathsep``-separated) whose files a checkpoint's absolute handles may name.
-STATE_ROOTS_ENV = "KG_STATE_ROOTS"
-
-
-def _state_roots(directory: Path) -> list[Path]:
-    """Return where a checkpoint's absolute state paths may lead.
-
-    Its own directory, the job's checkpoint root (``shared/``, ``taskowned/``), the roots the user
-    names in ``KG_STATE_ROOTS``, and for a view kg wrote of a checkpoint (``view_directory``) the roots
-    of that checkpoint.
-    """
-    extra = [Path(p) for p in os.environ.get(STATE_ROOTS_ENV, "").split(os.pathsep) if p]
-    inherited = getattr(directory, "trusted_roots", ())
-    return [directory, directory.parent, *inherited, *extra]
-
-
-class ViewDirectory(type(Path())):  # type: ignore[misc]
-    """The directory of a view kg wrote of a checkpoint: its absolute handles name the checkpoint's files.
-
-    It carries the roots it may read (``trusted_roots``) itself, so the trust lives with the view and
-    nowhere else (no registry in the process).
-    """
-
-    trusted_roots: tuple[Path, ...] = ()
+#: The directory of a view kg wrote of a checkpoint: its absolute handles name the checkpoint's files.
+ViewDirectory = RootedDirectory
 
 
 def view_directory(view: Path, origin: Path | Location) -> Path:
-    """Return ``view`` as a directory that may read where ``origin`` may read (see ``ViewDirectory``)."""
-    directory = ViewDirectory(view)
-    if isinstance(origin, Path):
-        directory.trusted_roots = tuple(r.resolve() for r in _state_roots(origin))
-    return directory
-
-
-def _inside(path: Path, root: Path) -> bool:
-    """Return whether ``path``, links resolved, lies under ``root`` (links resolved)."""
-    try:
-        path.resolve().relative_to(root.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
-
-
-def _outside(message: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(message, code="STATE_FILE_OUTSIDE")
+    """Return ``view`` as a directory that may read where ``origin`` may (``containment.RootedDirectory``)."""
+    return rooted_directory(view, origin)
 
 
 #: Prefixes of object-store state files already read, by (URI, start, length): one command's own cache.

@@ -13,6 +13,7 @@ from typing import Any
 
 from keygroup_cli.errors import InvalidSnapshotError, no_snapshot_error
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
+from keygroup_cli.storage.containment import contain_file, input_roots, outside_error
 from keygroup_cli.storage.locations import Location, is_remote, location
 
 METADATA_FILE = "_metadata"
@@ -62,20 +63,31 @@ def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
         return p / METADATA_FILE
     latest = _latest_completed(p)
     if latest is not None:
-        return latest
+        return _below(latest, p)
     roots = [
         child for child in _subdirs(p) if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(child))
     ]
     if len(roots) == 1:
         latest = _latest_completed(roots[0])
         if latest is not None:
-            return latest
+            return _below(latest, p)
     if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(p)) or roots:
         raise InvalidSnapshotError(
             f"{p}: no completed checkpoint (no chk-N directory with a _metadata file)",
             code="NO_COMPLETED_CHECKPOINT",
         )
     raise no_snapshot_error(p)
+
+
+def _below(found: Path | Location, named: Path | Location) -> Path | Location:
+    """Return the ``_metadata`` found below the directory the user named, if no link leads it elsewhere.
+
+    Raises:
+        InvalidSnapshotError: ``STATE_FILE_OUTSIDE`` (``storage.containment``).
+    """
+    if isinstance(found, Path) and isinstance(named, Path) and not input_roots(named).admits_local(found):
+        raise outside_error(found, os.path.realpath(found))
+    return found
 
 
 def _subdirs(p: Path | Location) -> list[Any]:
@@ -111,8 +123,10 @@ def read_metadata_bytes(metadata_path: Path | Location) -> bytes:
     """Return the bytes of a ``_metadata`` file (one read from storage).
 
     Raises:
-        InvalidSnapshotError: It cannot be read (``SNAPSHOT_UNREADABLE``).
+        InvalidSnapshotError: It cannot be read (``SNAPSHOT_UNREADABLE``), or it is a link that leads
+            outside its directory (``STATE_FILE_OUTSIDE``, ``storage.containment``).
     """
+    contain_file(metadata_path)
     try:
         return metadata_path.read_bytes()
     except OSError as exc:
