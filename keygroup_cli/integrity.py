@@ -3,7 +3,10 @@
 ``verify_input`` dispatches on what ``path`` is: ``kg verify`` and ``kg check --deep`` call it.
 ``check_input`` is what ``kg check`` adds about the input's files: without ``--deep`` only what a stat
 sees (every state file a Flink ``_metadata`` names is there, readable, with the size its handles need).
-``require_intact`` is what a rescale calls first, so kg never reads an input its own ``kg verify`` rejects.
+``require_intact`` is the gate of every writer, so kg writes nothing from an input its own ``kg verify``
+rejects: a rescale calls it first with ``blocks=False`` (its pass checks or decodes every block), a
+``kg migrate`` to an object store calls it whole before its server-side copies; a local ``kg migrate``
+verifies its staged copy instead (``execution.migrate``), the input's bytes read once either way.
 (A savepoint kg writes is checked before it is committed by ``flink.commit``.)
 """
 
@@ -86,8 +89,9 @@ def require_intact(
 ) -> None:
     """Refuse an input that ``kg verify`` rejects.
 
-    With ``blocks=False`` a Flink input's key-group blocks are not decoded here: the caller reads every
-    block as strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
+    With ``blocks=False`` a Flink input's key-group blocks are not decoded here (every keyed header is,
+    serializer classes included, and every operator-state stream): the caller reads every block as
+    strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
     tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
     checked in the pass that copies them (``flink.regroup``, ``flink.verify.block_finding``). ``label``
     names the input in the message (default: ``path``, or an opened savepoint's directory).

@@ -1,16 +1,24 @@
-"""Run an operator surgery (``kg migrate``): open once, plan (``migration.plan_migration``), copy, commit.
+"""Run an operator surgery (``kg migrate``): open, plan (``migration.plan_migration``), gate, copy, commit.
 
 The spine of every write: ``open_savepoint`` reads ``_metadata`` once; the plan is complete before anything
-is written; then the state files the kept operators name are copied as bytes, each checked against the
-size its handle records, and ``_metadata`` is written last, after it was encoded once, parsed back and
-every operator-state stream of the output was decoded where it now is. The input is only read.
+is written; nothing is written from an input ``kg verify`` rejects; then the state files the kept
+operators name are copied as bytes, each checked against the size its handle records, and ``_metadata``
+is written last, after it was encoded once and parsed back. The input is only read, and read once.
 
-- A local DEST: files are copied into a staging directory beside it, ``flink.commit.seal_savepoint`` seals
-  it, and ``storage.staging`` renames it into place.
-- An object-store DEST: files go straight to the prefix (which must be empty), under kg's writer mark:
-  copied server-side when the input is on the same store (S3 ``CopyObject``, nothing passes through this
-  machine), uploaded otherwise; ``flink.commit.seal_in_place`` writes ``_metadata`` last. On any failure
-  what was written is deleted.
+- A local DEST: files are copied into a staging directory beside it (a file whose size is not its
+  handle's fails the input), ``flink.commit.seal_savepoint`` writes ``_metadata`` there, and the staged
+  savepoint (the input's state files byte for byte, the new ``_metadata``) is verified as ``kg verify``
+  does before ``storage.staging`` renames it into place. Every header, operator-state stream and block
+  is checked in the copies just written, not by a second read of the input (nor a first read of a
+  dropped operator's files); a finding fails the input, named by its own files.
+- An object-store DEST: a server-side copy never passes through this machine, so the whole input is
+  verified first (``integrity.require_intact``, one read). Files then go straight to the prefix (which
+  must be empty), under kg's writer mark: copied server-side when the input is on the same store (S3
+  ``CopyObject``), uploaded otherwise; ``flink.commit.seal_in_place`` writes ``_metadata`` last. On any
+  failure what was written is deleted.
+
+Damage in the input is exit 3 (``InvalidSnapshotError``, ``INPUT_FAILS_VERIFY`` or the reader's own code);
+exit 5 (``ExecutionError``) is left to writing that fails.
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.findings import first_error
 from keygroup_cli.flink.commit import seal_in_place, seal_savepoint
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.integrity import require_intact, verify_input
 from keygroup_cli.migration import FileCopy, MigrationPlan, MigrationRequest, plan_migration
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -68,7 +78,8 @@ def run_migration(
     Raises:
         InvalidArgumentError: A change the savepoint refuses (``migration.plan_migration``), or DEST exists,
             holds objects, or lies inside the input; nothing written.
-        InvalidSnapshotError: Not a savepoint or checkpoint, or a state file is missing; nothing committed.
+        InvalidSnapshotError: Not a savepoint or checkpoint, a state file is missing, or the input fails
+            ``kg verify`` (``INPUT_FAILS_VERIFY``); nothing written.
         UnsupportedFormatError: A kg snapshot (``MIGRATE_KG_SNAPSHOT``), or state in file-merging segments.
         ExecutionError: A copy or the output's verification failed; nothing committed.
     """
@@ -94,10 +105,12 @@ def run_migration(
     mode = _mode(savepoint, plan, remote)
     if not dry_run:
         report = on_progress or _ignore
+        label = str(source)
         if remote is None:
-            _commit_local(savepoint, plan, Path(dest), report)
+            _commit_local(savepoint, plan, Path(dest), report, label)
         else:
-            _commit_remote(savepoint, plan, remote, report)
+            require_intact(savepoint, label=label, on_progress=_stage(report, "verify input"))
+            _commit_remote(savepoint, plan, remote, report, label)
     return MigrationResult(
         str(source),
         str(dest),
@@ -126,8 +139,10 @@ def _server_side(source: Path | Location, remote: Location) -> bool:
     return isinstance(source, Location) and not source.is_local and source.same_store(remote)
 
 
-def _commit_local(savepoint: Savepoint, plan: MigrationPlan, dest: Path, report: OnProgress) -> None:
-    """Copy every planned file into staging, seal ``_metadata`` last, rename the staging into place."""
+def _commit_local(
+    savepoint: Savepoint, plan: MigrationPlan, dest: Path, report: OnProgress, label: str
+) -> None:
+    """Copy every planned file into staging, seal ``_metadata``, verify, rename the staging into place."""
     with staged_directory(dest) as staging:
         total = len(plan.files)
         report("copy state files", 0, total)
@@ -140,12 +155,46 @@ def _commit_local(savepoint: Savepoint, plan: MigrationPlan, dest: Path, report:
             else:
                 shutil.copyfile(source, target)
                 written = target.stat().st_size
-            _check_size(source, written, copy)
+            _check_size(source, written, copy, label)
             report("copy state files", done, total)
-        seal_savepoint(staging, plan.metadata)
+        seal_savepoint(
+            staging,
+            plan.metadata,
+            verify=lambda staged: _verify_staged(savepoint, plan, staged, label, report),
+        )
 
 
-def _commit_remote(savepoint: Savepoint, plan: MigrationPlan, remote: Location, report: OnProgress) -> None:
+def _verify_staged(
+    savepoint: Savepoint, plan: MigrationPlan, staging: Path, label: str, report: OnProgress
+) -> None:
+    """Verify the staged copy as ``kg verify`` would; a finding fails the input its bytes came from.
+
+    The findings name the staged files; the message names the input's files instead.
+
+    Raises:
+        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, the first error finding in one line.
+    """
+    problem = first_error(verify_input(staging, on_progress=_stage(report, "verify")).findings)
+    if problem is None:
+        return
+    for copy in plan.files:
+        problem = problem.replace(str(staging / copy.target), str(_source(savepoint, copy)))
+    problem = problem.replace(str(staging), str(savepoint.directory))
+    raise InvalidSnapshotError(f"{label}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+
+
+def _stage(report: OnProgress, stage: str) -> OnProgress:
+    """``report`` with every step named ``stage``."""
+
+    def staged(_stage: str, done: int, total: int | None) -> None:
+        report(stage, done, total)
+
+    return staged
+
+
+def _commit_remote(
+    savepoint: Savepoint, plan: MigrationPlan, remote: Location, report: OnProgress, label: str
+) -> None:
     """Copy every planned file to the empty prefix ``remote`` (server-side if it can), ``_metadata`` last."""
     written: list[str] = []
 
@@ -164,7 +213,7 @@ def _commit_remote(savepoint: Savepoint, plan: MigrationPlan, remote: Location, 
                 transfer.retrying(lambda: target.upload_from(local), str(target))
         else:
             transfer.retrying(lambda: target.upload_from(source), str(target))
-        _check_size(source, transfer.retrying(target.size, str(target)), copy)
+        _check_size(source, transfer.retrying(target.size, str(target)), copy, label)
 
     total = len(plan.files)
     report("copy state files", 0, total)
@@ -189,12 +238,22 @@ def _existing(savepoint: Savepoint, copy: FileCopy) -> Path | Location:
     return source
 
 
-def _check_size(source: Path | Location, written: int, copy: FileCopy) -> None:
-    if written != copy.size:
-        raise ExecutionError(
-            f"{source}: {written} bytes copied, its handle records {copy.size}; nothing was committed",
-            code="OUTPUT_VERIFICATION_FAILED",
+def _check_size(source: Path | Location, written: int, copy: FileCopy, label: str) -> None:
+    """Refuse a copy of other than the size its handle records: the input's fault if the file has it."""
+    if written == copy.size:
+        return
+    actual = source.stat().st_size if isinstance(source, Path) else source.size()
+    if actual != copy.size:
+        # kg verify's FLINK_STATE_FILE_SIZE: the input's file is not what its _metadata says.
+        raise InvalidSnapshotError(
+            f"{label}: input fails kg verify: FLINK_STATE_FILE_SIZE: {source}: {actual} bytes, its handle "
+            f"records {copy.size}",
+            code="INPUT_FAILS_VERIFY",
         )
+    raise ExecutionError(
+        f"{source}: {written} bytes copied, its handle records {copy.size}; nothing was committed",
+        code="OUTPUT_VERIFICATION_FAILED",
+    )
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

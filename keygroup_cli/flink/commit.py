@@ -14,11 +14,16 @@ a staging directory and returns the ``CheckpointMetadata`` that describes them; 
 Renaming the staging directory (``storage.staging``) or uploading it with ``_metadata`` last is the
 caller's step. Any failure raises ``ExecutionError`` (``OUTPUT_VERIFICATION_FAILED``) and nothing is
 committed.
+
+A writer that copied the input's state files as bytes (``kg migrate``) passes ``verify`` instead: the
+staged savepoint, ``_metadata`` included, is then verified as ``kg verify`` does (every stream, every
+block) by that callable before the handles are checked, so a finding is the input's (its bytes were
+copied unread) and the callable words it as such; the rename is still the commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,6 +54,7 @@ def seal_savepoint(
     *,
     keyed_root: str | None = None,
     check_streams: bool = True,
+    verify: Callable[[Path], None] | None = None,
 ) -> SealedSavepoint:
     """Encode, check and write the ``_metadata`` of the savepoint staged in ``staging`` (see the module).
 
@@ -59,12 +65,21 @@ def seal_savepoint(
             tasks wrote to directly.
         check_streams: Decode every operator-state stream now; an upload checks them where they will be
             instead (``check_output``), once beside the keyed files.
+        verify: Called with ``staging`` once ``_metadata`` is written there, before anything else is
+            checked: it verifies the whole staged savepoint and raises on a finding (``kg migrate``'s
+            copied bytes). Operator-state streams are then not decoded again.
 
     Raises:
         ExecutionError: ``OUTPUT_VERIFICATION_FAILED``; nothing is committed.
+        KgError: What ``verify`` raises.
     """
     where = f"output verification failed: {staging / METADATA_FILE}"
     encoded, parsed = _encode_checked(metadata, where)
+    if verify is not None:
+        (staging / METADATA_FILE).write_bytes(encoded)
+        verify(staging)
+        _check_handles(parsed, staging, keyed_root, where)
+        return SealedSavepoint(staging, encoded, parsed)
     _check_handles(parsed, staging, keyed_root, where)
     if check_streams:
         check_output(FlinkSnapshot(staging / METADATA_FILE, parsed), staging)

@@ -2,6 +2,8 @@
 
 ``check_operator_stream`` is shared by ``kg verify`` (``flink.verify``) and by an opened savepoint
 (``flink.savepoint.Savepoint.operator_streams``), whose rescale uses the rows the check decoded.
+``class_finding`` is the check of a state header's serializer classes that keyed and operator headers
+share: it runs wherever a header is parsed, so in every writer's gate too (no block read).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from keygroup_cli.findings import Finding, Severity
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
+from keygroup_cli.flink.serializer_classes import near_miss
 from keygroup_cli.flink.state.keyed_header import (
     OperatorStateHeader,
+    SerializerSnapshot,
+    StateMetaInfo,
     operator_header_end,
     read_operator_header,
 )
@@ -72,6 +77,9 @@ def check_operator_stream(
         return OperatorStreamCheck(
             None, None, (*findings, finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)), None
         )
+    misnamed = class_finding(None, (*(header.states or ()), *(header.broadcast_states or ())), where, subject)
+    if misnamed is not None:
+        return OperatorStreamCheck(raw, header, (*findings, misnamed), None)
     if header.compressed:
         starts = sorted(set(offsets))
         for j, start in enumerate(starts):
@@ -91,9 +99,36 @@ def check_operator_stream(
     return OperatorStreamCheck(raw, header, tuple(findings), table)
 
 
+def class_finding(
+    key_serializer: SerializerSnapshot | None,
+    states: tuple[StateMetaInfo, ...],
+    where: str,
+    subject: str,
+) -> Finding | None:
+    """Return an error if a state header names a serializer class one letter away from one Flink ships.
+
+    Flink's restore loads every class a header names; such a name is damage no class path satisfies
+    (``flink.serializer_classes``). Classes Flink does not ship (a job's own serializers) pass.
+    """
+    snapshots = [key_serializer] if key_serializer is not None else []
+    snapshots += [s for info in states for _key, s in info.serializers]
+    while snapshots:
+        snapshot = snapshots.pop()
+        meant = near_miss(snapshot.class_name)
+        if meant is not None:
+            return finding(
+                "FLINK_STATE_HEADER_INVALID",
+                subject,
+                f"{where}: serializer snapshot class {snapshot.class_name!r} is not one Flink has (it "
+                f"differs by one letter from {meant!r}): a restore cannot load it",
+            )
+        snapshots.extend(snapshot.nested)
+    return None
+
+
 def finding(code: str, subject: str, message: str, *, severity: Severity = Severity.ERROR) -> Finding:
     """Return a finding about one state stream (an error unless told otherwise)."""
     return Finding(code, severity, subject, message)
 
 
-__all__ = ["OperatorStreamCheck", "check_operator_stream", "finding", "stream_finding"]
+__all__ = ["OperatorStreamCheck", "check_operator_stream", "class_finding", "finding", "stream_finding"]

@@ -46,7 +46,7 @@ from keygroup_cli.flink.state.keyed_entries import check_entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
-from keygroup_cli.flink.stream_checks import finding, stream_finding
+from keygroup_cli.flink.stream_checks import class_finding, finding, stream_finding
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.storage.locations import Location
@@ -100,6 +100,13 @@ def verify_flink(
         # Heap and RocksDB layouts are verified through the canonical files kg rewrites them into, which
         # cannot show the original files' recorded sizes nor (without blocks) a handle's key-group range.
         findings.extend(_layout_findings(savepoint, ranges=not blocks))
+        # The classes the layout's own headers name, checked as a canonical input's are (headers only):
+        # with or without blocks, and whether or not kg can rewrite the layout.
+        misnamed = _layout_header_findings(savepoint)
+        findings.extend(misnamed)
+        if misnamed and blocks:
+            # Rejected already: the rewrite would only name the same classes again, in scratch copies.
+            return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(dict.fromkeys(findings)))
     if not blocks:
         files, rows = _verify_streams(savepoint, findings, report, keyed=not rewritten, blocks=False)
     elif rewritten:
@@ -152,6 +159,39 @@ def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]
                         f"(maxParallelism {op.max_parallelism})",
                     )
                 )
+    return found
+
+
+def _layout_header_findings(savepoint: FlinkSnapshot) -> list[Finding]:
+    """The serializer classes a heap or RocksDB layout's keyed headers name that Flink does not have.
+
+    A heap layout's file starts with its ``KeyedBackendSerializationProxy`` (up to the first key group's
+    offset), a RocksDB handle's metadata file is exactly one. Only ``stream_checks.class_finding``'s
+    near misses are reported: whatever else is wrong in a header, the rewrite that reads it reports.
+    """
+    from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
+
+    found: list[Finding] = []
+    for op in savepoint.metadata.operators:
+        for sub in op.subtasks:
+            keyed = sub.managed_keyed_state
+            subject = f"{op.label} subtask {sub.index}"
+            try:
+                if isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
+                    with StreamSource(keyed.delegate, savepoint.directory) as src:
+                        first = min((o for o in keyed.offsets if o > 0), default=src.size)
+                        raw, where = src.read(0, first), src.source
+                elif isinstance(keyed, IncrementalKeyedHandle) and keyed.metadata is not None:
+                    with StreamSource(keyed.metadata, savepoint.directory) as src:
+                        raw, where = src.read(0, src.size), src.source
+                else:
+                    continue
+                header = read_keyed_header(raw, where, len(raw))
+            except (InvalidSnapshotError, UnsupportedFormatError):
+                continue
+            misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
+            if misnamed is not None:
+                found.append(misnamed)
     return found
 
 
@@ -216,9 +256,18 @@ def _verify_streams(
             except (UnsupportedFormatError, InvalidSnapshotError) as exc:
                 found.append(stream_finding(exc, subject))
         if len(found) > MAX_FINDINGS_PER_STREAM:
-            more = len(found) - MAX_FINDINGS_PER_STREAM
+            more = found[MAX_FINDINGS_PER_STREAM:]
             found = found[:MAX_FINDINGS_PER_STREAM]
-            found.append(_finding(found[-1].code, subject, f"... and {more} more problem(s) in this stream"))
+            # The summary is as severe as the worst finding it stands for (warnings stay warnings).
+            worst = next(s for s in Severity if any(f.severity is s for f in more))
+            found.append(
+                _finding(
+                    found[-1].code,
+                    subject,
+                    f"... and {len(more)} more problem(s) in this stream",
+                    severity=worst,
+                )
+            )
         findings.extend(found)
         report("verify", done, len(work))
     return files, rows
@@ -309,6 +358,10 @@ def _keyed_header(
         layout = KeyedLayout.from_header(header, op.max_parallelism, where)
     except InvalidSnapshotError as exc:
         yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
+        return None
+    misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
+    if misnamed is not None:
+        yield misnamed
         return None
     if header.end is not None and header.end != header_end:
         yield _finding(
