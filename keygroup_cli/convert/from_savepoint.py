@@ -30,6 +30,7 @@ from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, Unsu
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
+from keygroup_cli.flink.keyed_values import refused
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.metadata.handles import (
     ChangelogBackendHandle,
@@ -248,8 +249,13 @@ def savepoint_to_snapshot(
         InvalidSnapshotError: Missing or corrupt state files.
         InvalidArgumentError: ``dest`` exists.
     """
+    from keygroup_cli.integrity import require_intact
+
     report = on_progress or _noop
     snapshot = open_savepoint(source)
+    # The gate: what kg verify checks without reading key-group blocks; the blocks are checked as they
+    # are decoded (``_decode_keyed``), so the input is read once.
+    require_intact(snapshot, blocks=False, label=str(source))
     refuse_channel_state(snapshot)
     if needs_canonical_view(snapshot):
         # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
@@ -451,10 +457,12 @@ def _decode_keyed(
                 code="KEY_GROUP_RANGE_MISMATCH",
             )
         batches = _checked(
-            decode_keyed_file(src, handle, layout, compressed=header.compressed),
+            # Every block as kg verify checks it (snappy CRCs, nothing after the END mark).
+            decode_keyed_file(src, handle, layout, compressed=header.compressed, strict=True),
             layout.codec.key_type,
             op.max_parallelism,
             src.source,
+            str(snapshot.directory),
         )
         return sink.write_keyed(
             decode.operator_dir(sink),
@@ -523,11 +531,17 @@ def _canonical_properties(meta: CheckpointMetadata) -> str | None:
 
 
 def _checked(
-    batches: Iterator[pa.RecordBatch], key_type: str, max_parallelism: int, where: str
+    batches: Iterator[pa.RecordBatch], key_type: str, max_parallelism: int, where: str, label: str
 ) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        check_key_groups(batch, key_type, max_parallelism, where)
-        yield batch
+    """Yield ``batches`` with every key hashed against its stored key group; refuse as the gate does."""
+    try:
+        for batch in batches:
+            check_key_groups(batch, key_type, max_parallelism, where)
+            yield batch
+    except InvalidSnapshotError as exc:
+        if exc.code == "INPUT_FAILS_VERIFY":
+            raise
+        raise refused(label, exc) from None
 
 
 def check_destination(dest: str | Path) -> None:

@@ -147,10 +147,17 @@ def snapshot_to_savepoint(
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
-        InvalidSnapshotError: Rows that do not fit the saved headers, or unreadable files.
+        InvalidSnapshotError: Rows that do not fit the saved headers, unreadable files, or a snapshot
+            ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
         InvalidArgumentError: ``dest`` exists.
         ExecutionError: The output fails its check; nothing is committed.
     """
+    if isinstance(source, (str, Path)):
+        from keygroup_cli.integrity import require_intact
+
+        # The gate, as a kg snapshot's rescale has it: kg verify's checks (digests, rows, replicas) read
+        # every file once before the conversion reads it again; nothing is written from what it rejects.
+        require_intact(source, on_progress=on_progress, label=str(source))
     state = SnapshotSource(open_snapshot(source)) if isinstance(source, (str, Path)) else source
     check_finished(state)
     with staged_directory(dest) as staging:
@@ -196,7 +203,8 @@ def write_savepoint(
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
-        InvalidSnapshotError: Rows that do not fit the saved headers, or unreadable files.
+        InvalidSnapshotError: Rows that do not fit the saved headers, unreadable files, or a snapshot
+            ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
         ExecutionError: The keyed entries written do not add up to the snapshot's.
     """
     report = on_progress or _noop

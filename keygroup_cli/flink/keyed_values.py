@@ -25,10 +25,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_tasks import keyed_header
+from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
 from keygroup_cli.flink.state.binary_row import (
@@ -180,25 +180,82 @@ def typed_entry(codecs: StateCodecs, row: Mapping[str, Any]) -> StateEntry:
     return StateEntry(codecs.name, codecs.kind, namespace, user_key, value, None, note)
 
 
+def checked_batches(
+    savepoint: Savepoint,
+    stream: KeyedStream,
+    op: OperatorState,
+    key_groups: KeyGroupRange | None = None,
+    label: str | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``stream``'s keyed file (only ``key_groups``), each block checked as kg verify does.
+
+    The check is the read itself, not a second pass: ``decode_keyed_file(strict=True)`` proves every block's
+    structure (key-group prefix, lengths, END_OF_KEY_GROUP, nothing after it, snappy CRCs) and every key is
+    hashed against the key group it is stored in (``check_key_groups``, Flink's
+    ``KeyGroupRangeAssignment``). ``label`` names the input in the error (default: its directory).
+
+    Raises:
+        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``: the first problem, in one line; nothing after it is
+            yielded.
+    """
+    key_type = stream.layout.codec.key_type
+    try:
+        with StreamSource(stream.handle.delegate, savepoint.directory) as src:
+            for batch in decode_keyed_file(
+                src,
+                stream.handle,
+                stream.layout,
+                compressed=stream.header.compressed,
+                key_groups=key_groups,
+                strict=True,
+            ):
+                check_key_groups(batch, key_type, op.max_parallelism, src.source)
+                yield batch
+    except InvalidSnapshotError as exc:
+        if exc.code == "INPUT_FAILS_VERIFY":
+            raise
+        raise refused(label or str(savepoint.directory), exc) from None
+
+
+def require_verified(savepoint: Savepoint, label: str | None = None) -> None:
+    """Refuse ``savepoint`` where ``kg verify`` does without reading key-group blocks.
+
+    ``flink.verify.verify_flink(blocks=False)``: every file's size, key-group range, offsets and header,
+    and every operator-state stream (what the opened savepoint read already is not read again). A reader
+    that then reads blocks through ``checked_batches`` refuses everything ``kg verify`` does in the blocks
+    it reads; the gate of ``integrity.require_intact``, at this layer.
+
+    Raises:
+        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``: the first error finding, in one line.
+    """
+    from keygroup_cli.findings import first_error
+    from keygroup_cli.flink.verify import verify_flink
+
+    problem = first_error(verify_flink(savepoint, blocks=False).findings)
+    if problem is not None:
+        raise InvalidSnapshotError(
+            f"{label or savepoint.directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
+        )
+
+
+def refused(label: str, exc: InvalidSnapshotError) -> InvalidSnapshotError:
+    """Return the one-line error of a reader that met what ``kg verify`` rejects (``INPUT_FAILS_VERIFY``)."""
+    return InvalidSnapshotError(
+        f"{label}: input fails kg verify: {exc.code}: {exc.message}", code="INPUT_FAILS_VERIFY"
+    )
+
+
 def _entries(
-    savepoint: Savepoint, stream: KeyedStream, group: int, keys: set[Any]
+    savepoint: Savepoint, stream: KeyedStream, op: OperatorState, group: int, keys: set[Any]
 ) -> Iterator[tuple[Any, StateEntry]]:
     """Yield (key, entry) for the rows of ``keys`` in key group ``group`` of ``stream``'s file."""
     codecs = state_codecs(stream)
-    with StreamSource(stream.handle.delegate, savepoint.directory) as src:
-        batches = decode_keyed_file(
-            src,
-            stream.handle,
-            stream.layout,
-            compressed=stream.header.compressed,
-            key_groups=KeyGroupRange(group, group),
-            strict=True,
-        )
-        wanted = pa.array(sorted(keys), type=KEY_ARROW_TYPES[stream.layout.codec.key_type])
-        for batch in batches:
-            # Only the key's rows become Python objects: a key group may hold a million entries.
-            for row in batch.filter(pc.is_in(batch.column("key"), value_set=wanted)).to_pylist():
-                yield row["key"], typed_entry(codecs[row["state"]], row)
+    batches = checked_batches(savepoint, stream, op, KeyGroupRange(group, group))
+    wanted = pa.array(sorted(keys), type=KEY_ARROW_TYPES[stream.layout.codec.key_type])
+    for batch in batches:
+        # Only the key's rows become Python objects: a key group may hold a million entries.
+        for row in batch.filter(pc.is_in(batch.column("key"), value_set=wanted)).to_pylist():
+            yield row["key"], typed_entry(codecs[row["state"]], row)
 
 
 def lookup_keys(
@@ -222,6 +279,9 @@ def lookup_keys(
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
     op = find_operator(savepoint, operator)
+    # The gate: what kg verify checks without reading key-group blocks (every file's size, range, offsets
+    # and header, every operator-state stream); the blocks read below are checked as they are read.
+    require_verified(savepoint)
     if needs_canonical_view(savepoint):
         directory = savepoint.directory
         if isinstance(directory, Location) and directory.local_path is None:
@@ -318,7 +378,7 @@ def _lookup(
             if found is None:
                 continue
             streams[subtask] = found
-        for k, entry in _entries(savepoint, streams[subtask], group, by_group[group]):
+        for k, entry in _entries(savepoint, streams[subtask], op, group, by_group[group]):
             entries[k].append(entry)
     found_keys = tuple(
         KeyState(located[k][0], groups[k], subtasks[groups[k]], tuple(sorted(entries[k], key=_order)))
@@ -359,8 +419,11 @@ __all__ = [
     "KeyState",
     "StateEntry",
     "StateType",
+    "checked_batches",
     "find_operator",
     "lookup_keys",
+    "refused",
+    "require_verified",
     "state_codecs",
     "state_types",
     "typed_entry",

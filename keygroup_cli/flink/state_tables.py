@@ -31,11 +31,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
-from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_values import find_operator, state_codecs, typed_entry
+from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.keyed_values import (
+    checked_batches,
+    find_operator,
+    require_verified,
+    state_codecs,
+    typed_entry,
+)
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.values import (
     LIST_DELIMITER,
     Codec,
@@ -63,21 +67,33 @@ class TypedState:
     notes: tuple[str, ...]
 
 
+def _column_type(codec: Codec) -> pa.DataType:
+    """Return a part's column type: its typed one, or ``binary`` where it stays bytes (``reason``).
+
+    A composite with an opaque part (a Tuple with a Kryo field, a list of unknown elements) is opaque as a
+    whole: its rows hold its raw bytes, so its column must be ``binary`` too, not the composite's type.
+    """
+    return pa.binary() if codec.reason else codec.arrow_type()
+
+
 def state_schema(codecs: StateCodecs) -> pa.Schema:
     """Return the typed schema of one state's table (see the module docstring)."""
-    fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", codecs.key.arrow_type())]
+    fields = [pa.field("key_group", pa.int32(), nullable=False), pa.field("key", _column_type(codecs.key))]
     namespace = codecs.namespace.arrow_type()
     if not pa.types.is_null(namespace):
-        fields.append(pa.field("namespace", namespace))
+        # An opaque namespace is null in its column (``_part``); its type stays whatever it names.
+        fields.append(pa.field("namespace", _column_type(codecs.namespace)))
     if codecs.kind == "timer":
         fields.append(pa.field("timestamp", pa.int64()))
     else:
         assert codecs.value is not None
         if codecs.kind == "map":
             assert codecs.user_key is not None
-            fields.append(pa.field("user_key", codecs.user_key.arrow_type()))
-        value = codecs.value.arrow_type()
-        fields.append(pa.field("value", pa.list_(value) if codecs.kind == "list" else value))
+            fields.append(pa.field("user_key", _column_type(codecs.user_key)))
+        value = _column_type(codecs.value)
+        # A list of opaque elements is one binary value: its elements cannot be cut apart.
+        listed = codecs.kind == "list" and not codecs.value.reason
+        fields.append(pa.field("value", pa.list_(value) if listed else value))
     fields.append(pa.field("undecoded", pa.binary()))
     return pa.schema(fields)
 
@@ -90,7 +106,14 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
         columns["key_group"].append(row["key_group"])
         key = row["key"]
         if isinstance(key, bytes) and not codecs.key.reason:
-            key = codecs.key.to_arrow(codecs.key.decode(key))
+            try:
+                key = codecs.key.to_arrow(codecs.key.decode(key))
+            except NotDecodable as exc:
+                # A key its own serializer cannot read: Flink's heap backend could not restore it either.
+                raise InvalidSnapshotError(
+                    f"state {codecs.name!r}: a key in key group {row['key_group']} does not decode ({exc})",
+                    code="FLINK_KEY_UNDECODABLE",
+                ) from None
         columns["key"].append(key)
         if "namespace" in columns:
             columns["namespace"].append(_part(codecs.namespace, row["namespace"]))
@@ -110,8 +133,11 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
             columns["value"].append(None)
             columns["undecoded"].append(row["value"])
             continue
-        if opaque or entry.value is None:
-            columns["value"].append(entry.value)
+        if opaque:
+            # Its raw bytes: a composite with an opaque part may still decode where that part is null.
+            columns["value"].append(row["value"])
+        elif entry.value is None:
+            columns["value"].append(None)
         elif codecs.kind == "list":
             columns["value"].append([value_codec.to_arrow(v) for v in entry.value])
         else:
@@ -275,15 +301,19 @@ def state_batches(
     states: frozenset[str] | None = None,
     on_progress: OnProgress | None = None,
     files: Sequence[int] | None = None,
+    label: str | None = None,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Yield ``(state, typed batch)`` for every keyed file of ``operator``, file by file, block by block.
 
     ``savepoint`` must be canonical (a rewritten view for NATIVE and checkpoint layouts; ``open_canonical``).
     ``files``: only these keyed files (indexes below ``keyed_file_count``), as one engine task reads them.
+    Every block is checked as ``kg verify`` checks it as it is read (``keyed_values.checked_batches``);
+    ``label`` names the input in that error.
 
     Raises:
         InvalidArgumentError: No such operator, or a state in ``states`` it does not have.
-        UnsupportedFormatError: The operator holds no keyed state.
+        InvalidSnapshotError: A block ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
+        UnsupportedFormatError: The operator holds no keyed state, or a state kg cannot decode.
     """
     op = find_operator(savepoint, operator)
     streams = savepoint.keyed_streams.get(op.operator_id) or ()
@@ -301,22 +331,20 @@ def state_batches(
     for done, stream in enumerate(chosen):
         codecs = state_codecs(stream)
         schemas = {name: state_schema(c) for name, c in codecs.items()}
-        with StreamSource(stream.handle.delegate, savepoint.directory) as src:
-            for batch in decode_keyed_file(
-                src, stream.handle, stream.layout, compressed=stream.header.compressed
-            ):
-                if states is not None:
-                    # Only the wanted states' rows become Python objects.
-                    names = batch.column("state").cast(pa.string())
-                    batch = batch.filter(pc.is_in(names, value_set=wanted))
-                for name, rows in _split_by_state(batch):
-                    fast = _column_batch(codecs[name], schemas[name], rows)
-                    yield (
-                        name,
-                        fast
-                        if fast is not None
-                        else _typed_batch(codecs[name], schemas[name], rows.to_pylist()),
-                    )
+        # Every block checked as kg verify checks it, in this pass (``checked_batches``).
+        for batch in checked_batches(savepoint, stream, op, label=label):
+            if states is not None:
+                # Only the wanted states' rows become Python objects.
+                names = batch.column("state").cast(pa.string())
+                batch = batch.filter(pc.is_in(names, value_set=wanted))
+            for name, rows in _split_by_state(batch):
+                fast = _column_batch(codecs[name], schemas[name], rows)
+                yield (
+                    name,
+                    fast
+                    if fast is not None
+                    else _typed_batch(codecs[name], schemas[name], rows.to_pylist()),
+                )
         if on_progress is not None:
             on_progress("export", done + 1, len(chosen))
 
@@ -329,18 +357,25 @@ def keyed_file_count(savepoint: Savepoint, operator: str) -> int:
 class open_canonical:  # noqa: N801 - used as a context manager, like ``open``
     """Open ``path`` as a canonical savepoint: itself, or its rewrite in a scratch directory (removed after).
 
-    A RocksDB NATIVE savepoint or a checkpoint's own layout is rewritten as key groups first (local disk
-    only), which reads every keyed file.
+    The input is refused first where ``kg verify`` refuses it without reading key-group blocks (every
+    file's size, range, offsets and header, every operator-state stream: ``keyed_values.require_verified``);
+    the blocks are checked as ``state_batches`` reads them. A RocksDB NATIVE savepoint or a checkpoint's
+    own layout is rewritten as key groups first (local disk only), which reads every keyed file.
+
+    Raises:
+        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be opened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | Savepoint) -> None:
         self._path = path
+        self._label = None if isinstance(path, Savepoint) else str(path)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> Savepoint:
         from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
         savepoint = self._path if isinstance(self._path, Savepoint) else open_savepoint(self._path)
+        require_verified(savepoint, self._label)
         if not needs_canonical_view(savepoint):
             return savepoint
         directory = savepoint.directory

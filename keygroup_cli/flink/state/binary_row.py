@@ -216,8 +216,13 @@ class RowFields:
 
     @property
     def undecodable(self) -> str | None:
-        """Return the first field type kg does not decode, else None."""
-        return next((k[1:] for k in self.kinds if k.startswith("?")), None)
+        """Return the first field type kg does not decode (in a nested ROW's fields too), else None."""
+        for i, kind in enumerate(self.kinds):
+            if kind.startswith("?"):
+                return kind[1:]
+            if kind == "row" and self.param(i) is not None and self.param(i).undecodable:
+                return str(self.param(i).undecodable)
+        return None
 
     @property
     def unbuildable(self) -> str | None:

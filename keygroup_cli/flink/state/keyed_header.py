@@ -558,6 +558,18 @@ def _first(alternatives: Iterator[tuple[_G, int]], end: int | None) -> tuple[_G,
     return None
 
 
+#: Proxy versions are small counts Flink bumps by one (keyed 1-6, operator state 1-6 so far): a version
+#: outside ``(0, 2**16)`` was written by no Flink, past or future; it is damage, not an old format.
+_PLAUSIBLE_VERSIONS = 1 << 16
+
+
+def _implausible_version(source: str, what: str, version: int) -> InvalidSnapshotError:
+    return InvalidSnapshotError(
+        f"{source}: {what} header version {version} is one no Flink writes (damaged bytes)",
+        code="FLINK_STATE_HEADER_CORRUPT",
+    )
+
+
 def read_keyed_header(data: bytes, source: str, end: int | None = None) -> KeyedStateHeader:
     """Parse a ``KeyedBackendSerializationProxy`` from the first bytes of a keyed-state stream.
 
@@ -575,6 +587,8 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
             f"{source}: keyed-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
         )
     version = _INT.unpack_from(data, 0)[0]
+    if not 0 < version < _PLAUSIBLE_VERSIONS:
+        raise _implausible_version(source, "keyed-state", version)
     if version < 6:
         raise UnsupportedFormatError(
             f"{source}: Unsupported readVersion [{version}], please migrate using Flink 1.16",
@@ -659,6 +673,8 @@ def read_operator_header(data: bytes, source: str, end: int | None = None) -> Op
             f"{source}: operator-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
         )
     version = _INT.unpack_from(data, 0)[0]
+    if not 0 < version < _PLAUSIBLE_VERSIONS:
+        raise _implausible_version(source, "operator-state", version)
     if version not in (5, 6):
         raise UnsupportedFormatError(
             f"{source}: unsupported operator-state proxy version {version} (kg reads 5 and 6, Flink 1.8+)",
@@ -731,7 +747,23 @@ def _check_keyed_states(states: tuple[StateMetaInfo, ...], source: str) -> None:
             raise _invalid_enum(
                 source, f"keyed state {info.name!r} has state type {info.option(TYPE_OPTION)!r}"
             )
+        for required in _REQUIRED_SERIALIZERS.get(backend, ()):
+            if info.serializer(required) is None:
+                # Registered*BackendMetaInfo(snapshot) checkNotNull's them: a flipped key name fails there.
+                raise _invalid_enum(
+                    source,
+                    f"keyed state {info.name!r} has no {required} (its serializers: "
+                    f"{', '.join(k for k, _ in info.serializers) or 'none'})",
+                )
     _check_unique([i.name for i in states], source)
+
+
+#: The serializer snapshots Flink's restore requires of a keyed state (``CommonSerializerKeys``):
+#: ``RegisteredKeyValueStateBackendMetaInfo`` and ``RegisteredPriorityQueueStateBackendMetaInfo``.
+_REQUIRED_SERIALIZERS = {
+    "KEY_VALUE": ("NAMESPACE_SERIALIZER", "VALUE_SERIALIZER"),
+    "PRIORITY_QUEUE": ("VALUE_SERIALIZER",),
+}
 
 
 def _check_operator_states(

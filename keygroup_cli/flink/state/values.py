@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.state.avro import AvroSchemaError, Node, avro_reader, read_value
 from keygroup_cli.flink.state.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
@@ -793,6 +793,16 @@ class StateCodecs:
             return cls(info.name, kind, key, namespace, None)
         namespace = type_codec(namespace_snapshot) if namespace_snapshot is not None else unknown
         value = type_codec(value_snapshot) if value_snapshot is not None else unknown
+        wrapper = _STATE_WRAPPERS.get(kind)
+        if wrapper is not None and value_snapshot is not None and value_snapshot.class_name != wrapper[0]:
+            # Flink's ListStateDescriptor / MapStateDescriptor always serialize with ListSerializer /
+            # MapSerializer: another class here is one Flink cannot load either, and kg cannot know how
+            # its bytes frame elements or user keys.
+            raise UnsupportedFormatError(
+                f"state {info.name!r}: a {kind} state whose value serializer is "
+                f"{value_snapshot.class_name!r}, not Flink's {wrapper[1]}; kg cannot decode it",
+                code="SERIALIZER_UNSUPPORTED",
+            )
         if kind == "list":
             element = value.element if isinstance(value, _List) else _not_a(value, "ListSerializer")
             return cls(info.name, kind, key, namespace, element)
@@ -830,6 +840,10 @@ class StateCodecs:
         except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidSnapshotError) as exc:
             raise NotDecodable(f"{element.type_name}: the list does not decode ({exc})") from None
         return out
+
+
+#: The serializer snapshot class Flink always writes for a list and a map state's value, and its name.
+_STATE_WRAPPERS = {"list": (LIST, "ListSerializer"), "map": (MAP, "MapSerializer")}
 
 
 def _not_a(codec: Codec, expected: str) -> Codec:
