@@ -67,7 +67,11 @@ def write_native_task(
     Raises:
         InvalidSnapshotError: As ``write_keyed_task``.
         MissingDependencyError: ``rocksdict`` is not installed where the task runs.
-        UnsupportedFormatError: The binding cannot build the database, or ``root`` is not a local directory.
+        UnsupportedFormatError: The binding refuses what it is asked to write, or ``root`` is not a local
+            directory.
+        OSError: No space left, RocksDB's own writes included (``ENOSPC``): the staging directory that
+            holds ``root`` is removed and the commit says so in one line (``NO_SPACE_LEFT``, exit 5).
+        ExecutionError: Not enough memory for RocksDB (``NOT_ENOUGH_MEMORY``, exit 5).
     """
     if is_remote(task.root):
         raise UnsupportedFormatError(
@@ -109,7 +113,9 @@ def to_native(
 
     Raises:
         MissingDependencyError: ``rocksdict`` (the ``[rocksdb]`` extra) is not installed.
-        UnsupportedFormatError: The binding cannot build a database.
+        UnsupportedFormatError: The binding refuses what it is asked to write.
+        OSError: No space left, RocksDB's own writes included (as ``write_native_task``).
+        ExecutionError: Not enough memory for RocksDB.
     """
     total = sum(
         isinstance(s.managed_keyed_state, KeyGroupsHandle) for op in metadata.operators for s in op.subtasks

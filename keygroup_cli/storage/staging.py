@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from keygroup_cli.allocator import release_headroom
 from keygroup_cli.errors import InvalidArgumentError, destination_error, environment_error
 from keygroup_cli.storage import background
 from keygroup_cli.storage.locations import is_remote
@@ -125,7 +126,7 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
         fsync_directory(dest.parent)
     except BaseException as exc:
         background.abandon(_early_flushes(staging))
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove_tree(staging)
         _refuse_environment(exc, dest)
         raise
     finally:
@@ -169,11 +170,23 @@ def scratch_directory(dest: Path | str) -> Iterator[Path]:
     try:
         yield scratch
     except OSError as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_tree(scratch)
         _refuse_environment(exc, dest)
         raise
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_tree(scratch)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a staging or scratch directory, once more with the headroom kept for it if that failed.
+
+    Where memory ran out, ``opendir`` cannot allocate: ``allocator.release_headroom`` gives back what the
+    ``kg`` process kept for this.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        release_headroom()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _refuse_environment(exc: BaseException, dest: Path) -> None:

@@ -17,6 +17,9 @@ and ForSt read. Flink 2.3's RocksDB and ForSt backends both restore these files 
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import shutil
 import struct
 import tempfile
@@ -25,10 +28,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.allocator import is_memory_failure, not_enough_memory, require_address_space
+from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
-from keygroup_cli.flink.layouts.rocksdb import load_binding
+from keygroup_cli.flink.layouts.rocksdb import (
+    ADDRESS_SPACE_NEEDED,
+    load_binding,
+    read_options,
+    rocksdb_status_error,
+)
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
 from keygroup_cli.flink.state.keyed_header import read_keyed_header
 
@@ -77,7 +86,7 @@ def iter_block_entries(block: bytes, where: str) -> Iterator[tuple[int, bytes, b
 
 
 def _table_options(rocksdict: Any) -> Any:
-    options = rocksdict.Options(raw_mode=True)
+    options = read_options(rocksdict)  # raw keys, one table-opening thread
     table = rocksdict.BlockBasedOptions()
     table.set_format_version(TABLE_FORMAT_VERSION)
     options.set_block_based_table_factory(table)
@@ -100,7 +109,9 @@ def build_native_handle(
 
     Raises:
         MissingDependencyError: ``rocksdict`` is not installed.
-        UnsupportedFormatError: The binding fails.
+        UnsupportedFormatError: The binding refuses what it is asked to write (``ROCKSDB_UNWRITABLE``).
+        OSError: No space left (``ENOSPC``, also inside RocksDB), or another refusal of the file system.
+        ExecutionError: Not enough memory (``NOT_ENOUGH_MEMORY``), or another I/O error of RocksDB.
         InvalidSnapshotError: A block is truncated or names a state the header lacks.
     """
     rocksdict = load_binding()
@@ -177,6 +188,7 @@ def _build_database(
     db_dir, snapshot_dir = work / "db", work / "checkpoint"
     options = _table_options(rocksdict)
     options.create_if_missing(True)
+    require_address_space(ADDRESS_SPACE_NEEDED, "building a NATIVE savepoint's RocksDB database")
     try:
         db = rocksdict.Rdict(str(db_dir), options=options)
         try:
@@ -200,18 +212,46 @@ def _build_database(
             rocksdict.Checkpoint(db).create_checkpoint(str(snapshot_dir))
         finally:
             db.close()
-    except InvalidSnapshotError:
+    except (KgError, OSError):
         raise
     except Exception as exc:  # the binding raises plain Exception with RocksDB's status text
-        raise UnsupportedFormatError(
-            f"rocksdict cannot build the NATIVE database: {exc}", code="ROCKSDB_UNWRITABLE"
-        ) from None
+        raise _build_error(exc) from None
     keep = ("CURRENT", "MANIFEST-", "OPTIONS-")
     return sorted(
         (p.name, p)
         for p in snapshot_dir.iterdir()
         if p.is_file() and (p.name.endswith(".sst") or p.name.startswith(keep))
     )
+
+
+#: RocksDB's I/O errors that are the file system's answer, by the text ``strerror`` gives them.
+_REFUSALS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT}
+
+
+def _build_error(exc: Exception) -> BaseException:
+    """Return what to raise when the binding fails to build a database, by RocksDB's status.
+
+    No space (or quota) is the ``OSError`` the file system gave RocksDB, so the staging that holds the
+    database words it as every writer does (``NO_SPACE_LEFT``, exit 5, nothing committed); no memory is
+    ``NOT_ENOUGH_MEMORY`` (exit 5); another status as ``rocksdb_status_error`` classifies it, except that
+    what RocksDB does not support when it writes stays ``ROCKSDB_UNWRITABLE`` (exit 4), and a database it
+    finds damaged as it writes is a failed write (``ROCKSDB_UNWRITABLE``, exit 5).
+    """
+    if is_memory_failure(exc):
+        return not_enough_memory("building a NATIVE savepoint's RocksDB database")
+    text = " ".join(str(exc).split())
+    for reason, number in _REFUSALS.items():
+        if reason in text:
+            path = re.search(r": (/[^:]+): " + re.escape(reason), text)
+            return OSError(number, os.strerror(number), path.group(1) if path else None)
+    error = rocksdb_status_error(text, "rocksdict cannot build the NATIVE database")
+    if isinstance(error, UnsupportedFormatError):
+        return UnsupportedFormatError(error.message, code="ROCKSDB_UNWRITABLE")
+    if isinstance(error, InvalidSnapshotError):  # what kg writes is no input: its damage is a failed write
+        return ExecutionError(
+            f"rocksdict cannot build the NATIVE database: {text}", code="ROCKSDB_UNWRITABLE"
+        )
+    return error
 
 
 __all__ = ["INCREMENTAL_HANDLE_TAG", "TABLE_FORMAT_VERSION", "build_native_handle", "iter_block_entries"]
