@@ -8,6 +8,11 @@ such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 - ``read_state(path, operator, state, engine="local")``: one keyed state as a typed ``pyarrow.Table``, or
   with ``engine="spark"`` a Spark DataFrame (``keygroup_cli.execution.state_data``);
 - ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning``);
+- ``plan(source, new_parallelism, ...)``: what ``rescale()`` with the same arguments would do, as a
+  ``PlannedRescale`` (the route, the plan, every refusal already raised), from a kg snapshot or a Flink
+  savepoint, writing nothing and reading no keyed state: what ``kg plan`` and ``--dry-run`` print
+  (``keygroup_cli.execution.route``); ``plan_rescale_input(source, RescaleRequest(...))`` the same, with
+  the request as a value;
 - ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.rescale``);
 - ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
   the engine as values (``keygroup_cli.rescale_request``, ``keygroup_cli.execution.options``).
@@ -25,6 +30,9 @@ _LAZY = {
     "open_snapshot": "keygroup_cli.snapshot",
     "open_savepoint": "keygroup_cli.flink.savepoint",
     "plan_rescale": "keygroup_cli.planning",
+    "plan": "keygroup_cli.execution.route",
+    "plan_rescale_input": "keygroup_cli.execution.route",
+    "PlannedRescale": "keygroup_cli.execution.route",
     "rescale": "keygroup_cli.execution.rescale",
     "run_rescale": "keygroup_cli.execution.rescale",
     "RescaleRequest": "keygroup_cli.rescale_request",
@@ -48,12 +56,15 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "EngineOptions",
+    "PlannedRescale",
     "RescaleRequest",
     "RescaleResult",
     "__version__",
     "open_savepoint",
     "open_snapshot",
+    "plan",
     "plan_rescale",
+    "plan_rescale_input",
     "read_state",
     "rescale",
     "run_rescale",

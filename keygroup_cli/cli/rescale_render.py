@@ -21,6 +21,7 @@ from keygroup_cli.planning import OperatorPlan, RescalePlan
 
 if TYPE_CHECKING:
     from keygroup_cli.convert.from_savepoint import ConvertResult
+    from keygroup_cli.execution.route import PlannedRescale
     from keygroup_cli.snapshot.model import Operator
 
 _MODES = {
@@ -105,6 +106,17 @@ def plan_snapshot_document(
         "to_max_parallelism": plan.new_max_parallelism,
         "surgery": [change_document(c) for c in plan.surgery],
         "operators": [operator_plan_document(op) for op in plan.operators],
+    }
+
+
+def planned_document(snapshot: str, planned: PlannedRescale) -> dict[str, Any]:
+    """Return the JSON document of ``kg plan SNAPSHOT`` for the library's ``PlannedRescale``, warnings too."""
+    request = planned.request
+    return {
+        **plan_snapshot_document(snapshot, planned.plan, planned.input_format, request.output_format),
+        "warnings": mixed_parallelism_warning(
+            planned.plan, request.from_parallelism, request.operators or ()
+        ),
     }
 
 

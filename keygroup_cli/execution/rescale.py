@@ -1,11 +1,12 @@
-"""``kg rescale``'s entry point: choose the route for what the input and the output are.
+"""``kg rescale``'s entry point: plan the rescale (``execution.route``), then execute that plan by its route.
 
 - a kg snapshot on a local file system: ``execution.snapshot_rescale``;
 - a Flink savepoint or checkpoint: ``execution.savepoint`` (a savepoint comes out), reading a canonical
   savepoint where it is and writing where DEST is, local or on an object store;
 - anything else on an object store: ``_rescale_remote`` below, a download around one of those two.
 
-Each route validates before it writes, stages its output, verifies it and commits it atomically.
+The route and the plan are chosen and made by ``execution.route``, what ``kg plan`` and ``--dry-run``
+print. Each route validates before it writes, stages its output, verifies it and commits it atomically.
 """
 
 from __future__ import annotations
@@ -18,26 +19,38 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.convert.inputs import readable
-from keygroup_cli.errors import InvalidArgumentError
 from keygroup_cli.execution import EngineChoice, Executor, OnProgress
 from keygroup_cli.execution.options import EngineOptions
-from keygroup_cli.execution.savepoint import rescale_savepoint
+from keygroup_cli.execution.route import (
+    DOWNLOAD,
+    IN_PLACE,
+    SNAPSHOT,
+    RescaleInput,
+    open_rescale_input,
+    plan_input,
+    require_savepoint_for,
+)
+from keygroup_cli.execution.savepoint import (
+    EngineRunner,
+    OpenedInput,
+    execute_savepoint_plan,
+    savepoint_output,
+)
 from keygroup_cli.execution.snapshot_rescale import (
     RescaleResult,
     build_manifest,
-    rescale_snapshot,
+    execute_snapshot_plan,
     verify_input,
     verify_output,
 )
-from keygroup_cli.flink.layouts.heap import needs_canonical_view
-from keygroup_cli.flink.savepoint import Savepoint, try_open_savepoint
+from keygroup_cli.flink.savepoint import try_open_savepoint
 from keygroup_cli.integrity import require_intact
-from keygroup_cli.migration import MigrationRequest, apply_changes, refuse_kg_snapshot
+from keygroup_cli.migration import MigrationRequest
 from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.remote import remote_output
-from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
+from keygroup_cli.storage.staging import refuse_existing
 
 
 def rescale(
@@ -61,9 +74,9 @@ def rescale(
 ) -> RescaleResult:
     """Rescale ``source`` to ``new_parallelism`` and commit the result at ``dest``, by the route that fits.
 
-    A kg snapshot gives a kg snapshot (``snapshot_rescale.rescale_snapshot``); a Flink savepoint or
-    checkpoint gives a canonical savepoint (``savepoint.rescale_savepoint``); either may be on an object
-    store, in or out.
+    A kg snapshot gives a kg snapshot (``snapshot_rescale.execute_snapshot_plan``); a Flink savepoint or
+    checkpoint gives a savepoint (``savepoint.execute_savepoint_plan``); either may be on an object store,
+    in or out. The plan executed is the one ``plan()`` returns for the same arguments (``result.plan``).
 
     Args:
         source: The input snapshot (a directory, its ``_manifest.json``, or an opened ``Snapshot``), or a
@@ -115,67 +128,63 @@ def run_rescale(
     options: EngineOptions | None = None,
     on_progress: OnProgress | None = None,
 ) -> RescaleResult:
-    """``rescale`` with its arguments as values: open the input once, gate it, and take its route.
+    """``rescale`` with its arguments as values: open the input once, gate it, plan it, execute the plan.
 
-    The input's gate runs here or in the route on the opened input, for every caller: kg never rescales
-    what ``kg verify`` rejects.
+    The route and the plan are ``execution.route``'s, the functions ``kg plan`` and ``--dry-run`` print
+    (``open_rescale_input``, then ``plan_input`` on what the route reads); the result's ``plan`` is the one
+    executed. The input's gate runs in them for every caller (a kg snapshot's, which reads every file,
+    here): kg never rescales what ``kg verify`` rejects.
     """
     options = options or EngineOptions()
-    label = str(source.path) if isinstance(source, Snapshot) else str(source)
     # Tasks may run elsewhere (Spark executors work in their own directories): local paths go absolute.
     if not is_remote(dest):
         dest = Path(dest).absolute()
-    if isinstance(source, Snapshot):
-        refuse_kg_snapshot(request.surgery, label)
-        require_savepoint_for(request.output_format, "the input")
-        require_intact(source.path, on_progress=on_progress)
-        return _snapshot_route(source, dest, request, options, on_progress)
-    if not is_remote(source):
-        source = Path(source).absolute()
-    refuse_inside_input(source, dest)
-    savepoint = try_open_savepoint(source)  # _metadata read once, here
-    if savepoint is not None and request.surgery is not None:
-        # Refused before anything is downloaded or staged; the route applies it to this opened savepoint.
-        apply_changes(savepoint.metadata, request.surgery)
-    native_upload = request.output_format == "native" and is_remote(dest)  # staged locally, then uploaded
-    if savepoint is None:
-        refuse_kg_snapshot(request.surgery, label)
-        require_savepoint_for(request.output_format, label)
-    if (
-        savepoint is not None
-        and (not is_remote(source) or not needs_canonical_view(savepoint))
-        and not native_upload
-    ):
-        # Local or on an object store: read where it is, keyed files written where DEST is. The route
-        # runs the input's gate on this opened savepoint.
-        return rescale_savepoint(savepoint, dest, request, options, on_progress, label=label)
-    if is_remote(source) or is_remote(dest):
-        return _rescale_remote(source, dest, request, options, on_progress, savepoint, label)
-    require_intact(source, on_progress=on_progress, label=label)
-    return _snapshot_route(source, dest, request, options, on_progress)
+    rescale_input = open_rescale_input(source, request, dest)
+    if rescale_input.route == IN_PLACE:
+        # Local or on an object store: read where it is, keyed files written where DEST is.
+        return _savepoint_route(rescale_input, dest, request, options, on_progress)
+    if rescale_input.route == DOWNLOAD:
+        return _rescale_remote(rescale_input, dest, request, options, on_progress)
+    gated = rescale_input.source
+    if isinstance(gated, Snapshot):
+        require_intact(gated.path, on_progress=on_progress)
+    else:
+        require_intact(gated, on_progress=on_progress, label=rescale_input.label)
+    return _snapshot_route(rescale_input, dest, request, options, on_progress)
 
 
-def require_savepoint_for(output_format: str, label: str) -> None:
-    """Refuse ``--format native`` for a kg snapshot input (``label`` names it): its rescale is a kg snapshot.
-
-    Raises:
-        InvalidArgumentError: ``output_format`` is ``native``.
-    """
-    if output_format == "native":
-        raise InvalidArgumentError(
-            f"--format native writes a Flink savepoint; {label} is a kg snapshot (kg rescale writes a kg "
-            "snapshot of it; kg convert turns that into a savepoint)"
-        )
-
-
-def _rescale_remote(
-    source: Path | str,
+def _savepoint_route(
+    rescale_input: RescaleInput,
     dest: Path | str,
     request: RescaleRequest,
     options: EngineOptions,
     on_progress: OnProgress | None,
-    savepoint: Savepoint | None,
-    label: str,
+) -> RescaleResult:
+    """Check DEST, open and plan the savepoint (its engine starting meanwhile), then execute the plan."""
+    started = time.monotonic()
+    report = on_progress or _ignore
+    engines: list[EngineRunner] = []
+
+    def start_engine(opened: OpenedInput) -> None:
+        # The engine (a JVM for Spark) starts while operator state is decoded and planned.
+        engines.append(EngineRunner.start(opened, options, report))
+
+    with savepoint_output(dest, request.output_format) as output:
+        planned = plan_input(
+            rescale_input, request, on_progress=report, scratch=output.scratch, on_opened=start_engine
+        )
+        assert planned.opened is not None and planned.savepoint is not None
+        return execute_savepoint_plan(
+            planned.opened, planned.savepoint, planned.request, engines[0], output, report, started
+        )
+
+
+def _rescale_remote(
+    rescale_input: RescaleInput,
+    dest: Path | str,
+    request: RescaleRequest,
+    options: EngineOptions,
+    on_progress: OnProgress | None,
 ) -> RescaleResult:
     """Rescale where the input or the output is on an object store (``keygroup_cli.storage.remote``).
 
@@ -188,6 +197,7 @@ def _rescale_remote(
     """
     started = time.monotonic()
     report = on_progress or _ignore
+    savepoint, label = rescale_input.savepoint, rescale_input.label
     if not is_remote(dest):
         refuse_existing(Path(dest))  # before the download, not after it
     commit_file = "_metadata" if savepoint is not None else "_manifest.json"
@@ -196,39 +206,34 @@ def _rescale_remote(
             local_dest: Path | str = stack.enter_context(remote_output(str(dest), commit_file, report))
         else:
             local_dest = dest
+        source = rescale_input.source
+        assert not isinstance(source, Snapshot)
         local_source = Path(stack.enter_context(readable(source, on_progress=report, opened=savepoint)))
         if savepoint is not None:
             copy = try_open_savepoint(local_source)
             assert copy is not None
-            result = rescale_savepoint(copy, local_dest, request, options, on_progress, label=label)
+            local = RescaleInput(local_source, label, copy, IN_PLACE)
+            result = _savepoint_route(local, local_dest, request, options, on_progress)
         else:
             require_intact(local_source, on_progress=on_progress, label=label)
-            result = _snapshot_route(local_source, local_dest, request, options, on_progress)
+            local = RescaleInput(local_source, label, None, SNAPSHOT)
+            result = _snapshot_route(local, local_dest, request, options, on_progress)
     return replace(result, output=dest, wall_seconds=time.monotonic() - started)
 
 
 def _snapshot_route(
-    source: Path | str | Snapshot,
+    rescale_input: RescaleInput,
     dest: Path | str,
     request: RescaleRequest,
     options: EngineOptions,
     on_progress: OnProgress | None,
 ) -> RescaleResult:
-    return rescale_snapshot(
-        source,
-        dest,
-        request.new_parallelism,
-        from_parallelism=request.from_parallelism,
-        operators=request.operators,
-        new_max_parallelism=request.new_max_parallelism,
-        engine=options.engine,
-        master=options.master,
-        spark=options.spark,
-        spark_conf=options.spark_conf,
-        verbose=options.verbose,
-        on_progress=on_progress,
-        executor=options.executor,
-    )
+    """Check DEST, plan the kg snapshot's rescale (``plan_input``) and execute that plan."""
+    started = time.monotonic()
+    refuse_existing(Path(dest))
+    planned = plan_input(rescale_input, request)
+    assert planned.snapshot is not None
+    return execute_snapshot_plan(planned.snapshot, planned.plan, dest, options, on_progress, started=started)
 
 
 def _ignore(_stage: str, _completed: int, _total: int | None) -> None:

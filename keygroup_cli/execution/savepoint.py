@@ -5,7 +5,9 @@
 1. **Validate first, from ``_metadata`` and the keyed headers alone** (``preflight``): DEST absent, a
    canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
    and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
-   nothing.
+   nothing. The plan is ``execution.savepoint_plan.plan_savepoint``'s, made through ``execution.route``
+   (what ``kg plan`` prints); this module opens the input (``open_input``) and executes the plan
+   (``execute_savepoint_plan``).
 2. **Operator state** (small) is decoded into memory on the driver when the savepoint is opened
    (``convert.operator_tables``), planned and redistributed there exactly as for a kg snapshot
    (``operator_rescale``), and encoded into the new savepoint's operator-state streams at the commit under
@@ -36,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keygroup_cli import __version__
 from keygroup_cli.convert.from_savepoint import (
@@ -45,7 +47,6 @@ from keygroup_cli.convert.from_savepoint import (
     check_destination,
     refuse_channel_state,
 )
-from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
 from keygroup_cli.errors import InvalidArgumentError, KgError, UnsupportedFormatError
 from keygroup_cli.execution import (
     Executor,
@@ -55,27 +56,24 @@ from keygroup_cli.execution import (
     get_executor,
 )
 from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
-from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.options import EngineOptions
-from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES
+from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES, KeyedJob
 from keygroup_cli.execution.snapshot_rescale import RescaleResult, rescale_origin
 from keygroup_cli.flink.commit import SealedSavepoint, check_output, seal_savepoint
-from keygroup_cli.flink.finished import require_finished_kept
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
 from keygroup_cli.flink.native_output import as_native
-from keygroup_cli.flink.raw_timers import RawTimers, plan_raw_timers, write_raw_timers
+from keygroup_cli.flink.raw_timers import write_raw_timers
 from keygroup_cli.flink.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
 from keygroup_cli.flink.rescaled import RescaledOperator, WrittenState, write_rescaled
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader
 from keygroup_cli.integrity import require_intact
 from keygroup_cli.migration import OperatorChange, operate
-from keygroup_cli.planning import RescalePlan, operator_target, select_operators, validate_operator_request
+from keygroup_cli.planning import operator_target, select_operators, validate_operator_request
 from keygroup_cli.rescale_request import RescaleRequest
 from keygroup_cli.snapshot.model import Manifest
 from keygroup_cli.storage import transfer
@@ -83,6 +81,9 @@ from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
 from keygroup_cli.storage.staging import scratch_directory, staged_directory
 from keygroup_cli.workers import worker_count
+
+if TYPE_CHECKING:
+    from keygroup_cli.execution.savepoint_plan import SavepointPlan
 
 METADATA = "_metadata"
 
@@ -194,8 +195,9 @@ def open_input(
     # layout first, and the rest of the rescale reads that view.
     view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
     headers = _regroupable(view, new_max_parallelism) if copy else None
-    if headers is not None:
-        require_intact(view, blocks=False, label=label, on_progress=verify)
+    # The view's keyed headers are the original's serializer snapshots: checked as the gate checks a
+    # canonical input's, whether its key groups are then copied or re-hashed (no block read here).
+    require_intact(view, blocks=False, label=label, on_progress=verify)
     return OpenedInput(origin, view, headers, name, changes, operators)
 
 
@@ -207,154 +209,74 @@ def _copyable(savepoint: Savepoint, new_max_parallelism: int | None) -> dict[str
         return None
 
 
-def rescale_savepoint(
-    source: Path | str | Savepoint,
-    dest: Path | str,
-    request: RescaleRequest,
-    options: EngineOptions | None = None,
-    on_progress: OnProgress | None = None,
-    *,
-    label: str | None = None,
-) -> RescaleResult:
-    """Rescale the Flink savepoint ``source`` and commit a new canonical savepoint at ``dest``.
+@dataclass(frozen=True)
+class SavepointOutput:
+    """Where a savepoint rescale writes: DEST (checked), its object-store location if any, and scratch."""
 
-    Open once (``open_input``: the gate runs there), plan completely (``plan_savepoint_rescale``: every
-    operator-state move and keyed task before anything is staged), run the keyed tasks into the staging
-    directory, then commit (``_commit``: the writer describes, ``flink.commit`` seals, the rename or the
-    upload publishes). ``label`` names the input in messages. The result's ``manifest`` describes the
-    rescaled state (kg's view of it) and ``savepoint`` what was written.
+    dest: Path | str
+    #: DEST on an object store, else None (a local DEST is staged beside itself and renamed into place).
+    remote: Location | None
+    #: Removed whatever happens: beside a local DEST (like its staging), else in ``$KG_SCRATCH_DIR``.
+    scratch: Path
+
+
+@contextlib.contextmanager
+def savepoint_output(dest: Path | str, output_format: str = "canonical") -> Iterator[SavepointOutput]:
+    """Check DEST (absent, or an object-store prefix holding no object); yield it with a scratch directory.
 
     Raises:
-        InvalidArgumentError: Bad arguments or DEST exists (nothing written).
-        UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
-        InvalidSnapshotError: Missing or corrupt state files (nothing committed).
-        MissingDependencyError: Spark/Java missing or broken (nothing committed).
-        ExecutionError: Writing or verifying failed (nothing committed).
+        InvalidArgumentError: DEST exists or holds objects, or ``--format native`` to an object store
+            (``execution.rescale`` stages a NATIVE output locally, then uploads it).
     """
-    started = time.monotonic()
-    report = on_progress or _ignore
     remote = location(str(dest)) if is_remote(dest) else None
     if remote is not None:
+        if output_format == "native":
+            raise InvalidArgumentError(
+                "--format native writes into a local staging directory, not to an object store"
+            )
         transfer.require_empty(remote, METADATA)
     else:
         check_destination(dest)
     with _scratch(dest) as scratch:
-        native = request.output_format == "native"
-        opened = open_input(
-            source, scratch, request.new_max_parallelism, report, label, request, copy=not native
-        )
-        request = replace(request, operators=opened.operators)
-        runner = _Runner.start(opened, options or EngineOptions(), report)
-        remote_dest = str(dest) if remote is not None else None
-        planned = plan_savepoint_rescale(opened, request, runner, remote_dest, report)
-        keyed = _Keyed(opened, planned.targets, planned.jobs, planned.keyed_root, remote)
-        written, sealed = _commit(planned, keyed, runner, dest, remote, scratch, report)
+        yield SavepointOutput(str(dest) if remote is not None else Path(dest), remote, scratch)
+
+
+def execute_savepoint_plan(
+    opened: OpenedInput,
+    planned: SavepointPlan,
+    request: RescaleRequest,
+    engine: EngineRunner,
+    output: SavepointOutput,
+    report: OnProgress,
+    started: float,
+) -> RescaleResult:
+    """Execute the plan of an opened savepoint: key groups copied or the engine's tasks, then the commit.
+
+    ``planned`` is ``execution.savepoint_plan.plan_savepoint``'s, made on ``opened`` (the same value
+    ``kg plan`` prints). The keyed tasks are compiled here, for ``engine`` and into the staging directory
+    once it exists (``_Keyed.write``); then the writer describes, ``flink.commit`` seals, and the rename or
+    the upload publishes (``_commit``). The result's ``manifest`` describes the rescaled state (kg's view
+    of it) and ``savepoint`` what was written.
+
+    Raises:
+        InvalidSnapshotError: Missing or corrupt state files (nothing committed).
+        MissingDependencyError: Spark/Java missing or broken (nothing committed).
+        ExecutionError: Writing or verifying failed (nothing committed).
+    """
+    remote_dest = str(output.dest) if output.remote is not None else None
+    keyed = _Keyed(opened, planned, remote_dest, output.remote, request.compression)
+    written, sealed = _commit(planned, keyed, engine, output.dest, output.remote, output.scratch, report)
     return RescaleResult(
         planned.plan,
-        _described(opened, planned, runner.executor().name, sealed.metadata),
-        str(dest) if remote is not None else Path(dest),
-        runner.executor().name,
+        _described(opened, planned, engine.executor().name, sealed.metadata),
+        output.dest,
+        engine.executor().name,
         time.monotonic() - started,
-        runner.reason,
-        savepoint=_written(opened, dest, written, sealed, keyed),
+        engine.reason,
+        savepoint=_written(opened, output.dest, written, sealed, keyed),
         regrouped=keyed.sizes or None,
         keyed_rows=keyed.rows or None,
         savepoint_format=request.output_format,
-    )
-
-
-@dataclass(frozen=True)
-class SavepointRescalePlan:
-    """Everything a savepoint rescale does, decided before anything is staged."""
-
-    #: kg's plan (what ``kg plan`` prints): every operator's new parallelism, key groups, operator state.
-    plan: RescalePlan
-    #: The operator state redistributed, in memory, by operator and new subtask.
-    rescaled: OperatorTables
-    #: The new (parallelism, maxParallelism) of every operator, by id.
-    targets: dict[str, tuple[int, int]]
-    #: The engine's keyed jobs (re-hashed keys), or None when key groups are copied as bytes.
-    jobs: list[Any] | None
-    #: Where write tasks put the keyed files when not in the staging directory (an object-store DEST).
-    keyed_root: str | None
-    #: Snappy for what is encoded; None keeps the input's (copied key groups keep their bytes anyway).
-    compression: bool | None
-    #: ``--format native``: the write tasks built RocksDB databases; the seal's properties say NATIVE.
-    native: bool = False
-    #: Timers kept in raw keyed state, placed in the new key groups (``flink.raw_timers``), by operator id.
-    raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
-
-
-def plan_savepoint_rescale(
-    opened: OpenedInput,
-    request: RescaleRequest,
-    runner: _Runner,
-    remote_dest: str | None,
-    report: OnProgress | None = None,
-) -> SavepointRescalePlan:
-    """Plan the rescale of an opened savepoint completely: validation, operator state, keyed tasks.
-
-    Raises:
-        InvalidArgumentError: What ``preflight`` or the plan refuses, or a finished subtask not kept.
-        UnsupportedFormatError: A maxParallelism change of keys kg cannot re-hash.
-    """
-    savepoint = opened.savepoint
-    native = request.output_format == "native"
-    if native and remote_dest is not None:  # execution.rescale stages a NATIVE output locally, then uploads
-        raise InvalidArgumentError(
-            "--format native writes into a local staging directory, not to an object store"
-        )
-    if native:
-        load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
-    preflight(
-        savepoint,
-        request.new_parallelism,
-        request.operators,
-        request.new_max_parallelism,
-        expected_parallelism=request.from_parallelism,
-    )
-    # Operator state (small) was decoded once when the input was opened; it is redistributed and encoded
-    # again in memory on the driver.
-    state = read_operator_tables(
-        savepoint, origin=opened.origin, on_progress=_stage(report or _ignore, "read operator state")
-    )
-    plan, rescaled = rescale_operator_tables(
-        state,
-        request.new_parallelism,
-        from_parallelism=request.from_parallelism,
-        operators=request.operators,
-        new_max_parallelism=request.new_max_parallelism,
-        with_state=set(savepoint.with_state),
-    )
-    plan = replace(plan, surgery=opened.changes)
-    targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
-    # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
-    # keyed file is written where none is left (flink.finished).
-    new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
-    require_finished_kept(savepoint.metadata.operators, targets, new_rows)
-    if not native:
-        refuse_v2_state_in_canonical(
-            keyed_headers(savepoint), opened.label or str(opened.origin.metadata_path)
-        )
-    # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
-    # rewritten layout's view does not carry them), refused or placed before anything is staged.
-    timers = plan_raw_timers(opened.origin, targets)
-    if opened.copy_headers is not None:
-        return SavepointRescalePlan(plan, rescaled, targets, None, None, None, native, timers)
-    # On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
-    # everything else is staged locally and uploaded after them, _metadata last. NATIVE write tasks build
-    # each new subtask's database in the staging directory.
-    jobs = plan_keyed_jobs(
-        savepoint,
-        targets,
-        remote_dest or _STAGING,
-        compression=request.compression,
-        pieces=runner.executor().read_pieces(),
-        native_checkpoint=savepoint.metadata.checkpoint_id if native else None,
-        min_piece_bytes=MIN_READ_TASK_BYTES,
-    )
-    return SavepointRescalePlan(
-        plan, rescaled, targets, jobs, remote_dest, request.compression, native, timers
     )
 
 
@@ -392,9 +314,9 @@ def keyed_headers(savepoint: Savepoint) -> dict[str, KeyedStateHeader]:
 
 
 def _commit(
-    planned: SavepointRescalePlan,
+    planned: SavepointPlan,
     keyed: _Keyed,
-    runner: _Runner,
+    runner: EngineRunner,
     dest: Path | str,
     remote: Location | None,
     scratch: Path,
@@ -417,31 +339,27 @@ def _commit(
                 staging,
                 raw_keyed=raw_keyed,
                 # Copied key groups keep their bytes; the encoder's choice applies to what it encodes.
-                compression=planned.compression,
-                keyed_root=planned.keyed_root,
+                compression=keyed.compression,
+                keyed_root=keyed.keyed_root,
                 on_progress=report,
             )
             if planned.native:
                 written = replace(written, metadata=as_native(written.metadata))
             # An upload checks the operator streams where they will be, beside the keyed files.
             sealed = seal_savepoint(
-                staging, written.metadata, keyed_root=planned.keyed_root, check_streams=remote is None
+                staging, written.metadata, keyed_root=keyed.keyed_root, check_streams=remote is None
             )
         if remote is not None:
             _upload(staged, remote, keyed.names, report, sealed.metadata)
     except BaseException:
-        if remote is not None and planned.keyed_root is not None and keyed.names:
+        if remote is not None and keyed.keyed_root is not None and keyed.names:
             transfer.remove_written(remote, keyed.names)
         raise
     return written, sealed
 
 
-#: The output root of write tasks planned before the staging directory exists (bound to it at run time).
-_STAGING = ""
-
-
 @dataclass
-class _Runner:
+class EngineRunner:
     """The engine a rescale runs on, started while operator state is decoded."""
 
     ready: Executor | None
@@ -451,7 +369,11 @@ class _Runner:
     workers: int = 1
 
     @classmethod
-    def start(cls, opened: OpenedInput, options: EngineOptions, report: OnProgress) -> _Runner:
+    def start(cls, opened: OpenedInput, options: EngineOptions, report: OnProgress) -> EngineRunner:
+        """Start the engine for ``opened``: kg's own copy of key groups as bytes, or one in the background.
+
+        A JVM for Spark starts while the plan is made (``EngineRunner.executor`` waits for it).
+        """
         workers = worker_count(options.workers)
         if options.executor is not None:
             return cls(options.executor, None, "executor given by the caller", workers)
@@ -474,6 +396,7 @@ class _Runner:
         return cls(None, pending, choice.reason, workers)
 
     def executor(self) -> Executor:
+        """Return the engine, waiting for it to be ready (a missing Java surfaces here)."""
         if self.ready is None:
             assert self.pending is not None
             self.ready = self.pending.result()
@@ -482,29 +405,34 @@ class _Runner:
 
 @dataclass
 class _Keyed:
-    """The keyed half of a savepoint rescale: planned before staging, written into it."""
+    """The keyed half of a savepoint rescale: planned before staging, its tasks compiled and run into it."""
 
     opened: OpenedInput
-    targets: dict[str, tuple[int, int]]
-    jobs: list[Any] | None
-    keyed_root: str | None
+    planned: SavepointPlan
+    #: An object-store DEST, where the engine's write tasks put the keyed files (None: local staging).
+    remote_dest: str | None
     remote: Location | None
+    #: Snappy for what is encoded; None keeps the input's (copied key groups keep their bytes anyway).
+    compression: bool | None
     files: dict[str, list[RegroupedFile]] = field(default_factory=dict)
     sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     rows: dict[str, tuple[int, ...]] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
 
+    @property
+    def keyed_root(self) -> str | None:
+        """Where write tasks put the keyed files when not in the staging directory (an object-store DEST)."""
+        return None if self.opened.copy_headers is not None else self.remote_dest
+
     def write(
         self, executor: Executor, staging: Path, scratch: Path, report: OnProgress, workers: int
     ) -> None:
         """Copy the key groups as bytes (``workers`` threads), or run the engine's tasks; keep the files."""
-        if self.jobs is None:
-            assert self.opened.copy_headers is not None
-            self.files = _regroup_all(
-                self.opened, self.opened.copy_headers, self.targets, staging, self.sizes, report, workers
-            )
+        if self.opened.copy_headers is not None:
+            headers, targets = self.opened.copy_headers, self.planned.targets
+            self.files = _regroup_all(self.opened, headers, targets, staging, self.sizes, report, workers)
             return
-        jobs = self.jobs if self.keyed_root is not None else [_bind(job, str(staging)) for job in self.jobs]
+        jobs = self.jobs(self.keyed_root or str(staging), executor.read_pieces())
         self.names.extend(w.name for job in jobs for w in job.writes)
         if self.remote is not None and self.keyed_root is not None:
             transfer.mark_writer(self.remote)
@@ -516,11 +444,23 @@ class _Keyed:
             self.sizes[op_id] = tuple(f.size for f in op_files)
             self.rows[op_id] = tuple(f.rows for f in op_files)
 
+    def jobs(self, root: str, pieces: int) -> list[KeyedJob[Any]]:
+        """Return the engine's keyed tasks of the plan, writing under ``root``, ``pieces`` read tasks a file.
 
-def _bind(job: Any, root: str) -> Any:
-    """Return ``job`` with its write tasks writing under ``root`` (the staging directory, now it exists)."""
-    writes = tuple(replace(w, root=root) if w.root == _STAGING else w for w in job.writes)
-    return replace(job, writes=writes)
+        On an object store, write tasks put the keyed files straight at DEST (under kg's writer mark);
+        everything else is staged locally and uploaded after them, ``_metadata`` last. NATIVE write tasks
+        build each new subtask's database in the staging directory.
+        """
+        savepoint = self.opened.savepoint
+        return plan_keyed_jobs(
+            savepoint,
+            self.planned.targets,
+            root,
+            compression=self.compression,
+            pieces=pieces,
+            native_checkpoint=savepoint.metadata.checkpoint_id if self.planned.native else None,
+            min_piece_bytes=MIN_READ_TASK_BYTES,
+        )
 
 
 def _written(
@@ -542,7 +482,7 @@ def _written(
     )
 
 
-def rescaled_operators(planned: SavepointRescalePlan) -> list[RescaledOperator]:
+def rescaled_operators(planned: SavepointPlan) -> list[RescaledOperator]:
     """Return every operator of the new savepoint as the plan leaves it, for ``flink.rescaled``."""
     operators = []
     for op in planned.rescaled.operators:
@@ -554,7 +494,7 @@ def rescaled_operators(planned: SavepointRescalePlan) -> list[RescaledOperator]:
 
 
 def _described(
-    opened: OpenedInput, planned: SavepointRescalePlan, engine: str, metadata: CheckpointMetadata
+    opened: OpenedInput, planned: SavepointPlan, engine: str, metadata: CheckpointMetadata
 ) -> Manifest:
     """Describe what was committed in kg's model (``RescaleResult.manifest``), after the commit.
 
@@ -675,4 +615,12 @@ def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
     return None
 
 
-__all__ = ["OpenedInput", "open_input", "preflight", "rescale_savepoint"]
+__all__ = [
+    "EngineRunner",
+    "OpenedInput",
+    "SavepointOutput",
+    "execute_savepoint_plan",
+    "open_input",
+    "preflight",
+    "savepoint_output",
+]

@@ -1,38 +1,43 @@
-"""Plan the rescale of a Flink savepoint without rescaling it: ``kg plan SAVEPOINT`` and ``--dry-run``.
+"""The plan of a savepoint rescale, made in one place: what ``kg plan`` prints and ``kg rescale`` executes.
 
-``plan_savepoint`` runs the validation of ``execution.savepoint.rescale_savepoint`` in the same order and
-with the same functions, and stops before anything is written:
+``plan_savepoint(opened, request)`` takes a savepoint opened once and past its gate
+(``savepoint.OpenedInput``) and returns a ``SavepointPlan``: kg's ``RescalePlan``, the operator state
+redistributed in memory, each operator's new parallelism and maxParallelism, and the timers of raw keyed
+state placed in the new key groups. Everything the rescale refuses before writing is refused here, in this
+order:
 
-1. ``_metadata`` (no in-flight data, ``convert.refuse_channel_state``);
-2. ``savepoint.preflight``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it
-   can re-hash, ``CHAIN_AMBIGUOUS``. A heap or RocksDB layout is first rewritten canonically by the
-   rescale (which reads all its keyed state); here ``preflight`` judges a view of ``_metadata`` in which
-   those keyed handles stand as canonical ones, with the key types read from their own headers;
-3. operator state (small) decoded and redistributed in memory, exactly as the rescale plans it
+1. ``--format native`` without the ``rocksdict`` binding (exit 6);
+2. ``preflight``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it can
+   re-hash, ``CHAIN_AMBIGUOUS``;
+3. operator state (small, decoded once when the savepoint was opened) redistributed exactly as Flink does
    (``operator_rescale.rescale_operator_tables``, which checks every operator stream as ``kg verify``);
 4. ``finished.require_finished_kept``;
-5. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read and
-   placed as the rescale places them (``flink.raw_timers.plan_raw_timers``), so what it refuses is refused
-   here too.
+5. state of the async state API in a canonical output (``FLINK_V2_STATE_CANONICAL``);
+6. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read
+   and placed (``flink.raw_timers.plan_raw_timers``).
 
-Managed keyed state is never read: each keyed operator's mode (copy, move, rehash) follows from its old and
-new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
-files' sizes (``flink.key_group_bytes``; a stat per file). Rows are known only once entries are decoded,
-so the plan's keyed rows are None. RocksDB database files (NATIVE savepoints, incremental checkpoints)
-record no offsets: their key groups move, but bytes per key group are unknown.
+The rescale calls it on the input as it reads it; a heap or RocksDB layout has then been rewritten in the
+canonical layout (``savepoint.open_input``). ``kg plan`` and ``--dry-run`` call it on the input as named,
+never rewritten (the rewrite reads every key group): ``preflight`` then judges a view of ``_metadata`` in
+which those keyed handles stand as canonical ones, with the key types read from their own headers.
+
+Managed keyed state is never read here. Each keyed operator's mode (copy, move, rehash) follows from its old
+and new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
+files' sizes in the input as named (``flink.key_group_bytes``; a stat per file). Rows are known only once
+entries are decoded, so the plan's keyed rows are None. RocksDB database files (NATIVE savepoints,
+incremental checkpoints) record no offsets: their key groups move, but bytes per key group are unknown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from keygroup_cli.convert.from_savepoint import refuse_channel_state
-from keygroup_cli.convert.operator_tables import read_operator_tables
+from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
 from keygroup_cli.execution import OnProgress
 from keygroup_cli.execution.operator_rescale import rescale_operator_tables
 from keygroup_cli.execution.savepoint import (
+    OpenedInput,
     keyed_headers,
     operators_with_state,
     preflight,
@@ -47,80 +52,90 @@ from keygroup_cli.flink.layouts.rocksdb import load_binding
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
-from keygroup_cli.flink.raw_timers import plan_raw_timers
-from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+from keygroup_cli.flink.raw_timers import RawTimers, plan_raw_timers
+from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.flink.state.key_group_bytes import operator_key_group_bytes
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_key_groups
-from keygroup_cli.storage.locations import Location
+from keygroup_cli.rescale_request import RescaleRequest
+
+
+@dataclass(frozen=True)
+class SavepointPlan:
+    """Everything a savepoint rescale does, decided before anything is staged (no engine, no DEST)."""
+
+    #: kg's plan (what ``kg plan`` prints): every operator's new parallelism, key groups, operator state.
+    plan: RescalePlan
+    #: The operator state redistributed, in memory, by operator and new subtask.
+    rescaled: OperatorTables
+    #: The new (parallelism, maxParallelism) of every operator, by id.
+    targets: Mapping[str, tuple[int, int]]
+    #: Timers kept in raw keyed state, placed in the new key groups (``flink.raw_timers``), by operator id.
+    raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
+    #: ``--format native``: one RocksDB database per new subtask; the seal's properties say NATIVE.
+    native: bool = False
 
 
 def plan_savepoint(
-    source: Path | str | Location | Savepoint,
-    new_parallelism: int,
-    operators: Sequence[str] | None = None,
-    new_max_parallelism: int | None = None,
-    *,
-    expected_parallelism: int | None = None,
-    on_progress: OnProgress | None = None,
-    output_format: str = "canonical",
-) -> RescalePlan:
-    """Plan the rescale of the Flink savepoint or checkpoint ``source``, reading no keyed state.
+    opened: OpenedInput, request: RescaleRequest, on_progress: OnProgress | None = None
+) -> SavepointPlan:
+    """Plan the rescale of the opened savepoint completely, reading no keyed state (steps: module docstring).
 
-    The arguments are those of ``execution.rescale.rescale`` (``expected_parallelism`` is its
-    ``from_parallelism``; ``output_format`` its ``--format``: ``native`` needs the binding, as there). The
-    result has one ``OperatorPlan`` per operator of ``_metadata``, in its order: keyed operators with
-    ``keyed_rows`` None and, where ``_metadata`` records offsets, key-group plans weighted by bytes; operator
-    state as the rescale redistributes it.
+    ``request.operators`` names operators as the surgery left them (``opened.operators``).
 
     Raises:
-        InvalidArgumentError: What the rescale refuses before writing: bounds, ``--from``, unknown
+        InvalidArgumentError: What ``preflight`` or the plan refuses: bounds, ``--from``, unknown
             operators, ``CHAIN_AMBIGUOUS``, ``FINISHED_SUBTASK_NOT_KEPT``.
-        UnsupportedFormatError: A layout kg does not rescale, in-flight data, a maxParallelism change of
-            keys kg cannot re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``).
-        InvalidSnapshotError: ``_metadata``, a header or an operator stream kg cannot read.
+        UnsupportedFormatError: A layout kg does not rescale, a maxParallelism change of keys kg cannot
+            re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``), async state in a canonical
+            output (``FLINK_V2_STATE_CANONICAL``).
+        InvalidSnapshotError: A header or an operator stream kg cannot read.
         MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
     """
-    if output_format == "native":
-        load_binding()  # exit 6 before anything is read, as the rescale refuses it
-    savepoint = source if isinstance(source, Savepoint) else open_savepoint(source)
-    refuse_channel_state(savepoint)
-    types = _validated(savepoint, new_parallelism, operators, new_max_parallelism, expected_parallelism)
-    if output_format != "native":
-        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
-        refuse_v2_state_in_canonical(headers, str(savepoint.metadata_path))
-    state = read_operator_tables(savepoint, on_progress=on_progress)
+    savepoint = opened.savepoint
+    native = request.output_format == "native"
+    if native:
+        load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
+    types = _validated(savepoint, request)
+    # Operator state (small) was decoded once when the input was opened; it is redistributed in memory.
+    state = read_operator_tables(
+        savepoint, origin=opened.origin, on_progress=_stage(on_progress, "read operator state")
+    )
     plan, rescaled = rescale_operator_tables(
         state,
-        new_parallelism,
-        from_parallelism=expected_parallelism,
-        operators=operators,
-        new_max_parallelism=new_max_parallelism,
+        request.new_parallelism,
+        from_parallelism=request.from_parallelism,
+        operators=request.operators,
+        new_max_parallelism=request.new_max_parallelism,
         with_state=operators_with_state(savepoint),
     )
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
+    # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
+    # keyed file is written where none is left (flink.finished).
     new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
-    plan_raw_timers(savepoint, targets)
-    by_id = {op.operator_id: op for op in savepoint.metadata.operators}
+    if not native:
+        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
+        refuse_v2_state_in_canonical(headers, opened.label or str(opened.origin.metadata_path))
+    # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
+    # rewritten layout's view does not carry them), refused or placed before anything is staged.
+    timers = plan_raw_timers(opened.origin, targets)
+    # The keyed part, estimated from the input as named, whichever view is read.
+    by_id = {op.operator_id: op for op in opened.origin.metadata.operators}
     planned = tuple(
-        _with_keyed(op_plan, by_id[op_plan.operator_id], savepoint, types.get(op_plan.operator_id))
+        _with_keyed(op_plan, by_id[op_plan.operator_id], opened.origin, types.get(op_plan.operator_id))
         for op_plan in plan.operators
     )
-    return replace(plan, operators=planned)
+    plan = replace(plan, operators=planned, surgery=opened.changes)
+    return SavepointPlan(plan, rescaled, targets, timers, native)
 
 
-def _validated(
-    savepoint: Savepoint,
-    new_parallelism: int,
-    operators: Sequence[str] | None,
-    new_max_parallelism: int | None,
-    expected_parallelism: int | None,
-) -> dict[str, str]:
+def _validated(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
     """Refuse what the rescale refuses before writing (``preflight``); return the key types by operator id.
 
-    A heap or RocksDB layout is judged from its own headers, as the canonical view the rescale reads.
+    A heap or RocksDB layout not rewritten yet (a plan) is judged from its own headers, as the canonical
+    view the rescale reads.
     """
     if needs_canonical_view(savepoint):
         types = _layout_key_types(savepoint)
@@ -130,10 +145,10 @@ def _validated(
         checked = savepoint
     preflight(
         checked,
-        new_parallelism,
-        operators,
-        new_max_parallelism,
-        expected_parallelism=expected_parallelism,
+        request.new_parallelism,
+        request.operators,
+        request.new_max_parallelism,
+        expected_parallelism=request.from_parallelism,
         types=types,
     )
     return types
@@ -233,4 +248,15 @@ def _canonical_stand_in(savepoint: FlinkSnapshot) -> FlinkSnapshot:
     return replace(savepoint, metadata=replace(savepoint.metadata, operators=tuple(operators)))
 
 
-__all__ = ["plan_savepoint"]
+def _stage(report: OnProgress | None, name: str) -> OnProgress | None:
+    """Return ``report`` with its stage named ``name`` (None stays None)."""
+    if report is None:
+        return None
+
+    def renamed(_stage: str, completed: int, total: int | None) -> None:
+        report(name, completed, total)
+
+    return renamed
+
+
+__all__ = ["SavepointPlan", "plan_savepoint"]

@@ -35,6 +35,7 @@ from keygroup_cli.execution import (
     choose_engine,
     tasks,
 )
+from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES
 from keygroup_cli.planning import OperatorPlan, RescalePlan, plan_rescale
 from keygroup_cli.snapshot import open_snapshot
@@ -114,9 +115,7 @@ def rescale_snapshot(
     if not isinstance(source, Snapshot):
         refuse_inside_input(source, dest)
     started = time.monotonic()
-    report = on_progress or _ignore
-    dest = Path(dest)
-    refuse_existing(dest)
+    refuse_existing(Path(dest))
     snapshot = source if isinstance(source, Snapshot) else open_snapshot(source)
     plan = plan_rescale(
         snapshot,
@@ -125,9 +124,40 @@ def rescale_snapshot(
         new_max_parallelism,
         expected_parallelism=from_parallelism,
     )
-    if executor is None:
-        executor, reason = _start_engine(engine, snapshot, report, master, spark, verbose, spark_conf)
+    options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
+    return execute_snapshot_plan(snapshot, plan, dest, options, on_progress, started=started)
+
+
+def execute_snapshot_plan(
+    snapshot: Snapshot,
+    plan: RescalePlan,
+    dest: Path | str,
+    options: EngineOptions,
+    on_progress: OnProgress | None = None,
+    *,
+    started: float | None = None,
+) -> RescaleResult:
+    """Execute ``plan``, made from the opened kg ``snapshot``, and commit the result at ``dest`` (absent).
+
+    The engine starts while every input file is checked against its manifest entry; it writes the state
+    files into a staging directory beside DEST, what it wrote is verified, the manifest written last and
+    the staging directory renamed to DEST. ``started`` (``time.monotonic()``) is when the rescale began.
+
+    Raises:
+        InvalidSnapshotError: A file fails its checksum (nothing written).
+        MissingDependencyError: Spark/Java missing or broken (nothing written).
+        ExecutionError: Writing or verifying failed (nothing committed).
+    """
+    started = time.monotonic() if started is None else started
+    report = on_progress or _ignore
+    dest = Path(dest)
+    engine = options.engine
+    if options.executor is None:
+        executor, reason = _start_engine(
+            engine, snapshot, report, options.master, options.spark, options.verbose, options.spark_conf
+        )
     else:
+        executor = options.executor
         verify_input(snapshot, report)
         reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
     with staged_directory(dest) as staging:
@@ -359,6 +389,7 @@ __all__ = [
     "build_manifest",
     "check_row_counts",
     "execute",
+    "execute_snapshot_plan",
     "rescale_origin",
     "rescaled_operators",
     "rescale_snapshot",

@@ -1,14 +1,13 @@
 """``kg plan``: where every key group goes when parallelism changes, before anything is executed.
 
-With a kg SNAPSHOT the plan is ``planning.plan_rescale``'s, weighted by the manifest's row counts; with a
-Flink savepoint or checkpoint it is ``execution.savepoint_plan.plan_savepoint``'s, weighted by the bytes
-``_metadata``'s key-group offsets give (no keyed state is read). Either is what ``kg rescale --dry-run``
-prints too.
+The library makes the plan (``execution.route.plan_rescale_input``, the functions ``kg rescale`` plans
+with): with a kg SNAPSHOT it is weighted by the manifest's row counts; with a Flink savepoint or
+checkpoint by the bytes ``_metadata``'s key-group offsets give (no keyed state is read). This prints it,
+as ``kg rescale --dry-run`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,7 @@ from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import Output, output_for
 
 if TYPE_CHECKING:
-    from keygroup_cli.migration import MigrationRequest
+    from keygroup_cli.rescale_request import RescaleRequest
 
 EPILOG = """\b
 Examples:
@@ -48,91 +47,24 @@ keyed rows are unknown (-, null in JSON) and bytes come from the key-group offse
 """
 
 
-def show_snapshot_plan(
-    out: Output,
-    snapshot: str | Path,
-    to_parallelism: int,
-    from_parallelism: int | None = None,
-    operators: Sequence[str] = (),
-    max_parallelism: int | None = None,
-    output_format: str = "canonical",
-    *,
-    surgery: MigrationRequest | None = None,
-) -> None:
+def show_snapshot_plan(out: Output, snapshot: str | Path, request: RescaleRequest) -> None:
     """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
 
-    ``output_format`` is ``--format``: the plan names the output it leads to, and refuses what the
-    rescale refuses for it (a kg snapshot input or a missing binding with ``native``). ``surgery``
-    (``kg rescale --rename/--assign-uid/--drop``) is applied to the opened savepoint first, as the
-    rescale applies it; the plan names the operators as it leaves them and lists the changes.
+    The library decides (``execution.route.plan_rescale_input``: the route, the gate, the plan and every
+    refusal, the rescale's own) and this prints what it returns: ``--format`` names the output the plan
+    leads to, the surgery comes first, then the operators as it leaves them.
     """
-    # Deferred: the snapshot plan needs the snapshot reader, pure math does not.
+    # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
     from keygroup_cli.cli.progress import progress
-    from keygroup_cli.cli.rescale_render import (
-        mixed_parallelism_warning,
-        plan_snapshot_document,
-        render_snapshot_plan,
-    )
-    from keygroup_cli.flink.savepoint import try_open_savepoint
-    from keygroup_cli.snapshot import open_snapshot
-    from keygroup_cli.storage import is_remote
+    from keygroup_cli.cli.rescale_render import planned_document, render_snapshot_plan
+    from keygroup_cli.execution.route import plan_rescale_input
 
-    # As kg rescale names it (rescale() reads a local input by its absolute path).
-    opened = try_open_savepoint(snapshot if is_remote(snapshot) else Path(snapshot).absolute())
-    if opened is not None:
-        from dataclasses import replace
-
-        from keygroup_cli.execution.savepoint_plan import plan_savepoint
-        from keygroup_cli.integrity import require_intact
-        from keygroup_cli.migration import operate
-
-        # The surgery first, as kg rescale applies it: refused before anything but _metadata is read.
-        operated = operate(opened, surgery, operators)
-        with progress(out) as on_progress:
-            # What kg rescale checks first (no key-group block is decoded), then its own validation; both
-            # on the savepoint opened once.
-            require_intact(operated.savepoint, on_progress=on_progress, blocks=False, label=str(snapshot))
-            plan = plan_savepoint(
-                operated.savepoint,
-                to_parallelism,
-                operated.operators,
-                max_parallelism,
-                expected_parallelism=from_parallelism,
-                on_progress=on_progress,
-                output_format=output_format,
-            )
-        plan = replace(plan, surgery=operated.changes)
-        input_format = "flink-savepoint"
-    else:
-        from keygroup_cli.migration import refuse_kg_snapshot
-
-        refuse_kg_snapshot(surgery, str(snapshot))
-        from keygroup_cli.convert.inputs import readable
-
-        if output_format == "native":
-            from keygroup_cli.execution.rescale import require_savepoint_for
-
-            require_savepoint_for(output_format, str(snapshot))
-
-        # A plan needs the manifest and the (small) operator-state files: on an object store only those
-        # are fetched, never keyed state.
-        with readable(snapshot, everything=False, operator_state=True) as local:
-            plan = planning.plan_rescale(
-                open_snapshot(local),
-                to_parallelism,
-                operators,
-                max_parallelism,
-                expected_parallelism=from_parallelism,
-            )
-        input_format = "kg-snapshot"
-    warnings = mixed_parallelism_warning(plan, from_parallelism, operators)
-    for warning in warnings:
+    with progress(out) as on_progress:
+        planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
+    document = planned_document(str(snapshot), planned)
+    for warning in document["warnings"]:
         out.warn(warning)
-    document = {
-        **plan_snapshot_document(str(snapshot), plan, input_format, output_format),
-        "warnings": warnings,
-    }
-    out.result("plan", document, lambda console: render_snapshot_plan(console, plan, document))
+    out.result("plan", document, lambda console: render_snapshot_plan(console, planned.plan, document))
 
 
 @click.command(epilog=EPILOG)
@@ -168,17 +100,18 @@ def command(
     out = output_for(ctx)
     surgery = surgery_request(rename, assign_uid, drop)
     if snapshot is not None:
+        from keygroup_cli.rescale_request import RescaleRequest  # deferred: pure math needs no reader
+
         snapshot = resolve_input(out, snapshot, job).path
-        show_snapshot_plan(
-            out,
-            snapshot,
+        request = RescaleRequest.of(
             to_parallelism,
-            from_parallelism,
-            operators,
-            max_parallelism,
-            output_format,
+            from_parallelism=from_parallelism,
+            operators=operators,
+            new_max_parallelism=max_parallelism,
+            output_format=output_format,
             surgery=surgery,
         )
+        show_snapshot_plan(out, snapshot, request)
         return
     if (
         from_parallelism is None

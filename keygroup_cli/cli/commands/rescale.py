@@ -153,48 +153,38 @@ def command(
     """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
     snapshot = resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
-    surgery = surgery_request(rename, assign_uid, drop)
+    from keygroup_cli.rescale_request import RescaleRequest
+
+    request = RescaleRequest.of(
+        to_parallelism,
+        from_parallelism=from_parallelism,
+        operators=operators,
+        new_max_parallelism=max_parallelism,
+        output_format=output_format,
+        surgery=surgery_request(rename, assign_uid, drop),
+    )
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
         refuse_destination(snapshot, dest)
-        show_snapshot_plan(
-            out,
-            snapshot,
-            to_parallelism,
-            from_parallelism,
-            operators,
-            max_parallelism,
-            output_format,
-            surgery=surgery,
-        )
+        show_snapshot_plan(out, snapshot, request)
         return
     from keygroup_cli.cli.rescale_render import (
         mixed_parallelism_warning,
         render_rescale,
         rescale_document,
     )
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.options import EngineOptions
+    from keygroup_cli.execution.rescale import run_rescale
 
     started = time.monotonic()
+    options = EngineOptions(
+        engine=engine, master=master, spark_conf=spark_conf or None, verbose=verbose, workers=workers
+    )
     with progress(out) as on_progress:
-        # rescale() refuses an input that kg verify rejects (its gate runs inside the library).
-        result = rescale(
-            snapshot,
-            dest,
-            to_parallelism,
-            from_parallelism=from_parallelism,
-            operators=operators or None,
-            new_max_parallelism=max_parallelism,
-            output_format=output_format,
-            surgery=surgery,
-            engine=engine,
-            master=master,
-            spark_conf=spark_conf or None,
-            verbose=verbose,
-            on_progress=on_progress,
-            workers=workers,
-        )
+        # run_rescale() plans as kg plan does and refuses an input that kg verify rejects (its gate runs
+        # inside the library), then executes that plan.
+        result = run_rescale(snapshot, dest, request, options, on_progress)
     # The wall time a user waited.
     result = replace(result, wall_seconds=time.monotonic() - started)
     # Named once the rescale validated and committed (a failure stays one line on stderr); --dry-run and
