@@ -71,8 +71,9 @@ def test_a_damaged_state_file_fails_check_as_every_other_command(
     code = _damage(victim, how)
     before = _digest(sp)
 
+    # Damage is exit 3 in every command, kg check included (restore refusals stay exit 1).
     plain = kg("check", sp, "-p", "4", "--json")
-    assert plain.exit_code == 1
+    assert plain.exit_code == 3
     assert plain.json()["ok"] is False
     assert _flink_findings(plain.json()) == [(code, "error")]
     (finding,) = [f for f in plain.json()["findings"] if f["code"] == code]
@@ -80,13 +81,13 @@ def test_a_damaged_state_file_fails_check_as_every_other_command(
     assert "\n" not in finding["message"]
 
     text = kg("check", sp, "-p", "4")
-    assert text.exit_code == 1
+    assert text.exit_code == 3
     assert text.stderr == ""
     assert code in text.stdout and "FAILED" in text.stdout
 
     # --deep reports the same problem once (the deep walk words it as the stat does).
     deep = kg("check", sp, "-p", "4", "--deep", "--json")
-    assert deep.exit_code == 1
+    assert deep.exit_code == 3
     assert [f for f in deep.json()["findings"] if f["code"] == code] == [finding]
 
     for args in (("verify", sp), ("inspect", sp)):

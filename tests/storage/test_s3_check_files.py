@@ -65,7 +65,7 @@ def test_a_damaged_state_object_fails_the_check(kg: Any, s3_server: Any, tmp_pat
         code = "FLINK_STATE_FILE_SIZE"
     s3_server.upload(local, uri)
     remote = kg("check", uri, "-p", "4", "--json")
-    assert remote.exit_code == 1, remote.stderr
+    assert remote.exit_code == 3, remote.stderr
     assert _codes(remote.json()) == [code]
     (finding,) = [f for f in remote.json()["findings"] if f["code"] == code]
     assert finding["subject"] == "keyed-state subtask 2"

@@ -18,7 +18,8 @@ from keygroup_cli.cli.options import (
     read_job_uids,
 )
 from keygroup_cli.cli.render import output_for
-from keygroup_cli.findings import exit_code_for
+from keygroup_cli.errors import ExitCode
+from keygroup_cli.findings import Severity, exit_code_for
 from keygroup_cli.operator_matching import suggest_migration
 from keygroup_cli.summary import summarize
 from keygroup_cli.upgrade import parse_target, upgrade_findings
@@ -124,7 +125,8 @@ def command(
     from keygroup_cli.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
-    findings = [*findings, *check_input(summary.savepoint or summary.path, deep=deep)]
+    damage = check_input(summary.savepoint or summary.path, deep=deep)
+    findings = [*findings, *damage]
     # Unmapped stateful operators: candidates among the job's uids and the kg migrate command (#26).
     suggestion = None
     if uids is not None:
@@ -133,7 +135,12 @@ def command(
             summary.operators, uids, path, uids_recorded=recorded, job_operators=new_job
         )
         findings += suggestion.findings() if suggestion else []
-    code = exit_code_for(findings, strict=strict)
+    # Damage is exit 3 in every command (kg verify's code); what Flink's restore refuses is exit 1.
+    code = (
+        ExitCode.SNAPSHOT_INVALID
+        if any(f.severity is Severity.ERROR for f in damage)
+        else exit_code_for(findings, strict=strict)
+    )
     checked = sum(1 for op in summary.operators if op.has_state)
     document = {
         "ok": code == 0,
