@@ -6,13 +6,20 @@ import difflib
 import importlib
 import importlib.util
 import os
+import signal
 import sys
 import traceback
 
 import click
 
 from keygroup_cli import __version__
-from keygroup_cli.allocator import keep_freed_memory
+from keygroup_cli.allocator import (
+    is_memory_failure,
+    keep_freed_memory,
+    not_enough_memory,
+    release_headroom,
+    reserve_headroom,
+)
 from keygroup_cli.cli.options import (
     DEBUG_ENVVAR,
     JSON_ENVVAR,
@@ -118,8 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     """Run kg and exit with a documented code; the one place exceptions become exit codes.
 
     The ``kg`` process keeps the buffers it frees for reuse (``allocator.keep_freed_memory``).
+
+    Ctrl-C (SIGINT) interrupts every command at any moment, Spark's start included (exit 130), also when
+    kg was started with SIGINT ignored (a background job of a non-interactive shell, a runner's subshell):
+    Python would keep the SIG_IGN it inherits.
     """
     keep_freed_memory()
+    reserve_headroom()  # under an address-space limit: room for the cleanup and report once memory ran out
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(run(argv))
 
 
@@ -152,15 +165,28 @@ def run(argv: list[str] | None = None) -> int:
         # answer, not a bug: one line and exit 5. Any other OSError falls through to the bug handler.
         refused = environment_error(exc)
         if refused is None:
-            return _internal(args, exc)
+            return _memory(args, exc) if is_memory_failure(exc) else _internal(args, exc)
         out = _fallback_output(args)
         if out.debug:
             traceback.print_exc()
         out.failure(refused.code, refused.message, command=_command_name(args))
         return int(refused.exit_code)
     except Exception as exc:  # noqa: BLE001 - the documented boundary: anything else is a bug
-        return _internal(args, exc)
+        # Memory that ran out (MemoryError, pyarrow's ArrowMemoryError, a thread or library that could not
+        # be mapped) is the environment's answer too: one line and exit 5.
+        return _memory(args, exc) if is_memory_failure(exc) else _internal(args, exc)
     return int(returned) if isinstance(returned, int) else ExitCode.OK
+
+
+def _memory(args: list[str], exc: BaseException) -> int:
+    """Report memory that ran out: one line (``NOT_ENOUGH_MEMORY``, exit 5); the traceback under --debug."""
+    release_headroom()  # what was kept for this: the report itself allocates
+    out = _fallback_output(args)
+    if out.debug:
+        traceback.print_exc()
+    error = not_enough_memory()
+    out.failure(error.code, error.message, command=_command_name(args))
+    return int(error.exit_code)
 
 
 def _internal(args: list[str], exc: BaseException) -> int:

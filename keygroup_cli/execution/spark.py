@@ -233,29 +233,60 @@ def session_settings(
 def _launch(conf: SparkConf, verbose: bool) -> SparkContext:
     """Start the JVM (its console into this run's log unless ``verbose``) and a SparkContext on it.
 
+    The start runs in a thread of its own, waited for here, so that Ctrl-C interrupts the wait, never the
+    start: pyspark's ``launch_gateway``, interrupted, removes the directory its JVM is about to write its
+    connection file into, and that JVM then never reaches the loop that ends it when its stdin (a pipe
+    from kg) closes: it would run on after kg, orphaned. Left alone, the start either completes or is cut
+    off when kg exits, and the JVM ends with kg either way (an unfinished start leaves pyspark's connection
+    directory, one small file, under ``$TMPDIR``).
+
     Raises:
         MissingDependencyError: The Java gateway does not start (``SPARK_GATEWAY_FAILED``).
     """
-    from pyspark import SparkContext
-    from pyspark.java_gateway import launch_gateway
-
     console_log = _console_log()
+    outcome: dict[str, Any] = {}
+
+    def start() -> None:
+        from pyspark import SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        try:
+            # The JVM (and the Python workers it forks) write their console output to the log for the
+            # whole session; handing it to the JVM's Popen, rather than redirecting our own descriptors,
+            # keeps stdout clean for --json and stderr for kg's progress even while the JVM starts.
+            with open(console_log, "ab") as jvm_console:
+                gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                    conf, popen_kwargs=None if verbose else {"stdout": jvm_console, "stderr": jvm_console}
+                )
+            outcome["context"] = SparkContext(conf=conf, gateway=gateway)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread below
+            outcome["error"] = exc
+
+    starter = threading.Thread(target=start, name="kg-spark-start", daemon=True)
+    starter.start()
+    # A timed join keeps the waiting thread responsive to Ctrl-C (a bare join() would not be).
+    while starter.is_alive():
+        starter.join(0.2)
+    error = outcome.get("error")
+    if error is None:
+        context: SparkContext = outcome["context"]
+        if threading.current_thread() is threading.main_thread():
+            # What pyspark does for a context made on the main thread: Ctrl-C cancels Spark's jobs too.
+            signal.signal(signal.SIGINT, functools.partial(_cancel_jobs, context))
+        return context
+    if isinstance(error, MissingDependencyError) or not isinstance(error, Exception):
+        raise error
+    # py4j/pyspark raise many types; all mean "no gateway".
+    keep_console_log()
+    raise MissingDependencyError(_gateway_message(error, console_log), code="SPARK_GATEWAY_FAILED") from None
+
+
+def _cancel_jobs(context: SparkContext, _signum: int, _frame: Any) -> None:
+    """Cancel the context's Spark jobs, then raise ``KeyboardInterrupt`` (a SIGINT handler)."""
     try:
-        # The JVM (and the Python workers it forks) write their console output to the log for the whole
-        # session; handing it to the JVM's Popen, rather than redirecting our own descriptors, keeps
-        # stdout clean for --json and stderr for kg's progress even while the JVM starts in a thread.
-        with open(console_log, "ab") as jvm_console:
-            gateway = launch_gateway(  # type: ignore[no-untyped-call]
-                conf, popen_kwargs=None if verbose else {"stdout": jvm_console, "stderr": jvm_console}
-            )
-        return SparkContext(conf=conf, gateway=gateway)
-    except MissingDependencyError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise many types; all mean "no gateway"
-        keep_console_log()
-        raise MissingDependencyError(
-            _gateway_message(exc, console_log), code="SPARK_GATEWAY_FAILED"
-        ) from None
+        context.cancelAllJobs()
+    finally:
+        raise KeyboardInterrupt
 
 
 def _stop_quietly(context: SparkContext) -> None:
@@ -781,9 +812,15 @@ def _spark_failures(sc: SparkContext) -> Iterator[None]:
 
     A Ctrl-C that reaches py4j in the middle of a call comes back as a py4j error ("Answer from Java side
     is empty"), not as ``KeyboardInterrupt``: a SIGINT handler notes it, so it is reported as what it was.
+
+    A Ctrl-C that comes while this thread runs a finalizer is dropped by Python ("Exception ignored in"):
+    py4j frees Java objects from weakref callbacks, which block on the gateway, so it does come there, and
+    the run would go on to commit. Such a ``KeyboardInterrupt`` is kept quiet and raised once the block
+    ends.
     """
     interrupted = threading.Event()
     previous = signal.getsignal(signal.SIGINT)
+    previous_hook = sys.unraisablehook
 
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted.set()
@@ -792,11 +829,18 @@ def _spark_failures(sc: SparkContext) -> Iterator[None]:
         else:
             raise KeyboardInterrupt
 
+    def on_unraisable(unraisable: Any) -> None:
+        if not (interrupted.is_set() and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+            previous_hook(unraisable)
+
     watching = threading.current_thread() is threading.main_thread()
     if watching:
         signal.signal(signal.SIGINT, on_sigint)
+        sys.unraisablehook = on_unraisable
     try:
         yield
+        if interrupted.is_set():
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             sc.cancelAllJobs()
@@ -819,6 +863,7 @@ def _spark_failures(sc: SparkContext) -> Iterator[None]:
     finally:
         if watching:
             signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_hook
 
 
 class _TaskProgress:
@@ -858,7 +903,10 @@ class _TaskProgress:
             self.sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
     def _poll(self) -> None:
-        tracker = self.sc.statusTracker()
+        try:
+            tracker = self.sc.statusTracker()
+        except Exception:  # noqa: BLE001 - Ctrl-C broke the gateway's connections: nothing to report
+            return
         while not self._stop.wait(0.25):
             with contextlib.suppress(Exception):
                 done = tasks_total = 0
@@ -932,7 +980,7 @@ def _state_task(
     from keygroup_cli.flink.state_tables import state_batches
 
     with _naming_kg_errors():
-        savepoint = open_savepoint(metadata_path)
+        savepoint = open_savepoint(metadata_path, contained=False)  # judged by the driver
         wanted = None if states is None else frozenset(states)
         for name, batch in state_batches(savepoint, operator_id, wanted, files=[index]):
             yield index, name, _ipc_bytes(pa.Table.from_batches([batch]))
@@ -960,7 +1008,7 @@ def state_dataframe(session: SparkSession, source: str | os.PathLike[str], opera
         scratch = tempfile.mkdtemp(prefix="kg-state-")
         atexit.register(shutil.rmtree, scratch, True)
         view = canonical_view(savepoint, Path(scratch) / "canonical")
-        savepoint = open_savepoint(_metadata_file(Savepoint.rewritten(view, savepoint)))
+        savepoint = open_savepoint(_metadata_file(Savepoint.rewritten(view, savepoint)), contained=False)
     typed = next((t for t in typed_states(savepoint, operator) if t.name == state), None)
     if typed is None:
         known = ", ".join(t.name for t in typed_states(savepoint, operator))
@@ -1004,7 +1052,7 @@ def _state_rows(
 
     target = pa.ipc.read_schema(pa.py_buffer(schema))
     with _naming_kg_errors():
-        savepoint = open_savepoint(metadata_path)
+        savepoint = open_savepoint(metadata_path, contained=False)  # judged by the driver
         for _, batch in state_batches(savepoint, operator_id, frozenset({state}), files=[index]):
             table = pa.Table.from_batches([batch]).cast(target, safe=False)
             columns = [

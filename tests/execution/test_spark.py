@@ -120,3 +120,32 @@ def test_class_data_sharing_archive_is_created_then_published_then_used(monkeypa
     assert not finished.exists()
     monkeypatch.setenv("KG_SPARK_CDS", "0")
     assert class_data_sharing_option() == ""
+
+
+def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsys):
+    # py4j frees Java objects from weakref callbacks on the thread that dropped them, blocking on the
+    # gateway: a Ctrl-C that comes there raises KeyboardInterrupt inside the callback, and Python drops it
+    # ("Exception ignored in ..."). The Spark job then went on and kg committed its output (exit 0).
+    import signal
+    import sys
+    import weakref
+
+    from keygroup_cli.execution.spark import _spark_failures
+
+    class JavaProxy:
+        pass
+
+    def free(_reference: object) -> None:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C, while the finalizer runs
+
+    handler, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
+    with pytest.raises(KeyboardInterrupt):
+        with _spark_failures(spark.sparkContext):
+            proxy = JavaProxy()
+            reference = weakref.ref(proxy, free)
+            del proxy  # the callback runs here, and its KeyboardInterrupt is dropped
+            assert reference() is None
+            finished = spark.sparkContext.parallelize(range(4), 2).count()
+    assert finished == 4  # the block ran to its end: the interrupt is raised after it, not lost
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert (signal.getsignal(signal.SIGINT), sys.unraisablehook) == (handler, hook)
