@@ -5,6 +5,8 @@
   127.0.0.1, a free port and a temp data dir, with ``tickTime=500`` so sessions may be as short as 1 s.
 - ``HaJobProcess``: ``kg.fixtures.HaJob`` (fixtures/java) in its own JVM; ``halt()`` ends it with
   ``Runtime.halt``, a JobManager crash that closes no ZooKeeper session.
+- ``wait_for_session_expiry`` and ``wait_until_swept``: the two steps by which ZooKeeper itself changes the
+  tree after the crash, so that a test compares trees only once the server has finished with them.
 - ``tree``: every znode under a path with its ``mzxid``, data digest and ephemeral owner, to prove kg
   changed nothing.
 - ``run_kg``: kg through its real error boundary, stdout and stderr apart.
@@ -19,6 +21,7 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,14 @@ from keygroup_cli.cli import run
 #: flink-dist's shaded ZooKeeper server (``org.apache.zookeeper`` relocated under Flink's shaded prefix).
 ZOOKEEPER_MAIN = "org.apache.flink.shaded.zookeeper3.org.apache.zookeeper.server.quorum.QuorumPeerMain"
 INSTALL_HINT = "install kg's [test] extra (apache-flink-libraries carries flink-dist and its ZooKeeper)"
+#: How often the server deletes empty container znodes (ZooKeeper's default is once a minute).
+#:
+#: Curator creates a leader latch's parent (``<ha>/leader/latch``) as a container: once the crashed
+#: JobManager's session expires and its ephemeral latch node goes, the server deletes the empty container
+#: at its next sweep, a minute later at most by default, on a timer of its own. A test that took a
+#: "before" tree between the expiry and that sweep saw the latch vanish while kg ran (it did under load,
+#: when the steps between the two trees took longer). A short sweep makes the wait for it short.
+CONTAINER_SWEEP_MS = 200
 
 
 def flink_dist_classpath() -> str:
@@ -87,6 +98,7 @@ class ZooKeeperServer:
                 "-XX:+UseSerialGC",
                 # flink-dist's log4j finds no configuration: keep its own status chatter out of the log.
                 "-Dlog4j2.statusLoggerLevel=ERROR",
+                f"-Dznode.container.checkIntervalMs={CONTAINER_SWEEP_MS}",
                 "-cp",
                 classpath,
                 ZOOKEEPER_MAIN,
@@ -206,13 +218,38 @@ class HaJobProcess:
 
 
 def wait_for_session_expiry(client: Any, latch: str, timeout: float = 120) -> float:
-    """Wait until ``latch`` has no contender left and return how long that took, in seconds."""
+    """Wait until ``latch`` has no contender left (or is gone) and return how long that took, in seconds."""
+    from kazoo.exceptions import NoNodeError
+
     start = time.monotonic()
-    while client.get_children(latch):
+    while True:
+        try:
+            if not client.get_children(latch):
+                break
+        except NoNodeError:  # the emptied container was swept already
+            break
         if time.monotonic() - start > timeout:
             raise HaHarnessError(f"{latch} still has contenders after {timeout:.0f} s")
         time.sleep(0.05)
     return time.monotonic() - start
+
+
+def wait_until_swept(client: Any, container: str, timeout: float = 120) -> None:
+    """Wait until the server has deleted the empty container znode ``container`` (``CONTAINER_SWEEP_MS``).
+
+    Woken by a watch on the node, not by polling.
+
+    Raises:
+        HaHarnessError: ``container`` still exists after ``timeout`` seconds, or has children.
+    """
+    gone = threading.Event()
+    deadline = time.monotonic() + timeout
+    while client.exists(container, watch=lambda _event: gone.set()) is not None:
+        if client.get_children(container):
+            raise HaHarnessError(f"{container} has children: it is not an empty container")
+        if not gone.wait(max(0.0, deadline - time.monotonic())):
+            raise HaHarnessError(f"{container} was not swept within {timeout:.0f} s")
+        gone.clear()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ ZooKeeper server:
   into a savepoint, and Flink restores that with every key on its subtask.
 
 In both, kg changed nothing in ZooKeeper: the tree and every znode's mzxid are identical before and after.
+"Before" is the tree once ZooKeeper has finished with the crash: the JobManager's session expired (its
+ephemeral nodes gone) and the leader latch's emptied container swept (``harness.CONTAINER_SWEEP_MS``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from tests.flink.harness import (
     restore_error,
     run_restores,
 )
-from tests.ha.harness import HaJobProcess, ZooKeeperServer, run_kg, tree, wait_for_session_expiry
+from tests.ha.harness import (
+    HaJobProcess,
+    ZooKeeperServer,
+    run_kg,
+    tree,
+    wait_for_session_expiry,
+    wait_until_swept,
+)
 
 pytestmark = pytest.mark.flink
 
@@ -57,6 +66,9 @@ def _run(
         job.halt()
         wait_for_session_expiry(client, f"{NAMESPACE}/leader/latch")
         result["expiry_seconds"] = time.monotonic() - halted
+        # ZooKeeper's own last change: the latch's container, empty since the expiry, is deleted by the
+        # server's sweep (a timer of its own). Only then is the tree at rest, so only kg could change it.
+        wait_until_swept(client, f"{NAMESPACE}/leader/latch")
         result["before"] = tree(client, "/flink")
         result["dead"] = dead_steps(uri)
         result["after"] = tree(client, "/flink")
