@@ -55,6 +55,9 @@ FINDING_CODES: dict[str, str] = {
     "FILE_SCHEMA_MISMATCH": "A kg state file's columns or types differ from the format's schema.",
     "FILE_SIZE_MISMATCH": "A kg snapshot file's size differs from the manifest's.",
     "FILE_UNREADABLE": "A kg state file is not readable Parquet.",
+    "FLINK_DATABASE_CORRUPT": (
+        "A RocksDB or ForSt database file of a NATIVE savepoint or checkpoint is damaged or missing."
+    ),
     "FLINK_END_OF_KEY_GROUP_MISSING": "A Flink key-group block ends before its END_OF_KEY_GROUP mark.",
     "FLINK_KEYED_STATE_UNREADABLE": (
         "A Flink heap-layout or RocksDB keyed file cannot be read into key groups."

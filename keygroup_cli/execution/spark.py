@@ -62,6 +62,7 @@ from keygroup_cli.errors import (
     KgError,
     MissingDependencyError,
     UnsupportedFormatError,
+    environment_error,
 )
 from keygroup_cli.execution import OnProgress, pipeline
 from keygroup_cli.execution.pipeline import CopyJob, KeyedJob, Progress, W
@@ -690,6 +691,13 @@ def _naming_kg_errors() -> Iterator[None]:
         yield
     except KgError as exc:
         raise RuntimeError(f"{_TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
+    except OSError as exc:
+        # No space or another refusal of the executor's file system: exit 5 with its one line, not
+        # "a Spark task failed" with the worker's traceback.
+        known = environment_error(exc)
+        if known is None:
+            raise
+        raise RuntimeError(f"{_TASK_ERROR}:{type(known).__name__}:{known.code}:{known.message}") from None
 
 
 def _stream_task(

@@ -116,7 +116,9 @@ def verify_flink(
             try:
                 view = canonical_view(savepoint, Path(scratch) / "canonical")
             except InvalidSnapshotError as exc:
-                findings.append(_finding("FLINK_KEYED_STATE_UNREADABLE", subject, exc.message))
+                # A damaged database file keeps its own code; anything else the rewrite refuses is unreadable.
+                code = exc.code if exc.code == "FLINK_DATABASE_CORRUPT" else "FLINK_KEYED_STATE_UNREADABLE"
+                findings.append(_finding(code, subject, exc.message))
                 return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
             except UnsupportedFormatError as exc:
                 findings.append(

@@ -109,10 +109,11 @@ def test_verify_and_check_deep_report_the_damaged_file(kg, damaged) -> None:
     assert verified.exit_code == 3, verified.stdout
     errors = [f for f in json.loads(verified.stdout)["findings"] if f["severity"] == "error"]
     assert len(errors) == 1 and says in errors[0]["message"]
+    assert errors[0]["code"] == "FLINK_DATABASE_CORRUPT"
     assert file.name in errors[0]["message"]  # the savepoint's file, not kg's scratch copy
     checked = kg("--json", "check", "--deep", savepoint)
-    # kg check ends with 1 for any ERROR finding (findings.exit_code_for); the finding is verify's.
-    assert checked.exit_code in (1, 3), checked.stdout
+    # Damage is exit 3 in kg check too; the finding is verify's.
+    assert checked.exit_code == 3, checked.stdout
     check_errors = [f for f in json.loads(checked.stdout)["findings"] if f["severity"] == "error"]
     assert [f["message"] for f in check_errors] == [errors[0]["message"]]
 
