@@ -32,6 +32,7 @@ def verify_input(
     *,
     on_progress: OnProgress | None = None,
     blocks: bool = True,
+    layout_headers: bool = True,
 ) -> VerifyReport:
     """Verify a kg snapshot (``snapshot.verify``) or a Flink savepoint/checkpoint (``flink.verify``).
 
@@ -47,7 +48,7 @@ def verify_input(
     if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
         from keygroup_cli.flink.verify import verify_flink
 
-        return verify_flink(path, on_progress=on_progress, blocks=blocks)
+        return verify_flink(path, on_progress=on_progress, blocks=blocks, layout_headers=layout_headers)
     from keygroup_cli.snapshot.verify import verify_snapshot
 
     return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
@@ -86,6 +87,7 @@ def require_intact(
     on_progress: OnProgress | None = None,
     blocks: bool = True,
     label: str | None = None,
+    layout_headers: bool = True,
 ) -> None:
     """Refuse an input that ``kg verify`` rejects.
 
@@ -95,11 +97,14 @@ def require_intact(
     tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
     checked in the pass that copies them (``flink.regroup``, ``flink.verify.block_finding``). ``label``
     names the input in the message (default: ``path``, or an opened savepoint's directory).
+    ``layout_headers=False``: a heap or RocksDB layout's own headers are left to the check of its
+    canonical rewrite (``flink.verify.verify_flink``).
 
     Raises:
         InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
-    problem = first_error(verify_input(path, on_progress=on_progress, blocks=blocks).findings)
+    report = verify_input(path, on_progress=on_progress, blocks=blocks, layout_headers=layout_headers)
+    problem = first_error(report.findings)
     if problem is not None:
         name = label or (str(path) if isinstance(path, str | Path | Location) else str(path.directory))
         raise InvalidSnapshotError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")

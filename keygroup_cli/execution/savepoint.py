@@ -186,14 +186,21 @@ def open_input(
     canonical = not needs_canonical_view(origin)
     headers = _copyable(origin, new_max_parallelism) if canonical and copy else None
     verify = _stage(report, "verify input")
-    require_intact(origin, blocks=False, label=label, on_progress=verify)
+    # A layout kg rewrites has its headers checked in the rewrite (below), so each is read once.
+    require_intact(origin, blocks=False, label=label, on_progress=verify, layout_headers=canonical)
     refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
     name = label or str(origin.directory)
     if canonical:
         return OpenedInput(origin, origin, headers, name, changes, operators)
     # A HashMap checkpoint or NATIVE HashMap savepoint: its key groups are rewritten in the canonical
     # layout first, and the rest of the rescale reads that view.
-    view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
+    try:
+        view = Savepoint.rewritten(canonical_view(origin, scratch / "canonical"), origin)
+    except KgError:
+        # The rewrite refused the layout: where the reason is a class kg verify rejects, the gate says so
+        # (its headers are read a second time only on this path, which writes nothing).
+        require_intact(origin, blocks=False, label=label, on_progress=verify)
+        raise
     headers = _regroupable(view, new_max_parallelism) if copy else None
     # The view's keyed headers are the original's serializer snapshots: checked as the gate checks a
     # canonical input's, whether its key groups are then copied or re-hashed (no block read here).
