@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.metadata.reader import OperatorState
@@ -42,6 +42,7 @@ from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
+from keygroup_cli.flink.stream_checks import class_finding
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
     KeyGroupRange,
@@ -279,9 +280,6 @@ def lookup_keys(
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 
     op = find_operator(savepoint, operator)
-    # The gate: what kg verify checks without reading key-group blocks (every file's size, range, offsets
-    # and header, every operator-state stream); the blocks read below are checked as they are read.
-    require_verified(savepoint)
     if needs_canonical_view(savepoint):
         directory = savepoint.directory
         if isinstance(directory, Location) and directory.local_path is None:
@@ -291,6 +289,9 @@ def lookup_keys(
                 "canonical savepoint",
                 code="LAYOUT_NEEDS_LOCAL_COPY",
             )
+        # The rewrite reads every keyed file: gated first as kg verify does without blocks (every file's
+        # size, range, offsets and header, every operator-state stream).
+        require_verified(savepoint)
         with tempfile.TemporaryDirectory(prefix="kg-get-") as scratch:
             view = Savepoint.rewritten(canonical_view(savepoint, Path(scratch) / "canonical"), savepoint)
             found = _lookup(view, find_operator(view, op.operator_id), key_texts, key_type)
@@ -323,7 +324,23 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
     if not isinstance(handle, KeyGroupsHandle):
         return None
     with StreamSource(handle.delegate, savepoint.directory) as src:
+        recorded = handle.delegate.size if isinstance(handle.delegate, FileHandle | RelativeFileHandle) else -1
+        if recorded >= 0 and src.size != recorded:
+            # Flink records every state file's size in its handle: another size is another (damaged) file.
+            raise InvalidSnapshotError(
+                f"{savepoint.directory}: input fails kg verify: FLINK_STATE_FILE_SIZE: {src.source}: state "
+                f"file has {src.size} bytes, its handle records {recorded}",
+                code="INPUT_FAILS_VERIFY",
+            )
         raw, header = keyed_header(src, handle)
+        # A canonical savepoint's key is a few ranged reads: the gate is the check of what is read, this
+        # header's classes here and its blocks in ``checked_batches``.
+        misnamed = class_finding(header.key_serializer, header.states or (), src.source, op.label)
+        if misnamed is not None:
+            raise InvalidSnapshotError(
+                f"{savepoint.directory}: input fails kg verify: {misnamed.code}: {misnamed.message}",
+                code="INPUT_FAILS_VERIFY",
+            )
         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
     return KeyedStream(op.operator_id, index, handle, raw, header, layout)
 

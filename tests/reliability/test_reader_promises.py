@@ -344,9 +344,13 @@ def test_a_damaged_header_is_exit_3_everywhere(
     for argv in (
         ["export", str(src), "-o", "keyed-state", "--out", str(out / "x")],
         ["convert", str(src), "--out", str(out / "x")],
-        ["get", str(src), "-o", "keyed-state", "-k", "key-0"],
         ["diff", str(corpus.path), str(src)],
     ):
         result = run_kg(argv)
         assert result.code == 3 and says in _one_line(result), (argv[0], result.stderr)
     assert list(out.iterdir()) == []
+    # kg get reads one key's file (a few ranged reads on an object store): it refuses damage in what it
+    # reads and otherwise answers exactly what the intact input answers.
+    got = run_kg(["get", str(src), "-o", "keyed-state", "-k", "key-0"])
+    intact = run_kg(["get", str(corpus.path), "-o", "keyed-state", "-k", "key-0"])
+    assert (got.code == 3 and says in _one_line(got)) or (got.code == 0 and got.stdout == intact.stdout), got
