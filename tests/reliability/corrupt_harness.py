@@ -510,6 +510,8 @@ def judge(
             elif result.code in DOCUMENTED and (
                 (result.code == 1 and command.name.startswith("check"))
                 or (result.code == 3 and command.name == "verify" and "INVALID" in result.stdout)
+                # kg check reports damage as findings on stdout with exit 3, as verify does.
+                or (result.code == 3 and command.name.startswith("check") and "FAILED" in result.stdout)
                 or len(result.stderr.strip().splitlines()) == 1
             ):
                 outcome = "clean errors"
@@ -810,7 +812,9 @@ def judge_targeted(tally: Tally, mutants: list[Targeted], work: Path) -> None:
             leftover = bool({p.name for p in dest_parent.iterdir()} - {"dest"})
             one_line = len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
             refused = result.code in (3, 4) and (
-                one_line or (command.name == "verify" and result.code == 3 and "INVALID" in result.stdout)
+                one_line
+                or (command.name == "verify" and result.code == 3 and "INVALID" in result.stdout)
+                or (command.name.startswith("check") and result.code == 3 and "FAILED" in result.stdout)
             )
             if result.code is None:
                 outcome = "hangs"
