@@ -87,7 +87,7 @@ ENVIRONMENT: dict[str, str] = {
     "KG_WORKERS": "default of kg rescale --workers (threads of the local re-key and key-group copy)",
     "KG_SPARK_CDS": "0: no class-data-sharing archive of Spark's classes",
     "KG_SCRATCH_DIR": "where object-store inputs are downloaded and remote outputs staged",
-    "KG_STATE_ROOTS": "more directories a checkpoint's absolute state paths may lead to",
+    "KG_STATE_ROOTS": "more directories or object-store prefixes an input's state files may lead to",
     "PYSPARK_PYTHON": "the Python of Spark's workers (default in local mode: kg's own interpreter)",
     "PYSPARK_SUBMIT_ARGS": "arguments pyspark passes to spark-submit when it starts the JVM",
     "PYSPARK_GATEWAY_PORT": "set by spark-submit: kg uses that JVM and its --master",
