@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from keygroup_cli.errors import ExecutionError
+from keygroup_cli.findings import first_error
 from keygroup_cli.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.manifest import write_manifest
 from keygroup_cli.snapshot.model import KeyedFile, Manifest, OperatorFile
@@ -24,6 +25,7 @@ from keygroup_cli.snapshot.parquet import (
     write_keyed_file,
     write_operator_file,
 )
+from keygroup_cli.snapshot.verify import verify_snapshot
 from keygroup_cli.storage.staging import staged_directory
 
 
@@ -102,8 +104,22 @@ class SnapshotWriter:
         return write_operator_file(self.directory / relative, data).operator_file(subtask, relative)
 
     def commit(self, manifest: Manifest) -> Path:
-        """Write ``_manifest.json`` (validated, atomic): the last step of a snapshot."""
+        """Write ``_manifest.json`` (validated, atomic) and verify what was written: the last step.
+
+        The staged snapshot is read back as ``kg verify`` reads it (checksums, schema, every row's key
+        group), so ``kg generate`` and ``kg convert`` never publish an output kg would reject.
+
+        Raises:
+            ExecutionError: ``OUTPUT_FAILS_VERIFY``: what was written fails ``kg verify`` (a bug in kg or
+                a disk that returned other bytes); the staging is removed by its owner.
+        """
         path = write_manifest(self.directory, manifest)
+        problem = first_error(verify_snapshot(self.directory).findings)
+        if problem is not None:
+            raise ExecutionError(
+                f"{self.directory}: the snapshot kg wrote fails kg verify: {problem}; nothing committed",
+                code="OUTPUT_FAILS_VERIFY",
+            )
         self.committed = True
         return path
 

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from keygroup_cli.errors import ExecutionError
-from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.javahash import hash_code
+from keygroup_cli.keygroups import KeyGroupRange, key_group_for_hash
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.writer import SnapshotWriter, operator_dir_name, snapshot_writer
@@ -34,10 +35,11 @@ def test_snapshot_writer_round_trip(tmp_path: Path) -> None:
             0,
             pa.table(
                 {
-                    "key_group": pa.array([1, 0], pa.int32()),
+                    "key_group": pa.array(sorted(_key_groups(["x", "y"], 2)), pa.int32()),
                     "state": ["c", "c"],
-                    "key": ["x", "y"],
+                    "key": [k for _g, k in sorted(zip(_key_groups(["x", "y"], 2), ["x", "y"]))],
                     "namespace": [b"\0", b"\0"],
+                    "value": [b"1", b"2"],
                 }
             ),
             key_type="string",
@@ -82,3 +84,44 @@ def test_case_insensitive_collisions_get_distinct_dirs(tmp_path: Path) -> None:
     w = SnapshotWriter(tmp_path)
     assert w.operator_dir("Counter", "0" * 32) == "Counter"
     assert w.operator_dir("counter", "1" * 32) == "counter-11111111"
+
+
+def test_a_written_snapshot_that_fails_verify_is_not_published(tmp_path: Path) -> None:
+    # Rows stored under a key group their key does not hash to: what a bug in a writer (or a disk that
+    # returned other bytes) would leave. The commit reads the staging back as kg verify does and refuses.
+    keys = ["x", "y", "z", "w"]
+    dest = tmp_path / "snap"
+    with pytest.raises(ExecutionError) as refused, snapshot_writer(dest) as w:
+        d = w.operator_dir("op", OP_ID)
+        wrong = [1 - g for g in _key_groups(keys, 2)]
+        keyed = w.write_keyed(
+            d,
+            0,
+            pa.table(
+                {
+                    "key_group": pa.array(sorted(wrong), pa.int32()),
+                    "state": ["c"] * len(keys),
+                    "key": [k for _g, k in sorted(zip(wrong, keys))],
+                    "namespace": [b"\0"] * len(keys),
+                    "value": [b"v"] * len(keys),
+                }
+            ),
+            key_type="string",
+            key_groups=KeyGroupRange(0, 1),
+            state_names=["c"],
+        )
+        w.commit(
+            Manifest(
+                1,
+                "t",
+                "t",
+                {"kind": "generated"},
+                (Operator("op", OP_ID, None, 1, 2, "string", (StateDescriptor("c", "value"),), (keyed,), ()),),
+            )
+        )
+    assert refused.value.code == "OUTPUT_FAILS_VERIFY" and "KEY_GROUP" in refused.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no DEST, no staging
+
+
+def _key_groups(keys: list[str], max_parallelism: int) -> list[int]:
+    return [key_group_for_hash(hash_code(k, "string"), max_parallelism) for k in keys]
