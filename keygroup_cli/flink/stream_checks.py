@@ -99,6 +99,34 @@ def check_operator_stream(
     return OperatorStreamCheck(raw, header, tuple(findings), table)
 
 
+def raw_class_finding(raw: bytes, where: str, subject: str) -> Finding | None:
+    """Return ``class_finding``'s error for a class name anywhere in a header's bytes.
+
+    Serializer snapshots kg cannot delimit (a SQL ``RowData`` field's, a job's own composite) hide their
+    nested classes from the parsed header; Flink still loads each one. Every ``writeUTF`` string of the
+    header (an unsigned 16-bit length of 20 to 300, then that many bytes) that names a class one edit
+    away from one Flink ships is damage. A window shifted by a byte reads a length of 0 or of at least
+    5,120, so only the strings themselves are judged.
+    """
+    for i in range(len(raw) - 2):
+        length = (raw[i] << 8) | raw[i + 1]
+        if not 20 <= length <= 300 or i + 2 + length > len(raw):
+            continue
+        text = raw[i + 2 : i + 2 + length]
+        if text.count(b".") < 2 or b" " in text:
+            continue
+        name = text.decode("latin-1")
+        meant = near_miss(name)
+        if meant is not None:
+            return finding(
+                "FLINK_STATE_HEADER_INVALID",
+                subject,
+                f"{where}: serializer snapshot class {name!r} is not one Flink has (it differs by one "
+                f"letter from {meant!r}): a restore cannot load it",
+            )
+    return None
+
+
 def class_finding(
     key_serializer: SerializerSnapshot | None,
     states: tuple[StateMetaInfo, ...],

@@ -46,7 +46,7 @@ from keygroup_cli.flink.state.keyed_entries import check_entries
 from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.state.keyed_layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.state_files import offsets_finding, size_finding
-from keygroup_cli.flink.stream_checks import class_finding, finding, stream_finding
+from keygroup_cli.flink.stream_checks import class_finding, finding, raw_class_finding, stream_finding
 from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
 from keygroup_cli.storage.locations import Location
@@ -365,6 +365,7 @@ def _keyed_header(
         yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
         return None
     misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
+    misnamed = misnamed or raw_class_finding(raw, where, subject)
     if misnamed is not None:
         yield misnamed
         return None

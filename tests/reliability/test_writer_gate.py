@@ -233,3 +233,45 @@ def test_a_layouts_headers_are_gated_too(case: str, writer: str, tmp_path: Path)
     assert code == 3 and doc["error"]["code"] == "INPUT_FAILS_VERIFY", (code, doc, err)
     _assert_nothing_written(out)
     assert tree_digest(damaged) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "rescale", "export", "convert", "diff"])
+def test_a_misspelt_class_inside_an_opaque_snapshot_is_damage(command: str, tmp_path: Path) -> None:
+    """A SQL job's RowData snapshot hides its field serializers from the parsed header; Flink loads them."""
+    original = FIXTURES / "flink" / "2.3" / "sql-heap-canonical-p2"
+    damaged = tmp_path / "input"
+    shutil.copytree(original, damaged)
+    name = b"org.apache.flink.api.common.typeutils.base.IntSerializer"
+    changed = 0
+    for path in damaged.iterdir():
+        data = path.read_bytes() if path.is_file() and path.name != "_metadata" else b""
+        if name in data:
+            path.write_bytes(data.replace(name, b"?" + name[1:]))
+            changed += 1
+    assert changed
+    before = tree_digest(damaged)
+    out = tmp_path / "out"
+    argv = {
+        "verify": ("verify", damaged),
+        "rescale": ("rescale", damaged, "--to", "3", "--engine", "local", "--out", out),
+        "export": ("export", damaged, "-o", "9_group-aggregate", "--out", out),
+        "convert": ("convert", damaged, "--out", out),
+        "diff": ("diff", original, damaged),
+    }[command]
+    code, doc, err = _kg(*argv)
+    assert code == 3, (doc, err)
+    if command == "verify":
+        assert {f["code"] for f in doc["findings"] if f["severity"] == "error"} == {"FLINK_STATE_HEADER_INVALID"}
+    else:
+        assert doc["error"]["code"] == "INPUT_FAILS_VERIFY" and "?rg.apache.flink" in doc["error"]["message"]
+    _assert_nothing_written(out)
+    assert tree_digest(damaged) == before
+
+
+def test_no_fixture_holds_a_string_one_letter_off_a_flink_class() -> None:
+    # The byte-level scan must never refuse what Flink wrote: every state file of every fixture passes.
+    from keygroup_cli.flink.stream_checks import raw_class_finding
+
+    files = [p for p in (FIXTURES / "flink").rglob("*") if p.is_file() and not p.suffix]
+    assert len(files) > 500
+    assert [str(p) for p in files if raw_class_finding(p.read_bytes()[:262144], str(p), "x")] == []
