@@ -42,7 +42,7 @@ from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
-from keygroup_cli.flink.stream_checks import class_finding
+from keygroup_cli.flink.stream_checks import class_finding, raw_class_finding
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
     KeyGroupRange,
@@ -332,7 +332,18 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
                 f"file has {src.size} bytes, its handle records {recorded}",
                 code="INPUT_FAILS_VERIFY",
             )
-        raw, header = keyed_header(src, handle)
+        try:
+            raw, header = keyed_header(src, handle)
+        except UnsupportedFormatError:
+            # A header kg cannot delimit: a misspelt Flink class in it is damage (kg verify's exit 3).
+            end = min((o for o in handle.offsets if o > 0), default=src.size)
+            misread = raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label)
+            if misread is not None:
+                raise InvalidSnapshotError(
+                    f"{savepoint.directory}: input fails kg verify: {misread.code}: {misread.message}",
+                    code="INPUT_FAILS_VERIFY",
+                ) from None
+            raise
         # A canonical savepoint's key is a few ranged reads: the gate is the check of what is read, this
         # header's classes here and its blocks in ``checked_batches``.
         misnamed = class_finding(header.key_serializer, header.states or (), src.source, op.label)

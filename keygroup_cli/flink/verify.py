@@ -191,10 +191,15 @@ def _layout_header_findings(savepoint: FlinkSnapshot) -> list[Finding]:
                         raw, where = src.read(0, src.size), src.source
                 else:
                     continue
-                header = read_keyed_header(raw, where, len(raw))
             except (InvalidSnapshotError, UnsupportedFormatError):
                 continue
-            misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
+            try:
+                header = read_keyed_header(raw, where, len(raw))
+                misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
+            except (InvalidSnapshotError, UnsupportedFormatError):
+                misnamed = None
+            # Snapshots kg cannot delimit hide their nested classes: their strings are checked as bytes.
+            misnamed = misnamed or raw_class_finding(raw, where, subject)
             if misnamed is not None:
                 found.append(misnamed)
     return found
