@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.findings import Finding
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.flink.metadata.reader import OperatorState
@@ -42,6 +43,7 @@ from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
 from keygroup_cli.flink.state.keyed_layout import KeyedLayout, kg_kind
 from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
 from keygroup_cli.flink.state.values import NotDecodable, StateCodecs
+from keygroup_cli.flink.state_files import size_finding
 from keygroup_cli.flink.stream_checks import class_finding, raw_class_finding
 from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.keygroups import (
@@ -324,36 +326,29 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
     if not isinstance(handle, KeyGroupsHandle):
         return None
     with StreamSource(handle.delegate, savepoint.directory) as src:
-        recorded = handle.delegate.size if isinstance(handle.delegate, FileHandle | RelativeFileHandle) else -1
-        if recorded >= 0 and src.size != recorded:
-            # Flink records every state file's size in its handle: another size is another (damaged) file.
-            raise InvalidSnapshotError(
-                f"{savepoint.directory}: input fails kg verify: FLINK_STATE_FILE_SIZE: {src.source}: state "
-                f"file has {src.size} bytes, its handle records {recorded}",
-                code="INPUT_FAILS_VERIFY",
-            )
+        # A canonical savepoint's key is a few ranged reads: the gate is kg verify's check of what is read,
+        # this file's size and header here (as ``verify._keyed_stream`` judges them) and its blocks in
+        # ``checked_batches``.
+        _refuse(savepoint, size_finding(handle.delegate, src.size, src.source, op.label))
         try:
             raw, header = keyed_header(src, handle)
         except UnsupportedFormatError:
             # A header kg cannot delimit: a misspelt Flink class in it is damage (kg verify's exit 3).
             end = min((o for o in handle.offsets if o > 0), default=src.size)
-            misread = raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label)
-            if misread is not None:
-                raise InvalidSnapshotError(
-                    f"{savepoint.directory}: input fails kg verify: {misread.code}: {misread.message}",
-                    code="INPUT_FAILS_VERIFY",
-                ) from None
+            _refuse(savepoint, raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label))
             raise
-        # A canonical savepoint's key is a few ranged reads: the gate is the check of what is read, this
-        # header's classes here and its blocks in ``checked_batches``.
-        misnamed = class_finding(header.key_serializer, header.states or (), src.source, op.label)
-        if misnamed is not None:
-            raise InvalidSnapshotError(
-                f"{savepoint.directory}: input fails kg verify: {misnamed.code}: {misnamed.message}",
-                code="INPUT_FAILS_VERIFY",
-            )
+        _refuse(savepoint, class_finding(header.key_serializer, header.states or (), src.source, op.label))
         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
     return KeyedStream(op.operator_id, index, handle, raw, header, layout)
+
+
+def _refuse(savepoint: Savepoint, problem: Finding | None) -> None:
+    """Raise ``INPUT_FAILS_VERIFY`` for ``problem``, a finding of kg verify's on what ``kg get`` read."""
+    if problem is not None:
+        raise InvalidSnapshotError(
+            f"{savepoint.directory}: input fails kg verify: {problem.code}: {problem.message}",
+            code="INPUT_FAILS_VERIFY",
+        )
 
 
 def _lookup(
