@@ -19,7 +19,7 @@ One run on one machine, each measurement in a fresh interpreter, ``--repeat`` ti
   and the load of the cached kernels, as every kg process does;
 - with ``--workers N [N ...]``, every kg run once per number of worker threads (``KG_WORKERS``; the
   local engine's re-key and the key-group copy use them), named ``run/wN``; without it kg's default;
-- every kg run sets up its process as the ``kg`` command does (``keygroup_cli.allocator``) and then calls
+- every kg run sets up its process as the ``kg`` command does (``keygroup_cli.core.allocator``) and then calls
   the API;
 - with ``--before DIR``, **rekey** and **copy** again with the ``keygroup_cli`` package of DIR (an
   earlier commit, e.g. ``git archive main keygroup_cli | tar -x -C DIR``) imported instead of the installed
@@ -139,8 +139,8 @@ def _as_the_cli_does() -> None:
     """Set up the process as ``kg`` does before it runs a command (the allocator's thresholds)."""
     import importlib.util
 
-    if importlib.util.find_spec("keygroup_cli.allocator") is not None:  # an earlier package may lack it
-        from keygroup_cli.allocator import keep_freed_memory
+    if importlib.util.find_spec("keygroup_cli.core.allocator") is not None:  # an earlier package may lack it
+        from keygroup_cli.core.allocator import keep_freed_memory
 
         keep_freed_memory()
 

@@ -52,7 +52,7 @@ def _kg(args: list[str], env: dict[str, str]) -> float:
 
 
 def _in_process(savepoint: Path, keys: list[str]) -> list[float]:
-    from keygroup_cli.flink.keyed_values import lookup_keys
+    from keygroup_cli.flink.data.lookup import lookup_keys
     from keygroup_cli.flink.savepoint import open_savepoint
 
     walls = []

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli import javahash, keygroups
+from keygroup_cli.core import javahash, keygroups
 
 
 def _rate(n: int, seconds: float) -> str:

@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from keygroup_cli.core.keygroups import operator_id_for_uid, subtask_ranges  # noqa: E402
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle  # noqa: E402
 from keygroup_cli.flink.metadata import handles as h  # noqa: E402
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState, parse_metadata  # noqa: E402
 from keygroup_cli.flink.metadata.writer import write_metadata  # noqa: E402
-from keygroup_cli.keygroups import operator_id_for_uid, subtask_ranges  # noqa: E402
 
 OPERATORS = 10
 PARALLELISM = 128

@@ -42,8 +42,8 @@ NEW_P, NEW_MAX_P = 4, 1024
 def child_main(args: list[str]) -> None:
     """``--child MODE SOURCE DEST``: one local rescale, with windows (``windows``) or whole blocks."""
     mode, source, dest = args
-    from keygroup_cli.execution.rescale import rescale
-    from keygroup_cli.flink.state import keyed_decode
+    from keygroup_cli.execution.routes.rescale import rescale
+    from keygroup_cli.flink.keyed import decode as keyed_decode
 
     if mode == "whole":
         defaults = keyed_decode.decode_keyed_file.__kwdefaults__
@@ -72,7 +72,7 @@ def largest_block(savepoint: Path) -> int:
 
 def copy_at(source: Path, work: Path, max_parallelism: int) -> Path:
     """Return ``source`` rescaled by kg to ``max_parallelism`` (parallelism 3), cached in ``work``."""
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
     from keygroup_cli.flink.metadata.locate import read_flink_metadata
 
     current = {op.max_parallelism for op in read_flink_metadata(source).metadata.operators}

@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from keygroup_cli import __version__, javahash, keygroups  # noqa: E402
+from keygroup_cli import __version__  # noqa: E402
+from keygroup_cli.core import javahash, keygroups
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor  # noqa: E402
 from keygroup_cli.snapshot.writer import snapshot_writer  # noqa: E402
 
@@ -46,7 +47,7 @@ MAX_P, OLD_P, NEW_P, VALUE_BYTES = 128, 3, 4, 24
 
 
 def make_snapshot(dest: Path, rows: int, seed: int = 7) -> None:
-    """Write a kg snapshot of ``rows`` keyed rows (distinct long keys, one value state) at parallelism 3."""
+    """Write a kg snapshot of ``core.schema`` keyed rows (distinct long keys, one value state) at parallelism 3."""
     rng = np.random.default_rng(seed)
     keys = np.unique(rng.integers(-(2**63), 2**63 - 1, size=rows + rows // 100, dtype=np.int64))[:rows]
     rng.shuffle(keys)
@@ -111,7 +112,7 @@ def child_floor(source: Path, dest: Path) -> dict[str, float]:
 
 
 def child_local(source: Path, dest: Path) -> dict[str, float]:
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
 
     start = time.perf_counter()
     rescale(source, dest, NEW_P, engine="local")
@@ -120,7 +121,7 @@ def child_local(source: Path, dest: Path) -> dict[str, float]:
 
 def child_spark(source: Path, dest: Path) -> dict[str, float]:
     # What a user runs: the session starts in a background thread while the input is verified.
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
 
     start = time.perf_counter()
     rescale(source, dest, NEW_P, engine="spark")
@@ -128,7 +129,7 @@ def child_spark(source: Path, dest: Path) -> dict[str, float]:
 
 
 def child_spark_start(_source: Path, _dest: Path) -> dict[str, Any]:
-    from keygroup_cli.execution.spark import class_data_sharing_option, spark_session
+    from keygroup_cli.execution.engines.spark import class_data_sharing_option, spark_session
 
     sharing = class_data_sharing_option()
     start = time.perf_counter()

@@ -97,7 +97,7 @@ def java(cp: str, main: str, *args: str) -> tuple[dict[str, Any], float, float]:
 
 
 def flink_restore(cp: str, savepoint: Path, parallelism: int, keys: int) -> dict[str, Any]:
-    """Time Flink restoring ``savepoint`` at ``parallelism``; fails unless all ``keys`` come back."""
+    """Time Flink restoring ``savepoint`` at ``parallelism``; fails unless all ``core.keys`` come back."""
     summary, wall, peak = java(
         cp, "BenchRestoreTimer", str(savepoint), "--parallelism", str(parallelism), "--keys", str(keys)
     )
@@ -118,7 +118,7 @@ def flink_restore(cp: str, savepoint: Path, parallelism: int, keys: int) -> dict
 def kg_mode() -> str:
     """Return "direct" when kg rescales savepoints itself, else "emulated" (convert, rescale, convert)."""
     try:
-        from keygroup_cli.execution import savepoint  # noqa: F401
+        from keygroup_cli.execution.routes import savepoint  # noqa: F401
     except ImportError:
         return "emulated"
     return "direct"
@@ -145,7 +145,7 @@ class Phases:
 
 def child_kg(mode: str, engine: str, source: Path, dest: Path, max_p: int | None) -> dict[str, Any]:
     """Rescale the savepoint ``source`` 3 -> 4 (and maxParallelism to ``max_p``) into ``dest``."""
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
 
     phases = Phases()
     start = time.perf_counter()

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from keygroup_cli.execution.rescale import rescale  # noqa: E402
+from keygroup_cli.execution.routes.rescale import rescale  # noqa: E402
 
 COUNTS: collections.Counter[str] = collections.Counter()
 PER: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -62,29 +62,29 @@ def _counting(module: str, name: str, label: str, key: Callable[..., str] | None
 
 
 def _install() -> None:
-    import keygroup_cli.execution.savepoint  # noqa: F401  (loads the whole rescale path)
+    import keygroup_cli.execution.routes.savepoint  # noqa: F401  (loads the whole rescale path)
     import keygroup_cli.flink.io.stream_source as stream_source
+    import keygroup_cli.flink.keyed.header  # noqa: F401
     import keygroup_cli.flink.metadata.reader  # noqa: F401
     import keygroup_cli.flink.metadata.writer  # noqa: F401
-    import keygroup_cli.flink.state.keyed_header  # noqa: F401
-    import keygroup_cli.flink.state.operator_state  # noqa: F401
+    import keygroup_cli.flink.operator.codec  # noqa: F401
 
     _counting("keygroup_cli.flink.metadata.reader", "parse_metadata", "_metadata parsed")
     _counting("keygroup_cli.flink.metadata.writer", "write_metadata", "_metadata encoded")
     _counting(
-        "keygroup_cli.flink.state.keyed_header",
+        "keygroup_cli.flink.keyed.header",
         "read_keyed_header",
         "keyed header parsed",
         key=lambda data, source, *a, **k: str(source),
     )
     _counting(
-        "keygroup_cli.flink.state.keyed_header",
+        "keygroup_cli.flink.keyed.header",
         "read_operator_header",
         "operator header parsed",
         key=lambda data, source, *a, **k: str(source),
     )
     _counting(
-        "keygroup_cli.flink.state.operator_state",
+        "keygroup_cli.flink.operator.codec",
         "decode_operator_file",
         "operator stream decoded",
         key=lambda src, handle, *a, **k: str(

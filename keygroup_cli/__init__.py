@@ -6,16 +6,16 @@ such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 - ``open_snapshot(path)``: open a kg snapshot (``keygroup_cli.snapshot``);
 - ``open_savepoint(path)``: open a Flink savepoint or checkpoint once (``keygroup_cli.flink.savepoint``);
 - ``read_state(path, operator, state, engine="local")``: one keyed state as a typed ``pyarrow.Table``, or
-  with ``engine="spark"`` a Spark DataFrame (``keygroup_cli.execution.state_data``);
-- ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning``);
+  with ``engine="spark"`` a Spark DataFrame (``keygroup_cli.execution.routes.state_data``);
+- ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning.plan``);
 - ``plan(source, new_parallelism, ...)``: what ``rescale()`` with the same arguments would do, as a
   ``PlannedRescale`` (the route, the plan, every refusal already raised), from a kg snapshot or a Flink
   savepoint, writing nothing and reading no keyed state: what ``kg plan`` and ``--dry-run`` print
-  (``keygroup_cli.execution.route``); ``plan_rescale_input(source, RescaleRequest(...))`` the same, with
+  (``keygroup_cli.execution.routes.plan``); ``plan_rescale_input(source, RescaleRequest(...))`` the same, with
   the request as a value;
-- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.rescale``);
+- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.routes.rescale``);
 - ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
-  the engine as values (``keygroup_cli.rescale_request``, ``keygroup_cli.execution.options``).
+  the engine as values (``keygroup_cli.planning.request``, ``keygroup_cli.execution.options``).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ __version__ = "0.1.0"
 _LAZY = {
     "open_snapshot": "keygroup_cli.snapshot",
     "open_savepoint": "keygroup_cli.flink.savepoint",
-    "plan_rescale": "keygroup_cli.planning",
-    "plan": "keygroup_cli.execution.route",
-    "plan_rescale_input": "keygroup_cli.execution.route",
-    "PlannedRescale": "keygroup_cli.execution.route",
-    "rescale": "keygroup_cli.execution.rescale",
-    "run_rescale": "keygroup_cli.execution.rescale",
-    "RescaleRequest": "keygroup_cli.rescale_request",
+    "plan_rescale": "keygroup_cli.planning.plan",
+    "plan": "keygroup_cli.execution.routes.plan",
+    "plan_rescale_input": "keygroup_cli.execution.routes.plan",
+    "PlannedRescale": "keygroup_cli.execution.routes.plan",
+    "rescale": "keygroup_cli.execution.routes.rescale",
+    "run_rescale": "keygroup_cli.execution.routes.rescale",
+    "RescaleRequest": "keygroup_cli.planning.request",
     "EngineOptions": "keygroup_cli.execution.options",
-    "RescaleResult": "keygroup_cli.execution.rescale",
-    "read_state": "keygroup_cli.execution.state_data",
+    "RescaleResult": "keygroup_cli.execution.routes.rescale",
+    "read_state": "keygroup_cli.execution.routes.state_data",
 }
 
 

@@ -197,7 +197,7 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="session")
 def spark() -> Any:
     """Return the one SparkSession of the test run (local[2], UI off), stopped at the end."""
-    from keygroup_cli.execution.spark import spark_session
+    from keygroup_cli.execution.engines.spark import spark_session
 
     session = spark_session("local[2]", config={"spark.sql.shuffle.partitions": "2"})
     yield session

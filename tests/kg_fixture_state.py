@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.flink.state.serializers import read_string
+from keygroup_cli.flink.types.serializers import read_string
 
 ROOT = Path(__file__).resolve().parent.parent
 FLINK_FIXTURES = ROOT / "fixtures" / "flink" / "2.3"

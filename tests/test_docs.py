@@ -43,12 +43,15 @@ OTHER_ENVIRONMENT = [
     ("PYSPARK_PYTHON", "the Python of Spark's workers (default in local mode: kg's own interpreter)"),
     ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),
     ("KG_SCRATCH_DIR", "where inputs from object stores are downloaded and remote outputs staged"),
-    ("KG_STATE_ROOTS", "more directories or object-store prefixes (`:`-separated) an input's state files may lead to"),
+    (
+        "KG_STATE_ROOTS",
+        "more directories or object-store prefixes (`:`-separated) an input's state files may lead to",
+    ),
     (
         "MALLOC_TRIM_THRESHOLD_",
         "glibc only: when it, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` is set, "
         "the `kg` command and kg's Spark workers leave the allocator as it is instead of keeping freed "
-        "buffers for reuse (`keygroup_cli.allocator`; [performance](../performance.md))",
+        "buffers for reuse (`keygroup_cli.core.allocator`; [performance](../performance.md))",
     ),
 ]
 

@@ -20,7 +20,7 @@ The conventions, for whoever writes a how-to:
 - The reader's files (``READER_FILES``) are the placeholders the pages use for what a reader brings, laid
   out in the work directory before a page runs: ``savepoint/`` (a canonical Flink savepoint at
   parallelism 3, maxParallelism 128), ``checkpoints/`` (a job's checkpoint directory holding ``chk-2``, a
-  HashMap checkpoint at parallelism 2), ``ha.yaml`` (an exported Kubernetes HA ConfigMap), ``keys.txt``
+  HashMap checkpoint at parallelism 2), ``ha.yaml`` (an exported Kubernetes HA ConfigMap), ``core.keys.txt``
   and ``hot-keys.txt``. ``fixtures/`` is the checkout's, so a page may use a bundled fixture by its path
   from the checkout's root, and ``.venv/bin/kg`` is the README's.
 - ``kg`` is the script beside ``sys.executable``: a directory first on PATH holds a link to it (the decoy

@@ -1,6 +1,6 @@
 """What may import what.
 
-- The core stays pure: no click/rich outside cli/, no pyspark outside execution/spark.py and the
+- The core stays pure: no click/rich outside cli/, no pyspark outside execution/engines/spark.py and the
   workers' daemon, spark_daemon.py (C1, C4).
 - No import cycles between kg's modules.
 - Every runtime import (function-level ones included) keeps to the layers of #21, bottom up: core, storage/,
@@ -28,7 +28,11 @@ def _core_modules() -> list[str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
         parts = rel.parts
-        if "cli" in parts or parts[-1] == "__main__" or rel.as_posix() == "keygroup_cli/execution/spark":
+        if (
+            "cli" in parts
+            or parts[-1] == "__main__"
+            or rel.as_posix().startswith("keygroup_cli/execution/engines/spark")
+        ):
             continue
         names.append(".".join(p for p in parts if p != "__init__"))
     return names
@@ -272,48 +276,41 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 
 # -- layers ------------------------------------------------------------------------------------------------
 
-#: The package's layers, bottom up (#21). A module may import its own layer and those below, never above.
+#: The package's layers, bottom up: each a folder of the package (the root holds only the lazy public API and
+#: ``__main__``, which sit on top). A module may import its own layer and those below, never above; the
+#: formats never import each other. ``test_every_folder_is_a_layer`` keeps this list and the folders equal.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "core",
-        (
-            "keygroup_cli",
-            "errors",
-            "keygroups",
-            "javahash",
-            "keys",
-            "findings",
-            "rows",
-            "cache",
-            "workers",
-            "allocator",
-        ),
-    ),
+    ("core", ("core",)),
     ("storage", ("storage",)),
     ("formats", ("flink", "snapshot", "ha")),
-    (
-        "bridges and planning",
-        (
-            "convert",
-            "integrity",
-            "summary",
-            "checks",
-            "key_group_sizes",
-            "synthetic",
-            "planning",
-            "redistribution",
-            "rescale_request",
-            "upgrade",
-            "migration",
-            "operator_matching",
-        ),
-    ),
-    ("execution", ("execution", "environment", "spark_daemon")),
-    ("cli", ("cli", "__main__")),
+    ("planning and assessment", ("assess", "convert", "planning")),
+    ("execution", ("execution",)),
+    ("cli", ("cli",)),
+    ("entry", ("keygroup_cli", "__main__")),
 )
 
-#: Inside flink/, bottom up; the modules directly in flink/ are the top.
-FLINK_LAYERS = ("io", "metadata", "state", "layouts")
+#: Inside flink/, bottom up: its subpackages and its two root modules. Its ``__init__`` (the entry module
+#: every other package imports) is on top.
+FLINK_ORDER = (
+    "io",
+    "metadata",
+    "types",
+    "kernels",
+    "keyed",
+    "operator",
+    "layouts",
+    "savepoint",
+    "download",
+    "check",
+    "write",
+    "data",
+)
+
+#: Inside execution/, bottom up.
+EXECUTION_ORDER = ("jobs", "engines", "options", "routes", "environment")
+
+#: At most this many modules at the package root.
+ROOT_MODULES = 5
 
 
 def _layer(module: str) -> tuple[int, str] | None:
@@ -326,11 +323,12 @@ def _layer(module: str) -> tuple[int, str] | None:
     return None
 
 
-def _flink_rank(module: str) -> int:
+def _inner_rank(module: str, package: str, order: tuple[str, ...]) -> int:
+    """Rank of a module inside ``keygroup_cli.<package>`` by ``order``; the package's ``__init__`` is top."""
     parts = module.split(".")
-    if len(parts) > 3 and parts[2] in FLINK_LAYERS:
-        return FLINK_LAYERS.index(parts[2])
-    return len(FLINK_LAYERS)
+    if len(parts) > 2 and parts[2] in order:
+        return order.index(parts[2])
+    return len(order)
 
 
 def _layer_violation(source: str, target: str) -> str | None:
@@ -342,24 +340,35 @@ def _layer_violation(source: str, target: str) -> str | None:
         return f"{LAYERS[rank][0]} imports {LAYERS[target_rank][0]}"
     if rank == target_rank and LAYERS[rank][0] == "formats" and top != target_top:
         return f"format {top}/ imports format {target_top}/"
-    if top == target_top == "flink" and _flink_rank(target) > _flink_rank(source):
-        inner = (*FLINK_LAYERS, "flink top level")
-        return f"{inner[_flink_rank(source)]} imports {inner[_flink_rank(target)]}"
+    for package, order in (("flink", FLINK_ORDER), ("execution", EXECUTION_ORDER)):
+        if top == target_top == package:
+            here, there = _inner_rank(source, package, order), _inner_rank(target, package, order)
+            if there > here:
+                inner = (*order, f"{package}/__init__")
+                return f"{package}/{inner[here]} imports {package}/{inner[there]}"
     return None
 
 
-def test_layer_rules_see_upward_sibling_and_flink_inner_imports():
-    assert _layer_violation("keygroup_cli.keys", "keygroup_cli.execution.rescale") == "core imports execution"
-    assert _layer_violation("keygroup_cli.flink.verify", "keygroup_cli.snapshot.verify") is not None
+def test_layer_rules_see_upward_sibling_and_inner_imports():
+    assert _layer_violation("keygroup_cli.core.keys", "keygroup_cli.execution.routes.rescale") == (
+        "core imports execution"
+    )
+    assert _layer_violation("keygroup_cli.flink.check.verify", "keygroup_cli.snapshot.verify") is not None
     assert _layer_violation("keygroup_cli.ha.model", "keygroup_cli.flink") is not None
     assert (
-        _layer_violation("keygroup_cli.flink.io.binary", "keygroup_cli.flink.state.serializers") is not None
+        _layer_violation("keygroup_cli.flink.io.binary", "keygroup_cli.flink.types.serializers") is not None
     )
-    assert _layer_violation("keygroup_cli.flink.io.paths", "keygroup_cli.flink.regroup") is not None
-    assert _layer_violation("keygroup_cli.flink.regroup", "keygroup_cli.flink.io.paths") is None
+    assert _layer_violation("keygroup_cli.flink.types.values", "keygroup_cli.flink.keyed.header") is not None
+    assert _layer_violation("keygroup_cli.flink.savepoint", "keygroup_cli.flink.check.verify") is not None
+    assert _layer_violation("keygroup_cli.flink.write.regroup", "keygroup_cli.flink.io.paths") is None
+    assert (
+        _layer_violation("keygroup_cli.execution.engines.local", "keygroup_cli.execution.routes.plan")
+        is not None
+    )
     assert _layer_violation("keygroup_cli.convert.to_savepoint", "keygroup_cli.snapshot.model") is None
-    assert _layer_violation("keygroup_cli.checks", "keygroup_cli.summary") is None
-    assert _layer_violation("keygroup_cli.cli.inputs", "keygroup_cli.keygroups") is None
+    assert _layer_violation("keygroup_cli.assess.restore", "keygroup_cli.assess.summary") is None
+    assert _layer_violation("keygroup_cli.cli.inputs", "keygroup_cli.core.keygroups") is None
+    assert _layer_violation("keygroup_cli.cli.inputs", "keygroup_cli") is not None
 
 
 def test_edges_include_function_level_relative_and_lazy_root_imports(tmp_path: Path) -> None:
@@ -384,14 +393,27 @@ def test_edges_include_function_level_relative_and_lazy_root_imports(tmp_path: P
     ]
 
 
-def test_every_flink_subpackage_has_a_place_in_its_order():
-    subpackages = sorted(p.parent.name for p in (PACKAGE / "flink").glob("*/__init__.py"))
-    assert subpackages == sorted(FLINK_LAYERS)
+def test_every_folder_is_a_layer_and_the_root_stays_small():
+    folders = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    placed = sorted(m for _, members in LAYERS for m in members if m not in ("keygroup_cli", "__main__"))
+    assert folders == placed, "a folder of the package has no layer, or a layer names no folder"
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= ROOT_MODULES, root
+
+
+@pytest.mark.parametrize(("package", "order"), [("flink", FLINK_ORDER), ("execution", EXECUTION_ORDER)])
+def test_every_part_of_flink_and_execution_has_a_place_in_its_order(package, order):
+    parts = sorted(
+        p.parent.name if p.name == "__init__.py" else p.stem
+        for p in [*(PACKAGE / package).glob("*/__init__.py"), *(PACKAGE / package).glob("*.py")]
+        if p.name != "__init__.py" or p.parent != PACKAGE / package
+    )
+    assert parts == sorted(order)
 
 
 def test_every_module_has_a_layer():
     unplaced = sorted(m for m in _files() if _layer(m) is None)
-    assert not unplaced, "modules in no layer (add them to LAYERS):\n" + "\n".join(unplaced)
+    assert not unplaced, "modules in no layer (add their folder to LAYERS):\n" + "\n".join(unplaced)
 
 
 def test_no_import_goes_up_a_layer_or_across_formats():

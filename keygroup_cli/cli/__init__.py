@@ -13,13 +13,6 @@ import traceback
 import click
 
 from keygroup_cli import __version__
-from keygroup_cli.allocator import (
-    is_memory_failure,
-    keep_freed_memory,
-    not_enough_memory,
-    release_headroom,
-    reserve_headroom,
-)
 from keygroup_cli.cli.options import (
     DEBUG_ENVVAR,
     JSON_ENVVAR,
@@ -30,7 +23,14 @@ from keygroup_cli.cli.options import (
     table_option,
 )
 from keygroup_cli.cli.render import Output
-from keygroup_cli.errors import ExitCode, KgError, environment_error
+from keygroup_cli.core.allocator import (
+    is_memory_failure,
+    keep_freed_memory,
+    not_enough_memory,
+    release_headroom,
+    reserve_headroom,
+)
+from keygroup_cli.core.errors import ExitCode, KgError, environment_error
 
 #: Command name → module under ``keygroup_cli.cli.commands`` exposing ``command``. Loaded on first use, so
 #: ``kg ranges`` never pays for pyarrow or Spark.
@@ -124,7 +124,7 @@ def cli(
 def main(argv: list[str] | None = None) -> None:
     """Run kg and exit with a documented code; the one place exceptions become exit codes.
 
-    The ``kg`` process keeps the buffers it frees for reuse (``allocator.keep_freed_memory``).
+    The ``kg`` process keeps the buffers it frees for reuse (``core.allocator.keep_freed_memory``).
 
     Ctrl-C (SIGINT) interrupts every command at any moment, Spark's start included (exit 130), also when
     kg was started with SIGINT ignored (a background job of a non-interactive shell, a runner's subshell):

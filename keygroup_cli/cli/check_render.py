@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from keygroup_cli.cli.render import counted, print_table, table_style
-from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.core.findings import Finding, Severity
 
 
 def print_findings(

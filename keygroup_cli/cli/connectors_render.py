@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState, offset_text
+from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState, offset_text
 
 
 def kafka_document(state: KafkaSourceState) -> dict[str, Any]:

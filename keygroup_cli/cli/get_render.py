@@ -10,10 +10,10 @@ from typing import Any
 
 from rich.console import Console
 
-from keygroup_cli.flink.keyed_values import KeyLookup, KeyState, StateEntry
-from keygroup_cli.flink.state.avro import AvroInstant
-from keygroup_cli.flink.state.binary_row import shown_scalar
-from keygroup_cli.flink.state.values import TtlValue
+from keygroup_cli.flink.data.lookup import KeyLookup, KeyState, StateEntry
+from keygroup_cli.flink.types.avro import AvroInstant
+from keygroup_cli.flink.types.binary_row import shown_scalar
+from keygroup_cli.flink.types.values import TtlValue
 
 
 def plain(value: Any) -> Any:

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from keygroup_cli.cli.render import Output, print_grid
-from keygroup_cli.errors import LeaderLiveError
+from keygroup_cli.core.errors import LeaderLiveError
 
 if TYPE_CHECKING:  # keygroup_cli.ha itself is imported only when PATH names an HA store
     from keygroup_cli.ha import HaResolution

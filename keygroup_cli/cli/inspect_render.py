@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, key_group_histogram
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
 from keygroup_cli.cli.render import counted, format_bytes, format_count, print_grid, print_table, table_style
-from keygroup_cli.flink.state.binary_row import RowFields
-from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT
-from keygroup_cli.summary import OperatorSummary, SnapshotSummary, key_group_histogram
+from keygroup_cli.flink.types.binary_row import RowFields
+from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState
-    from keygroup_cli.key_group_sizes import KeyGroupSizes
+    from keygroup_cli.assess.sizes import KeyGroupSizes
+    from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState
 
 
 def print_summary(

@@ -11,7 +11,7 @@ from rich.text import Text
 from keygroup_cli.cli.render import format_bytes, format_count, print_table, table_style
 
 if TYPE_CHECKING:
-    from keygroup_cli.key_group_sizes import KeyGroupSizes
+    from keygroup_cli.assess.sizes import KeyGroupSizes
 
 _SOURCES = {
     "key-group-offsets": "exact: from the key-group offsets, bytes as stored",
@@ -33,7 +33,7 @@ _SUBTASK_STYLES = ("cyan", "magenta")
 
 def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     """Print one operator's key-group sizes, its current spread and the byte-weighted advice."""
-    from keygroup_cli.key_group_sizes import DEFAULT_TOP
+    from keygroup_cli.assess.sizes import DEFAULT_TOP
 
     if not sizes.available:
         console.print(f"  {sizes.unavailable_reason}", markup=False)
@@ -120,7 +120,7 @@ def render_skew_charts(console: Console, sizes: KeyGroupSizes) -> None:
 
 
 def _key_group_columns(sizes: KeyGroupSizes, width: int) -> Text:
-    from keygroup_cli.key_group_sizes import key_group_bins
+    from keygroup_cli.assess.sizes import key_group_bins
 
     bins = key_group_bins(sizes.bytes, width)
     top = max((b.bytes for b in bins), default=0)
@@ -133,7 +133,7 @@ def _key_group_columns(sizes: KeyGroupSizes, width: int) -> Text:
 
 
 def _subtask_bars(values: tuple[int, ...], width: int) -> list[Text]:
-    from keygroup_cli.key_group_sizes import key_group_bins
+    from keygroup_cli.assess.sizes import key_group_bins
 
     # Many subtasks are drawn in even runs (their bytes summed), labelled with the run's first and last.
     runs = key_group_bins(values, _MAX_SUBTASK_BARS)

@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 
 from keygroup_cli.cli.render import counted, format_bytes
-from keygroup_cli.execution.migrate import MigrationResult
-from keygroup_cli.migration import OperatorChange
+from keygroup_cli.execution.routes.migrate import MigrationResult
+from keygroup_cli.planning.migration import OperatorChange
 
 
 def change_document(c: OperatorChange) -> dict[str, Any]:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from keygroup_cli.cli.render import TABLE_STYLES, Output
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.keygroups import UPPER_BOUND_MAX_PARALLELISM, explain_bounds
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.keygroups import UPPER_BOUND_MAX_PARALLELISM, explain_bounds
 
 if TYPE_CHECKING:
-    from keygroup_cli.migration import MigrationRequest
+    from keygroup_cli.planning.migration import MigrationRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -240,8 +240,8 @@ def surgery_options(func: F) -> F:
 def surgery_request(
     rename: tuple[str, ...], assign_uid: tuple[str, ...], drop: tuple[str, ...]
 ) -> MigrationRequest:
-    """Return the ``migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
-    from keygroup_cli.migration import MigrationRequest, parse_pair
+    """Return the ``planning.plan.migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
+    from keygroup_cli.planning.migration import MigrationRequest, parse_pair
 
     return MigrationRequest(
         tuple(parse_pair(v, "--rename") for v in rename),

@@ -1,4 +1,4 @@
-"""JSON document and text of a key-group plan (``planning.KeyGroupPlan``).
+"""JSON document and text of a key-group plan (``planning.plan.KeyGroupPlan``).
 
 ``kg plan --from/--to`` prints one; ``rescale_render`` embeds one per operator in ``kg plan SNAPSHOT`` and
 ``kg rescale --dry-run``. Kept out of the command module so that renderers never import a command.
@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli import planning
 from keygroup_cli.cli.render import format_bytes, format_count, print_table, table_style
+from keygroup_cli.planning import plan as planning
 
 
 def plan_document(plan: planning.KeyGroupPlan) -> dict[str, Any]:

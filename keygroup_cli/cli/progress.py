@@ -10,7 +10,7 @@ installed: using the local engine") are printed on stderr as ``kg: note: ...`` u
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -28,12 +28,7 @@ from rich.table import Column
 from rich.text import Text
 
 from keygroup_cli.cli.render import Output
-
-OnProgress = Callable[[str, int, "int | None"], None]
-
-
-def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
-    return None
+from keygroup_cli.core.progress import OnProgress, no_progress
 
 
 class CountColumn(ProgressColumn):
@@ -124,7 +119,7 @@ def progress(out: Output) -> Iterator[OnProgress]:
     """
     if not out.progress_enabled:
         with notices(out):
-            yield _ignore
+            yield no_progress
         return
     bars = progress_bars(out.stderr)
     tasks: dict[str, TaskID] = {}

@@ -15,13 +15,13 @@ from rich.table import Table
 from keygroup_cli.cli.migrate_render import change_document, render_changes
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import counted, format_bytes, format_count, print_table
-from keygroup_cli.execution.rescale import RescaleResult
-from keygroup_cli.keygroups import skew
-from keygroup_cli.planning import OperatorPlan, RescalePlan
+from keygroup_cli.core.keygroups import skew
+from keygroup_cli.execution.routes.rescale import RescaleResult
+from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
 
 if TYPE_CHECKING:
     from keygroup_cli.convert.from_savepoint import ConvertResult
-    from keygroup_cli.execution.route import PlannedRescale
+    from keygroup_cli.execution.routes.plan import PlannedRescale
     from keygroup_cli.snapshot.model import Operator
 
 _MODES = {

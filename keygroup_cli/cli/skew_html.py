@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from keygroup_cli.cli.render import format_bytes, format_count
 
 if TYPE_CHECKING:
-    from keygroup_cli.key_group_sizes import KeyGroupSizes
+    from keygroup_cli.assess.sizes import KeyGroupSizes
 
 #: Width of every chart's drawing area, in CSS pixels (the SVGs scale down on narrow screens).
 CHART_WIDTH = 720
@@ -94,7 +94,7 @@ def _section(sizes: KeyGroupSizes) -> str:
 
 
 def _key_group_figure(sizes: KeyGroupSizes) -> str:
-    from keygroup_cli.key_group_sizes import key_group_bins
+    from keygroup_cli.assess.sizes import key_group_bins
 
     bins = key_group_bins(sizes.bytes, MAX_KEY_GROUP_BARS)
     top = max((b.bytes for b in bins), default=0) or 1
@@ -125,7 +125,7 @@ def _key_group_figure(sizes: KeyGroupSizes) -> str:
 
 
 def _subtask_figure(values: Sequence[int], parallelism: int, what: str, caption: str) -> str:
-    from keygroup_cli.key_group_sizes import key_group_bins
+    from keygroup_cli.assess.sizes import key_group_bins
 
     runs = key_group_bins(values, MAX_SUBTASK_BARS)
     top = max((r.bytes for r in runs), default=0) or 1
@@ -158,7 +158,7 @@ def _svg(kind: str, width: float, height: float, label: str, items: Iterable[str
 
 
 def _hottest_table(sizes: KeyGroupSizes) -> str:
-    from keygroup_cli.key_group_sizes import DEFAULT_TOP
+    from keygroup_cli.assess.sizes import DEFAULT_TOP
 
     rows = "".join(
         f"<tr><td>{kg}</td><td>{escape(format_bytes(b))}</td><td>{b / sizes.total_bytes:.1%}</td>"
@@ -207,7 +207,7 @@ def write_page(file: str, page: str) -> None:
     import os
     import tempfile
 
-    from keygroup_cli.errors import InvalidArgumentError, environment_error
+    from keygroup_cli.core.errors import InvalidArgumentError, environment_error
 
     target = os.path.abspath(file)
     temporary = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,11 +26,14 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from keygroup_cli import __version__
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
+from keygroup_cli.core.progress import OnProgress, no_progress
+from keygroup_cli.flink.data.lookup import refused
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_tasks import check_key_groups, keyed_header
-from keygroup_cli.flink.keyed_values import refused
+from keygroup_cli.flink.keyed.decode import decode_keyed_file
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.metadata.handles import (
     ChangelogBackendHandle,
@@ -40,16 +43,10 @@ from keygroup_cli.flink.metadata.handles import (
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
+from keygroup_cli.flink.operator.codec import KIND_BY_MODE, decode_operator_file
+from keygroup_cli.flink.operator.header import OperatorStateHeader, operator_header_end, read_operator_header
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_header import (
-    OperatorStateHeader,
-    operator_header_end,
-    read_operator_header,
-)
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.flink.state.operator_state import KIND_BY_MODE, decode_operator_file
-from keygroup_cli.keygroups import KeyGroupRange, key_group_range_for_operator_index
+from keygroup_cli.flink.write.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.writer import SnapshotWriter
@@ -60,8 +57,6 @@ EXTENSION = "flink"
 #: Version of the extension's own layout (bumped only on incompatible changes).
 EXTENSION_VERSION = 1
 METADATA_FILE = "_metadata"
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +88,6 @@ def _unb64(text: str, where: str) -> bytes:
         raise InvalidSnapshotError(f"{where}: not valid base64", code="FLINK_EXTENSION_INVALID") from None
 
 
-def _noop(_stage: str, _done: int, _total: int | None) -> None:
-    return None
-
-
 # -- savepoint -> kg ----------------------------------------------------------------------------------------
 
 
@@ -104,7 +95,7 @@ def check_convertible(snapshot: FlinkSnapshot, *, raw_keyed: bool = False) -> No
     """Refuse savepoints/checkpoints whose state is not in Flink's canonical format.
 
     ``raw_keyed``: the caller redistributes raw keyed state itself (a savepoint rescale: timers kept there,
-    ``flink.raw_timers``), so only raw operator state is refused.
+    ``flink.write.raw_timers``), so only raw operator state is refused.
 
     Raises:
         UnsupportedFormatError: NATIVE savepoint, incremental/changelog keyed handles, heap-checkpoint
@@ -241,7 +232,7 @@ def savepoint_to_snapshot(
     """Convert the canonical savepoint at ``source`` into a kg snapshot at ``dest`` (staged, atomic).
 
     With ``keyed=False`` only operator state is converted (the savepoint rescale copies keyed state
-    between savepoints itself, ``keygroup_cli.flink.regroup``); the result then holds no keyed state.
+    between savepoints itself, ``keygroup_cli.flink.write.regroup``); the result then holds no keyed state.
 
     Raises:
         UnsupportedFormatError: Not a canonical savepoint (see ``check_convertible``), or state kg cannot
@@ -249,9 +240,9 @@ def savepoint_to_snapshot(
         InvalidSnapshotError: Missing or corrupt state files.
         InvalidArgumentError: ``dest`` exists.
     """
-    from keygroup_cli.integrity import require_intact
+    from keygroup_cli.assess.integrity import require_intact
 
-    report = on_progress or _noop
+    report = on_progress or no_progress
     snapshot = open_savepoint(source)
     # The gate: what kg verify checks without reading key-group blocks; the blocks are checked as they
     # are decoded (``_decode_keyed``), so the input is read once.
@@ -306,7 +297,7 @@ def decode_savepoint(
     sink: StateSink,
     *,
     keyed: bool = True,
-    report: OnProgress = _noop,
+    report: OnProgress = no_progress,
     origin: FlinkSnapshot | None = None,
 ) -> tuple[Manifest, ConvertResult]:
     """Decode the canonical savepoint ``snapshot`` into ``sink``; return kg's manifest of it and the counts.

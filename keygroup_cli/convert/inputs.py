@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.download import copy_savepoint
 from keygroup_cli.flink.metadata.locate import is_flink_savepoint
 from keygroup_cli.flink.savepoint import Savepoint
@@ -26,8 +27,6 @@ from keygroup_cli.snapshot.diff import SnapshotDiff, diff_snapshots
 from keygroup_cli.snapshot.download import copy_snapshot, is_snapshot_at
 from keygroup_cli.storage import remote
 from keygroup_cli.storage.locations import Location, is_remote, location
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 @contextlib.contextmanager

@@ -3,8 +3,8 @@
 Operator state is small (source offsets, split assignments, broadcast rules), so the rescale of a savepoint
 takes it, decoded once when the savepoint was opened (``Savepoint.operator_streams``), as Arrow tables in the
 kg operator schema, redistributes those tables as Flink does, and encodes the new savepoint's operator-state
-streams from them (``flink.rescaled``). No kg snapshot or manifest is made on the way, and headers stay the
-bytes they were read as (keyed state takes the task pipeline of ``execution.keyed_pipeline``, or is copied
+streams from them (``flink.write.rescaled``). No kg snapshot or manifest is made on the way, and headers stay the
+bytes they were read as (keyed state takes the task pipeline of ``execution.jobs.savepoint``, or is copied
 as bytes).
 
 ``OperatorTables`` holds, per operator, the planner's view of it (``snapshot.model.Operator``: states,
@@ -20,14 +20,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.convert.from_savepoint import OnProgress, _noop, operator_stream
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.findings import first_error
+from keygroup_cli.convert.from_savepoint import operator_stream
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.findings import first_error
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.core.progress import no_progress as _noop
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.operator.codec import KIND_BY_MODE
 from keygroup_cli.flink.savepoint import Savepoint
-from keygroup_cli.flink.state.operator_state import KIND_BY_MODE
 from keygroup_cli.snapshot.model import Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.parquet import conform_operator
 

@@ -18,18 +18,15 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
-from keygroup_cli.convert.from_savepoint import (
-    EXTENSION,
-    METADATA_FILE,
-    ConvertResult,
-    OnProgress,
-    _noop,
-    _unb64,
-)
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.commit import seal_savepoint
-from keygroup_cli.flink.finished import finished_before, finished_markers
+from keygroup_cli.convert.from_savepoint import EXTENSION, METADATA_FILE, ConvertResult, _unb64
+from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.keygroups import key_group_range_for_operator_index
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.core.progress import no_progress as _noop
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
+from keygroup_cli.flink.keyed.encode import write_keyed_file
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
@@ -38,13 +35,12 @@ from keygroup_cli.flink.metadata.reader import (
     SubtaskState,
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
-from keygroup_cli.flink.native_output import to_native
-from keygroup_cli.flink.rescaled import declared_states, keep_one_union_copy, pick_header
-from keygroup_cli.flink.state.keyed_encode import write_keyed_file
-from keygroup_cli.flink.state.keyed_header import OperatorStateHeader, read_keyed_header, read_operator_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.flink.state.operator_state import write_operator_file
-from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.flink.operator.codec import write_operator_file
+from keygroup_cli.flink.operator.header import OperatorStateHeader, read_operator_header
+from keygroup_cli.flink.write.commit import seal_savepoint
+from keygroup_cli.flink.write.finished import finished_before, finished_markers
+from keygroup_cli.flink.write.native import to_native
+from keygroup_cli.flink.write.rescaled import declared_states, keep_one_union_copy, pick_header
 from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
@@ -139,10 +135,10 @@ def snapshot_to_savepoint(
 ) -> ConvertResult:
     """Write the kg snapshot at ``source`` as a Flink savepoint directory ``dest`` (staged, atomic).
 
-    ``output_format="native"`` writes its keyed state as RocksDB databases (``flink.native_output``), which
+    ``output_format="native"`` writes its keyed state as RocksDB databases (``flink.write.native``), which
     Flink's RocksDB and ForSt backends restore; the default is the canonical format every backend restores.
 
-    ``kg convert``'s way back: ``write_savepoint`` into a staging directory, ``flink.commit.seal_savepoint``
+    ``kg convert``'s way back: ``write_savepoint`` into a staging directory, ``flink.write.commit.seal_savepoint``
     (``_metadata`` encoded once, checked, written last), then the rename.
 
     Raises:
@@ -153,7 +149,7 @@ def snapshot_to_savepoint(
         ExecutionError: The output fails its check; nothing is committed.
     """
     if isinstance(source, (str, Path)):
-        from keygroup_cli.integrity import require_intact
+        from keygroup_cli.assess.integrity import require_intact
 
         # The gate, as a kg snapshot's rescale has it: kg verify's checks (digests, rows, replicas) read
         # every file once before the conversion reads it again; nothing is written from what it rejects.
@@ -190,9 +186,9 @@ def write_savepoint(
     """Write the state files of the kg snapshot ``state`` as a canonical savepoint into ``staging``.
 
     Returns the counts and the ``CheckpointMetadata`` of what was written; ``_metadata`` itself is the
-    commit's (``flink.commit.seal_savepoint``). Every operator is written, those without state included,
+    commit's (``flink.write.commit.seal_savepoint``). Every operator is written, those without state included,
     each with the snapshot's parallelism and maxParallelism, as Flink writes every operator of a job (why
-    that matters: ``flink.rescaled``, which writes a rescaled savepoint straight from the opened input).
+    that matters: ``flink.write.rescaled``, which writes a rescaled savepoint straight from the opened input).
 
     Args:
         state: A kg snapshot carrying the ``flink`` extension (made by ``savepoint_to_snapshot``, maybe
@@ -286,7 +282,7 @@ def _operator(
     keyed_ext, op_ext = _headers_of(op, ext, where)
     if ext.get("fully_finished"):
         # A fully finished operator stays FullyFinishedOperatorState at any parallelism: Flink deploys
-        # every subtask of its vertex FINISHED_ON_RESTORE (flink.finished), as its own rescale does.
+        # every subtask of its vertex FINISHED_ON_RESTORE (flink.write.finished), as its own rescale does.
         counts.done += op.parallelism
         report("convert", counts.done, counts.total)
         return OperatorState(
@@ -354,7 +350,7 @@ def _headers_of(
 
 
 def _finished_markers(state: StateSource) -> dict[str, tuple[int, ...]]:
-    """Return, by operator id, the subtasks to write as finished (``flink.finished.finished_markers``).
+    """Return, by operator id, the subtasks to write as finished (``flink.write.finished.finished_markers``).
 
     A subtask gets state if its keyed or operator-state rows are not empty.
 

@@ -1,4 +1,4 @@
-"""How a rescale runs, apart from what it does (``rescale_request.RescaleRequest``)."""
+"""How a rescale runs, apart from what it does (``planning.plan.request.RescaleRequest``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keygroup_cli.execution import EngineChoice, Executor
+from keygroup_cli.execution.engines import EngineChoice, Executor
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class EngineOptions:
     verbose: bool = False
     #: A ready executor (overrides ``engine``, ``master``, ``spark``).
     executor: Executor | None = None
-    #: Threads of the local engine and of the key-group copy (None: ``keygroup_cli.workers.worker_count``).
+    #: Threads of the local engine and of the key-group copy (None: ``keygroup_cli.core.workers.worker_count``).
     workers: int | None = None
 
 

@@ -13,9 +13,10 @@ import contextlib
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.io.stream_handles import FileHandle, SegmentFileHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_metadata_bytes
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
@@ -24,8 +25,6 @@ from keygroup_cli.storage.containment import contain
 from keygroup_cli.storage.locations import Location, is_remote
 
 METADATA = "_metadata"
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def copy_savepoint(

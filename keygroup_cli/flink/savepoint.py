@@ -21,10 +21,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.findings import Finding
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.findings import Finding
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import (
     FlinkSnapshot,
@@ -33,15 +35,14 @@ from keygroup_cli.flink.metadata.locate import (
     read_metadata_bytes,
 )
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
-from keygroup_cli.flink.state.keyed_header import KeyedStateHeader, OperatorStateHeader, read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.flink.state_files import contain_references
+from keygroup_cli.flink.metadata.state_files import contain_references
+from keygroup_cli.flink.operator.header import OperatorStateHeader
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from keygroup_cli.flink.stream_checks import OperatorStreamCheck
+    from keygroup_cli.flink.operator.streams import OperatorStreamCheck
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class OperatorStream:
     header: OperatorStateHeader | None
     #: What ``kg verify`` finds wrong with the stream (errors and warnings).
     findings: tuple[Finding, ...]
-    #: The stream's elements in ``rows.OPERATOR_SCHEMA`` (None when they do not decode).
+    #: The stream's elements in ``core.schema.OPERATOR_SCHEMA`` (None when they do not decode).
     table: pa.Table | None
     #: Whether the stream's file could be opened at all.
     opened: bool
@@ -106,7 +107,7 @@ class Savepoint(FlinkSnapshot):
         """Return this savepoint as ``metadata`` describes it: operators renamed or left out, same files.
 
         ``ids`` maps the id of every operator ``metadata`` keeps to its id there (operator surgery planned
-        on the opened savepoint, ``migration.apply_changes``). What was read already (keyed headers,
+        on the opened savepoint, ``planning.plan.migration.apply_changes``). What was read already (keyed headers,
         operator-state streams) is kept under the new ids, not read again; the ``_metadata`` bytes are
         not, since they no longer describe the result.
         """
@@ -202,7 +203,7 @@ def _checked_stream(
     """Check and decode one operator-state stream, turning a missing or unreadable file into a finding."""
     # Imported here: decoding loads pyarrow, which opening a savepoint for kg inspect or kg check never
     # does (their metadata-only paths stay light, tests/cli/test_inspect.py).
-    from keygroup_cli.flink.stream_checks import OperatorStreamCheck, check_operator_stream, stream_finding
+    from keygroup_cli.flink.operator.streams import OperatorStreamCheck, check_operator_stream, stream_finding
 
     opened = False
     try:

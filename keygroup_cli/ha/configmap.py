@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
 from keygroup_cli.ha.javaser import HA_EXTRA_HINT, parse_store_handle
 from keygroup_cli.ha.model import HaResolution, Leader
 from keygroup_cli.ha.storage import read_storage_file, resolve_pointer

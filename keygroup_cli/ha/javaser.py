@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from keygroup_cli.errors import InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidSnapshotError, MissingDependencyError
 
 HA_EXTRA_HINT = (
     "pip install -e '.[ha]' in kg's checkout, or the kg wheel with [ha] (docs/how-to/install.md#extras)"

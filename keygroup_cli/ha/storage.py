@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.ha.javaser import (
     CompletedCheckpointInfo,
     parse_completed_checkpoint,

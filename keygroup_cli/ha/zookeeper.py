@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
 from keygroup_cli.ha.javaser import HA_EXTRA_HINT, parse_leader_information, parse_store_handle
 from keygroup_cli.ha.model import HaResolution, Leader
 from keygroup_cli.ha.storage import read_storage_file, resolve_pointer

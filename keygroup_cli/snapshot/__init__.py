@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError, no_snapshot_error
+from keygroup_cli.core.errors import InvalidSnapshotError, no_snapshot_error
 from keygroup_cli.snapshot.manifest import check_paths_inside, read_manifest
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,

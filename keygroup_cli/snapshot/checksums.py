@@ -10,7 +10,7 @@ from pathlib import Path
 
 import xxhash
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 
 CHUNK_SIZE = 1 << 20

@@ -32,21 +32,20 @@ Otherwise each operator is compared whole, in memory.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.rows import keyed_schema
+from keygroup_cli.core.keygroups import KeyGroupRange
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.download import readable_snapshot
 from keygroup_cli.snapshot.model import KEYED_KINDS, Operator, Snapshot
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 KEYED_COMPARED = ("state", "key", "namespace", "user_key", "value", "timestamp")
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.snapshot.manifest import parse_manifest
 from keygroup_cli.snapshot.model import MANIFEST_NAME
 from keygroup_cli.storage import remote, transfer
 from keygroup_cli.storage.locations import Location, is_remote
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def is_snapshot_at(target: Location) -> bool:

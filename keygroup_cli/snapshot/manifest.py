@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.javahash import KEY_TYPES
-from keygroup_cli.keygroups import (
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.javahash import KEY_TYPES
+from keygroup_cli.core.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
     check_parallelism_bounds,
     key_group_range_for_operator_index,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.core.keygroups import KeyGroupRange
 
 FORMAT_NAME = "kg-snapshot"
 FORMAT_VERSION = 1

@@ -1,4 +1,4 @@
-"""Reading and writing kg state files: one Parquet file per (operator, subtask), in ``rows``' Arrow schemas.
+"""Reading and writing kg state files: one Parquet file per (operator, subtask), in ``core.schema``' Arrow schemas.
 
 Keyed files are written sorted by ``key_group`` with row groups cut at key-group boundaries (at most
 ``DEFAULT_ROW_GROUP_ROWS`` rows each; only a single key group larger than that is split), so a reader can
@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.rows import KEYED_COLUMNS, OPERATOR_SCHEMA, STATE_TYPE, keyed_schema
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.keygroups import KeyGroupRange
+from keygroup_cli.core.schema import KEYED_COLUMNS, OPERATOR_SCHEMA, STATE_TYPE, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile, Snapshot
 

@@ -21,17 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.findings import Finding, Severity, VerifyReport
-from keygroup_cli.javahash import HASHABLE_KEY_TYPES, hash_codes
-from keygroup_cli.keygroups import key_groups_for_hashes, operator_id_for_uid
-from keygroup_cli.rows import KEY_ARROW_TYPES, OPERATOR_SCHEMA
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.findings import Finding, Severity, VerifyReport
+from keygroup_cli.core.javahash import HASHABLE_KEY_TYPES, hash_codes
+from keygroup_cli.core.keygroups import key_groups_for_hashes, operator_id_for_uid
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.core.schema import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import verify_file
 from keygroup_cli.snapshot.download import readable_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 BATCH_ROWS = 1 << 17
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from keygroup_cli.errors import ExecutionError
-from keygroup_cli.findings import first_error
-from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.core.errors import ExecutionError
+from keygroup_cli.core.findings import first_error
+from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.snapshot.manifest import write_manifest
 from keygroup_cli.snapshot.model import KeyedFile, Manifest, OperatorFile
 from keygroup_cli.snapshot.parquet import (

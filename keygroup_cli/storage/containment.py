@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote, urlparse
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.storage.locations import SCHEMES, Location, is_remote, is_uri, location
 
 #: More places (``os.pathsep``-separated directories or object-store prefixes) an input may read from.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

@@ -18,11 +18,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, location
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def scratch_root() -> Path:

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from keygroup_cli.allocator import release_headroom
-from keygroup_cli.errors import InvalidArgumentError, destination_error, environment_error
+from keygroup_cli.core.allocator import release_headroom
+from keygroup_cli.core.errors import InvalidArgumentError, destination_error, environment_error
 from keygroup_cli.storage import background
 from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.writer import Writer, pid_exists
@@ -180,7 +180,7 @@ def scratch_directory(dest: Path | str) -> Iterator[Path]:
 def _remove_tree(path: Path) -> None:
     """Remove a staging or scratch directory, once more with the headroom kept for it if that failed.
 
-    Where memory ran out, ``opendir`` cannot allocate: ``allocator.release_headroom`` gives back what the
+    Where memory ran out, ``opendir`` cannot allocate: ``core.allocator.release_headroom`` gives back what the
     ``kg`` process kept for this.
     """
     shutil.rmtree(path, ignore_errors=True)

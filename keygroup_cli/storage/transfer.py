@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from keygroup_cli.errors import ExecutionError, InvalidArgumentError, KgError
+from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, KgError
+from keygroup_cli.core.progress import OnProgress, no_progress
 from keygroup_cli.storage.locations import Location
 from keygroup_cli.storage.writer import Writer
 
@@ -37,8 +38,6 @@ DEFAULT_CAPACITY = 16
 #: Attempts per request before a retryable failure is final.
 ATTEMPTS = 5
 _TRANSIENT = ("slowdown", "throttl", "503", "500", "502", "504", "timeout", "timed out", "connection reset")
-
-OnProgress = Callable[[str, int, "int | None"], None]
 
 
 def retrying(function: Callable[[], R], what: str, attempts: int = ATTEMPTS, base: float = 0.2) -> R:
@@ -104,7 +103,7 @@ def download(
     capacity: int = DEFAULT_CAPACITY,
 ) -> int:
     """Copy ``files`` (paths relative to ``source``) into the local directory ``target``; return bytes."""
-    report = on_progress or _ignore
+    report = on_progress or no_progress
     total = 0
     report("download", 0, len(files))
 
@@ -200,7 +199,7 @@ def commit_upload(
     Raises:
         ExecutionError: An upload or a check failed (``UPLOAD_FAILED``, ``UPLOAD_VERIFICATION_FAILED``).
     """
-    report = on_progress or _ignore
+    report = on_progress or no_progress
     names = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
     if commit_file not in names:
         raise ExecutionError(f"{local}: no {commit_file} to commit", code="UPLOAD_FAILED")
@@ -265,10 +264,6 @@ def _delete_quietly(target: Location, written: list[str], commit_file: str) -> N
             (target / name).delete()
         except (KgError, OSError):
             continue
-
-
-def _ignore(_stage: str, _completed: int, _total: int | None) -> None:
-    return None
 
 
 __all__ = [

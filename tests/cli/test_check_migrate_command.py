@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from keygroup_cli.keygroups import operator_id_for_uid
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"

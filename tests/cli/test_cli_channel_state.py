@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from kg_fixture_state import FLINK_FIXTURES
 
-from keygroup_cli.checks import RestorePlan, check_channel_state
-from keygroup_cli.findings import FINDING_CODES, Severity
+from keygroup_cli.assess.restore import RestorePlan, check_channel_state
+from keygroup_cli.assess.summary import summarize
+from keygroup_cli.core.findings import FINDING_CODES, Severity
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.summary import summarize
 from tests.conftest import KgResult
 
 Kg = Callable[..., KgResult]

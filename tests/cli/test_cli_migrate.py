@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.keygroups import operator_id_for_uid
 from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"

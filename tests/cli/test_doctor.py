@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli import environment
-from keygroup_cli.environment import Java, SparkProbe
+from keygroup_cli.execution import environment
+from keygroup_cli.execution.environment import Java, SparkProbe
 
 Kg = Callable[..., Any]
 
@@ -255,8 +255,8 @@ def test_spark_probe_failure_is_exit_6(kg: Kg, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_spark_probe_runs_the_engines_own_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    from keygroup_cli import execution
-    from keygroup_cli.errors import MissingDependencyError
+    from keygroup_cli.core.errors import MissingDependencyError
+    from keygroup_cli.execution import engines as execution
 
     asked: list[Any] = []
 

@@ -83,7 +83,7 @@ def test_a_sql_jobs_keys_are_struct_columns(kg, tmp_path: Path) -> None:
 def test_decimal_timestamp_and_row_key_fields_are_typed_columns(kg, tmp_path: Path) -> None:
     from decimal import Decimal
 
-    from keygroup_cli.flink.state.binary_row import SqlTimestamp
+    from keygroup_cli.flink.types.binary_row import SqlTimestamp
 
     case = FLINK_FIXTURES / "sql-rocksdb-native-p2"
     doc = json.loads((case / "expected-sql-state.json").read_text(encoding="utf-8"))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from keygroup_cli import keygroups
+from keygroup_cli.core import keygroups
 
 
 def test_plan_runs_cover_every_key_group_in_order(kg):

@@ -1,4 +1,4 @@
-"""The dry run prints the plan the run executes: one library function plans both (``execution.route``).
+"""The dry run prints the plan the run executes: one library function plans both (``execution.routes.plan``).
 
 ``kg plan SNAPSHOT --json`` (what ``kg rescale --dry-run`` prints) and the real ``kg rescale --json`` of the
 same arguments are compared field by field, for a savepoint copied at the same maxParallelism, re-keyed to a
@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 import keygroup_cli as kg_api
-from keygroup_cli.errors import KgError
-from keygroup_cli.keygroups import subtask_ranges
-from keygroup_cli.migration import MigrationRequest
+from keygroup_cli.core.errors import KgError
+from keygroup_cli.core.keygroups import subtask_ranges
+from keygroup_cli.planning.migration import MigrationRequest
 from tests.conftest import FIXTURES
 
 FLINK = FIXTURES / "flink" / "2.3"

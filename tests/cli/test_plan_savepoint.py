@@ -1,7 +1,7 @@
 """kg plan SAVEPOINT and kg rescale SAVEPOINT --dry-run: the rescale's plan and refusals, nothing written.
 
 The plan of a Flink savepoint is validated by the functions the rescale validates with, in its order
-(``execution.savepoint_plan``), so every refusal is the rescale's own, word for word; keyed state is never
+(``execution.routes.savepoint_plan``), so every refusal is the rescale's own, word for word; keyed state is never
 read (bytes per key group come from ``_metadata``'s offsets and the files' sizes), and what it plans is
 what the rescale then does.
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from keygroup_cli.core.keygroups import subtask_ranges
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.keygroups import subtask_ranges
 from tests.conftest import FIXTURES
 from tests.execution.snapshots import generate
 

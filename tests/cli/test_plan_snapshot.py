@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli import keygroups
+from keygroup_cli.core import keygroups
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate
 

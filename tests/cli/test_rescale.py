@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution import tasks
+from keygroup_cli.execution.jobs import snapshot as tasks
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate, keyed_rows, tree_digest
 
@@ -175,7 +175,7 @@ def test_a_crash_mid_way_leaves_no_destination_and_a_rerun_succeeds(
 
 
 def test_output_verification_failure_commits_nothing(kg, source, tmp_path, monkeypatch):
-    from keygroup_cli.execution import snapshot_rescale as rescale_module
+    from keygroup_cli.execution.routes import snapshot as rescale_module
 
     real = rescale_module.build_manifest
 
@@ -302,7 +302,7 @@ def test_wall_seconds_include_the_input_check(kg, source, tmp_path, monkeypatch)
     # The JSON's wall_seconds is what the user waited: the check of the input before the rescale counts.
     import time
 
-    import keygroup_cli.execution.rescale as router
+    import keygroup_cli.execution.routes.rescale as router
 
     real = router.require_intact
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from conftest import FIXTURES
 
 from keygroup_cli.cli.rescale_render import mixed_parallelism_warning
-from keygroup_cli.planning import plan_rescale
+from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate
 

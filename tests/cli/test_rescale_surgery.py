@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.keygroups import operator_id_for_uid
 from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.conftest import FIXTURES
 from tests.execution.snapshots import generate, tree_digest

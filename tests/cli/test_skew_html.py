@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from conftest import FIXTURES
 
+from keygroup_cli.assess.sizes import KeyGroupSizes, key_group_bins, key_group_sizes
 from keygroup_cli.cli.key_groups_render import render_skew_charts
 from keygroup_cli.cli.render import format_bytes
 from keygroup_cli.cli.skew_html import (
@@ -33,7 +34,6 @@ from keygroup_cli.cli.skew_html import (
     SUBTASK_FILLS,
     VALUE_WIDTH,
 )
-from keygroup_cli.key_group_sizes import KeyGroupSizes, key_group_bins, key_group_sizes
 
 Kg = Callable[..., Any]
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.synthetic import SyntheticOperator, generate_snapshot
+from keygroup_cli.snapshot.synthetic import SyntheticOperator, generate_snapshot
 
 ROW_COLUMNS = ["state", "key", "namespace", "user_key", "value", "timestamp"]
 

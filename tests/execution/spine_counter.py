@@ -1,6 +1,6 @@
 """Count the storage reads and codec work of one savepoint rescale, in this process (issue #21's "measured").
 
-``count_rescale(source, dest, ...)`` runs ``keygroup_cli.execution.rescale.rescale`` on the local engine
+``count_rescale(source, dest, ...)`` runs ``keygroup_cli.execution.routes.rescale.rescale`` on the local engine
 with class- and module-level counters installed, and returns per input file:
 
 - ``metadata_reads``: reads of the input ``_metadata`` from storage (a file or an object);
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.storage.locations import Location
 
@@ -62,9 +62,9 @@ def counting(
 
     ``input_names`` are the names of the input's state files (operator-state decodes count by name).
     """
-    import keygroup_cli.execution.savepoint  # noqa: F401  (loads the whole path)
+    import keygroup_cli.execution.routes.savepoint  # noqa: F401  (loads the whole path)
     import keygroup_cli.flink.metadata.writer as writer
-    import keygroup_cli.flink.state.operator_state as operator_state
+    import keygroup_cli.flink.operator.codec as operator_state
 
     counts = SpineCounts()
     root = input_root.rstrip("/") + "/"
@@ -145,7 +145,7 @@ def count_rescale(
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
 
-    ``surgery`` is a ``migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
+    ``surgery`` is a ``planning.plan.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
     """
     with counting(monkeypatch, source, input_names) as counts:
         rescale(

@@ -5,7 +5,7 @@ canonical and native layouts, checkpoints, snappy-compressed state, String and L
 rescaled to new maxParallelisms (1- and 2-byte key-group prefixes) by both routes; every keyed file and
 its offsets must be identical, so every real-Flink restore test of the row route covers the byte route.
 The byte route runs its read tasks (each file cut into three) and its writes on three worker threads
-(``keygroup_cli.workers``), the row route in one: which thread ran what must not change a byte. Every
+(``keygroup_cli.core.workers``), the row route in one: which thread ran what must not change a byte. Every
 other fixture runs the byte route on the native kernels (``KG_NATIVE=1``), the rest on the Python reference.
 """
 
@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.execution import keyed_pipeline, pipeline
-from keygroup_cli.execution.keyed_pipeline import FlinkPartRead, FlinkPartWrite, plan_keyed_jobs
-from keygroup_cli.execution.local import LocalExecutor
-from keygroup_cli.execution.savepoint import open_input
-from keygroup_cli.flink.state import native_kernels
-from keygroup_cli.javahash import PRIMITIVE_KEY_TYPES
+from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES
+from keygroup_cli.execution.engines.local import LocalExecutor
+from keygroup_cli.execution.jobs import model as pipeline
+from keygroup_cli.execution.jobs import savepoint as keyed_pipeline
+from keygroup_cli.execution.jobs.savepoint import FlinkPartRead, FlinkPartWrite, plan_keyed_jobs
+from keygroup_cli.execution.routes.savepoint import open_input
+from keygroup_cli.flink.kernels import native as native_kernels
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink"
 SAVEPOINTS = sorted(p.parent for p in FIXTURES.glob("*/*/_metadata"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from keygroup_cli.execution.local import LocalExecutor
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.spark import SparkExecutor
+from keygroup_cli.execution.engines.local import LocalExecutor
+from keygroup_cli.execution.engines.spark import SparkExecutor
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot.manifest import manifest_to_dict
 from tests.execution.snapshots import generate
 

@@ -15,14 +15,14 @@ import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.execution import get_executor
-from keygroup_cli.execution.keyed_pipeline import plan_keyed_jobs
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
+from keygroup_cli.execution.engines import get_executor
+from keygroup_cli.execution.jobs.savepoint import plan_keyed_jobs
+from keygroup_cli.execution.routes.rescale import rescale
+from keygroup_cli.execution.routes.snapshot import rescale_snapshot
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
-from keygroup_cli.flink.keyed_tasks import read_tasks
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.regroup import keyed_handles
+from keygroup_cli.flink.write.keyed_tasks import read_tasks
+from keygroup_cli.flink.write.regroup import keyed_handles
 from keygroup_cli.snapshot.writer import SnapshotWriter
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
@@ -133,7 +133,7 @@ def _renamed(job):  # type: ignore[no-untyped-def]
 @pytest.mark.spark
 @pytest.mark.parametrize("case", [*CASES, SQL_CASE])
 def test_spark_writes_what_the_local_engine_writes(case: str, spark: object, tmp_path: Path) -> None:
-    from keygroup_cli.execution.spark import SparkExecutor
+    from keygroup_cli.execution.engines.spark import SparkExecutor
 
     executor = SparkExecutor(session=spark)
     assert executor.read_pieces() >= 2  # files are cut into several read tasks on Spark

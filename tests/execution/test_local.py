@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.execution.local import LocalExecutor
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.keygroups import operator_index_for_key_group
+from keygroup_cli.core.keygroups import operator_index_for_key_group
+from keygroup_cli.execution.engines.local import LocalExecutor
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.execution.snapshots import generate, keyed_rows, operator_rows
@@ -161,7 +161,7 @@ def test_rescaling_twice_keeps_each_union_element_once(source, tmp_path, chain):
 
 
 def test_a_bucket_read_back_in_full_is_removed_and_the_others_stay(tmp_path):
-    from keygroup_cli.execution.local import _PartSpill
+    from keygroup_cli.execution.engines.local import _PartSpill
 
     spill = _PartSpill(tmp_path)
     files = spill.files()

@@ -1,4 +1,4 @@
-"""``execution.migrate``: the spine's "once" for an operator surgery, and nothing read that is not copied.
+"""``execution.routes.migrate``: the spine's "once" for an operator surgery, and nothing read that is not copied.
 
 The input's ``_metadata`` is read once; each state file of a kept operator is copied once and a dropped
 operator's files never; each operator-state stream is decoded once, in the output (never in the input:
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution.migrate import run_migration
+from keygroup_cli.execution.routes.migrate import run_migration
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.migration import MigrationRequest, plan_migration
+from keygroup_cli.planning.migration import MigrationRequest, plan_migration
 from tests.conftest import FIXTURES
 from tests.execution.spine_counter import counting
 

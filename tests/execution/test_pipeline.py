@@ -1,4 +1,4 @@
-"""The one task model (``execution.pipeline``): both routes compile into it, and how it is run never shows.
+"""The one task model (``execution.jobs.model``): both routes compile into it, and how it is run never shows.
 
 What must hold, for a kg snapshot's jobs as for a savepoint's (``test_keyed_pipeline``):
 - a narrow job written straight from its read tasks and the same job sent through the shuffle write the
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution.local import SPILL_DIR, LocalExecutor
-from keygroup_cli.execution.pipeline import MIN_READ_TASK_BYTES, CopyJob, KeyedJob
-from keygroup_cli.execution.tasks import WrittenParquetFile, plan_snapshot_jobs
-from keygroup_cli.planning import plan_rescale
+from keygroup_cli.execution.engines.local import SPILL_DIR, LocalExecutor
+from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES, CopyJob, KeyedJob
+from keygroup_cli.execution.jobs.snapshot import WrittenParquetFile, plan_snapshot_jobs
+from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
-from keygroup_cli.errors import (
+from keygroup_cli.core.errors import (
     ExecutionError,
     InvalidArgumentError,
     InvalidSnapshotError,
 )
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import commit
+from keygroup_cli.core.keygroups import key_group_range_for_operator_index
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.flink.write import commit
 from keygroup_cli.snapshot.diff import diff_snapshots
 from tests.execution.snapshots import tree_digest
 
@@ -224,7 +224,7 @@ def test_cli_rescales_a_savepoint(kg, tmp_path):
 
 def test_copying_key_groups_starts_no_spark(tmp_path, monkeypatch):
     # Same maxParallelism: kg copies key-group blocks itself; a JVM would only cost seconds.
-    import keygroup_cli.execution.spark as spark_engine
+    import keygroup_cli.execution.engines.spark as spark_engine
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a Spark session was started")
@@ -261,8 +261,8 @@ def test_no_kg_snapshot_is_written_on_the_way(originals, tmp_path, monkeypatch, 
 
 def test_surgery_in_the_pass_is_the_same_on_spark_and_local(spark, tmp_path):
     """``--rename``/``--drop`` with a new maxParallelism: Spark's tasks write what the local engine writes."""
-    from keygroup_cli.keygroups import operator_id_for_uid
-    from keygroup_cli.migration import MigrationRequest
+    from keygroup_cli.core.keygroups import operator_id_for_uid
+    from keygroup_cli.planning.migration import MigrationRequest
 
     source = FIXTURES / "uid-heap-canonical-p3"
     surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))

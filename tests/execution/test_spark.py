@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError
-from keygroup_cli.execution import PendingExecutor, get_executor
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.spark import SparkExecutor, check_java, spark_session
+from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError
+from keygroup_cli.execution.engines import PendingExecutor, get_executor
+from keygroup_cli.execution.engines.spark import SparkExecutor, check_java, spark_session
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate, keyed_rows
 
@@ -96,7 +96,7 @@ def test_class_data_sharing_archive_is_created_then_published_then_used(monkeypa
     import subprocess
     import sys
 
-    from keygroup_cli.execution.spark import class_data_sharing_option
+    from keygroup_cli.execution.engines.spark import class_data_sharing_option
 
     monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KG_SPARK_CDS", raising=False)
@@ -130,7 +130,7 @@ def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsy
     import sys
     import weakref
 
-    from keygroup_cli.execution.spark import _spark_failures
+    from keygroup_cli.execution.engines.spark import _spark_failures
 
     class JavaProxy:
         pass

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import MissingDependencyError
-from keygroup_cli.execution import PendingExecutor
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.spark import SparkExecutor, _worker_cause, check_workers, worker_python
+from keygroup_cli.core.errors import MissingDependencyError
+from keygroup_cli.execution.engines import PendingExecutor
+from keygroup_cli.execution.engines.spark import SparkExecutor, _worker_cause, check_workers, worker_python
+from keygroup_cli.execution.routes.rescale import rescale
 from tests.conftest import DECOY_MARK, write_decoys
 
 pytestmark = pytest.mark.spark
@@ -137,7 +137,7 @@ def test_the_local_engine_has_no_start_stage():
 def test_the_console_log_lives_in_kgs_cache_directory(spark):
     # The console log of the session kg started lives under $KG_CACHE_DIR/logs (removed at exit unless
     # the run failed: tests/test_fresh_install.py), never one per run in the temp directory.
-    from keygroup_cli.execution.spark import _console_logs, cache_directory
+    from keygroup_cli.execution.engines.spark import _console_logs, cache_directory
 
     assert _console_logs["path"].parent == cache_directory() / "logs"
 
@@ -145,7 +145,10 @@ def test_the_console_log_lives_in_kgs_cache_directory(spark):
 def test_kgs_session_imports_pyspark_from_its_package_not_sparks_zip(spark):
     # Spark puts its zip of pyspark first on the workers' path; a zip has no bytecode cache (about 1.5 s
     # of every daemon's start). kg's daemon module imports the installed package instead.
-    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "keygroup_cli.spark_daemon"
+    assert (
+        spark.sparkContext.getConf().get("spark.python.daemon.module")
+        == "keygroup_cli.execution.engines.spark_daemon"
+    )
 
     def where(_index: int) -> tuple[str, bool]:
         import sys as worker_sys
@@ -179,7 +182,7 @@ def test_every_keyed_operator_of_a_stage_runs_in_one_spark_job(spark, tmp_path, 
 
 def test_only_kgs_own_interpreter_gets_kgs_daemon(monkeypatch):
     # Another worker Python (the user's choice) may not have kg: it keeps pyspark's own daemon.
-    from keygroup_cli.execution.spark import DAEMON_MODULE, session_settings
+    from keygroup_cli.execution.engines.spark import DAEMON_MODULE, session_settings
 
     def daemon(master, config=None):  # type: ignore[no-untyped-def]
         return session_settings(master, config).get("spark.python.daemon.module")
@@ -205,8 +208,8 @@ def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -
         "    time.sleep(2)\n"
         "    return real(self, *args, **kwargs)\n"
         "SparkContext._do_init = held\n"
-        "from keygroup_cli.execution import PendingExecutor\n"
-        "from keygroup_cli.execution.spark import spark_context\n"
+        "from keygroup_cli.execution.engines import PendingExecutor\n"
+        "from keygroup_cli.execution.engines.spark import spark_context\n"
         "pending = PendingExecutor('spark', master='local[1]')\n"
         "while SparkContext._active_spark_context is None:\n"
         "    time.sleep(0.05)\n"
@@ -225,7 +228,7 @@ def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -
 
 
 def test_spark_workers_keep_freed_memory(spark):
-    # kg's daemon sets the allocator's thresholds before it forks the workers (keygroup_cli.allocator): a
+    # kg's daemon sets the allocator's thresholds before it forks the workers (keygroup_cli.core.allocator): a
     # task that fills ever larger buffers of about 8 MiB, two alive at once, reuses the pages it freed.
     # With glibc's own thresholds each buffer would be a fresh mapping (tests/unit/test_allocator.py).
     def churn(_: object) -> int:

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from keygroup_cli.errors import ExecutionError
-from keygroup_cli.execution import spark
+from keygroup_cli.core.errors import ExecutionError
+from keygroup_cli.execution.engines import spark
 
 
 def _raised_in_task(exc: BaseException) -> RuntimeError:

@@ -125,8 +125,8 @@ def test_a_rescale_with_surgery_reads_the_input_once_and_a_dropped_operator_neve
     case, to, max_parallelism, tmp_path, monkeypatch
 ):
     """``kg rescale --rename --drop``: planned on the opened input; no second read, no second savepoint."""
-    from keygroup_cli.keygroups import operator_id_for_uid
-    from keygroup_cli.migration import MigrationRequest
+    from keygroup_cli.core.keygroups import operator_id_for_uid
+    from keygroup_cli.planning.migration import MigrationRequest
 
     source = FIXTURES / case
     dropped = operator_id_for_uid("keyed-string")

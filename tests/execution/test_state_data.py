@@ -1,4 +1,4 @@
-"""Keyed state as data on both engines (execution/state_data.py): Spark writes and reads what local does.
+"""Keyed state as data on both engines (execution/routes/state_data.py): Spark writes and reads what local does.
 
 ``kg export --engine spark`` decodes each keyed file in a Spark task and must write the very files the local
 engine writes; ``kg.read_state(..., engine="spark")`` must hold the local table's rows. Both run on the one
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import keygroup_cli
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 
 FLINK = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 

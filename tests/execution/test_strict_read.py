@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import run
+from keygroup_cli.flink.check.verify import verify_flink
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.verify import verify_flink
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPPY = ROOT / "fixtures" / "flink" / "2.3" / "heap-snappy-files-p3-maxp128-long"

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "fixtures" / "java" / "build.sh"

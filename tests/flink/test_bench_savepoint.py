@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
-from keygroup_cli.keygroups import subtask_ranges
+from keygroup_cli.core.keygroups import subtask_ranges
 from keygroup_cli.snapshot import open_snapshot
 from tests.flink.harness import JVM_FLAGS, _tool_env
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from tests.flink.harness import CASES, Dump, restore_error, run_finished_restores
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from tests.flink.conftest import RestoreRunner

@@ -37,11 +37,11 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash, operator_id_for_uid, operator_index_for_key_group
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid, operator_index_for_key_group
 from tests.flink.harness import UID_CASE as CASE
 from tests.flink.harness import UID_CHAINS as CHAINS
 from tests.flink.harness import UID_JOB_UIDS as JOB_UIDS

@@ -40,11 +40,11 @@ import pytest
 from click.testing import CliRunner
 
 from keygroup_cli.cli import cli
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash, operator_id_for_uid, operator_index_for_key_group
 from keygroup_cli.flink.metadata.locate import find_metadata
 from keygroup_cli.flink.metadata.reader import parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash, operator_id_for_uid, operator_index_for_key_group
 from tests.flink.harness import (
     UID_CASE,
     UID_JOB_UIDS,

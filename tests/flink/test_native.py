@@ -14,7 +14,7 @@ savepoint, all at p 3 / maxParallelism 128 with value, list, map and timer state
 - A job that sets no maxParallelism restores kg's NATIVE output at the savepoint's maxParallelism (256).
 - ForSt restores kg's NATIVE rescales (p 3 -> 4; and with maxParallelism 128 -> 256) of a savepoint written
   with the async state API (``fixtures/flink/2.3/async-forst-native-p3``, AsyncJob): its timers are in raw
-  keyed state, redistributed by key group (``flink.raw_timers``); values and timers as in the original's
+  keyed state, redistributed by key group (``flink.write.raw_timers``); values and timers as in the original's
   restore, by a job that sets no maxParallelism.
 - Each new subtask's database is built by one write task of the engine: on Spark (``local[2]``, the run's
   one session) as on the local engine, re-hashed and at the same maxParallelism (a narrow job). Both give,
@@ -36,14 +36,14 @@ from typing import Any
 import pytest
 import rocksdict
 
-from keygroup_cli.execution.local import LocalExecutor
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.spark import SparkExecutor
+from keygroup_cli.execution.engines.local import LocalExecutor
+from keygroup_cli.execution.engines.spark import SparkExecutor
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata
-from keygroup_cli.flink.native_output import to_native
+from keygroup_cli.flink.write.native import to_native
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (
     ASYNC_CASE,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.routes.rescale import rescale
 from tests.flink.harness import (
     UID_NEW_M,
     UID_NEW_P,

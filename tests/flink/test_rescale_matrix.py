@@ -35,7 +35,7 @@ import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import Operator
 from tests.flink.conftest import RestoreRunner

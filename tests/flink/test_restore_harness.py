@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.keygroups import subtask_ranges
+from keygroup_cli.core.keygroups import subtask_ranges
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (
     CASES,

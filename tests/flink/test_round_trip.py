@@ -18,9 +18,9 @@ import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.flink.conftest import RestoreRunner
 from tests.flink.harness import (

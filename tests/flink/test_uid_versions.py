@@ -48,15 +48,15 @@ from click.testing import CliRunner
 from keygroup_cli.cli import cli
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.errors import KgError
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.core.errors import KgError
+from keygroup_cli.core.keygroups import operator_id_for_uid
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import FileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
 from keygroup_cli.flink.metadata.locate import find_metadata, read_flink_metadata
 from keygroup_cli.flink.metadata.reader import parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
-from keygroup_cli.keygroups import operator_id_for_uid
 from tests.flink.harness import UID_CASE as CASE
 from tests.flink.harness import (
     UID_CHAINS,

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.findings import Severity
-from keygroup_cli.keygroups import operator_id_for_uid
-from keygroup_cli.summary import summarize
-from keygroup_cli.upgrade import check_upgrade, parse_target
+from keygroup_cli.assess.summary import summarize
+from keygroup_cli.assess.upgrade import check_upgrade, parse_target
+from keygroup_cli.core.findings import Severity
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from tests.flink.harness import ADD_OPENS, JVM_FLAGS, ROOT, Dump, build_versioned_classpath, run_java_batch
 
 pytestmark = pytest.mark.flink

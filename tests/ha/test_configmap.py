@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from keygroup_cli.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode
 from keygroup_cli.ha import javaser
 from tests.conftest import FIXTURES, ROOT
 

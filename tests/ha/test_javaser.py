@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from keygroup_cli.errors import ExitCode, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import ExitCode, InvalidSnapshotError, MissingDependencyError
 from keygroup_cli.ha import javaser
 from keygroup_cli.ha.storage import resolve_pointer
 from tests.conftest import FIXTURES

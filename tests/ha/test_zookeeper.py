@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import ExitCode, InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExitCode, InvalidArgumentError, InvalidSnapshotError
 from keygroup_cli.ha import javaser
 from keygroup_cli.ha.zookeeper import parse_uri, resolve_zookeeper
 from tests.conftest import FIXTURES

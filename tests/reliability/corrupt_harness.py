@@ -331,7 +331,7 @@ def output_content(path: Path, kind: str) -> str:
     if kind == "kg":
         return kg_content(path)
     from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
-    from keygroup_cli.flink.verify import verify_flink
+    from keygroup_cli.flink.check.verify import verify_flink
 
     report = verify_flink(path)
     assert report.ok, [f.message for f in report.findings]
@@ -342,14 +342,14 @@ def output_content(path: Path, kind: str) -> str:
 
 def passes_verify(path: Path, kind: str) -> bool:
     """Return whether the (mutated) input passes kg's deep verification: the format's own checks."""
-    from keygroup_cli.errors import KgError
+    from keygroup_cli.core.errors import KgError
 
     try:
         if kind == "kg":
             from keygroup_cli.snapshot.verify import verify_snapshot
 
             return verify_snapshot(path).ok
-        from keygroup_cli.flink.verify import verify_flink
+        from keygroup_cli.flink.check.verify import verify_flink
 
         return verify_flink(path).ok
     except KgError:
@@ -628,8 +628,8 @@ def _mode_string_fields(layout: Layout) -> list[tuple[str, str, int, int]]:
 
 def _delimitable(header: object, entry_name: str) -> bool:
     """Return whether kg can tell where each element of the operator state ``entry_name`` ends."""
-    from keygroup_cli.flink.state.operator_state import BYTE_ARRAY_SNAPSHOT
-    from keygroup_cli.flink.state.serializers import FIXED_SIZES, STRING_SNAPSHOT
+    from keygroup_cli.flink.operator.codec import BYTE_ARRAY_SNAPSHOT
+    from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SNAPSHOT
 
     known = {*FIXED_SIZES, STRING_SNAPSHOT, BYTE_ARRAY_SNAPSHOT}
     for info in getattr(header, "states", None) or ():
@@ -645,7 +645,7 @@ def _delimitable(header: object, entry_name: str) -> bool:
 
 def _operator_header(savepoint: object, handle: OperatorStateHandle) -> object:
     from keygroup_cli.flink.io.stream_source import StreamSource
-    from keygroup_cli.flink.state.keyed_header import operator_header_end, read_operator_header
+    from keygroup_cli.flink.operator.header import operator_header_end, read_operator_header
 
     with StreamSource(handle.delegate, savepoint.directory) as src:  # type: ignore[attr-defined]
         offsets = [o for e in handle.states for o in e.offsets]

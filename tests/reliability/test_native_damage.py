@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.rocksdb import log_damage, rocksdb_status_error
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle

@@ -269,7 +269,7 @@ def _interrupting_reader(after: int, action: str) -> object:
     import os
     import signal
 
-    from keygroup_cli.flink.state_tables import state_batches
+    from keygroup_cli.flink.data.tables import state_batches
 
     def reader(*args: object) -> object:
         for done, item in enumerate(state_batches(*args)):  # type: ignore[arg-type]
@@ -284,7 +284,7 @@ def _interrupting_reader(after: int, action: str) -> object:
 
 @pytest.mark.parametrize("state", [None, "sum"], ids=["directory", "one-file"])
 def test_ctrl_c_during_an_export_leaves_no_dest(tmp_path: Path, state: str | None) -> None:
-    from keygroup_cli.flink.state_export import export_states
+    from keygroup_cli.flink.data.export import export_states
 
     dest = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
@@ -302,7 +302,7 @@ def test_a_killed_export_leaves_no_dest_and_the_next_one_commits(tmp_path: Path)
     dest = tmp_path / "out"
     code = (
         "from tests.reliability.test_reader_promises import FLINK, _interrupting_reader\n"
-        "from keygroup_cli.flink.state_export import export_states\n"
+        "from keygroup_cli.flink.data.export import export_states\n"
         f"export_states(FLINK / 'heap-files-p3-maxp128-string', 'keyed-state', {str(dest)!r},"
         " reader=_interrupting_reader(1, 'kill'))\n"
     )

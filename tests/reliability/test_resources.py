@@ -104,9 +104,9 @@ def test_low_address_space_is_one_line_and_exit_5(tmp_path: Path, mib: int) -> N
 
 _LOAD_BINDING = """
 import json, resource, sys
-import keygroup_cli.allocator as allocator
+import keygroup_cli.core.allocator as allocator
 import keygroup_cli.flink.layouts.rocksdb as rocksdb
-from keygroup_cli.errors import KgError
+from keygroup_cli.core.errors import KgError
 rocksdb.BINDING_ADDRESS_SPACE_NEEDED = int(sys.argv[1])  # 0: no check first, the loader itself fails
 used = allocator.address_space_in_use()
 resource.setrlimit(resource.RLIMIT_AS, (used + (4 << 20), resource.RLIM_INFINITY))

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.cli import run
-from keygroup_cli.flink.serializer_classes import FLINK_SERIALIZER_SNAPSHOTS, near_miss
+from keygroup_cli.flink.types.classes import FLINK_SERIALIZER_SNAPSHOTS, near_miss
 from tests.conftest import FIXTURES
 from tests.execution.snapshots import tree_digest
 from tests.reliability.corrupt_harness import Corpus, Mutant, apply, state_files
@@ -261,7 +261,9 @@ def test_a_misspelt_class_inside_an_opaque_snapshot_is_damage(command: str, tmp_
     code, doc, err = _kg(*argv)
     assert code == 3, (doc, err)
     if command == "verify":
-        assert {f["code"] for f in doc["findings"] if f["severity"] == "error"} == {"FLINK_STATE_HEADER_INVALID"}
+        assert {f["code"] for f in doc["findings"] if f["severity"] == "error"} == {
+            "FLINK_STATE_HEADER_INVALID"
+        }
     else:
         assert doc["error"]["code"] == "INPUT_FAILS_VERIFY" and "?rg.apache.flink" in doc["error"]["message"]
     _assert_nothing_written(out)
@@ -270,7 +272,7 @@ def test_a_misspelt_class_inside_an_opaque_snapshot_is_damage(command: str, tmp_
 
 def test_no_fixture_holds_a_string_one_letter_off_a_flink_class() -> None:
     # The byte-level scan must never refuse what Flink wrote: every state file of every fixture passes.
-    from keygroup_cli.flink.stream_checks import raw_class_finding
+    from keygroup_cli.flink.operator.streams import raw_class_finding
 
     files = [p for p in (FIXTURES / "flink").rglob("*") if p.is_file() and not p.suffix]
     assert len(files) > 500

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.errors import ExecutionError
-from keygroup_cli.execution import savepoint as savepoint_route
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.core.errors import ExecutionError
+from keygroup_cli.execution.routes import savepoint as savepoint_route
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.storage import remote as remote_storage
 from tests.execution.test_keyed_pipeline import keyed_files
 

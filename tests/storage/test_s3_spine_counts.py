@@ -51,9 +51,9 @@ def test_a_rescale_with_surgery_on_an_object_store_reads_each_input_object_once(
     case, to, max_parallelism, s3_server: Any, tmp_path: Path, monkeypatch
 ):
     """``kg rescale --rename --drop`` from S3 to S3: one pass, the input's objects read once each."""
+    from keygroup_cli.core.keygroups import operator_id_for_uid
     from keygroup_cli.flink.metadata.locate import read_flink_metadata
-    from keygroup_cli.keygroups import operator_id_for_uid
-    from keygroup_cli.migration import MigrationRequest
+    from keygroup_cli.planning.migration import MigrationRequest
 
     bucket = s3_server.bucket("kg-spine-surgery")
     name = f"{case.replace('/', '-')}-{to}-{max_parallelism}"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from keygroup_cli.allocator import _glibc
+from keygroup_cli.core.allocator import _glibc
 
 pytestmark = pytest.mark.skipif(not _glibc(), reason="the thresholds are glibc's")
 
@@ -54,7 +54,7 @@ def test_glibcs_own_thresholds_fault_every_buffer_in_again():
 
 
 def test_kept_freed_memory_is_reused():
-    setup = "from keygroup_cli.allocator import keep_freed_memory\nkept = keep_freed_memory()"
+    setup = "from keygroup_cli.core.allocator import keep_freed_memory\nkept = keep_freed_memory()"
     result = _churn(setup, "kept")
     assert result["set"] is True
     # The first buffers are faulted in once; the others reuse their pages.
@@ -71,7 +71,7 @@ def test_kept_freed_memory_is_reused():
     ],
 )
 def test_the_users_own_setting_stands(env):
-    setup = "from keygroup_cli.allocator import keep_freed_memory\nkept = keep_freed_memory()"
+    setup = "from keygroup_cli.core.allocator import keep_freed_memory\nkept = keep_freed_memory()"
     result = _churn(setup, "kept", env)
     assert result["set"] is False
     faults = result["faults"]
@@ -84,7 +84,7 @@ def test_the_kg_command_keeps_freed_memory():
         "import keygroup_cli.cli as cli\n"
         "def measured(argv=None):\n"
         "    global kept\n"
-        "    from keygroup_cli import allocator\n"
+        "    from keygroup_cli.core import allocator\n"
         "    kept = allocator._done\n"
         "    return 0\n"
         "cli.run = measured\n"
@@ -134,7 +134,7 @@ def test_workers_reuse_what_other_workers_freed():
     # With a heap per thread, the second worker would fault its first buffers in afresh (about 6,000
     # pages) although the first one's freed pages lie unused; on one heap it only grows it a little.
     code = _TWO_WORKERS.replace(
-        "SETUP", "from keygroup_cli.allocator import keep_freed_memory\nassert keep_freed_memory()"
+        "SETUP", "from keygroup_cli.core.allocator import keep_freed_memory\nassert keep_freed_memory()"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
     done = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from keygroup_cli.checks import RestorePlan, check_restore
-from keygroup_cli.findings import FINDING_CODES, Finding, Severity, exit_code_for
-from keygroup_cli.keygroups import operator_id_for_uid, subtask_ranges
-from keygroup_cli.summary import OperatorSummary
+from keygroup_cli.assess.restore import RestorePlan, check_restore
+from keygroup_cli.assess.summary import OperatorSummary
+from keygroup_cli.core.findings import FINDING_CODES, Finding, Severity, exit_code_for
+from keygroup_cli.core.keygroups import operator_id_for_uid, subtask_ranges
 
 
 def _op(

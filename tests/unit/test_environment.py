@@ -1,4 +1,4 @@
-"""keygroup_cli.environment: Java found as Spark finds it, versions without a JVM, variables kg reads."""
+"""keygroup_cli.execution.environment: Java found as Spark finds it, versions without a JVM, variables kg reads."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli import environment
-from keygroup_cli.environment import Java, Package
+from keygroup_cli.execution import environment
+from keygroup_cli.execution.environment import Java, Package
 
 
 @pytest.mark.parametrize(

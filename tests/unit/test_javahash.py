@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli import javahash
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.core import javahash
+from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
 
 ARROW = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "boolean": pa.bool_()}
 
@@ -83,7 +83,7 @@ def test_out_of_range_and_null_keys_are_refused():
 
 
 def test_row_keys_hash_as_binary_row_data_in_any_chunking():
-    from keygroup_cli.errors import InvalidSnapshotError
+    from keygroup_cli.core.errors import InvalidSnapshotError
 
     # RowDataSerializer's bytes: the big-endian length, then the row (header word and one slot per field).
     rows = [bytes([0, 0, 0, 0, 0, 0, 0, 0]) + i.to_bytes(8, "little") for i in range(5)]

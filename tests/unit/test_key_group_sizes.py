@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from kg_fixture_state import FLINK_FIXTURES, expected
 
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.key_group_sizes import (
+from keygroup_cli.assess.sizes import (
     KeyGroupSizes,
     key_group_bins,
     key_group_sizes,
     parallelism_range,
     subtask_loads,
 )
+from keygroup_cli.core.errors import InvalidArgumentError
 
 
 def _report(case: str) -> dict[str, Any]:
@@ -179,7 +179,7 @@ def test_parallelism_range_refuses(minimum: int, maximum: int | None, message: s
 
 def test_weighted_advice_matches_flinks_ranges_for_every_vector(range_vectors: dict[str, Any]) -> None:
     """advise_parallelism's array range bounds equal Flink's ranges for every generated (maxP, p)."""
-    from keygroup_cli.planning import advise_parallelism
+    from keygroup_cli.planning.plan import advise_parallelism
 
     rng = random.Random(7)
     weights: dict[int, tuple[list[int], list[int]]] = {}

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli import keygroups
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core import keygroups
+from keygroup_cli.core.errors import InvalidArgumentError
 from tests.conftest import FIXTURES
 
 int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from keygroup_cli import keys
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core import keys
+from keygroup_cli.core.errors import InvalidArgumentError
 
 
 def test_split_lines():

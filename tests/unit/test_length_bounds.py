@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.errors import ExitCode, InvalidSnapshotError
+from keygroup_cli.core.errors import ExitCode, InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import BLOCK_SIZE, decode_frames, encode_frames
 from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
 from keygroup_cli.flink.metadata.reader import parse_metadata
-from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
+from keygroup_cli.flink.types.snapshots import SerializerSnapshot
 from keygroup_cli.snapshot.manifest import parse_manifest
 from keygroup_cli.snapshot.parquet import iter_operator_batches, read_operator_file
 from tests.conftest import FIXTURES
@@ -137,7 +137,7 @@ def test_a_snappy_chunk_claiming_3_5_gb_fails_cleanly_under_3_gb() -> None:
     # Before: the decompressor allocated the claimed 3.5 GB first and the process aborted (SIGABRT).
     printed = _limited_code(
         f"""
-        from keygroup_cli.errors import InvalidSnapshotError
+        from keygroup_cli.core.errors import InvalidSnapshotError
         from keygroup_cli.flink.io.snappy import decode_frames
         try:
             decode_frames({_compressed_chunk_claiming(3_500_000_000)!r}, "state", verify=True)
@@ -173,9 +173,9 @@ def test_a_list_of_2_31_empty_steps_fails_fast() -> None:
     data = struct.pack(">i", 0x7FFFFFFF) + struct.pack(">i", -4) + b"\x00" * 16
     printed = _limited_code(
         f"""
-        from keygroup_cli.errors import InvalidSnapshotError
+        from keygroup_cli.core.errors import InvalidSnapshotError
         from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
-        from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
+        from keygroup_cli.flink.keyed.header import SerializerSnapshot
         snap = SerializerSnapshot(LIST_SNAPSHOT, 1, b"", (SerializerSnapshot(BYTES_SNAPSHOT, 1, b""),))
         try:
             skip_serialized(snap, {data!r}, 0, "block")

@@ -1,16 +1,16 @@
-"""The operator-surgery plan (keygroup_cli/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
+"""The operator-surgery plan (keygroup_cli/planning/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
 
 from __future__ import annotations
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, FileHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
-from keygroup_cli.keygroups import operator_id_for_uid
-from keygroup_cli.migration import MigrationRequest, parse_pair, plan_migration
+from keygroup_cli.planning.migration import MigrationRequest, parse_pair, plan_migration
 from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"
@@ -173,7 +173,7 @@ def test_parse_pair_splits_at_the_last_equals() -> None:
 
 def test_operate_renames_and_drops_in_memory_and_keeps_what_was_read() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.migration import operate
+    from keygroup_cli.planning.migration import operate
 
     opened = open_savepoint(V6)
     keyed = opened.keyed_streams  # read before the surgery: kept under the new ids, not read again
@@ -200,7 +200,7 @@ def test_operate_renames_and_drops_in_memory_and_keeps_what_was_read() -> None:
 
 def test_operate_without_surgery_is_the_savepoint_itself() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.migration import operate
+    from keygroup_cli.planning.migration import operate
 
     opened = open_savepoint(V4)
     operated = operate(opened, MigrationRequest(), ("keyed-long",))
@@ -209,7 +209,7 @@ def test_operate_without_surgery_is_the_savepoint_itself() -> None:
 
 def test_operate_labels_prefer_the_new_names_and_refuse_a_dropped_operator() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.migration import operate
+    from keygroup_cli.planning.migration import operate
 
     opened = open_savepoint(V6)
     # A swap: after it, "keyed-long" names what was keyed-string.

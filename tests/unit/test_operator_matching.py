@@ -1,4 +1,4 @@
-"""Candidates for stateful operators a new job lacks (keygroup_cli/operator_matching.py), on real metadata."""
+"""Candidates for stateful operators a new job lacks (keygroup_cli/assess/matching.py), on real metadata."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from keygroup_cli.keygroups import operator_id_for_uid
-from keygroup_cli.operator_matching import suggest_migration
-from keygroup_cli.summary import summarize
+from keygroup_cli.assess.matching import suggest_migration
+from keygroup_cli.assess.summary import summarize
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from tests.conftest import FIXTURES
 
 V6 = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError, UnsupportedFormatError
-from keygroup_cli.keygroups import subtask_ranges
-from keygroup_cli.planning import plan_rescale
+from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
+from keygroup_cli.core.keygroups import subtask_ranges
+from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot.model import KeyedFile, Manifest, Operator, OperatorFile, Snapshot, StateDescriptor
 
 OP_ID = "35a9f8ef506cec52320f30f0582ce304"

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli import keygroups, planning
+from keygroup_cli.core import keygroups
+from keygroup_cli.planning import plan as planning
 
 
 @st.composite

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.redistribution import ElementRun, java_hashmap_order, redistribute_operator_state
+from keygroup_cli.planning.redistribution import ElementRun, java_hashmap_order, redistribute_operator_state
 from keygroup_cli.snapshot.model import StateDescriptor
 from tests.conftest import FIXTURES
 

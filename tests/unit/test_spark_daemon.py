@@ -1,10 +1,10 @@
-"""``spark_daemon``: which of Spark's zips on the workers' path are copies of an installed package."""
+"""``execution.engines.spark_daemon``: which of Spark's zips on the workers' path are copies of an installed package."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from keygroup_cli.spark_daemon import installed_copy, prefer_installed
+from keygroup_cli.execution.engines.spark_daemon import installed_copy, prefer_installed
 
 
 def _site(root: Path, *, packages: tuple[str, ...] = ("pyspark", "py4j")) -> tuple[str, str, str]:

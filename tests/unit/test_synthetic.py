@@ -9,12 +9,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.keygroups import KeyGroupRange, operator_id_for_uid
-from keygroup_cli.rows import keyed_schema
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.keygroups import KeyGroupRange, operator_id_for_uid
+from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.parquet import write_keyed_file
-from keygroup_cli.synthetic import (
+from keygroup_cli.snapshot.synthetic import (
     KEYED_STATES,
     SyntheticOperator,
     generate_snapshot,

@@ -1,4 +1,4 @@
-"""The upgrade gate (keygroup_cli/upgrade.py): its verdicts on Flink 1.20's savepoints and on crafted headers.
+"""The upgrade gate (keygroup_cli/assess/upgrade.py): its verdicts on Flink 1.20's savepoints and on crafted headers.
 
 What Flink 2.3 itself does with the same savepoints is pinned by tests/flink/test_upgrade_gate.py.
 """
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.findings import FINDING_CODES, Finding, Severity
+from keygroup_cli.assess.summary import OperatorSummary, StateSummary, summarize
+from keygroup_cli.assess.upgrade import TargetFlink, check_upgrade, parse_target, upgrade_findings
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.findings import FINDING_CODES, Finding, Severity
+from keygroup_cli.core.keygroups import operator_id_for_uid
 from keygroup_cli.flink.io.binary import DataOutput
-from keygroup_cli.flink.state.keyed_header import KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
-from keygroup_cli.keygroups import operator_id_for_uid
-from keygroup_cli.summary import OperatorSummary, StateSummary, summarize
-from keygroup_cli.upgrade import TargetFlink, check_upgrade, parse_target, upgrade_findings
+from keygroup_cli.flink.types.snapshots import KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 UPGRADE_CASES = ("upgrade-heap-canonical-p2", "upgrade-rocksdb-canonical-p2")
@@ -236,7 +236,7 @@ def test_states_whose_serializers_kg_could_not_read_are_a_warning_not_a_pass() -
 
 
 def test_every_upgrade_code_is_registered() -> None:
-    import keygroup_cli.upgrade as upgrade
+    import keygroup_cli.assess.upgrade as upgrade
 
     used = set(re.findall(r'"(UPGRADE_[A-Z_]+)"', Path(upgrade.__file__).read_text(encoding="utf-8")))
     assert len(used) == 8

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.workers import DEFAULT_MAX, FD_RESERVE, WORKERS_ENV, ordered_map, worker_count
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.workers import DEFAULT_MAX, FD_RESERVE, WORKERS_ENV, ordered_map, worker_count
 
 
 def test_worker_count_takes_the_request_then_the_environment_then_the_cores(
@@ -124,8 +124,8 @@ def _under_limits(soft: int, hard: int, code: str) -> subprocess.CompletedProces
 
 _FIT = (
     "import resource\n"
-    "from keygroup_cli.errors import KgError\n"
-    "from keygroup_cli.workers import workers_within_open_files\n"
+    "from keygroup_cli.core.errors import KgError\n"
+    "from keygroup_cli.core.workers import workers_within_open_files\n"
     "try:\n"
     "    fit = workers_within_open_files(256, 4)\n"
     "except KgError as e:\n"

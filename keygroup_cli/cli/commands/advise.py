@@ -6,9 +6,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli import planning
 from keygroup_cli.cli.options import max_parallelism_option, output_options, require_bounds
 from keygroup_cli.cli.render import format_count, output_for, print_table
+from keygroup_cli.planning import plan as planning
 
 EPILOG = """\b
 Examples:

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import click
 
-from keygroup_cli.checks import RestorePlan, check_restore
+from keygroup_cli.assess.matching import suggest_migration
+from keygroup_cli.assess.restore import RestorePlan, check_restore
+from keygroup_cli.assess.summary import summarize
+from keygroup_cli.assess.upgrade import parse_target, upgrade_findings
 from keygroup_cli.cli.check_render import print_findings
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
@@ -18,11 +21,8 @@ from keygroup_cli.cli.options import (
     read_job_uids,
 )
 from keygroup_cli.cli.render import output_for
-from keygroup_cli.errors import ExitCode
-from keygroup_cli.findings import Severity, exit_code_for
-from keygroup_cli.operator_matching import suggest_migration
-from keygroup_cli.summary import summarize
-from keygroup_cli.upgrade import parse_target, upgrade_findings
+from keygroup_cli.core.errors import ExitCode
+from keygroup_cli.core.findings import Severity, exit_code_for
 
 EPILOG = """\b
 Examples:
@@ -122,7 +122,7 @@ def command(
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
     if target is not None:
         findings += upgrade_findings(summary, target)
-    from keygroup_cli.integrity import check_input
+    from keygroup_cli.assess.integrity import check_input
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
     damage = check_input(summary.savepoint or summary.path, deep=deep)

@@ -7,7 +7,7 @@ from click.shell_completion import CompletionItem, get_completion_class
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.render import output_for
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 
 SHELLS = ("bash", "zsh", "fish")
 

@@ -9,17 +9,17 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from keygroup_cli.assess.summary import is_kg_snapshot
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import counted, format_bytes, format_count, output_for
 from keygroup_cli.convert.from_savepoint import check_destination, is_flink_savepoint, savepoint_to_snapshot
 from keygroup_cli.convert.inputs import readable
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.remote import remote_output
 from keygroup_cli.storage.staging import refuse_inside_input
-from keygroup_cli.summary import is_kg_snapshot
 
 EPILOG = """\b
 Examples:

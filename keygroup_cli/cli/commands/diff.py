@@ -9,7 +9,7 @@ from rich.table import Table
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import format_count, output_for, print_table
-from keygroup_cli.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode
 
 EPILOG = """\b
 Examples:

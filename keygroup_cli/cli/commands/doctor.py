@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from keygroup_cli import environment
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.render import output_for, print_grid, print_table
-from keygroup_cli.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode
+from keygroup_cli.execution import environment
 
 EPILOG = """\b
 Examples:

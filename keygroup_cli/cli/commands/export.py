@@ -53,8 +53,8 @@ def command(
     master: str | None,
 ) -> None:
     """Export keyed state as Parquet: typed key, namespace, user key and value columns."""
-    from keygroup_cli.execution.state_data import state_reader
-    from keygroup_cli.flink.state_export import export_states
+    from keygroup_cli.execution.routes.state_data import state_reader
+    from keygroup_cli.flink.data.export import export_states
 
     output = output_for(ctx)
     reader = state_reader(engine, master=master)

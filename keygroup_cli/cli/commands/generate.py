@@ -10,7 +10,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli import javahash
 from keygroup_cli.cli.options import (
     key_type_option,
     max_parallelism_option,
@@ -20,6 +19,7 @@ from keygroup_cli.cli.options import (
 )
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import format_bytes, format_count, output_for, print_table
+from keygroup_cli.core import javahash
 
 EPILOG = """\b
 Examples:
@@ -68,7 +68,7 @@ def command(
     snapshot_id: int,
 ) -> None:
     """Generate a synthetic kg snapshot at OUT (which must not exist)."""
-    from keygroup_cli import synthetic
+    from keygroup_cli.snapshot import synthetic
 
     output = output_for(ctx)
     specs = [

@@ -8,7 +8,7 @@ import click
 
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.render import output_for
-from keygroup_cli.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode
 
 EPILOG = """\b
 Examples:
@@ -57,9 +57,9 @@ def command(
 ) -> None:
     """Print every state of a key: values, list elements, map entries and timers, typed."""
     from keygroup_cli.cli.get_render import lookup_document, print_lookup
-    from keygroup_cli.flink.keyed_values import lookup_keys
+    from keygroup_cli.core.keys import split_lines
+    from keygroup_cli.flink.data.lookup import lookup_keys
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.keys import split_lines
 
     out = output_for(ctx)
     if keys_file is not None and key_args:

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 import click
 
+from keygroup_cli.assess.summary import SnapshotSummary, summarize, summary_document
 from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with_ha
 from keygroup_cli.cli.inspect_render import print_summary
 from keygroup_cli.cli.options import operator_option, output_options
 from keygroup_cli.cli.render import Output, output_for
-from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.summary import SnapshotSummary, summarize, summary_document
+from keygroup_cli.core.errors import UnsupportedFormatError
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink.connectors import KafkaSinkState, KafkaSourceState
+    from keygroup_cli.assess.sizes import KeyGroupSizes
+    from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-    from keygroup_cli.key_group_sizes import KeyGroupSizes
 
 EPILOG = """\b
 Examples:
@@ -118,7 +118,7 @@ def command(
     sizes = _key_group_sizes(out, summary.savepoint or path, minimum, maximum) if wanted else {}
     if operators:
         # Deferred: planning imports pyarrow, which plain inspect does without.
-        from keygroup_cli.planning import named_operators
+        from keygroup_cli.planning.plan import named_operators
 
         summary = replace(summary, operators=named_operators(summary.operators, operators))
     for warning in summary.warnings:
@@ -126,7 +126,7 @@ def command(
     document = summary_document(summary)
     for op_doc in document["operators"]:
         if op_doc["operator_id"] in sizes:
-            from keygroup_cli.key_group_sizes import key_group_sizes_document
+            from keygroup_cli.assess.sizes import key_group_sizes_document
 
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
@@ -153,7 +153,7 @@ def _kafka_states(
     """Return the KafkaSource and KafkaSink states of the operators named (of a Flink savepoint)."""
     if not sources and not sinks:
         return []
-    from keygroup_cli.flink.connectors import kafka_sink_state, kafka_source_state
+    from keygroup_cli.flink.data.connectors import kafka_sink_state, kafka_source_state
     from keygroup_cli.flink.metadata.locate import FlinkSnapshot
     from keygroup_cli.flink.savepoint import Savepoint
 
@@ -172,7 +172,7 @@ def _key_group_sizes(
 ) -> dict[str, KeyGroupSizes]:
     """Return the key-group sizes by operator id; fail (exit 4) when no keyed operator has any."""
     # Deferred: the sizes need planning (numpy, pyarrow), which plain inspect does without.
-    from keygroup_cli.key_group_sizes import key_group_sizes
+    from keygroup_cli.assess.sizes import key_group_sizes
 
     report = key_group_sizes(path, minimum=minimum, maximum=maximum)
     if report.operators and not report.available:

@@ -13,7 +13,6 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli import keys as keys_core
 from keygroup_cli.cli.options import (
     key_type_option,
     max_parallelism_option,
@@ -22,6 +21,7 @@ from keygroup_cli.cli.options import (
     require_bounds,
 )
 from keygroup_cli.cli.render import SCHEMA_VERSION, output_for, print_table, table_lines, write_lines
+from keygroup_cli.core import keys as keys_core
 
 EPILOG = """\b
 Examples:
@@ -90,7 +90,7 @@ def command(
         # Arguments that were not valid UTF-8 arrive surrogate-escaped; re-encode so parsing names them.
         texts = [a.encode("utf-8", "surrogateescape") for a in key_args]
     if sql_key is not None:
-        from keygroup_cli.flink.state.binary_row import locate_row_keys, row_fields_from_sql
+        from keygroup_cli.flink.types.binary_row import locate_row_keys, row_fields_from_sql
 
         fields = row_fields_from_sql(sql_key)
         rows = [t.decode("utf-8", "surrogateescape") for t in texts]

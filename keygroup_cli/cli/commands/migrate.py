@@ -44,7 +44,7 @@ def command(
     job: str | None,
 ) -> None:
     """Rename, assign or drop operators' state in a savepoint or checkpoint; write a new savepoint."""
-    from keygroup_cli.execution.migrate import run_migration
+    from keygroup_cli.execution.routes.migrate import run_migration
 
     out = output_for(ctx)
     source = resolve_input(out, path, job, refuse_live_leader=not dry_run).path

@@ -1,6 +1,6 @@
 """``kg plan``: where every key group goes when parallelism changes, before anything is executed.
 
-The library makes the plan (``execution.route.plan_rescale_input``, the functions ``kg rescale`` plans
+The library makes the plan (``execution.routes.plan.plan_rescale_input``, the functions ``kg rescale`` plans
 with): with a kg SNAPSHOT it is weighted by the manifest's row counts; with a Flink savepoint or
 checkpoint by the bytes ``_metadata``'s key-group offsets give (no keyed state is read). This prints it,
 as ``kg rescale --dry-run`` does.
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from keygroup_cli import planning
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
     max_parallelism_option,
@@ -27,9 +26,10 @@ from keygroup_cli.cli.options import (
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import Output, output_for
+from keygroup_cli.planning import plan as planning
 
 if TYPE_CHECKING:
-    from keygroup_cli.rescale_request import RescaleRequest
+    from keygroup_cli.planning.request import RescaleRequest
 
 EPILOG = """\b
 Examples:
@@ -50,14 +50,14 @@ keyed rows are unknown (-, null in JSON) and bytes come from the key-group offse
 def show_snapshot_plan(out: Output, snapshot: str | Path, request: RescaleRequest) -> None:
     """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
 
-    The library decides (``execution.route.plan_rescale_input``: the route, the gate, the plan and every
+    The library decides (``execution.routes.plan.plan_rescale_input``: the route, the gate, the plan and every
     refusal, the rescale's own) and this prints what it returns: ``--format`` names the output the plan
     leads to, the surgery comes first, then the operators as it leaves them.
     """
     # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
     from keygroup_cli.cli.progress import progress
     from keygroup_cli.cli.rescale_render import planned_document, render_snapshot_plan
-    from keygroup_cli.execution.route import plan_rescale_input
+    from keygroup_cli.execution.routes.plan import plan_rescale_input
 
     with progress(out) as on_progress:
         planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
@@ -100,7 +100,7 @@ def command(
     out = output_for(ctx)
     surgery = surgery_request(rename, assign_uid, drop)
     if snapshot is not None:
-        from keygroup_cli.rescale_request import RescaleRequest  # deferred: pure math needs no reader
+        from keygroup_cli.planning.request import RescaleRequest  # deferred: pure math needs no reader
 
         snapshot = resolve_input(out, snapshot, job).path
         request = RescaleRequest.of(

@@ -6,7 +6,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli import keygroups
 from keygroup_cli.cli.options import (
     max_parallelism_option,
     output_options,
@@ -14,6 +13,7 @@ from keygroup_cli.cli.options import (
     require_bounds,
 )
 from keygroup_cli.cli.render import format_count, output_for, print_table
+from keygroup_cli.core import keygroups
 
 EPILOG = """\b
 Examples:

@@ -153,7 +153,7 @@ def command(
     """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
     snapshot = resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
-    from keygroup_cli.rescale_request import RescaleRequest
+    from keygroup_cli.planning.request import RescaleRequest
 
     request = RescaleRequest.of(
         to_parallelism,
@@ -175,7 +175,7 @@ def command(
         rescale_document,
     )
     from keygroup_cli.execution.options import EngineOptions
-    from keygroup_cli.execution.rescale import run_rescale
+    from keygroup_cli.execution.routes.rescale import run_rescale
 
     started = time.monotonic()
     options = EngineOptions(

@@ -8,7 +8,7 @@ from rich.console import Console
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import counted, format_count, output_for
-from keygroup_cli.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode
 
 EPILOG = """\b
 Examples:
@@ -36,7 +36,7 @@ Exit codes: 0 clean, 3 violations found (or the manifest itself is invalid),
 @click.pass_context
 def command(ctx: click.Context, snapshot: str) -> None:
     """Verify a kg snapshot or Flink savepoint deeply: files, checksums, every row or key-group block."""
-    from keygroup_cli.integrity import verify_input
+    from keygroup_cli.assess.integrity import verify_input
 
     out = output_for(ctx)
     with progress(out) as on_progress:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
@@ -86,7 +86,7 @@ def read_stream_prefix(
 ) -> bytes:
     """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
 
-    On an object store that is one ranged request, kept in ``cache`` when one is given (a command that
+    On an object store that is one ranged request, kept in ``core.cache`` when one is given (a command that
     fetches headers concurrently first, then reads them in order).
 
     Raises:

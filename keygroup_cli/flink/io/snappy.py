@@ -25,7 +25,7 @@ import cramjam
 import google_crc32c
 import pyarrow as pa
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 
 #: The stream-identifier chunk every framed stream starts with.
 STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"

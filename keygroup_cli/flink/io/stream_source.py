@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, SegmentFileHandle, StreamHandle
 from keygroup_cli.storage.locations import Location, storage_errors

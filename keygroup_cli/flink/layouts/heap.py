@@ -34,11 +34,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.keygroups import key_group_prefix_bytes
 from keygroup_cli.flink.io.paths import local_path, view_directory
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, RelativeFileHandle, StreamHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.encode import encode_block
+from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
+from keygroup_cli.flink.keyed.layout import kg_kind
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import (
@@ -48,17 +52,9 @@ from keygroup_cli.flink.metadata.reader import (
     describe_properties,
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
-from keygroup_cli.flink.state.avro import AvroDecodeError, AvroSchemaError, avro_reader, read_value
-from keygroup_cli.flink.state.keyed_encode import encode_block
-from keygroup_cli.flink.state.keyed_header import (
-    AVRO_SNAPSHOT,
-    KeyedStateHeader,
-    SerializerSnapshot,
-    read_keyed_header,
-)
-from keygroup_cli.flink.state.keyed_layout import kg_kind
-from keygroup_cli.flink.state.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
-from keygroup_cli.keygroups import key_group_prefix_bytes
+from keygroup_cli.flink.types.avro import AvroDecodeError, AvroSchemaError, avro_reader, read_value
+from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
+from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT, SerializerSnapshot
 from keygroup_cli.storage.locations import Location
 
 _INT = struct.Struct(">i")

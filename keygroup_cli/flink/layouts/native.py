@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.allocator import is_memory_failure, not_enough_memory, require_address_space
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.allocator import is_memory_failure, not_enough_memory, require_address_space
+from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
+from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.layouts.rocksdb import (
     ADDRESS_SPACE_NEEDED,
     load_binding,
@@ -39,7 +40,6 @@ from keygroup_cli.flink.layouts.rocksdb import (
     rocksdb_status_error,
 )
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, LocalHandle
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
 
 #: ``IncrementalRemoteKeyedStateHandle`` with a checkpointed size and a handle id (Flink 1.16+).
 INCREMENTAL_HANDLE_TAG = 11

@@ -35,7 +35,7 @@ flipped byte in any data, index or properties block of a live table is found (a 
 scan does not read, is not: Flink writes none unless configured to). RocksDB opens its tables
 with one thread (``max_file_opening_threads``, 16 by default): a thread it cannot start aborts the process,
 so the open also refuses (exit 5) an address-space limit that leaves it too little room
-(``allocator.require_address_space``).
+(``core.allocator.require_address_space``).
 """
 
 from __future__ import annotations
@@ -51,24 +51,24 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.allocator import is_memory_failure, not_enough_memory, require_address_space
-from keygroup_cli.errors import (
+from keygroup_cli.core.allocator import is_memory_failure, not_enough_memory, require_address_space
+from keygroup_cli.core.errors import (
     ExecutionError,
     InvalidSnapshotError,
     KgError,
     MissingDependencyError,
     UnsupportedFormatError,
 )
+from keygroup_cli.core.keygroups import key_group_prefix_bytes
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.snappy import crc32c
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.encode import encode_block
+from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot
 from keygroup_cli.flink.metadata.reader import OperatorState
-from keygroup_cli.flink.state.keyed_encode import encode_block
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.keygroups import key_group_prefix_bytes
 from keygroup_cli.storage.locations import Location
 
 #: What to install for reading RocksDB files.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import DataInput
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.errors import InvalidSnapshotError, no_snapshot_error
+from keygroup_cli.core.errors import InvalidSnapshotError, no_snapshot_error
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.storage.containment import contain_file, input_roots, outside_error
 from keygroup_cli.storage.locations import Location, is_remote, location

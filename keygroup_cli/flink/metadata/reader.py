@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import DataInput
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle
 from keygroup_cli.flink.metadata.handles import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.flink.io.binary import DataOutput
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,

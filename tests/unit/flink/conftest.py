@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from keygroup_cli.flink.state import native_kernels
+from keygroup_cli.flink.kernels import native as native_kernels
 
 #: Test modules that walk keyed-state blocks, run on the kernels when ``KG_NATIVE`` is not set.
 ON_KERNELS = {

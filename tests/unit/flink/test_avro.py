@@ -1,4 +1,4 @@
-"""Avro values (flink/state/avro.py): the writer schema from AvroSerializerSnapshot, values as flink-avro's
+"""Avro values (flink/types/avro.py): the writer schema from AvroSerializerSnapshot, values as flink-avro's
 DataOutputEncoder writes them; and, for every avro-* fixture (real Flink 1.20 and 2.3, HashMap and RocksDB,
 canonical and NATIVE; HashMap NATIVE's layout is walked value by value with the writer schema), kg's values
 (the ``kg get`` and ``read_state`` paths) equal the job's own dump.
@@ -20,15 +20,15 @@ import pyarrow as pa
 import pytest
 
 from keygroup_cli.cli.get_render import lookup_document, plain
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.keyed_values import lookup_keys
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.data.lookup import lookup_keys
+from keygroup_cli.flink.data.tables import open_canonical, read_state, state_batches, typed_states
 from keygroup_cli.flink.layouts.heap import skip_serialized
 from keygroup_cli.flink.savepoint import open_savepoint
-from keygroup_cli.flink.state.avro import AvroInstant, AvroSchemaError, avro_snapshot, parse_schema
-from keygroup_cli.flink.state.keyed_header import AVRO_SNAPSHOT, SerializerSnapshot, parse_snapshot
-from keygroup_cli.flink.state.serializers import write_string
-from keygroup_cli.flink.state.values import NotDecodable, type_codec
-from keygroup_cli.flink.state_tables import open_canonical, read_state, state_batches, typed_states
+from keygroup_cli.flink.types.avro import AvroInstant, AvroSchemaError, avro_snapshot, parse_schema
+from keygroup_cli.flink.types.serializers import write_string
+from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT, SerializerSnapshot, parse_snapshot
+from keygroup_cli.flink.types.values import NotDecodable, type_codec
 from tests.kg_fixture_state import FLINK_FIXTURES
 
 ALL_FLINK = FLINK_FIXTURES.parent

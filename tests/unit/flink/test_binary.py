@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.binary import DataInput, DataOutput, decode_modified_utf8, encode_modified_utf8
 
 

@@ -1,4 +1,4 @@
-"""SQL jobs' ``BinaryRowData`` keys and rows (flink/state/binary_row.py) against real Flink 2.3 and 1.20.
+"""SQL jobs' ``BinaryRowData`` keys and rows (flink/types/binary_row.py) against real Flink 2.3 and 1.20.
 
 The SqlJob fixtures (fixtures/flink/README-sql.md) hold five GROUP BY aggregates keyed by an INT, a BIGINT, a
 STRING (empty, inline, long and non-ASCII strings), a composite INT, nullable STRING, BOOLEAN key, and an INT
@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.javahash import hash_codes
+from keygroup_cli.core.keygroups import key_group_for_hash, key_groups_for_hashes, operator_id_for_uid
+from keygroup_cli.flink.data.lookup import state_codecs, typed_entry
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_values import state_codecs, typed_entry
+from keygroup_cli.flink.keyed.decode import decode_keyed_file
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.state.binary_row import (
+from keygroup_cli.flink.types.binary_row import (
     RowDecodeError,
     RowFields,
     SqlTimestamp,
@@ -31,9 +34,6 @@ from keygroup_cli.flink.state.binary_row import (
     row_hash_code,
     shown_scalar,
 )
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.javahash import hash_codes
-from keygroup_cli.keygroups import key_group_for_hash, key_groups_for_hashes, operator_id_for_uid
 
 ALL_FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 SQL_CASES = (
@@ -196,8 +196,8 @@ def test_bad_keys_are_named(text: str, kinds: tuple[str, ...], code: str, messag
 
 
 def test_a_key_rows_length_prefix_delimits_it() -> None:
-    from keygroup_cli.errors import InvalidSnapshotError
-    from keygroup_cli.flink.state.serializers import ROW_DATA_SNAPSHOT, key_codec
+    from keygroup_cli.core.errors import InvalidSnapshotError
+    from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT, key_codec
 
     codec = key_codec(ROW_DATA_SNAPSHOT)
     row = encode_row(_fields("int"), [7])
@@ -226,7 +226,7 @@ def test_timestamps_read_and_show_as_java_does(text: str, millisecond: int, nano
 def test_long_decimals_fine_timestamps_and_rows_round_trip_and_reserve_space_when_null() -> None:
     from decimal import Decimal
 
-    from keygroup_cli.flink.state.binary_row import row_fields_from_sql
+    from keygroup_cli.flink.types.binary_row import row_fields_from_sql
 
     fields = row_fields_from_sql("DECIMAL(25, 4), TIMESTAMP(9), ROW<a INT, b STRING>, DECIMAL(5, 2)")
     values = [Decimal("-12345678901234567890.1234"), SqlTimestamp(-1, 999_999), [7, "a long string"], None]

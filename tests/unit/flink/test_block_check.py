@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES
 from test_keyed_state_columns import _blocks, _mixed_rows, _reference
 
-from keygroup_cli.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.state.keyed_decode import _scan_block, check_block, decode_block_batches
-from keygroup_cli.flink.state.keyed_encode import _Block, _check_encoded, _encode_columns, _Rows
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout, _vector_states
+from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.flink.keyed.decode import _scan_block, check_block, decode_block_batches
+from keygroup_cli.flink.keyed.encode import _Block, _check_encoded, _encode_columns, _Rows
+from keygroup_cli.flink.keyed.layout import KeyedLayout, _vector_states
 
 
 def _encoded(layout: KeyedLayout, batch: Any) -> list[_Block]:
@@ -125,7 +125,7 @@ def test_an_accepted_claim_is_what_the_sequential_read_finds(
 def test_a_block_that_does_not_read_back_is_not_written() -> None:
     from test_keyed_state_columns import STATES, _layout, _rows
 
-    from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT
+    from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT
 
     layout = _layout(LONG_SNAPSHOT, 1, *STATES)
     [one] = _encoded(layout, _rows("long", list(range(6)), [3] * 6))

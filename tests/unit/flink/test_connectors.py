@@ -1,4 +1,4 @@
-"""KafkaSource state (flink/connectors.py) against a real KafkaSource's savepoint and the broker's offsets.
+"""KafkaSource state (flink/data/connectors.py) against a real KafkaSource's savepoint and the broker's offsets.
 
 fixtures/flink/2.0/kafka-p2 (fixtures/flink/README-kafka.md) was written by Flink 2.0.1 with Apache's
 flink-connector-kafka 4.0.1-2.0 after reading every record of a 3-partition topic; the offsets the broker
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import UnsupportedFormatError
-from keygroup_cli.flink.connectors import (
+from keygroup_cli.core.errors import UnsupportedFormatError
+from keygroup_cli.flink.data.connectors import (
     kafka_sink_state,
     kafka_source_state,
     parse_kafka_enumerator,

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.execution.rescale import rescale
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.execution.routes.rescale import rescale
+from keygroup_cli.flink.check.verify import verify_flink
 from keygroup_cli.flink.io.binary import DataInput, DataOutput
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.metadata.handles import (
     FILE_STREAM_STATE_HANDLE,
     RELATIVE_STREAM_STATE_HANDLE,
@@ -29,14 +31,9 @@ from keygroup_cli.flink.metadata.handles import (
     read_stream_handle,
 )
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.keyed_header import (
-    OperatorStateHeader,
-    StateMetaInfo,
-    read_keyed_header,
-    read_operator_header,
-)
-from keygroup_cli.flink.state.operator_state import header_state_order
-from keygroup_cli.flink.verify import verify_flink
+from keygroup_cli.flink.operator.codec import header_state_order
+from keygroup_cli.flink.operator.header import OperatorStateHeader, read_operator_header
+from keygroup_cli.flink.types.snapshots import StateMetaInfo
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"
 FILES = FLINK / "heap-files-p3-maxp10-long"  # split, union and broadcast states in files

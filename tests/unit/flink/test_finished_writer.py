@@ -1,4 +1,4 @@
-"""Finished operators (FLIP-147) in the savepoints kg writes (``flink.finished``, ``savepoint_writer``).
+"""Finished operators (FLIP-147) in the savepoints kg writes (``flink.write.finished``, ``savepoint_writer``).
 
 The fixtures are Flink 2.3's own (``fixtures/flink/2.3/README-finished.md``): a fully finished bounded source
 (savepoint and retained checkpoint) and a partially finished one. Real-Flink restores of kg's output are in
@@ -15,13 +15,13 @@ import pytest
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.errors import InvalidArgumentError
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.execution.snapshot_rescale import rescale_snapshot
-from keygroup_cli.flink.finished import FINISHED_SUBTASK_NOT_KEPT, finished_markers, keyed_receivers
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.execution.routes.rescale import rescale
+from keygroup_cli.execution.routes.snapshot import rescale_snapshot
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.reader import OperatorState, SubtaskState, parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
+from keygroup_cli.flink.write.finished import FINISHED_SUBTASK_NOT_KEPT, finished_markers, keyed_receivers
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"
 FULLY = FIXTURES / "finished-fully-source-p3"

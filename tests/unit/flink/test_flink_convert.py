@@ -23,7 +23,7 @@ from kg_fixture_state import (
 
 from keygroup_cli.convert.from_savepoint import EXTENSION, savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
@@ -224,7 +224,7 @@ def test_existing_destination_is_refused(converted: dict[str, Path], tmp_path: P
 
 
 def test_rescaled_union_state_is_written_once(converted: dict[str, Path], tmp_path: Path) -> None:
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
     from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 
     # Rescaled twice (3 -> 2 -> 4): the replicated marker keeps the second rescale from multiplying it.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.layouts.heap import (
@@ -20,8 +20,8 @@ from keygroup_cli.flink.layouts.heap import (
     skip_serialized,
 )
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
-from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string
+from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string
+from keygroup_cli.flink.types.snapshots import SerializerSnapshot
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CHECKPOINT = FLINK / "2.3" / "heap-checkpoint-p2-maxp128-string"

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES, expected
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.decode import _Columns, decode_block
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.key_group_bytes import OperatorKeyGroupBytes, operator_key_group_bytes
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.key_group_bytes import OperatorKeyGroupBytes, operator_key_group_bytes
-from keygroup_cli.flink.state.keyed_decode import _Columns, decode_block
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 
 #: Every case whose keyed handles carry key-group offsets (canonical savepoints and the heap checkpoint).
 OFFSET_CASES = (*CANONICAL_CASES, "heap-checkpoint-p2-maxp128-string")

@@ -20,23 +20,23 @@ from hypothesis import strategies as st
 from test_block_check import _damage
 from test_keyed_state_columns import STATES, _layout
 
-from keygroup_cli.errors import KgError
-from keygroup_cli.findings import Finding, Severity
-from keygroup_cli.flink.keyed_tasks import require_stored_key_groups
-from keygroup_cli.flink.state.keyed_decode import decode_block_batches
-from keygroup_cli.flink.state.keyed_encode import _Rows, write_keyed_file
-from keygroup_cli.flink.state.keyed_entries import ENTRY_SCHEMA, Entries, Rekey, check_entries
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.flink.state.serializers import (
+from keygroup_cli.core.errors import KgError
+from keygroup_cli.core.findings import Finding, Severity
+from keygroup_cli.core.javahash import hash_codes, string_hash_code, unit_run_hash_codes
+from keygroup_cli.core.keygroups import KeyGroupRange, key_groups_for_hashes
+from keygroup_cli.core.schema import keyed_schema
+from keygroup_cli.flink.check.verify import _keyed_block, block_finding
+from keygroup_cli.flink.keyed.decode import decode_block_batches
+from keygroup_cli.flink.keyed.encode import _Rows, write_keyed_file
+from keygroup_cli.flink.keyed.entries import ENTRY_SCHEMA, Entries, Rekey, check_entries
+from keygroup_cli.flink.keyed.layout import KeyedLayout
+from keygroup_cli.flink.types.serializers import (
     BOOLEAN_SNAPSHOT,
     INT_SNAPSHOT,
     LONG_SNAPSHOT,
     STRING_SNAPSHOT,
 )
-from keygroup_cli.flink.verify import _keyed_block, block_finding
-from keygroup_cli.javahash import hash_codes, string_hash_code, unit_run_hash_codes
-from keygroup_cli.keygroups import KeyGroupRange, key_groups_for_hashes
-from keygroup_cli.rows import keyed_schema
+from keygroup_cli.flink.write.keyed_tasks import require_stored_key_groups
 
 _KEYS = {
     "string": (STRING_SNAPSHOT, st.text(max_size=300)),

@@ -9,15 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli.errors import KgError, UnsupportedFormatError
+from keygroup_cli.assess.summary import summarize
+from keygroup_cli.core.errors import KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import DataOutput
-from keygroup_cli.flink.state.keyed_header import (
-    COMPOSITE_MAGIC,
-    NESTED_MAGIC,
-    read_keyed_header,
-    read_operator_header,
-)
-from keygroup_cli.summary import summarize
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.operator.header import read_operator_header
+from keygroup_cli.flink.types.snapshots import COMPOSITE_MAGIC, NESTED_MAGIC
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CASES = sorted(p.parent for p in FLINK_FIXTURES.glob("*/*/expected-state.json"))

@@ -14,16 +14,16 @@ from kg_fixture_state import (
     logical_keyed_state,
 )
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.decode import decode_block, decode_keyed_file
+from keygroup_cli.flink.keyed.encode import encode_block, write_keyed_file
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.keyed_decode import decode_block, decode_keyed_file
-from keygroup_cli.flink.state.keyed_encode import encode_block, write_keyed_file
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout, StateLayout
-from keygroup_cli.flink.state.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
-from keygroup_cli.keygroups import KeyGroupRange
+from keygroup_cli.flink.types.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
 
 
 def _keyed_files(case: str) -> list[tuple[str, int, KeyGroupsHandle, bytes, KeyedLayout, bool]]:
@@ -163,7 +163,7 @@ def test_prefix_width_follows_max_parallelism() -> None:
 
 
 def _cols() -> Any:
-    from keygroup_cli.flink.state.keyed_decode import _Columns
+    from keygroup_cli.flink.keyed.decode import _Columns
 
     return _Columns()
 

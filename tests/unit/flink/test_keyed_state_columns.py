@@ -12,28 +12,30 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.keygroups import KeyGroupRange
+from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.keyed_decode import (
+from keygroup_cli.flink.keyed.decode import (
     _Columns,
     decode_block,
     decode_block_batches,
     decode_block_columns,
     decode_keyed_file,
 )
-from keygroup_cli.flink.state.keyed_encode import (
+from keygroup_cli.flink.keyed.encode import (
     _Block,
     _encode_columns,
     _encode_per_entry,
     _Rows,
     write_keyed_file,
 )
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout, StateLayout
-from keygroup_cli.flink.state.serializers import (
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout, StateLayout
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
+from keygroup_cli.flink.types.serializers import (
     BOOLEAN_SNAPSHOT,
     INT_SNAPSHOT,
     LONG_SNAPSHOT,
@@ -42,8 +44,6 @@ from keygroup_cli.flink.state.serializers import (
     VOID_NAMESPACE_SNAPSHOT,
     key_codec,
 )
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.rows import keyed_schema
 
 
 def _reference(block: bytes, group: int, layout: KeyedLayout) -> pa.RecordBatch:

@@ -18,14 +18,14 @@ from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 from test_block_check import _damage, _encoded
 from test_keyed_state_columns import _blocks, _mixed_rows, _reference
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_tasks import keyed_header
+from keygroup_cli.flink.keyed.decode import _windowed_block, decode_block_batches, decode_keyed_file
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.regroup import keyed_handles
-from keygroup_cli.flink.state.keyed_decode import _windowed_block, decode_block_batches, decode_keyed_file
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
+from keygroup_cli.flink.write.keyed_tasks import keyed_header
+from keygroup_cli.flink.write.regroup import keyed_handles
 
 
 class _Bytes:
@@ -127,8 +127,8 @@ def test_a_string_key_with_a_lone_surrogate_is_refused_in_one_line() -> None:
     # varint 80 B0 03); kg's String keys are UTF-8 text, so the block is refused, not a traceback.
     from test_keyed_state_columns import STATES, _layout
 
-    from keygroup_cli.flink.state.keyed_decode import decode_block_batch
-    from keygroup_cli.flink.state.serializers import STRING_SNAPSHOT
+    from keygroup_cli.flink.keyed.decode import decode_block_batch
+    from keygroup_cli.flink.types.serializers import STRING_SNAPSHOT
 
     layout = _layout(STRING_SNAPSHOT, 1, *STATES)
     key = bytes([0x80 | 5, 0x02, 0x80, 0xB0, 0x03, 0x00])  # prefix (key group 5, last entry), "\ud800", void

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     FileHandle,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli.errors import InvalidSnapshotError, KgError
+from keygroup_cli.core.errors import InvalidSnapshotError, KgError
 from keygroup_cli.flink.metadata.reader import JAVA_SERIALIZATION_MAGIC, PROPERTIES_CLASS, parse_metadata
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 

@@ -24,15 +24,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_block_check import _damage
 
-from keygroup_cli import javahash, keygroups
-from keygroup_cli.errors import InvalidSnapshotError, KgError, MissingDependencyError
+from keygroup_cli.core import javahash, keygroups
+from keygroup_cli.core.errors import InvalidSnapshotError, KgError, MissingDependencyError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.kernels import native as native_kernels
+from keygroup_cli.flink.keyed import decode as keyed_decode
+from keygroup_cli.flink.keyed import entries as keyed_entries
+from keygroup_cli.flink.keyed import entry_parts
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state import entry_parts, keyed_decode, keyed_entries, native_kernels
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = sorted(p.parent for p in (ROOT / "fixtures" / "flink").glob("*/*/_metadata"))
@@ -388,7 +391,7 @@ def test_the_copy_s_checks_of_a_damaged_block_are_the_reference_s(
     kind=st.sampled_from([1, 2, 3]),
 )
 def test_fixed_size_keys_hash_and_mix_as_javahash_and_keygroups_do(value: int, kind: int) -> None:
-    from keygroup_cli.flink.state import numba_kernels
+    from keygroup_cli.flink.kernels import compiled as numba_kernels
 
     size, key_type = {1: (8, "long"), 2: (4, "int"), 3: (1, "boolean")}[kind]
     body = (value % 2**64).to_bytes(8, "big")[-size:]
@@ -498,7 +501,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_the_switch_without_numba_falls_back_or_names_the_extra(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['numba'] = None\n"
-        "from keygroup_cli.flink.state.native_kernels import kernels\n"
+        "from keygroup_cli.flink.kernels.native import kernels\n"
         "try:\n    print(kernels())\nexcept Exception as exc:\n    print(type(exc).__name__, exc.code)\n"
     )
     assert _python(code, KG_NATIVE="auto").stdout.strip() == "None"
@@ -509,7 +512,7 @@ def test_the_switch_without_numba_falls_back_or_names_the_extra(tmp_path: Path) 
 def test_the_compile_cache_lives_in_kgs_cache_directory(tmp_path: Path) -> None:
     code = (
         "import os; os.environ.pop('NUMBA_CACHE_DIR', None)\n"
-        "from keygroup_cli.flink.state.native_kernels import kernels\n"
+        "from keygroup_cli.flink.kernels.native import kernels\n"
         "kernels(); import numba; print(numba.config.CACHE_DIR)\n"
     )
     assert _python(code, KG_NATIVE="1", KG_CACHE_DIR=str(tmp_path)).stdout.strip() == str(tmp_path / "numba")
@@ -519,7 +522,7 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
     # Loading numba costs far more than walking a small savepoint in Python: auto waits for 32 MiB of blocks.
     code = (
         "import sys\n"
-        "from keygroup_cli.flink.state.native_kernels import AUTO_AFTER_BYTES, kernels\n"
+        "from keygroup_cli.flink.kernels.native import AUTO_AFTER_BYTES, kernels\n"
         "small = kernels(AUTO_AFTER_BYTES // 2)\n"
         "print(small is None, 'numba' in sys.modules)\n"
         "large = kernels(AUTO_AFTER_BYTES // 2)\n"
@@ -528,22 +531,23 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
     assert _python(code, KG_NATIVE="auto").stdout.split() == ["True", "False", "True", "True", "True"]
     # A caller that says it is about to walk that much gets them from its first walk; 0 and 1 ignore it.
     told = (
-        "from keygroup_cli.flink.state.native_kernels import AUTO_AFTER_BYTES, expect, kernels\n"
+        "from keygroup_cli.flink.kernels.native import AUTO_AFTER_BYTES, expect, kernels\n"
         "expect(AUTO_AFTER_BYTES - 1); print(kernels(1) is None)\n"
         "expect(AUTO_AFTER_BYTES); print(kernels(1) is not None)\n"
     )
     assert _python(told, KG_NATIVE="auto").stdout.split() == ["True", "True"]
     assert _python(told, KG_NATIVE="0").stdout.split() == ["True", "False"]
     # KG_NATIVE=1 asks for them on the first block, however small.
-    first = "from keygroup_cli.flink.state.native_kernels import kernels\nprint(kernels(1) is not None)\n"
+    first = "from keygroup_cli.flink.kernels.native import kernels\nprint(kernels(1) is not None)\n"
     assert _python(first, KG_NATIVE="1").stdout.strip() == "True"
     # A re-key's window is counted once: the fused walk (which asks first) does not count it, the reference
     # path that then walks it does. 20 MiB of windows stays under the 32 MiB, with no numba imported.
     once = (
         "import sys\n"
-        "from keygroup_cli.flink.state import keyed_decode, keyed_entries, native_kernels\n"
-        "from keygroup_cli.flink.state.keyed_layout import KeyedLayout\n"
-        "from keygroup_cli.flink.state.serializers import LONG_SNAPSHOT, key_codec\n"
+        "from keygroup_cli.flink.keyed import decode as keyed_decode, entries as keyed_entries\n"
+        "from keygroup_cli.flink.kernels import native as native_kernels\n"
+        "from keygroup_cli.flink.keyed.layout import KeyedLayout\n"
+        "from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT, key_codec\n"
         "window = bytes(1 << 20)\n"
         "layout = KeyedLayout(key_codec(LONG_SNAPSHOT), 1, ())\n"
         "for _ in range(20):\n"

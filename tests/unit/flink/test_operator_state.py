@@ -14,16 +14,12 @@ from kg_fixture_state import (
     logical_operator_state,
 )
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.keyed_header import (
-    OperatorStateHeader,
-    operator_header_end,
-    read_operator_header,
-)
-from keygroup_cli.flink.state.operator_state import decode_operator_file, write_operator_file
+from keygroup_cli.flink.operator.codec import decode_operator_file, write_operator_file
+from keygroup_cli.flink.operator.header import OperatorStateHeader, operator_header_end, read_operator_header
 
 
 def _operator_files(

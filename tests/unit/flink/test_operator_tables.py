@@ -1,6 +1,6 @@
 """A savepoint's operator state in memory: the rows of a converted kg snapshot, Flink's bytes back.
 
-The savepoint -> savepoint route holds it without a kg manifest and writes it back with ``flink.rescaled``
+The savepoint -> savepoint route holds it without a kg manifest and writes it back with ``flink.write.rescaled``
 from the header bytes the opened savepoint read (#21).
 """
 
@@ -15,8 +15,8 @@ from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.convert.operator_tables import read_operator_tables
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.rescaled import RescaledOperator, write_rescaled
 from keygroup_cli.flink.savepoint import open_savepoint
+from keygroup_cli.flink.write.rescaled import RescaledOperator, write_rescaled
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.parquet import read_operator_file
 

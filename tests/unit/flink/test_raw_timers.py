@@ -1,4 +1,4 @@
-"""Timers in raw keyed state redistributed by key group (``flink.raw_timers``), on Flink 2.3's own bytes.
+"""Timers in raw keyed state redistributed by key group (``flink.write.raw_timers``), on Flink 2.3's own bytes.
 
 ``fixtures/flink/2.3/async-forst-native-p3``: AsyncJob's ForSt NATIVE savepoint, p 3, maxParallelism 128, 300
 event-time and 200 processing-time timers in the async operator's raw keyed-state streams. Real Flink's
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import UnsupportedFormatError
+from keygroup_cli.core.errors import UnsupportedFormatError
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.timers import read_timer_section
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
-from keygroup_cli.flink.raw_timers import plan_raw_timers, write_raw_timers
 from keygroup_cli.flink.savepoint import open_savepoint
-from keygroup_cli.flink.state.timer_sections import read_timer_section
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash
+from keygroup_cli.flink.write.raw_timers import plan_raw_timers, write_raw_timers
 from tests.conftest import FIXTURES
 
 CASE = FIXTURES / "flink" / "2.3" / "async-forst-native-p3"

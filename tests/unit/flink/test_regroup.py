@@ -14,19 +14,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.execution import savepoint as savepoint_rescale
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.flink import regroup
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.keygroups import key_group_range_for_operator_index
+from keygroup_cli.execution.routes import savepoint as savepoint_rescale
+from keygroup_cli.execution.routes.rescale import rescale
+from keygroup_cli.flink.check.verify import block_finding
 from keygroup_cli.flink.io.stream_handles import key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.decode import decode_keyed_file
+from keygroup_cli.flink.keyed.header import read_keyed_header
+from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.regroup import keyed_handles, regroup_keyed_state, shared_keyed_header
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_header import read_keyed_header
-from keygroup_cli.flink.state.keyed_layout import KeyedLayout
-from keygroup_cli.flink.verify import block_finding
-from keygroup_cli.keygroups import key_group_range_for_operator_index
+from keygroup_cli.flink.write import regroup
+from keygroup_cli.flink.write.regroup import keyed_handles, regroup_keyed_state, shared_keyed_header
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "flink" / "2.3"
 CASES = [
@@ -111,7 +111,7 @@ def test_savepoint_rescale_copies_key_groups_only_when_it_can(tmp_path, monkeypa
 @pytest.mark.parametrize("case", CASES)
 def test_a_copy_reads_each_input_byte_once_and_checks_every_block(case, tmp_path, monkeypatch):
     # #22: the gate reads no block; the copy checks each block in the pass that copies it.
-    from keygroup_cli.flink import regroup
+    from keygroup_cli.flink.write import regroup
 
     read = StreamSource.read
     seen: dict[str, int] = {}

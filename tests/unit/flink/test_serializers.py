@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.flink.state.serializers import (
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.flink.types.serializers import (
     LONG_SNAPSHOT,
     STRING_SNAPSHOT,
     flip_sign_bit,

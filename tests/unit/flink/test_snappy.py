@@ -8,7 +8,7 @@ import random
 import pytest
 from kg_fixture_state import FLINK_FIXTURES
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.flink.io.snappy import (
     BLOCK_SIZE,
     STREAM_IDENTIFIER,

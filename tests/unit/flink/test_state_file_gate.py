@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.findings import Finding, Severity
+from keygroup_cli.core.findings import Finding, Severity
+from keygroup_cli.flink.check.verify import verify_flink
 from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, SegmentFileHandle, StreamHandle
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
-from keygroup_cli.flink.state_files import state_file_findings
-from keygroup_cli.flink.verify import verify_flink
+from keygroup_cli.flink.metadata.state_files import state_file_findings
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 HEAP_P3 = FLINK_FIXTURES / "2.3" / "heap-files-p3-maxp128-long"
@@ -98,7 +98,7 @@ def test_a_file_without_read_permission_is_unreadable(tmp_path: Path) -> None:
             code = (
                 "import json, sys\n"
                 "from keygroup_cli.flink.metadata.locate import read_flink_metadata\n"
-                "from keygroup_cli.flink.state_files import state_file_findings\n"
+                "from keygroup_cli.flink.metadata.state_files import state_file_findings\n"
                 "findings = state_file_findings(read_flink_metadata(sys.argv[1]))\n"
                 "print(json.dumps([[f.code, f.message] for f in findings]))\n"
             )

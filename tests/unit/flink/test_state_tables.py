@@ -39,11 +39,11 @@ def test_ttl_values_keep_their_timestamp() -> None:
     ],
 )
 def test_the_column_wise_path_gives_the_row_paths_table(case: str, state: str) -> None:
+    from keygroup_cli.flink.data.lookup import state_codecs
+    from keygroup_cli.flink.data.tables import _column_batch, _split_by_state, _typed_batch, state_schema
     from keygroup_cli.flink.io.stream_source import StreamSource
-    from keygroup_cli.flink.keyed_values import state_codecs
+    from keygroup_cli.flink.keyed.decode import decode_keyed_file
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-    from keygroup_cli.flink.state_tables import _column_batch, _split_by_state, _typed_batch, state_schema
 
     savepoint = open_savepoint(FLINK_FIXTURES / case)
     taken = 0
@@ -67,8 +67,8 @@ def test_the_column_wise_path_gives_the_row_paths_table(case: str, state: str) -
 
 
 def test_strings_go_column_wise_only_when_short_and_ascii() -> None:
-    from keygroup_cli.flink.state.serializers import write_string
-    from keygroup_cli.flink.state_tables import _prefixed_column
+    from keygroup_cli.flink.data.tables import _prefixed_column
+    from keygroup_cli.flink.types.serializers import write_string
 
     short = ["a", "key-42", "x" * 126, ""]
     assert (

@@ -1,4 +1,4 @@
-"""Timer sections of raw keyed state (``flink.state.timer_sections``), on the bytes Flink 2.3 wrote.
+"""Timer sections of raw keyed state (``flink.keyed.timers``), on the bytes Flink 2.3 wrote.
 
 ``fixtures/flink/2.3/async-forst-native-p3`` (AsyncJob on ForSt, async state API) holds its 300 event-time and
 200 processing-time timers in each subtask's raw keyed-state stream, one section per key group.
@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import key_group_for_hash
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.timers import NotTimers, read_timer_section, write_timer_section
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.state.timer_sections import NotTimers, read_timer_section, write_timer_section
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import key_group_for_hash
 from tests.conftest import FIXTURES
 
 CASE = FIXTURES / "flink" / "2.3" / "async-forst-native-p3"

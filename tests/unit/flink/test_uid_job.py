@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.checks import RestorePlan, check_restore
+from keygroup_cli.assess.restore import RestorePlan, check_restore
+from keygroup_cli.assess.summary import summarize
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
-from keygroup_cli.errors import InvalidArgumentError, MissingDependencyError, UnsupportedFormatError
-from keygroup_cli.execution.rescale import rescale
-from keygroup_cli.findings import Severity
+from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError, UnsupportedFormatError
+from keygroup_cli.core.findings import Severity
+from keygroup_cli.core.keygroups import operator_id_for_uid
+from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.keygroups import operator_id_for_uid
-from keygroup_cli.planning import plan_rescale
+from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.parquet import read_keyed_file
-from keygroup_cli.summary import summarize
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 VERSIONS = ("1.15", "1.16", "1.17", "1.20", "2.0", "2.3")

@@ -1,4 +1,4 @@
-"""Typed values (flink/state/values.py) against what real Flink 2.3 wrote and what the job says it wrote.
+"""Typed values (flink/types/values.py) against what real Flink 2.3 wrote and what the job says it wrote.
 
 Every row of the keyed operators is decoded with the serializers of its file's header and compared key by key
 with the job's own expected-state.json: the KgTestJob cases (Long values, List<Long>, Map<String, Long> with
@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from keygroup_cli.core.keygroups import operator_id_for_uid
+from keygroup_cli.flink.data.lookup import state_codecs, typed_entry
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed_values import state_codecs, typed_entry
+from keygroup_cli.flink.keyed.decode import decode_keyed_file
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.state.keyed_decode import decode_keyed_file
-from keygroup_cli.flink.state.keyed_header import SerializerSnapshot
-from keygroup_cli.flink.state.values import NotDecodable, StateCodecs, TtlValue, to_plain, type_codec
-from keygroup_cli.keygroups import operator_id_for_uid
+from keygroup_cli.flink.types.snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.values import NotDecodable, StateCodecs, TtlValue, to_plain, type_codec
 from tests.kg_fixture_state import FLINK_FIXTURES, expected
 
 #: TypedJob's cases, written by Flink 2.3 and 1.20 (fixtures/flink/README-typed.md).

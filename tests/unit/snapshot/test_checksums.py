@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from keygroup_cli.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.snapshot.checksums import CHUNK_SIZE, bytes_digest, file_digest, verify_file
 from keygroup_cli.snapshot.model import OperatorFile
 

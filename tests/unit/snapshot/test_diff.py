@@ -11,7 +11,7 @@ import pytest
 
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.diff import diff_snapshots
-from keygroup_cli.synthetic import SyntheticOperator, generate_snapshot
+from keygroup_cli.snapshot.synthetic import SyntheticOperator, generate_snapshot
 
 
 def _gen(dest: Path, *ops: SyntheticOperator, seed: int = 1) -> Path:

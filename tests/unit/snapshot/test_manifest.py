@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.snapshot import MANIFEST_NAME, open_snapshot
 from keygroup_cli.snapshot.manifest import (
     dumps_manifest,

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError, InvalidSnapshotError
-from keygroup_cli.keygroups import KeyGroupRange
-from keygroup_cli.rows import OPERATOR_SCHEMA, keyed_schema
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.keygroups import KeyGroupRange
+from keygroup_cli.core.schema import OPERATOR_SCHEMA, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
 from keygroup_cli.snapshot.model import Manifest, Snapshot
 from keygroup_cli.snapshot.parquet import (

@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from keygroup_cli.errors import ExecutionError
-from keygroup_cli.javahash import hash_code
-from keygroup_cli.keygroups import KeyGroupRange, key_group_for_hash
+from keygroup_cli.core.errors import ExecutionError
+from keygroup_cli.core.javahash import hash_code
+from keygroup_cli.core.keygroups import KeyGroupRange, key_group_for_hash
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.writer import SnapshotWriter, operator_dir_name, snapshot_writer
@@ -116,7 +116,11 @@ def test_a_written_snapshot_that_fails_verify_is_not_published(tmp_path: Path) -
                 "t",
                 "t",
                 {"kind": "generated"},
-                (Operator("op", OP_ID, None, 1, 2, "string", (StateDescriptor("c", "value"),), (keyed,), ()),),
+                (
+                    Operator(
+                        "op", OP_ID, None, 1, 2, "string", (StateDescriptor("c", "value"),), (keyed,), ()
+                    ),
+                ),
             )
         )
     assert refused.value.code == "OUTPUT_FAILS_VERIFY" and "KEY_GROUP" in refused.value.message

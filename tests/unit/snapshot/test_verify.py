@@ -10,12 +10,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError
-from keygroup_cli.findings import FINDING_CODES, Severity
+from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.findings import FINDING_CODES, Severity
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest
+from keygroup_cli.snapshot.synthetic import SyntheticOperator, generate_snapshot
 from keygroup_cli.snapshot.verify import verify_snapshot
-from keygroup_cli.synthetic import SyntheticOperator, generate_snapshot
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def test_operator_positions_and_broadcast_shape(snap: Path) -> None:
 
 
 def test_replicated_union_copies_must_agree(snap: Path, tmp_path: Path) -> None:
-    from keygroup_cli.execution.rescale import rescale
+    from keygroup_cli.execution.routes.rescale import rescale
 
     out = rescale(snap, tmp_path / "r", 3, operators=["counter"], engine="local").output
     assert verify_snapshot(out).ok  # the marked copies are identical

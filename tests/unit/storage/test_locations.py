@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.storage import is_remote, location
 from tests.conftest import FIXTURES
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import InvalidArgumentError
+from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.storage.staging import flush_soon, staged_directory, staging_prefix, stale_staging
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from keygroup_cli.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.storage.containment import contain, contain_file, input_roots, outside_error
 from keygroup_cli.storage.locations import Location
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.errors import ExecutionError, InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidSnapshotError
 from keygroup_cli.storage import location
 from keygroup_cli.storage.transfer import commit_upload, in_flight, require_empty, retrying
 

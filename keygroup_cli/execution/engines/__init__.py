@@ -1,0 +1,226 @@
+"""Executors that run a rescale's jobs: one protocol, a pyarrow engine and a Spark engine.
+
+``get_executor("local" | "spark", **options)`` imports the engine's module only when asked, so metadata
+commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
+installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Every route
+compiles its plan into the jobs of ``keygroup_cli.execution.jobs.model`` (a kg snapshot's in
+``execution.jobs.snapshot``, a savepoint's in ``execution.jobs.savepoint``); both engines run them with the same
+task bodies through one entry, ``Executor.run``, and write byte-identical files. The caller (the route)
+owns the staging directory, operator state, verification and the commit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from keygroup_cli.execution.jobs.model import CopyJob, KeyedJob, W
+
+#: ``on_progress(stage, completed, total)``: the core's progress callback (drawn by the CLI, if at all).
+
+ENGINES = ("spark", "local")
+
+#: What installs the Spark engine (pyspark is an optional extra: about 490 MB).
+INSTALL_SPARK = (
+    "pip install -e '.[spark]' in kg's checkout, or the kg wheel with [spark] "
+    "(docs/how-to/install.md#extras), or pip install 'pyspark>=3.5' in kg's environment"
+)
+
+log = logging.getLogger("keygroup_cli")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """The engine a rescale runs with, and why (shown in the summary and ``--json``)."""
+
+    name: str
+    reason: str
+
+
+def spark_installed() -> bool:
+    """Return whether pyspark can be imported, without importing it (no JVM, no seconds spent)."""
+    return importlib.util.find_spec("pyspark") is not None
+
+
+def choose_engine(engine: str | EngineChoice | None) -> EngineChoice:
+    """Resolve ``engine`` (``spark``, ``local``, or None for the default) to the engine that will run.
+
+    The default is Spark when pyspark is installed and the local engine otherwise; the fallback is
+    announced once on the ``keygroup_cli`` logger (the CLI prints it on stderr).
+
+    Raises:
+        InvalidArgumentError: An unknown engine name.
+        MissingDependencyError: ``spark`` was asked for and pyspark is not installed (``PYSPARK_MISSING``).
+    """
+    if isinstance(engine, EngineChoice):
+        return engine
+    if engine is None or engine == "auto":
+        if spark_installed():
+            return EngineChoice("spark", "default engine")
+        log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
+        return EngineChoice("local", "default engine; pyspark is not installed")
+    if engine not in ENGINES:
+        raise InvalidArgumentError(
+            f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
+        )
+    if engine == "spark" and not spark_installed():
+        raise MissingDependencyError(
+            f"--engine spark needs pyspark, which is not installed: {INSTALL_SPARK}; or use --engine local",
+            code="PYSPARK_MISSING",
+        )
+    return EngineChoice(engine, f"--engine {engine}")
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenOperator:
+    """The files an executor wrote (or copied) for one operator, as manifest entries."""
+
+    operator_id: str
+    keyed_files: tuple[KeyedFile, ...]
+    operator_files: tuple[OperatorFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    """What an executor wrote into the target directory, per operator in plan order."""
+
+    engine: str
+    operators: tuple[WrittenOperator, ...]
+
+    def operator(self, operator_id: str) -> WrittenOperator:
+        """Return the files written for ``operator_id``."""
+        return next(o for o in self.operators if o.operator_id == operator_id)
+
+
+class Executor(Protocol):
+    """Runs the jobs of a rescale (``execution.jobs.model``): reads old state, writes the new keyed files.
+
+    The executor never touches the input and writes no metadata or manifest.
+    """
+
+    name: str
+
+    def run(
+        self,
+        jobs: Sequence[KeyedJob[W] | CopyJob],
+        scratch: Path,
+        on_progress: OnProgress | None = None,
+    ) -> dict[str, list[W]]:
+        """Run ``jobs``; return each keyed job's written files by operator id, in subtask order.
+
+        ``scratch`` is a local directory the engine may spill into (what it puts there it removes).
+
+        Raises:
+            ExecutionError: A task failed or rows were lost on the way.
+            InvalidSnapshotError: A read task found its input corrupt.
+        """
+        ...
+
+    def read_pieces(self) -> int:
+        """Return how many read tasks to cut each old keyed file into (more where tasks run in parallel)."""
+        ...
+
+
+def get_executor(name: str, **options: Any) -> Executor:
+    """Return the executor called ``name`` (``local`` or ``spark``), importing it on demand.
+
+    Args:
+        name: The engine.
+        **options: Engine options: for ``spark`` ``master``, ``session``, ``verbose``, ``config`` (Spark
+            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows`` and ``core.workers``.
+
+    Raises:
+        InvalidArgumentError: An unknown engine.
+        MissingDependencyError: Spark or Java is missing or broken (``spark`` only).
+    """
+    if name == "local":
+        from keygroup_cli.execution.engines.local import LocalExecutor
+
+        return LocalExecutor(**_known(options, ("batch_rows", "workers")))
+    if name == "spark":
+        choose_engine("spark")  # a one-line error naming the pip command when pyspark is missing
+        from keygroup_cli.execution.engines.spark import SparkExecutor
+
+        return SparkExecutor(**_known(options, ("master", "session", "verbose", "batch_rows", "config")))
+    raise InvalidArgumentError(
+        f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
+    )
+
+
+class PendingExecutor:
+    """An executor being created in a background thread, so a Spark session starts while kg reads input.
+
+    Starting the JVM takes seconds and mostly waits on another process; decoding a savepoint or
+    checksumming the input meanwhile hides most of it. ``result()`` waits for it and raises what creating
+    it raised (e.g. ``MissingDependencyError``). The thread is a daemon: if kg fails first, it exits
+    without waiting, and the JVM ends with it (it stops when its stdin, a pipe from kg, closes).
+
+    With ``on_progress``, a Spark start is a stage of its own (``starting Spark``), reported from the
+    caller's thread: begun here, finished in ``result()``.
+    """
+
+    STAGE = "starting Spark"
+
+    def __init__(self, name: str, on_progress: OnProgress | None = None, **options: Any) -> None:
+        self._executor: Executor | None = None
+        self._error: BaseException | None = None
+        self._report = on_progress if name == "spark" else None
+        if self._report is not None:
+            self._report(self.STAGE, 0, None)
+        self._thread = threading.Thread(target=self._create, args=(name, options), daemon=True)
+        self._thread.start()
+
+    def _create(self, name: str, options: dict[str, Any]) -> None:
+        try:
+            self._executor = get_executor(name, **options)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Executor:
+        """Wait for the executor and return it.
+
+        Raises:
+            KgError: Whatever ``get_executor`` raised.
+        """
+        # A timed join keeps the waiting thread responsive to Ctrl-C (a bare join() would not be).
+        while self._thread.is_alive():
+            self._thread.join(0.2)
+        if self._error is not None:
+            raise self._error
+        assert self._executor is not None
+        if self._report is not None:
+            self._report(self.STAGE, 1, 1)
+            self._report = None
+        return self._executor
+
+
+def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    # Options meant for the other engine are ignored, so callers can pass one set for either.
+    return {k: v for k, v in options.items() if k in names and v is not None}
+
+
+__all__ = [
+    "ENGINES",
+    "INSTALL_SPARK",
+    "EngineChoice",
+    "ExecutionResult",
+    "Executor",
+    "OnProgress",
+    "PendingExecutor",
+    "WrittenOperator",
+    "choose_engine",
+    "get_executor",
+    "spark_installed",
+]

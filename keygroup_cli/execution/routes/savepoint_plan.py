@@ -1,0 +1,262 @@
+"""The plan of a savepoint rescale, made in one place: what ``kg plan`` prints and ``kg rescale`` executes.
+
+``plan_savepoint(opened, request)`` takes a savepoint opened once and past its gate
+(``savepoint.OpenedInput``) and returns a ``SavepointPlan``: kg's ``RescalePlan``, the operator state
+redistributed in memory, each operator's new parallelism and maxParallelism, and the timers of raw keyed
+state placed in the new key groups. Everything the rescale refuses before writing is refused here, in this
+order:
+
+1. ``--format native`` without the ``rocksdict`` binding (exit 6);
+2. ``preflight``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it can
+   re-hash, ``CHAIN_AMBIGUOUS``;
+3. operator state (small, decoded once when the savepoint was opened) redistributed exactly as Flink does
+   (``operator_rescale.rescale_operator_tables``, which checks every operator stream as ``kg verify``);
+4. ``finished.require_finished_kept``;
+5. state of the async state API in a canonical output (``FLINK_V2_STATE_CANONICAL``);
+6. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read
+   and placed (``flink.write.raw_timers.plan_raw_timers``).
+
+The rescale calls it on the input as it reads it; a heap or RocksDB layout has then been rewritten in the
+canonical layout (``savepoint.open_input``). ``kg plan`` and ``--dry-run`` call it on the input as named,
+never rewritten (the rewrite reads every key group): ``preflight`` then judges a view of ``_metadata`` in
+which those keyed handles stand as canonical ones, with the key types read from their own headers.
+
+Managed keyed state is never read here. Each keyed operator's mode (copy, move, rehash) follows from its old
+and new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
+files' sizes in the input as named (``flink.key_group_bytes``; a stat per file). Rows are known only once
+entries are decoded, so the plan's keyed rows are None. RocksDB database files (NATIVE savepoints,
+incremental checkpoints) record no offsets: their key groups move, but bytes per key group are unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
+from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.execution.routes.operator_state import rescale_operator_tables
+from keygroup_cli.execution.routes.savepoint import (
+    OpenedInput,
+    keyed_headers,
+    operators_with_state,
+    preflight,
+    refuse_v2_state_in_canonical,
+)
+from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
+from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
+from keygroup_cli.flink.keyed.key_group_bytes import operator_key_group_bytes
+from keygroup_cli.flink.keyed.layout import KeyedLayout
+from keygroup_cli.flink.layouts.heap import needs_canonical_view
+from keygroup_cli.flink.layouts.rocksdb import load_binding
+from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
+from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.reader import OperatorState
+from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink.write.finished import require_finished_kept
+from keygroup_cli.flink.write.keyed_tasks import keyed_header
+from keygroup_cli.flink.write.raw_timers import RawTimers, plan_raw_timers
+from keygroup_cli.planning.plan import OperatorPlan, RescalePlan, plan_key_groups
+from keygroup_cli.planning.request import RescaleRequest
+
+
+@dataclass(frozen=True)
+class SavepointPlan:
+    """Everything a savepoint rescale does, decided before anything is staged (no engine, no DEST)."""
+
+    #: kg's plan (what ``kg plan`` prints): every operator's new parallelism, key groups, operator state.
+    plan: RescalePlan
+    #: The operator state redistributed, in memory, by operator and new subtask.
+    rescaled: OperatorTables
+    #: The new (parallelism, maxParallelism) of every operator, by id.
+    targets: Mapping[str, tuple[int, int]]
+    #: Timers kept in raw keyed state, placed in the new key groups (``flink.write.raw_timers``), by operator id.
+    raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
+    #: ``--format native``: one RocksDB database per new subtask; the seal's properties say NATIVE.
+    native: bool = False
+
+
+def plan_savepoint(
+    opened: OpenedInput, request: RescaleRequest, on_progress: OnProgress | None = None
+) -> SavepointPlan:
+    """Plan the rescale of the opened savepoint completely, reading no keyed state (steps: module docstring).
+
+    ``request.operators`` names operators as the surgery left them (``opened.operators``).
+
+    Raises:
+        InvalidArgumentError: What ``preflight`` or the plan refuses: bounds, ``--from``, unknown
+            operators, ``CHAIN_AMBIGUOUS``, ``FINISHED_SUBTASK_NOT_KEPT``.
+        UnsupportedFormatError: A layout kg does not rescale, a maxParallelism change of keys kg cannot
+            re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``), async state in a canonical
+            output (``FLINK_V2_STATE_CANONICAL``).
+        InvalidSnapshotError: A header or an operator stream kg cannot read.
+        MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
+    """
+    savepoint = opened.savepoint
+    native = request.output_format == "native"
+    if native:
+        load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
+    types = _validated(savepoint, request)
+    # Operator state (small) was decoded once when the input was opened; it is redistributed in memory.
+    state = read_operator_tables(
+        savepoint, origin=opened.origin, on_progress=_stage(on_progress, "read operator state")
+    )
+    plan, rescaled = rescale_operator_tables(
+        state,
+        request.new_parallelism,
+        from_parallelism=request.from_parallelism,
+        operators=request.operators,
+        new_max_parallelism=request.new_max_parallelism,
+        with_state=operators_with_state(savepoint),
+    )
+    targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
+    # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
+    # keyed file is written where none is left (flink.write.finished).
+    new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
+    require_finished_kept(savepoint.metadata.operators, targets, new_rows)
+    if not native:
+        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
+        refuse_v2_state_in_canonical(headers, opened.label or str(opened.origin.metadata_path))
+    # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
+    # rewritten layout's view does not carry them), refused or placed before anything is staged.
+    timers = plan_raw_timers(opened.origin, targets)
+    # The keyed part, estimated from the input as named, whichever view is read.
+    by_id = {op.operator_id: op for op in opened.origin.metadata.operators}
+    planned = tuple(
+        _with_keyed(op_plan, by_id[op_plan.operator_id], opened.origin, types.get(op_plan.operator_id))
+        for op_plan in plan.operators
+    )
+    plan = replace(plan, operators=planned, surgery=opened.changes)
+    return SavepointPlan(plan, rescaled, targets, timers, native)
+
+
+def _validated(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
+    """Refuse what the rescale refuses before writing (``preflight``); return the key types by operator id.
+
+    A heap or RocksDB layout not rewritten yet (a plan) is judged from its own headers, as the canonical
+    view the rescale reads.
+    """
+    if needs_canonical_view(savepoint):
+        types = _layout_key_types(savepoint)
+        checked: FlinkSnapshot = _canonical_stand_in(savepoint)
+    else:
+        types = dict(savepoint.key_types)
+        checked = savepoint
+    preflight(
+        checked,
+        request.new_parallelism,
+        request.operators,
+        request.new_max_parallelism,
+        expected_parallelism=request.from_parallelism,
+        types=types,
+    )
+    return types
+
+
+def _with_keyed(
+    op_plan: OperatorPlan, op: OperatorState, savepoint: FlinkSnapshot, key_type: str | None
+) -> OperatorPlan:
+    """Return ``op_plan`` (operator state only) with the keyed part planned from ``_metadata``."""
+    if not op.has_keyed_state:
+        return op_plan
+    sizes = operator_key_group_bytes(op, savepoint.directory)
+    per_key_group: list[int] | None = None
+    if sizes.available:
+        per_key_group = [0] * op.max_parallelism
+        for handle in sizes.handles:
+            per_key_group[handle.key_group_start : handle.key_group_end + 1] = handle.bytes
+        keyed_bytes = sum(per_key_group)
+    else:
+        # RocksDB files: no key-group offsets, only the sizes _metadata records for the database files.
+        keyed_bytes = sum(sub.keyed_bytes for sub in op.subtasks)
+    new_p, new_max = op_plan.new_parallelism, op_plan.new_max_parallelism
+    if not op_plan.rescaled:
+        mode, key_groups = "copy", None
+    elif new_max != op.max_parallelism:
+        mode, key_groups = "rehash", None
+    else:
+        mode = "copy" if new_p == op.parallelism else "move"
+        key_groups = plan_key_groups(op.max_parallelism, op.parallelism, new_p, key_group_bytes=per_key_group)
+    return replace(
+        op_plan,
+        key_type=key_type,
+        keyed_mode=mode,
+        key_groups=key_groups,
+        keyed_rows=None,
+        keyed_bytes=keyed_bytes,
+    )
+
+
+def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
+    """Return the key type of every keyed operator of a heap or RocksDB layout, from its own header.
+
+    The heap layout's streams begin with the same ``KeyedBackendSerializationProxy`` header as canonical
+    ones; a RocksDB handle keeps it in its metadata stream. The canonical rewrite keeps the header, so the
+    rescale reads the same key types from it.
+    """
+    return {op_id: layout.codec.key_type for op_id, (_header, layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_headers(savepoint: FlinkSnapshot) -> dict[str, KeyedStateHeader]:
+    """Return the first keyed header of every keyed operator of a heap or RocksDB layout, by its label."""
+    labels = {op.operator_id: op.label for op in savepoint.metadata.operators}
+    return {labels[op_id]: header for op_id, (header, _layout) in _layout_parsed(savepoint).items()}
+
+
+def _layout_parsed(savepoint: FlinkSnapshot) -> dict[str, tuple[KeyedStateHeader, KeyedLayout]]:
+    """Return each keyed operator's first header and its layout, by operator id."""
+    found: dict[str, tuple[KeyedStateHeader, KeyedLayout]] = {}
+    for op in savepoint.metadata.operators:
+        for sub in op.subtasks:
+            handle = sub.managed_keyed_state
+            if isinstance(handle, KeyGroupsHandle):
+                with StreamSource(handle.delegate, savepoint.directory) as src:
+                    _raw, header = keyed_header(src, handle)
+                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+            elif isinstance(handle, IncrementalKeyedHandle):
+                with StreamSource(handle.metadata, savepoint.directory) as src:
+                    header = read_keyed_header(src.read(0, src.size), src.source, src.size)
+                    layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
+            else:
+                continue
+            found[op.operator_id] = (header, layout)
+            break
+    return found
+
+
+def _canonical_stand_in(savepoint: FlinkSnapshot) -> FlinkSnapshot:
+    """Return ``savepoint``'s metadata as its canonical rewrite will have it, for ``preflight`` to judge.
+
+    The rescale rewrites every keyed handle of a heap or RocksDB layout as a canonical key-groups handle
+    over the same range; nothing else changes that ``preflight`` looks at (operators, parallelism,
+    maxParallelism, which subtasks hold state, raw state). The stand-in handles point at no stream: the
+    key types come from the real headers (``_layout_key_types``).
+    """
+    operators = []
+    for op in savepoint.metadata.operators:
+        subtasks = []
+        for sub in op.subtasks:
+            handle = sub.managed_keyed_state
+            if isinstance(handle, KeyGroupsHandle | IncrementalKeyedHandle):
+                offsets = (0,) * handle.num_key_groups
+                sub = replace(
+                    sub, managed_keyed_state=KeyGroupsHandle(7, handle.key_group_start, offsets, None)
+                )
+            subtasks.append(sub)
+        operators.append(replace(op, subtasks=tuple(subtasks)))
+    return replace(savepoint, metadata=replace(savepoint.metadata, operators=tuple(operators)))
+
+
+def _stage(report: OnProgress | None, name: str) -> OnProgress | None:
+    """Return ``report`` with its stage named ``name`` (None stays None)."""
+    if report is None:
+        return None
+
+    def renamed(_stage: str, completed: int, total: int | None) -> None:
+        report(name, completed, total)
+
+    return renamed
+
+
+__all__ = ["SavepointPlan", "plan_savepoint"]

@@ -1,0 +1,1 @@
+"""The checks: deep verification of a savepoint, operator-state streams, and the files ``_metadata`` names."""

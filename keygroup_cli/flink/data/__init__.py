@@ -1,0 +1,1 @@
+"""State as data: typed Arrow tables, one key's value, Parquet export and connector state."""

@@ -1,0 +1,1 @@
+"""The operator (non-keyed) state codec."""

@@ -1,0 +1,63 @@
+"""What a rescale is asked to do, as one value: the plan is a pure function of the opened input and this.
+
+``RescaleRequest`` replaces the keywords every route used to copy and forward (``--to``, ``--from``,
+``--operator``, ``--max-parallelism``, compression, and the operator surgery of ``--rename``,
+``--assign-uid`` and ``--drop``). How the work runs (engine, Spark master, a session,
+an executor) is ``execution.options.EngineOptions``, apart: a plan never depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from keygroup_cli.planning.migration import MigrationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RescaleRequest:
+    """A rescale request: the new parallelism, and what narrows or widens it."""
+
+    #: The new parallelism of the selected operators.
+    new_parallelism: int
+    #: ``--from``: the parallelism every selected operator must have now (and, without ``operators``,
+    #: what selects them).
+    from_parallelism: int | None = None
+    #: uids or operator ids to rescale (None: every operator); the others are copied unchanged.
+    operators: tuple[str, ...] | None = None
+    #: A new maxParallelism for the selected operators (keys are re-hashed).
+    new_max_parallelism: int | None = None
+    #: Snappy for a new savepoint's state files; None keeps what the input used.
+    compression: bool | None = None
+    #: ``--format``: ``"canonical"`` keyed files, or ``"native"``: one RocksDB database per subtask (a NATIVE
+    #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
+    output_format: str = "canonical"
+    #: Operator surgery (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
+    #: the opened savepoint (``planning.plan.migration.operate``); None or empty: none.
+    surgery: MigrationRequest | None = None
+
+    @classmethod
+    def of(
+        cls,
+        new_parallelism: int,
+        *,
+        from_parallelism: int | None = None,
+        operators: Sequence[str] | None = None,
+        new_max_parallelism: int | None = None,
+        compression: bool | None = None,
+        output_format: str = "canonical",
+        surgery: MigrationRequest | None = None,
+    ) -> RescaleRequest:
+        """Return the request for these arguments (``operators`` empty or None: every operator)."""
+        return cls(
+            new_parallelism,
+            from_parallelism,
+            tuple(operators) if operators else None,
+            new_max_parallelism,
+            compression,
+            output_format,
+            None if surgery is None or surgery.empty else surgery,
+        )
+
+
+__all__ = ["RescaleRequest"]
