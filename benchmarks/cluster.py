@@ -87,7 +87,7 @@ def make_input(work: Path, keys: int, kind: str) -> tuple[Path, int, int]:
 
 
 def rescale_on_cluster(work: Path, source: Path, workers: int, pin: bool = False) -> dict[str, Any]:
-    """Start a cluster of ``core.workers`` 1-core workers (each pinned to its own CPU with ``pin``), time one
+    """Start a cluster of ``workers`` 1-core workers (each pinned to its own CPU with ``pin``), time one
     rescale on it, stop it."""
     cluster = StandaloneCluster.start(work / f"cluster-{workers}", workers=workers, pin=pin)
     try:

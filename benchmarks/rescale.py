@@ -47,7 +47,7 @@ MAX_P, OLD_P, NEW_P, VALUE_BYTES = 128, 3, 4, 24
 
 
 def make_snapshot(dest: Path, rows: int, seed: int = 7) -> None:
-    """Write a kg snapshot of ``core.schema`` keyed rows (distinct long keys, one value state) at parallelism 3."""
+    """Write a kg snapshot of ``rows`` keyed rows (distinct long keys, one value state) at parallelism 3."""
     rng = np.random.default_rng(seed)
     keys = np.unique(rng.integers(-(2**63), 2**63 - 1, size=rows + rows // 100, dtype=np.int64))[:rows]
     rng.shuffle(keys)

@@ -97,7 +97,7 @@ def java(cp: str, main: str, *args: str) -> tuple[dict[str, Any], float, float]:
 
 
 def flink_restore(cp: str, savepoint: Path, parallelism: int, keys: int) -> dict[str, Any]:
-    """Time Flink restoring ``savepoint`` at ``parallelism``; fails unless all ``core.keys`` come back."""
+    """Time Flink restoring ``savepoint`` at ``parallelism``; fails unless all ``keys`` come back."""
     summary, wall, peak = java(
         cp, "BenchRestoreTimer", str(savepoint), "--parallelism", str(parallelism), "--keys", str(keys)
     )

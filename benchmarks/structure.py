@@ -5,7 +5,8 @@
 Prints, for the tree it is run on:
 
 - modules at the package root;
-- the largest top-level folder's share of the package's lines;
+- the largest top-level folder's share of the package's lines, and the largest folder's counting only the
+  modules directly in it;
 - imports of ``flink/`` internals from outside ``flink/`` (any import of a ``keygroup_cli.flink.*`` module other
   than the entry module ``keygroup_cli.flink`` itself), and how many distinct internal modules they reach;
 - functions over 60 lines, and their share of all functions;
@@ -104,6 +105,10 @@ def main() -> None:
         if len(parts) > 1 and (package / parts[1]).is_dir():
             folders[parts[1]] += n
     big, big_lines = folders.most_common(1)[0]
+    leaves: Counter[str] = Counter()
+    for m, path in files.items():
+        leaves[path.parent.relative_to(package).as_posix()] += lines[m]
+    leaf, leaf_lines = leaves.most_common(1)[0]
 
     graph: dict[str, set[str]] = {m: set() for m in files}
     with_ancestors: dict[str, set[str]] = {m: set() for m in files}
@@ -151,6 +156,7 @@ def main() -> None:
     print(f"package: {package}  ({len(files)} modules, {total:,} lines)")
     print(f"modules at the root:                      {len(root_modules)}")
     print(f"largest folder:                           {big}/ {big_lines:,} lines, {big_lines / total:.0%}")
+    print(f"largest folder, its own modules only:     {leaf}/ {leaf_lines:,} lines, {leaf_lines / total:.0%}")
     print(f"imports of flink/ internals from outside: {flink_internal} ({len(internal_targets)} modules)")
     print(f"functions over 60 lines:                  {long} of {functions} ({long / functions:.1%})")
     print(

@@ -7,13 +7,15 @@ such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 - ``open_savepoint(path)``: open a Flink savepoint or checkpoint once (``keygroup_cli.flink.savepoint``);
 - ``read_state(path, operator, state, engine="local")``: one keyed state as a typed ``pyarrow.Table``, or
   with ``engine="spark"`` a Spark DataFrame (``keygroup_cli.execution.routes.state_data``);
-- ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data (``keygroup_cli.planning.plan``);
+- ``plan_rescale(snapshot, new_parallelism, ...)``: the plan, reading no data
+  (``keygroup_cli.planning.plan``);
 - ``plan(source, new_parallelism, ...)``: what ``rescale()`` with the same arguments would do, as a
   ``PlannedRescale`` (the route, the plan, every refusal already raised), from a kg snapshot or a Flink
   savepoint, writing nothing and reading no keyed state: what ``kg plan`` and ``--dry-run`` print
   (``keygroup_cli.execution.routes.plan``); ``plan_rescale_input(source, RescaleRequest(...))`` the same, with
   the request as a value;
-- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit (``keygroup_cli.execution.routes.rescale``);
+- ``rescale(source, dest, new_parallelism, ...)``: rescale and commit
+  (``keygroup_cli.execution.routes.rescale``);
 - ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
   the engine as values (``keygroup_cli.planning.request``, ``keygroup_cli.execution.options``).
 """

@@ -22,6 +22,10 @@ from keygroup_cli.cli import run
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
+# Off a terminal kg prints one line per stage on stderr (cli/progress.py); the tests of other output turn
+# that off, in process and in every kg they start. tests/cli/test_progress.py turns it back on.
+os.environ.setdefault("KG_PROGRESS", "off")
+
 
 @dataclass(frozen=True)
 class KgResult:

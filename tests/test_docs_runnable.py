@@ -20,7 +20,7 @@ The conventions, for whoever writes a how-to:
 - The reader's files (``READER_FILES``) are the placeholders the pages use for what a reader brings, laid
   out in the work directory before a page runs: ``savepoint/`` (a canonical Flink savepoint at
   parallelism 3, maxParallelism 128), ``checkpoints/`` (a job's checkpoint directory holding ``chk-2``, a
-  HashMap checkpoint at parallelism 2), ``ha.yaml`` (an exported Kubernetes HA ConfigMap), ``core.keys.txt``
+  HashMap checkpoint at parallelism 2), ``ha.yaml`` (an exported Kubernetes HA ConfigMap), ``keys.txt``
   and ``hot-keys.txt``. ``fixtures/`` is the checkout's, so a page may use a bundled fixture by its path
   from the checkout's root, and ``.venv/bin/kg`` is the README's.
 - ``kg`` is the script beside ``sys.executable``: a directory first on PATH holds a link to it (the decoy
@@ -65,7 +65,9 @@ HOW_TO = "docs/how-to/"
 #: (page, start of the block's first command) -> why the block does not run here.
 NOT_RUNNABLE = {
     ("README.md", "python3 -m venv .venv && .venv/bin/pip install"): "the package index",
-    ("README.md", ".venv/bin/python -m pytest"): "the whole test suite, this test included (minutes)",
+    ("README.md", ".venv/bin/pip install -e '.[spark,native,test]' && .venv/bin/python -m pytest"): (
+        "the package index, and the whole test suite, this test included (minutes)"
+    ),
     ("README.md", "kg check s3://"): "an S3 bucket",
     (
         HOW_TO + "generate-synthetic-snapshots.md",

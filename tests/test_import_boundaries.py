@@ -1,11 +1,12 @@
 """What may import what.
 
-- The core stays pure: no click/rich outside cli/, no pyspark outside execution/engines/spark.py and the
-  workers' daemon, spark_daemon.py (C1, C4).
-- No import cycles between kg's modules.
-- Every runtime import (function-level ones included) keeps to the layers of #21, bottom up: core, storage/,
-  the formats flink/ snapshot/ ha/ (siblings that never import each other), bridges and planning,
-  execution/, cli/; and inside flink/: io/, metadata/, state/, layouts/, then flink's own modules.
+- The core stays pure: no click/rich outside cli/, no pyspark outside the Spark engine and its workers' daemon
+  (execution/engines/spark*) (C1, C4).
+- No import cycles between kg's modules, function-level imports included.
+- Every runtime import keeps to the layers, each a folder, bottom up: core/, storage/, the formats flink/
+  snapshot/ ha/ (siblings that never import each other), assess/ convert/ planning/, execution/, cli/. Inside
+  flink/ and execution/ their parts keep an order too, and other packages import flink/ only through its
+  entry module.
 """
 
 from __future__ import annotations
@@ -154,20 +155,31 @@ def _files(package: Path = PACKAGE) -> dict[str, Path]:
     return {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
 
 
-def _lazy_names(package: Path = PACKAGE) -> dict[str, str]:
-    """Return the package root's ``_LAZY`` table: public name → the module that defines it."""
-    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+def _lazy_table(init: Path) -> dict[str, str]:
+    """Return a package ``__init__``'s ``_LAZY`` table (public name → the module that defines it), or {}."""
+    tree = ast.parse(init.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
             return ast.literal_eval(node.value)
     return {}
 
 
+def _lazy_names(package: Path = PACKAGE) -> dict[str, dict[str, str]]:
+    """Return, per package that loads names lazily (the root, ``flink``), its ``_LAZY`` table."""
+    tables = {}
+    for init in sorted(package.rglob("__init__.py")):
+        table = _lazy_table(init)
+        if table:
+            tables[_module_name(init, package)] = table
+    return tables
+
+
 def _runtime_edges(package: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
     """Yield ``(module, line, target)`` for every runtime import of a keygroup_cli module by another.
 
-    ``from pkg import sub`` resolves to ``pkg.sub`` when ``sub`` is a submodule, and a name the package root
-    loads lazily (``from keygroup_cli import rescale``) to the module that defines it; else to ``pkg``. An
+    ``from pkg import sub`` resolves to ``pkg.sub`` when ``sub`` is a submodule, and a name an entry module
+    loads lazily (``from keygroup_cli import rescale``, ``from keygroup_cli.flink import open_savepoint``) to
+    the module that defines it; else to ``pkg``. An
     import of one's own ancestor package is left out: Python initialises a package before any of its
     submodules, so that edge always exists and a package importing its submodules is not a cycle.
     """
@@ -182,8 +194,8 @@ def _runtime_edges(package: Path = PACKAGE) -> Iterator[tuple[str, int, str]]:
     def resolve(base: str, alias: str) -> str:
         if f"{base}.{alias}" in files:
             return f"{base}.{alias}"
-        if base == "keygroup_cli" and alias in lazy:
-            return lazy[alias]
+        if alias in lazy.get(base, {}):
+            return lazy[base][alias]
         return base
 
     for name, path in files.items():
@@ -409,6 +421,34 @@ def test_every_part_of_flink_and_execution_has_a_place_in_its_order(package, ord
         if p.name != "__init__.py" or p.parent != PACKAGE / package
     )
     assert parts == sorted(order)
+
+
+def test_other_packages_import_flink_through_its_entry_module():
+    inside = [
+        f"{name}:{node.lineno} imports {node.module}"
+        for name, path in _files().items()
+        if not name.startswith("keygroup_cli.flink")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keygroup_cli.flink.")
+        or isinstance(node, ast.Import) and any(a.name.startswith("keygroup_cli.flink.") for a in node.names)
+    ]
+    assert not inside, "import keygroup_cli.flink, not its modules:\n" + "\n".join(inside)
+
+
+def test_flink_entry_module_names_exist_and_type_checkers_see_them():
+    init = PACKAGE / "flink" / "__init__.py"
+    table = _lazy_table(init)
+    typed = {}
+    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom)
+                typed.update({a.name: imp.module for a in imp.names})
+    assert typed == table
+    import keygroup_cli.flink as flink
+
+    missing = [name for name in table if not hasattr(flink, name)]
+    assert not missing, missing
 
 
 def test_every_module_has_a_layer():

@@ -1,1 +1,5 @@
-"""Assessment: the gate on any input, the restore checks, the upgrade gate, key-group sizes and operator matching."""
+"""Assessment: judging an input without changing it.
+
+The gate on any input (``integrity``), the format-neutral summary, ``kg check``'s restore checks
+(``restore``), the upgrade gate, key-group sizes and operator matching.
+"""

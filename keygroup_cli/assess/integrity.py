@@ -22,7 +22,7 @@ from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
     from keygroup_cli.core.findings import VerifyReport
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+    from keygroup_cli.flink import FlinkSnapshot
 
 
 def verify_input(
@@ -41,10 +41,10 @@ def verify_input(
         InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
+    from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint
 
     if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
-        from keygroup_cli.flink.check.verify import verify_flink
+        from keygroup_cli.flink import verify_flink
 
         return verify_flink(path, on_progress=on_progress, blocks=blocks, layout_headers=layout_headers)
     from keygroup_cli.snapshot.verify import verify_snapshot
@@ -55,8 +55,8 @@ def verify_input(
 def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = False) -> list[Finding]:
     """Return ``kg check``'s findings about the input's own files.
 
-    A Flink savepoint or checkpoint gets ``flink.metadata.state_files.state_file_findings`` (a stat per state file,
-    no state read, no pyarrow); with ``deep`` every finding of ``verify_input`` too, less those the stat
+    A Flink savepoint or checkpoint gets ``flink.metadata.state_files.state_file_findings`` (a stat per state
+    file, no state read, no pyarrow); with ``deep`` every finding of ``verify_input`` too, less those the stat
     already made (they are worded alike). A kg snapshot gets nothing without ``deep``. ``path`` may be an
     opened savepoint: nothing it read is read again.
 
@@ -64,12 +64,11 @@ def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = Fal
         InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
+    from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint
 
     findings: list[Finding] = []
     if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
-        from keygroup_cli.flink.metadata.state_files import state_file_findings
-        from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
+        from keygroup_cli.flink import Savepoint, open_savepoint, state_file_findings
 
         path = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
         findings = state_file_findings(path)
@@ -93,8 +92,8 @@ def require_intact(
     serializer classes included, and every operator-state stream): the caller reads every block as
     strictly as ``kg verify`` does before anything is committed. ``kg rescale`` does: its read
     tasks decode every block (``decode_keyed_file(strict=True)``), and key groups copied as bytes are
-    checked in the pass that copies them (``flink.write.regroup``, ``flink.check.verify.block_finding``). ``label``
-    names the input in the message (default: ``path``, or an opened savepoint's directory).
+    checked in the pass that copies them (``flink.write.regroup``, ``flink.check.verify.block_finding``).
+    ``label`` names the input in the message (default: ``path``, or an opened savepoint's directory).
     ``layout_headers=False``: a heap or RocksDB layout's own headers are left to the check of its
     canonical rewrite (``flink.check.verify.verify_flink``).
 

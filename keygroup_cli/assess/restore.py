@@ -1,11 +1,12 @@
 """The restore checks of ``kg check``: would Flink restore this input into the new job, and how evenly?
 
-They return ``Finding`` records (``keygroup_cli.core.findings``); they never raise for what they find and never
-print.
+They return ``Finding`` records (``keygroup_cli.core.findings``); they never raise for what they find and
+never print.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -206,7 +207,7 @@ def check_channel_state(operators: Sequence[OperatorSummary], plan: RestorePlan)
     changes) or now chained (at any parallelism). ``_metadata`` records neither partitioners nor chains,
     so kg cannot tell: one WARNING per operator holding channel state when the plan changes any
     operator's parallelism (a neighbour's change moves its buffers too); nothing at the old parallelism.
-    Pinned to real Flink by ``tests/flink/test_channel_state.py``.
+    Pinned to real Flink by ``tests/restore/test_channel_state.py``.
     """
     if not any(o.has_channel_state for o in operators):
         return []
@@ -326,3 +327,35 @@ def _job_operator_ids(uids: Collection[str]) -> set[str | None]:
         if len(uid) == 32 and all(c in "0123456789abcdefABCDEF" for c in uid):
             ids.add(uid.lower())
     return ids
+
+
+# -- fix hints (kg check's text) ---------------------------------------------------------------------------
+
+_EXCEEDS = re.compile(
+    r"maximum parallelism \((\d+)\) of the restored state is lower than the configured parallelism \((\d+)\)"
+)
+_MISMATCH = re.compile(r"with max parallelism (\d+) to new program with max parallelism (\d+)")
+
+
+def fix_hint(finding: Finding, snapshot: str) -> str | None:
+    """Return what to do about a finding whose message is one of Flink's refusals, or None.
+
+    The same fix ``kg rescale`` names for a parallelism above the state's maxParallelism (``pass -m 256``,
+    ``core.keygroups.explain_bounds``): rewrite the state at a maxParallelism the new parallelism fits,
+    or deploy at the state's maxParallelism or less. ``snapshot`` is the input as the user typed it.
+    """
+    if finding.code == "PARALLELISM_EXCEEDS_MAX_PARALLELISM" and (m := _EXCEEDS.search(finding.message)):
+        state_max, new_p = int(m[1]), int(m[2])
+        suggest = max(DEFAULT_MAX_PARALLELISM, 1 << (new_p - 1).bit_length())
+        return (
+            f"kg rescale {snapshot} --to {new_p} -m {suggest} --out NEW/ writes state that restores at "
+            f"parallelism {new_p} (then set maxParallelism {suggest} in the job), or deploy at -p {state_max} "
+            "or less"
+        )
+    if finding.code == "MAX_PARALLELISM_MISMATCH" and (m := _MISMATCH.search(finding.message)):
+        state_max, new_max = int(m[1]), int(m[2])
+        return (
+            f"set maxParallelism {state_max} in the job again, or rewrite the state for {new_max}: "
+            f"kg rescale {snapshot} --to P -m {new_max} --out NEW/"
+        )
+    return None

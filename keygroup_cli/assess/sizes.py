@@ -3,7 +3,7 @@
 For ``kg inspect --key-groups``. Format-neutral: a Flink savepoint / checkpoint is sized from its
 ``_metadata`` key-group offsets and the sizes of its state files (``flink.key_group_bytes``, exact bytes as
 stored, compressed if the snapshot is); a kg snapshot from its manifest's rows per key group, with each
-file's bytes shared out in proportion to rows (``planning.plan`` does the same for ``kg plan``), so those bytes
+file's bytes shared out in proportion to rows (``planning`` does the same for ``kg plan``), so those bytes
 are estimates. Neither reads state data.
 
 Key-group counts say a parallelism that divides maxParallelism is even; real state is rarely spread evenly
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keygroup_cli.assess.summary import operator_label
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.keygroups import skew, subtask_ranges
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink import FlinkSnapshot
 from keygroup_cli.planning.plan import advise_parallelism, key_group_owners, key_group_weights
 from keygroup_cli.storage.locations import Location
 
@@ -90,8 +91,8 @@ class KeyGroupSizes:
 
     @property
     def label(self) -> str:
-        """Return the uid if there is one, else the operator id."""
-        return self.uid or self.operator_id
+        """Return how every command shows this operator (``assess.summary.operator_label``)."""
+        return operator_label(self.uid, self.name, self.operator_id)
 
     @property
     def available(self) -> bool:
@@ -251,8 +252,8 @@ def key_group_sizes(
     """Size every key group of every keyed operator of a savepoint, checkpoint or kg snapshot.
 
     Args:
-        path: Anything ``assess.summary.summarize`` accepts, or a savepoint opened already (``open_savepoint``,
-            ``Summary.savepoint``): its ``_metadata`` is not read again.
+        path: Anything ``assess.summary.summarize`` accepts, or a savepoint opened already
+            (``open_savepoint``, ``Summary.savepoint``): its ``_metadata`` is not read again.
         minimum: Smallest parallelism judged (default 2, see ``parallelism_range``).
         maximum: Largest parallelism judged (default ``max(4p, 32)``), clipped to each maxParallelism.
 
@@ -276,8 +277,7 @@ def key_group_sizes(
 def _from_flink(
     path: str | os.PathLike[str] | FlinkSnapshot, minimum: int | None, maximum: int | None
 ) -> KeyGroupSizesReport:
-    from keygroup_cli.flink.keyed.key_group_bytes import operator_key_group_bytes
-    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink import open_savepoint, operator_key_group_bytes
 
     snapshot = path if isinstance(path, FlinkSnapshot) else open_savepoint(path)
     operators = []
@@ -416,7 +416,7 @@ def _judge(max_parallelism: int, lo: int, hi: int, sizes: list[int]) -> tuple[Pa
 
 
 def key_group_sizes_document(sizes: KeyGroupSizes, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """Return the ``assess.sizes`` object of one operator in ``kg inspect --key-groups --json``."""
+    """Return the ``key_group_sizes`` object of one operator in ``kg inspect --key-groups --json``."""
     if not sizes.available:
         return {
             "available": False,
@@ -428,8 +428,8 @@ def key_group_sizes_document(sizes: KeyGroupSizes, top: int = DEFAULT_TOP) -> di
         "source": sizes.source,
         "key_groups": len(sizes.bytes),
         "non_empty_key_groups": sizes.non_empty_key_groups,
-        "total_bytes": sizes.total_bytes,
-        "stored_bytes": sizes.stored_bytes,
+        "key_group_bytes": sizes.total_bytes,
+        "keyed_file_bytes": sizes.stored_bytes,
         "min_bytes": sizes.min_bytes,
         "median_bytes": sizes.median_bytes,
         "max_bytes": sizes.max_bytes,
@@ -440,8 +440,8 @@ def key_group_sizes_document(sizes: KeyGroupSizes, top: int = DEFAULT_TOP) -> di
                 "subtask": s.subtask,
                 "key_group_start": s.key_group_start,
                 "key_group_end": s.key_group_end,
-                "bytes": s.bytes,
-                "stored_bytes": s.stored_bytes,
+                "key_group_bytes": s.bytes,
+                "keyed_file_bytes": s.stored_bytes,
             }
             for s in sizes.subtasks
         ],

@@ -3,7 +3,7 @@
 ``summarize(path)`` accepts a Flink savepoint / checkpoint (anything ``flink.find_metadata`` accepts) or a
 kg snapshot directory (one with ``_manifest.json``) and returns the same frozen view of both: operators
 with identity, parallelism, maxParallelism, whether they have state, their states, and per-subtask
-key-group ranges and sizes. The checks in ``assess.restore.py`` judge this view, so they work on either format.
+key-group ranges and sizes. The checks in ``assess/restore.py`` judge this view, so they work on either format.
 
 For Flink input only ``_metadata`` is needed; with ``read_states=True`` the header of each state file is
 read too (one bounded read per file, never the whole file) to list state names, kinds and serializers.
@@ -14,40 +14,71 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
-from keygroup_cli.flink.io.paths import PrefixCache, local_path, read_stream_prefix
-from keygroup_cli.flink.io.stream_handles import (
+from keygroup_cli.flink import (
+    SAVEPOINT_KEY_GROUPS_HANDLE,
     ByteStreamHandle,
+    CheckpointMetadata,
     FileHandle,
+    IncrementalKeyedHandle,
+    KeyedHandle,
+    KeyedStateHeader,
     KeyGroupsHandle,
+    OperatorState,
+    OperatorStateHandle,
+    PrefixCache,
     RelativeFileHandle,
     SegmentFileHandle,
+    SerializerSnapshot,
+    StateMetaInfo,
     StreamHandle,
+    SubtaskState,
+    check_handle_states,
+    local_path,
+    offsets_finding,
+    open_savepoint,
+    operator_header_end,
+    read_keyed_header,
+    read_operator_header,
+    read_stream_prefix,
     stream_size,
 )
-from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
-from keygroup_cli.flink.metadata import handles as h
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState, SubtaskState
-from keygroup_cli.flink.metadata.state_files import offsets_finding
-from keygroup_cli.flink.operator.header import check_handle_states, operator_header_end, read_operator_header
-from keygroup_cli.flink.savepoint import open_savepoint
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot, StateMetaInfo
 from keygroup_cli.storage import is_remote, location
 from keygroup_cli.storage.locations import Location
 from keygroup_cli.storage.transfer import in_flight
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+    from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.snapshot.model import Operator
 
 #: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 
 ProgressCallback = Callable[[str, int, int], None]
+
+
+def operator_label(uid: str | None, name: str | None, operator_id: str) -> str:
+    """Return how kg shows an operator, in every command's text and JSON: its uid, else its name, else its id.
+
+    The one rule: ``kg inspect``, ``kg check``, ``kg plan``, ``kg rescale``, ``kg diff``, ``kg get`` and
+    ``kg export`` name an operator by this. Its 32-hex id is always beside it in JSON (``operator_id``).
+    """
+    return uid or name or operator_id
+
+
+def count_operators(operators: Iterable[Any], with_state: Callable[[Any], bool]) -> tuple[int, int]:
+    """Return ``(all operators, those with state)``: how every command counts operators.
+
+    ``with_state`` says whether one operator holds state (``OperatorSummary.has_state``, a plan's
+    ``has_state``): any keyed or operator state handle, even one whose state has no element.
+    """
+    listed = list(operators)
+    return len(listed), sum(1 for op in listed if with_state(op))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +148,8 @@ class OperatorSummary:
 
     @property
     def label(self) -> str:
-        """Return the uid if there is one, else the operator id."""
-        return self.uid or self.operator_id
+        """Return how every command shows this operator: :func:`operator_label`."""
+        return operator_label(self.uid, self.name, self.operator_id)
 
     @property
     def keyed_bytes(self) -> int:
@@ -239,7 +270,7 @@ def _summarize_flink_operator(
     warnings: list[str],
     tick: Callable[[], None],
 ) -> OperatorSummary:
-    """Summarise one operator of ``_metadata``; with a header ``core.cache``, list its states from the headers.
+    """Summarise one operator of ``_metadata``; with a header ``cache``, list its states from the headers.
 
     A state file kg reads only from local disk adds a warning instead of its states; ``tick`` runs after
     each subtask.
@@ -311,8 +342,8 @@ def _summarize_flink_subtask(sub: SubtaskState, files: int) -> SubtaskSummary:
 
 def _handle_kind(handle: object) -> str:
     if isinstance(handle, KeyGroupsHandle):
-        return "canonical" if handle.tag == h.SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
-    if isinstance(handle, h.IncrementalKeyedHandle):
+        return "canonical" if handle.tag == SAVEPOINT_KEY_GROUPS_HANDLE else "heap-checkpoint"
+    if isinstance(handle, IncrementalKeyedHandle):
         return "rocksdb-native"
     return "changelog"
 
@@ -327,7 +358,7 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
     for keyed in (sub.managed_keyed_state, sub.raw_keyed_state):
         if isinstance(keyed, KeyGroupsHandle):
             streams.append(keyed.delegate)
-        elif isinstance(keyed, h.IncrementalKeyedHandle):
+        elif isinstance(keyed, IncrementalKeyedHandle):
             streams.append(keyed.metadata)
             streams.extend(f.handle for f in keyed.shared + keyed.private)
     streams.extend(c.delegate for c in (*sub.input_channel_state, *sub.result_subpartition_state))
@@ -341,9 +372,9 @@ def _files_of(sub: object, directory: Path | Location) -> set[str]:
 
 
 def _prefetch_headers(metadata: object, directory: Path | Location, cache: PrefixCache) -> None:
-    """On an object store, fetch every subtask's state-file headers concurrently into ``core.cache``.
+    """On an object store, fetch every subtask's state-file headers concurrently into ``cache``.
 
-    Round trips dominate there; the summary then reads the same prefixes, in order, from ``core.cache``, so
+    Round trips dominate there; the summary then reads the same prefixes, in order, from ``cache``, so
     its result is the sequential one. Failures are left for that
     sequential pass to report. Local: nothing to do.
     """
@@ -386,7 +417,7 @@ def _collect_states(
 
 
 def _keyed_header(
-    keyed: h.KeyedHandle | None, directory: Path | Location, cache: PrefixCache
+    keyed: KeyedHandle | None, directory: Path | Location, cache: PrefixCache
 ) -> KeyedStateHeader | None:
     """Read the keyed-state header of a canonical file or of a RocksDB metadata file; None for others."""
     if isinstance(keyed, KeyGroupsHandle) and keyed.delegate is not None:
@@ -395,7 +426,7 @@ def _keyed_header(
         first = min((o for o in keyed.offsets if o > 0), default=keyed.size)
         data = read_stream_prefix(keyed.delegate, directory, min(first, MAX_HEADER_BYTES), cache)
         return read_keyed_header(data, source, first if first <= MAX_HEADER_BYTES else None)
-    if isinstance(keyed, h.IncrementalKeyedHandle) and keyed.metadata is not None:
+    if isinstance(keyed, IncrementalKeyedHandle) and keyed.metadata is not None:
         # The RocksDB metadata file is exactly one KeyedBackendSerializationProxy.
         size = min(stream_size(keyed.metadata), MAX_HEADER_BYTES)
         data = read_stream_prefix(keyed.metadata, directory, size, cache)
@@ -404,7 +435,7 @@ def _keyed_header(
 
 
 def _collect_operator_states(
-    op_handle: h.OperatorStateHandle,
+    op_handle: OperatorStateHandle,
     directory: Path | Location,
     states: dict[str, StateSummary],
     cache: PrefixCache,
@@ -430,7 +461,7 @@ def _collect_operator_states(
 
 
 def _operator_state_infos(
-    op_handle: h.OperatorStateHandle, directory: Path | Location, cache: PrefixCache
+    op_handle: OperatorStateHandle, directory: Path | Location, cache: PrefixCache
 ) -> dict[str, StateMetaInfo]:
     """Read an operator-state file's header; return its states by name (none for an empty handle)."""
     if op_handle.delegate is None:
@@ -484,32 +515,7 @@ def _summarize_kg(path: Path) -> SnapshotSummary:
     manifest = snapshot.manifest
     operators = []
     for op in manifest.operators:
-        by_subtask: dict[int, dict[str, int | None]] = {}
-        for kf in op.keyed_files:
-            entry = by_subtask.setdefault(kf.subtask, _empty_entry())
-            entry["start"], entry["end"] = kf.key_group_start, kf.key_group_end
-            entry["keyed_bytes"] = (entry["keyed_bytes"] or 0) + kf.bytes
-            entry["rows"] = (entry["rows"] or 0) + kf.rows
-            entry["files"] = (entry["files"] or 0) + 1
-            entry["non_empty"] = (entry["non_empty"] or 0) + sum(1 for r in kf.key_group_rows if r)
-        for of in op.operator_files:
-            entry = by_subtask.setdefault(of.subtask, _empty_entry())
-            entry["operator_bytes"] = (entry["operator_bytes"] or 0) + of.bytes
-            entry["rows"] = (entry["rows"] or 0) + of.rows
-            entry["files"] = (entry["files"] or 0) + 1
-        subtasks = tuple(
-            SubtaskSummary(
-                subtask=i,
-                key_group_start=by_subtask.get(i, {}).get("start"),
-                key_group_end=by_subtask.get(i, {}).get("end"),
-                keyed_bytes=by_subtask.get(i, {}).get("keyed_bytes") or 0,
-                operator_state_bytes=by_subtask.get(i, {}).get("operator_bytes") or 0,
-                files=by_subtask.get(i, {}).get("files") or 0,
-                rows=by_subtask.get(i, {}).get("rows") or 0,
-                non_empty_key_groups=by_subtask.get(i, {}).get("non_empty"),
-            )
-            for i in range(op.parallelism)
-        )
+        subtasks = _kg_subtasks(op)
         key_group_rows: tuple[int, ...] | None = None
         ordered_files = sorted(op.keyed_files, key=lambda f: f.key_group_start)
         if ordered_files:
@@ -538,6 +544,36 @@ def _summarize_kg(path: Path) -> SnapshotSummary:
         checkpoint_id=manifest.snapshot_id,
         operators=tuple(operators),
         snapshot_type=str(origin.get("format")) if origin.get("format") else None,
+    )
+
+
+def _kg_subtasks(op: Operator) -> tuple[SubtaskSummary, ...]:
+    """Return each subtask of a kg snapshot's operator as its manifest records it: files, bytes, rows."""
+    by_subtask: dict[int, dict[str, int | None]] = {}
+    for kf in op.keyed_files:
+        entry = by_subtask.setdefault(kf.subtask, _empty_entry())
+        entry["start"], entry["end"] = kf.key_group_start, kf.key_group_end
+        entry["keyed_bytes"] = (entry["keyed_bytes"] or 0) + kf.bytes
+        entry["rows"] = (entry["rows"] or 0) + kf.rows
+        entry["files"] = (entry["files"] or 0) + 1
+        entry["non_empty"] = (entry["non_empty"] or 0) + sum(1 for r in kf.key_group_rows if r)
+    for of in op.operator_files:
+        entry = by_subtask.setdefault(of.subtask, _empty_entry())
+        entry["operator_bytes"] = (entry["operator_bytes"] or 0) + of.bytes
+        entry["rows"] = (entry["rows"] or 0) + of.rows
+        entry["files"] = (entry["files"] or 0) + 1
+    return tuple(
+        SubtaskSummary(
+            subtask=i,
+            key_group_start=by_subtask.get(i, {}).get("start"),
+            key_group_end=by_subtask.get(i, {}).get("end"),
+            keyed_bytes=by_subtask.get(i, {}).get("keyed_bytes") or 0,
+            operator_state_bytes=by_subtask.get(i, {}).get("operator_bytes") or 0,
+            files=by_subtask.get(i, {}).get("files") or 0,
+            rows=by_subtask.get(i, {}).get("rows") or 0,
+            non_empty_key_groups=by_subtask.get(i, {}).get("non_empty"),
+        )
+        for i in range(op.parallelism)
     )
 
 
@@ -577,19 +613,22 @@ def key_group_histogram(operator: OperatorSummary, top: int = 5) -> KeyGroupHist
     return KeyGroupHistogram(n, ordered[0], median, ordered[-1], tuple((kg, r) for kg, r in hottest if r > 0))
 
 
-def summary_document(summary: SnapshotSummary) -> dict[str, Any]:
-    """Return the ``kg inspect --json`` document (without ``schema_version`` / ``command``)."""
+def summary_document(summary: SnapshotSummary, typed: str | None = None) -> dict[str, Any]:
+    """Return the ``kg inspect --json`` document (without ``schema_version`` / ``command``).
+
+    ``typed`` is the input as the user typed it (``input``); by default the path that was read.
+    """
     operators = []
     for op in summary.operators:
         document: dict[str, Any] = {
             "uid": op.uid,
-            "operator_id": op.operator_id,
             "name": op.name,
+            "operator_id": op.operator_id,
             "parallelism": op.parallelism,
             "max_parallelism": op.max_parallelism,
             "has_state": op.has_state,
             "has_keyed_state": op.has_keyed_state,
-            "keyed_bytes": op.keyed_bytes,
+            "keyed_file_bytes": op.keyed_bytes,
             "operator_state_bytes": op.operator_state_bytes,
             "files": op.files,
             "key_serializer": op.key_serializer,
@@ -623,8 +662,8 @@ def summary_document(summary: SnapshotSummary) -> dict[str, Any]:
             }
         operators.append(document)
     return {
-        "format": summary.format,
-        "path": str(summary.path),
+        "input": str(summary.path) if typed is None else typed,
+        "input_format": summary.format,
         "checkpoint_id": summary.checkpoint_id,
         "metadata_version": summary.metadata_version,
         "snapshot_type": summary.snapshot_type,
@@ -639,7 +678,7 @@ def _subtask_document(subtask: SubtaskSummary, fmt: str) -> dict[str, Any]:
         "subtask": subtask.subtask,
         "key_group_start": subtask.key_group_start,
         "key_group_end": subtask.key_group_end,
-        "keyed_bytes": subtask.keyed_bytes,
+        "keyed_file_bytes": subtask.keyed_bytes,
         "operator_state_bytes": subtask.operator_state_bytes,
         "files": subtask.files,
         "non_empty_key_groups": subtask.non_empty_key_groups,

@@ -1,10 +1,10 @@
 """The upgrade gate of ``kg check --target-flink``: which states a Flink 2.x job cannot restore from 1.x.
 
-Judged from the serializer snapshots in the state headers (``assess.summary.StateSummary.serializers``) and the
-``_metadata`` version, never from the state's bytes. A savepoint whose ``_metadata`` is version 4 or older
+Judged from the serializer snapshots in the state headers (``assess.summary.StateSummary.serializers``) and
+the ``_metadata`` version, never from the state's bytes. A savepoint whose ``_metadata`` is version 4 or older
 was written by Flink 1.x (2.0 writes version 5): its Kryo serializer snapshots are Kryo 2's. Flink 2.x
 serializes ``GenericType`` with Kryo 5, and a POJO field declared as a Java collection interface with its
-own collection serializers. Measured on 1.20.3 savepoints restored in 2.3.0 (``tests/flink/
+own collection serializers. Measured on 1.20.3 savepoints restored in 2.3.0 (``tests/restore/
 test_upgrade_gate.py``):
 
 - Kryo values, Kryo map values and Kryo operator list state restore without an error and come back wrong
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, StateSummary
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.findings import Finding, Severity
-from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT, KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink import AVRO_SNAPSHOT, KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
 
 #: The newest ``_metadata`` version Flink 1.x writes (``MetadataV4Serializer``); Flink 2.0 writes 5.
 LAST_FLINK_1_METADATA_VERSION = 4

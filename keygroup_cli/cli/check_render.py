@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from keygroup_cli.cli.render import counted, print_table, table_style
+from keygroup_cli.assess.restore import fix_hint
+from keygroup_cli.cli.render import (
+    HEX_ID,
+    counted,
+    operators_counted,
+    print_table,
+    shorten_ids,
+    table_style,
+)
 from keygroup_cli.core.findings import Finding, Severity
 
 
 def print_findings(
-    console: Console, findings: list[Finding], checked: int, ok: bool, lines: list[str]
+    console: Console,
+    findings: list[Finding],
+    operators: tuple[int, int],
+    ok: bool,
+    lines: list[str],
+    *,
+    snapshot: str = "SNAPSHOT",
+    modelled: str = "",
+    ids: Sequence[str] = (),
 ) -> None:
-    """Print ``kg check``'s findings, its verdict and (``--job-uids``) the migration it proposes."""
+    """Print ``kg check``'s findings, its verdict and (``--job-uids``) the migration it proposes.
+
+    ``operators`` are the operators judged and those of them with state, counted as every command counts.
+    Findings that differ only in their operator (Flink refuses each operator of a too-high parallelism
+    with the same sentence) are printed once, naming the operators, with the fix (``assess.restore.
+    fix_hint``; ``snapshot`` is the input as typed); ``--json`` keeps one finding per operator. Ids are
+    shortened as ``git`` shortens hashes (``ids``: every operator id of the input). ``modelled`` says at
+    which parallelism the verdict holds.
+    """
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
-        for f in findings:
-            console.print(
-                f"[{styles[f.severity]}]{f.severity.value.upper():7}[/] {f.code} [bold]{f.subject}[/]"
+        for group in _grouped(findings):
+            f = group[0]
+            subjects = [shorten_ids(g.subject, ids) for g in group]
+            head = Text.assemble(
+                (f"{f.severity.value.upper():7}", styles[f.severity]), " ", f.code, " ", (_subjects(subjects), "bold")
             )
-            console.print(f"        {f.message}", markup=False, highlight=False)
+            console.print(head, soft_wrap=False)
+            message = HEX_ID.sub("<operator id>", f.message) if len(group) > 1 else shorten_ids(f.message, ids)
+            console.print(Padding(Text(message), (0, 0, 0, 8), expand=False))
+            hint = fix_hint(f, snapshot)
+            if hint is not None:
+                console.print(Padding(Text(f"fix: {hint}"), (0, 0, 0, 8), expand=False))
     else:
         # --table plain|tsv: one line per finding (for cut, awk, sort).
         table = Table()
@@ -29,12 +63,30 @@ def print_findings(
         for f in findings:
             table.add_row(*(Text(v) for v in (f.severity.value, f.code, f.subject, f.message)))
         print_table(console, table)
-    errors = sum(f.severity is Severity.ERROR for f in findings)
-    warnings = sum(f.severity is Severity.WARNING for f in findings)
+    # One problem shared by many operators counts once, as it is printed.
+    errors = sum(g[0].severity is Severity.ERROR for g in _grouped(findings))
+    warnings = sum(g[0].severity is Severity.WARNING for g in _grouped(findings))
     verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"
     console.print(
-        f"{verdict}: {counted(checked, 'operator')} with state checked, {counted(errors, 'error')}, "
+        f"{verdict}: {operators_counted(*operators)} checked{modelled}; {counted(errors, 'error')}, "
         f"{counted(warnings, 'warning')}"
     )
     for line in lines:  # --job-uids: candidates for the unmapped operators, and the kg migrate command
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _grouped(findings: list[Finding]) -> list[list[Finding]]:
+    """Return the findings grouped where only the operator differs: same code, severity and message."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, f.severity.value, HEX_ID.sub("", f.message)), []).append(f)
+    return list(groups.values())
+
+
+def _subjects(subjects: list[str], shown: int = 3) -> str:
+    """Return one subject, or ``N operators: a, b, c and M more (--json lists each)``."""
+    if len(subjects) == 1:
+        return subjects[0]
+    names = ", ".join(subjects[:shown])
+    more = f" and {len(subjects) - shown} more (--json lists each)" if len(subjects) > shown else ""
+    return f"{len(subjects)} operators: {names}{more}"

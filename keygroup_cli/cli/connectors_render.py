@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 
-from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState, offset_text
+from keygroup_cli.assess.summary import operator_label
+from keygroup_cli.cli.render import operator_document
+from keygroup_cli.flink import KafkaSinkState, KafkaSourceState, offset_text
+
+#: Operator names by id (``kg inspect``'s summary has them; a connector's state does not).
+Names = Mapping[str, "str | None"]
 
 
-def kafka_document(state: KafkaSourceState) -> dict[str, Any]:
+def _operator(state: KafkaSourceState | KafkaSinkState, names: Names) -> dict[str, Any]:
+    return operator_document(state.operator_uid, names.get(state.operator_id), state.operator_id)
+
+
+def _label(state: KafkaSourceState | KafkaSinkState, names: Names) -> str:
+    return operator_label(state.operator_uid, names.get(state.operator_id), state.operator_id)
+
+
+def kafka_document(state: KafkaSourceState, names: Names | None = None) -> dict[str, Any]:
     """Return one KafkaSource's state as ``kg inspect --json`` lists it under ``kafka_sources``."""
     return {
-        "operator": {"uid": state.operator_uid, "operator_id": state.operator_id},
+        "operator": _operator(state, names or {}),
         "splits": [
             {
                 "subtask": s.subtask,
@@ -34,13 +48,13 @@ def kafka_document(state: KafkaSourceState) -> dict[str, Any]:
     }
 
 
-def print_kafka(console: Console, state: KafkaSourceState) -> None:
+def print_kafka(console: Console, state: KafkaSourceState, names: Names | None = None) -> None:
     """Print a KafkaSource's splits (one line per partition) and its enumerator's partitions."""
 
     def line(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    line(f"\n{state.operator_uid or state.operator_id} (KafkaSource)")
+    line(f"\n{_label(state, names or {})} (KafkaSource)")
     for s in state.splits:
         stop = "" if s.stopping_offset is None else f", stops at {offset_text(s.stopping_offset)}"
         line(
@@ -55,10 +69,10 @@ def print_kafka(console: Console, state: KafkaSourceState) -> None:
         line(f"  enumerator: {len(state.partitions)} partitions ({counts}); initial discovery {done}")
 
 
-def kafka_sink_document(state: KafkaSinkState) -> dict[str, Any]:
+def kafka_sink_document(state: KafkaSinkState, names: Names | None = None) -> dict[str, Any]:
     """Return one KafkaSink's writer state as ``kg inspect --json`` lists it under ``kafka_sinks``."""
     return {
-        "operator": {"uid": state.operator_uid, "operator_id": state.operator_id},
+        "operator": _operator(state, names or {}),
         "transactional_id_prefixes": list(state.prefixes),
         "writers": [
             {
@@ -74,13 +88,13 @@ def kafka_sink_document(state: KafkaSinkState) -> dict[str, Any]:
     }
 
 
-def print_kafka_sink(console: Console, state: KafkaSinkState) -> None:
+def print_kafka_sink(console: Console, state: KafkaSinkState, names: Names | None = None) -> None:
     """Print a KafkaSink's transactional id prefix and each writer's precommitted transactions."""
 
     def line(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    line(f"\n{state.operator_uid or state.operator_id} (KafkaSink)")
+    line(f"\n{_label(state, names or {})} (KafkaSink)")
     if not state.writers:
         line("  no writer state (an at-least-once or none sink keeps none)")
         return
@@ -91,21 +105,23 @@ def print_kafka_sink(console: Console, state: KafkaSinkState) -> None:
 
 
 def connector_documents(
-    states: list[KafkaSourceState | KafkaSinkState], sources: bool, sinks: bool
+    states: list[KafkaSourceState | KafkaSinkState], sources: bool, sinks: bool, names: Names | None = None
 ) -> dict[str, Any]:
     """Return the ``kafka_sources`` / ``kafka_sinks`` keys of ``kg inspect --json`` (each only if asked)."""
     out: dict[str, Any] = {}
     if sources:
-        out["kafka_sources"] = [kafka_document(s) for s in states if isinstance(s, KafkaSourceState)]
+        out["kafka_sources"] = [kafka_document(s, names) for s in states if isinstance(s, KafkaSourceState)]
     if sinks:
-        out["kafka_sinks"] = [kafka_sink_document(s) for s in states if isinstance(s, KafkaSinkState)]
+        out["kafka_sinks"] = [kafka_sink_document(s, names) for s in states if isinstance(s, KafkaSinkState)]
     return out
 
 
-def print_connectors(console: Console, states: list[KafkaSourceState | KafkaSinkState]) -> None:
+def print_connectors(
+    console: Console, states: list[KafkaSourceState | KafkaSinkState], names: Names | None = None
+) -> None:
     """Print each connector's state, in the order asked."""
     for state in states:
         if isinstance(state, KafkaSourceState):
-            print_kafka(console, state)
+            print_kafka(console, state, names)
         else:
-            print_kafka_sink(console, state)
+            print_kafka_sink(console, state, names)

@@ -10,10 +10,9 @@ from typing import Any
 
 from rich.console import Console
 
-from keygroup_cli.flink.data.lookup import KeyLookup, KeyState, StateEntry
-from keygroup_cli.flink.types.avro import AvroInstant
-from keygroup_cli.flink.types.binary_row import shown_scalar
-from keygroup_cli.flink.types.values import TtlValue
+from keygroup_cli.assess.summary import operator_label
+from keygroup_cli.cli.render import operator_document
+from keygroup_cli.flink import AvroInstant, KeyLookup, KeyState, StateEntry, TtlValue, shown_scalar
 
 
 def plain(value: Any) -> Any:
@@ -67,11 +66,14 @@ def _key(state: KeyState) -> dict[str, Any]:
     }
 
 
-def lookup_document(lookup: KeyLookup) -> dict[str, Any]:
-    """Return ``kg get --json``'s document (without ``schema_version`` and ``command``)."""
+def lookup_document(lookup: KeyLookup, typed: str, name: str | None = None) -> dict[str, Any]:
+    """Return ``kg get --json``'s document (without ``schema_version`` and ``command``).
+
+    ``typed`` is the input as the user typed it; ``name`` the operator's name.
+    """
     return {
-        "savepoint": lookup.savepoint,
-        "operator": {"uid": lookup.operator_uid, "operator_id": lookup.operator_id},
+        "input": typed,
+        "operator": operator_document(lookup.operator_uid, name, lookup.operator_id),
         "key_type": lookup.key_type,
         "key_serializer": lookup.key_serializer,
         "max_parallelism": lookup.max_parallelism,
@@ -92,14 +94,14 @@ def _text(value: Any) -> str:
     return json.dumps(plain(value), ensure_ascii=False, default=str)
 
 
-def print_lookup(console: Console, lookup: KeyLookup) -> None:
-    """Print each key's states: one line per value, list, map entry or timer."""
+def print_lookup(console: Console, lookup: KeyLookup, name: str | None = None) -> None:
+    """Print each key's states: one line per value, list, map entry or timer (``name``: the operator's)."""
 
     def line(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     notes = {s.name: s.notes for s in lookup.states}
-    label = lookup.operator_uid or lookup.operator_id
+    label = operator_label(lookup.operator_uid, name, lookup.operator_id)
     for state in lookup.keys:
         where = f"key group {state.key_group}, subtask {state.subtask}"
         if not state.found:

@@ -7,15 +7,27 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, key_group_histogram
+from keygroup_cli.assess.summary import (
+    OperatorSummary,
+    SnapshotSummary,
+    count_operators,
+    key_group_histogram,
+)
 from keygroup_cli.cli.key_groups_render import render_key_group_sizes
-from keygroup_cli.cli.render import counted, format_bytes, format_count, print_grid, print_table, table_style
-from keygroup_cli.flink.types.binary_row import RowFields
-from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT
+from keygroup_cli.cli.render import (
+    counted,
+    format_bytes,
+    format_count,
+    operators_counted,
+    print_grid,
+    print_table,
+    table_style,
+)
+from keygroup_cli.flink import ROW_DATA_SNAPSHOT, RowFields
 
 if TYPE_CHECKING:
     from keygroup_cli.assess.sizes import KeyGroupSizes
-    from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState
+    from keygroup_cli.flink import KafkaSinkState, KafkaSourceState
 
 
 def print_summary(
@@ -24,34 +36,59 @@ def print_summary(
     subtasks: bool,
     sizes: dict[str, KeyGroupSizes],
     kafka: list[KafkaSourceState | KafkaSinkState],
+    typed: str | None = None,
 ) -> None:
-    """Print what ``kg inspect`` shows: the snapshot, its operators, each stateful one's states and sizes."""
+    """Print what ``kg inspect`` shows: the snapshot, its operators, each stateful one's states and sizes.
+
+    ``typed`` is the input as the user typed it (the path that was read by default).
+    """
+    _print_header(console, summary, typed)
+    _print_operators(console, summary)
+    for op in summary.operators:
+        if not op.has_state:
+            continue
+        _operator_text(console, op, subtasks)
+        if op.operator_id in sizes:
+            render_key_group_sizes(console, sizes[op.operator_id])
+    if kafka:
+        from keygroup_cli.cli.connectors_render import print_connectors
+
+        print_connectors(console, kafka, {op.operator_id: op.name for op in summary.operators})
+
+
+def _print_header(console: Console, summary: SnapshotSummary, typed: str | None) -> None:
+    """Print the input, its format, checkpoint id, metadata version and operators counted."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     kind = ", ".join(x for x in (summary.snapshot_type, summary.format_type) if x)
-    rows = [("Path", str(summary.path)), ("Format", summary.format + (f" ({kind})" if kind else ""))]
+    rows = [
+        ("Input", str(summary.path) if typed is None else typed),
+        ("Format", summary.format + (f" ({kind})" if kind else "")),
+    ]
     rows.append(("Checkpoint id", str(summary.checkpoint_id)))
     if summary.metadata_version is not None:
         rows.append(("Flink metadata version", str(summary.metadata_version)))
-    stateful = [op for op in summary.operators if op.has_state]
-    rows.append(
-        ("Operators", f"{format_count(len(summary.operators))} ({format_count(len(stateful))} with state)")
-    )
+    total, with_state = count_operators(summary.operators, lambda op: op.has_state)
+    rows.append(("Operators", operators_counted(total, with_state)))
     for key, value in rows:
         grid.add_row(f"[bold]{key}[/bold]", value)
     print_grid(console, grid)
+
+
+def _print_operators(console: Console, summary: SnapshotSummary) -> None:
+    """Print the table of every operator: its label (and name beneath), sizes and id."""
     table = Table(title="Operators")
     # One "operator" column (uid, and the name beneath when it differs), and the id last, where it may fold,
     # keep the table within 80 columns.
-    table.add_column("operator (uid / name)")
+    table.add_column("operator")
     for name in ("p", "maxP", "keyed", "op state", "files"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("operator id")
     # Plain and tab-separated rows are one line each: "uid / name" there.
     beneath = "\n  " if table_style(console) == "rich" else " / "
     for op in summary.operators:
-        label = op.uid or f"- / {op.name or '-'}"
+        label = op.label
         if op.uid and op.name and op.name != op.uid:
             label += f"{beneath}{op.name}"
         table.add_row(
@@ -64,14 +101,6 @@ def print_summary(
             op.operator_id,
         )
     print_table(console, table)
-    for op in stateful:
-        _operator_text(console, op, subtasks)
-        if op.operator_id in sizes:
-            render_key_group_sizes(console, sizes[op.operator_id])
-    if kafka:
-        from keygroup_cli.cli.connectors_render import print_connectors
-
-        print_connectors(console, kafka)
 
 
 def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
@@ -80,7 +109,7 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> Non
     if snapshot is not None and snapshot.class_name == ROW_DATA_SNAPSHOT:
         # A SQL job's key: its fields' SQL types say what to give kg get --key.
         key = f", SQL key {RowFields.of(snapshot).type_name}"
-    title = op.uid or f"{op.name or '-'} [{op.operator_id}]"
+    title = op.label if op.uid else f"{op.label} [{op.operator_id}]"
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
     if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
         kind = "channel state"

@@ -11,7 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from keygroup_cli.cli.render import counted, format_bytes
+from keygroup_cli.assess.summary import count_operators
+from keygroup_cli.cli.render import counted, format_bytes, operators_counted
 from keygroup_cli.execution.routes.migrate import MigrationResult
 from keygroup_cli.planning.migration import OperatorChange
 
@@ -43,15 +44,17 @@ def render_changes(console: Console, changes: Iterable[dict[str, Any]]) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def migrate_document(result: MigrationResult) -> dict[str, Any]:
-    """Return the ``kg migrate`` document (docs/reference/json-output.md)."""
+def migrate_document(result: MigrationResult, typed_input: str, typed_output: str) -> dict[str, Any]:
+    """Return the ``kg migrate`` document (docs/reference/json-output.md), paths as the user typed them."""
+    operators, with_state = count_operators(result.plan.metadata.operators, lambda op: op.has_state)
     return {
-        "source": result.source,
-        "destination": result.destination,
+        "input": typed_input,
+        "output": typed_output,
         "dry_run": result.dry_run,
         "checkpoint_id": result.checkpoint_id,
         "changes": [change_document(c) for c in result.plan.changes],
-        "operators": len(result.plan.metadata.operators),
+        "operators": operators,
+        "operators_with_state": with_state,
         "files": len(result.plan.files),
         "bytes": result.plan.bytes,
         "copy": result.copy_mode,
@@ -64,8 +67,9 @@ def render_migrate(console: Console, doc: dict[str, Any]) -> None:
     render_changes(console, doc["changes"])
     verb = "would write" if doc["dry_run"] else "wrote"
     console.print(
-        f"{verb} {doc['destination']}: checkpoint {doc['checkpoint_id']}, "
-        f"{counted(doc['operators'], 'operator')}, {counted(doc['files'], 'state file')} "
+        f"{verb} {doc['output']}: checkpoint {doc['checkpoint_id']}, "
+        f"{operators_counted(doc['operators'], doc['operators_with_state'])}, "
+        f"{counted(doc['files'], 'state file')} "
         f"({format_bytes(doc['bytes'])}, {doc['copy']})",
         markup=False,
         highlight=False,

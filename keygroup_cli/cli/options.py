@@ -200,6 +200,13 @@ def to_parallelism_option(help: str = "New parallelism.") -> Callable[[F], F]:
     return click.option("--to", "-p", "to_parallelism", type=int, required=True, metavar="Q", help=help)
 
 
+def subtasks_option(
+    help: str = "Also list every new subtask (key groups, rows, bytes) and every transfer.",
+) -> Callable[[F], F]:
+    """``--subtasks``: the per-subtask detail a command's summary leaves out (``kg inspect``'s flag too)."""
+    return click.option("--subtasks", is_flag=True, help=help)
+
+
 def savepoint_format_option() -> Callable[[F], F]:
     """``--format canonical|native``: the keyed state of the savepoint a rescale writes."""
     return click.option(
@@ -240,7 +247,7 @@ def surgery_options(func: F) -> F:
 def surgery_request(
     rename: tuple[str, ...], assign_uid: tuple[str, ...], drop: tuple[str, ...]
 ) -> MigrationRequest:
-    """Return the ``planning.plan.migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
+    """Return the ``planning.migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
     from keygroup_cli.planning.migration import MigrationRequest, parse_pair
 
     return MigrationRequest(

@@ -66,7 +66,7 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     table = Table(
         title=title
         or f"maxParallelism {plan.max_parallelism}: "
-        f"parallelism {plan.old_parallelism} → {plan.new_parallelism}"
+        f"parallelism {plan.old_parallelism} -> {plan.new_parallelism}"
     )
     weights_columns = ("rows",) if weighted else ()
     for name in ("from", "to", "key groups", *weights_columns, *(("bytes",) if sized else ()), "runs"):
@@ -84,7 +84,7 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     console.print(
         f"{format_count(plan.moved_key_groups)} of {format_count(plan.max_parallelism)} key groups change "
         f"subtask ({plan.moved_fraction:.1%}); key groups per subtask skew (max/mean): "
-        f"{plan.old_skew:.2f} → {plan.new_skew:.2f}"
+        f"{plan.old_skew:.2f} -> {plan.new_skew:.2f}"
     )
 
 

@@ -1,8 +1,8 @@
 """Text (rich) and JSON rendering, on the right stream.
 
 Results go to stdout; progress, warnings and errors go to stderr. Under ``--json`` stdout carries exactly
-one JSON document: ``{"schema_version": 2, "command": ..., ...result}`` or, on failure,
-``{"schema_version": 2, "command": ..., "error": {"code": ..., "message": ...}}``.
+one JSON document: ``{"schema_version": 3, "command": ..., ...result}`` or, on failure,
+``{"schema_version": 3, "command": ..., "error": {"code": ..., "message": ...}}``.
 
 Numbers are written one way everywhere: counts (rows, files, key groups, operators) by
 :func:`format_count`, with thousands separators; sizes by :func:`format_bytes`, in binary units (``372 B``,
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -33,7 +34,7 @@ from rich.text import Text
 C = TypeVar("C", bound=Console)
 
 #: Version of the JSON documents kg prints; bumped only with a **Breaking:** changelog entry.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Width of output that is not a terminal (a file, a pipe) when COLUMNS is unset: lines are never wrapped,
 #: so ``grep``/``cut`` see every path and number whole. Rich would otherwise assume 80 columns.
@@ -89,6 +90,50 @@ def format_bytes(n: float | None) -> str:
 def counted(n: int, singular: str, plural: str | None = None) -> str:
     """Return ``n`` and the noun that agrees with it: ``1 operator``, ``1,024 operators``."""
     return f"{format_count(n)} {singular if n == 1 else (plural or singular + 's')}"
+
+
+def operators_counted(operators: int, with_state: int) -> str:
+    """Return how every command counts operators in its text: ``10 operators, 5 with state``.
+
+    JSON says the same as ``operators`` and ``operators_with_state`` (``assess.summary.count_operators``).
+    """
+    return f"{counted(operators, 'operator')}, {format_count(with_state)} with state"
+
+
+def operator_document(uid: str | None, name: str | None, operator_id: str) -> dict[str, Any]:
+    """Return the ``operator`` object of every JSON document: ``{"uid", "name", "operator_id"}``.
+
+    The entries of an ``operators`` list start with the same three fields.
+    """
+    return {"uid": uid, "name": name, "operator_id": operator_id}
+
+
+#: A Flink operator id (or any 32-hex id) as text shows it: :func:`shorten_ids` abbreviates it.
+HEX_ID = re.compile(r"(?<![0-9a-fA-F])[0-9a-fA-F]{32}(?![0-9a-fA-F])")
+
+#: Fewest hex characters of a shortened id, as ``git`` abbreviates a hash.
+SHORT_ID = 7
+
+
+def short_ids(ids: Iterable[str]) -> dict[str, str]:
+    """Return each 32-hex id's shortest prefix of one common length (at least 7) unique among ``ids``.
+
+    As ``git`` abbreviates hashes: text output shows the prefix, ``--json`` the full id.
+    """
+    unique = sorted({i for i in ids if HEX_ID.fullmatch(i)})
+    length = SHORT_ID
+    while length < 32 and len({i[:length] for i in unique}) < len(unique):
+        length += 1
+    return {i: i[:length] for i in unique}
+
+
+def shorten_ids(text: str, ids: Iterable[str] = ()) -> str:
+    """Return ``text`` with every 32-hex id in it shortened (:func:`short_ids` over ``ids`` and its own)."""
+    found = HEX_ID.findall(text)
+    if not found:
+        return text
+    short = short_ids([*ids, *found])
+    return HEX_ID.sub(lambda m: short[m[0]], text)
 
 
 class ResultConsole(Console):

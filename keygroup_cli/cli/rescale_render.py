@@ -6,15 +6,23 @@ Shared by ``kg plan SNAPSHOT`` and ``kg rescale`` so that ``kg rescale --dry-run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.assess.summary import count_operators, operator_label
 from keygroup_cli.cli.migrate_render import change_document, render_changes
 from keygroup_cli.cli.plan_render import plan_document, render_plan
-from keygroup_cli.cli.render import counted, format_bytes, format_count, print_table
+from keygroup_cli.cli.render import (
+    counted,
+    format_bytes,
+    format_count,
+    operator_document,
+    operators_counted,
+    print_table,
+)
 from keygroup_cli.core.keygroups import skew
 from keygroup_cli.execution.routes.rescale import RescaleResult
 from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
@@ -44,15 +52,17 @@ def new_byte_loads(op: OperatorPlan) -> tuple[int, ...] | None:
     return tuple(loads)
 
 
-def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
-    """Return the JSON form of one operator's plan; key-group fields as ``kg plan --from/--to`` has them."""
+def operator_plan_document(op: OperatorPlan, name: str | None = None) -> dict[str, Any]:
+    """Return the JSON form of one operator's plan; key-group fields as ``kg plan --from/--to`` has them.
+
+    ``name`` is the operator's name in the input (a plan does not carry it).
+    """
     loads = op.new_row_loads
     byte_loads = new_byte_loads(op)
     document: dict[str, Any] = {
-        "uid": op.uid,
-        "operator_id": op.operator_id,
+        **operator_document(op.uid, name, op.operator_id),
         "rescaled": op.rescaled,
-        "holds_state": op.holds_state,
+        "has_state": op.holds_state,
         "mode": op.keyed_mode,
         "key_type": op.key_type,
         "from_parallelism": op.old_parallelism,
@@ -60,7 +70,7 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
         "from_max_parallelism": op.old_max_parallelism,
         "to_max_parallelism": op.new_max_parallelism,
         "keyed_rows": op.keyed_rows,
-        "keyed_bytes": op.keyed_bytes,
+        "key_group_bytes": op.keyed_bytes,
         "moved_rows": op.moved_rows,
         "moved_bytes": op.moved_bytes,
         "to_row_loads": None if loads is None else list(loads),
@@ -88,80 +98,144 @@ def operator_plan_document(op: OperatorPlan) -> dict[str, Any]:
 
 
 def plan_snapshot_document(
-    snapshot: str, plan: RescalePlan, input_format: str = "kg-snapshot", output_format: str = "canonical"
+    typed: str,
+    plan: RescalePlan,
+    input_format: str = "kg-snapshot",
+    output_format: str = "canonical",
+    names: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``).
 
-    ``output_format`` is ``--format``; a savepoint input leads to a savepoint of that format, a kg
-    snapshot to a kg snapshot.
+    ``typed`` is the input as the user typed it. ``output_format`` is ``--format``; a savepoint input
+    leads to a savepoint of that format, a kg snapshot to a kg snapshot. ``names``: operator names by id.
     """
     savepoint = input_format == "flink-savepoint"
+    names = names or {}
     return {
-        "snapshot": snapshot,
+        "input": typed,
         "input_format": input_format,
         "output_format": "flink-savepoint" if savepoint else "kg-snapshot",
         "savepoint_format": output_format if savepoint else None,
-        "snapshot_id": plan.snapshot_id,
+        "checkpoint_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
         "surgery": [change_document(c) for c in plan.surgery],
-        "operators": [operator_plan_document(op) for op in plan.operators],
+        "operators": [operator_plan_document(op, names.get(op.operator_id)) for op in plan.operators],
     }
 
 
-def planned_document(snapshot: str, planned: PlannedRescale) -> dict[str, Any]:
+def operator_names(planned: PlannedRescale) -> dict[str, str | None]:
+    """Return the names of a planned rescale's input operators by id (none known for a remote kg snapshot)."""
+    operators: Sequence[Any] = ()
+    if planned.input.savepoint is not None:
+        operators = planned.input.savepoint.metadata.operators
+    elif planned.snapshot is not None:
+        operators = planned.snapshot.manifest.operators
+    elif hasattr(planned.input.source, "manifest"):
+        operators = planned.input.source.manifest.operators  # type: ignore[union-attr]
+    return {op.operator_id: op.name for op in operators}
+
+
+def planned_document(typed: str, planned: PlannedRescale) -> dict[str, Any]:
     """Return the JSON document of ``kg plan SNAPSHOT`` for the library's ``PlannedRescale``, warnings too."""
     request = planned.request
+    names = operator_names(planned)
     return {
-        **plan_snapshot_document(snapshot, planned.plan, planned.input_format, request.output_format),
+        **plan_snapshot_document(typed, planned.plan, planned.input_format, request.output_format, names),
         "warnings": mixed_parallelism_warning(
-            planned.plan, request.from_parallelism, request.operators or ()
+            planned.plan, request.from_parallelism, request.operators or (), names
         ),
     }
 
 
-def render_snapshot_plan(console: Console, plan: RescalePlan, document: dict[str, Any] | None = None) -> None:
-    """Print each operator's plan: transfers with rows and bytes, new loads and skew, operator state.
+def _label(op: OperatorPlan, names: Mapping[str, str | None]) -> str:
+    """Return how every command shows a planned operator (uid, else name, else id)."""
+    return operator_label(op.uid, names.get(op.operator_id), op.operator_id)
+
+
+def render_snapshot_plan(
+    console: Console,
+    plan: RescalePlan,
+    document: dict[str, Any] | None = None,
+    names: Mapping[str, str | None] | None = None,
+    subtasks: bool = False,
+) -> None:
+    """Print each operator's plan: what moves, new loads and skew, operator state.
 
     Operators without state (a savepoint lists every operator of the job) are counted, not shown. The
     operator surgery done in the same pass, if any, comes first, one line per change. With the plan's
-    ``document``, a last line names the output the rescale writes.
+    ``document``, a last line names the output the rescale writes. ``names``: operator names by id.
+    ``subtasks`` (``--subtasks``): also each operator's transfer table and every new subtask's load; by
+    default loads of more than :data:`LISTED_SUBTASKS` subtasks are summed up as their least and most.
     """
     render_changes(console, (change_document(c) for c in plan.surgery))
-    stateless = 0
+    names = names or {}
+    folded = False
     for op in plan.operators:
-        if not op.holds_state:
-            stateless += 1
-            continue
-        if not op.rescaled:
-            console.print(
-                f"{op.label}: kept as it is (parallelism {op.old_parallelism}, "
-                f"maxParallelism {op.old_max_parallelism})"
-            )
-            continue
-        title = (
-            f"{op.label}: parallelism {op.old_parallelism} → {op.new_parallelism}, maxParallelism "
-            f"{op.old_max_parallelism}"
-            + ("" if op.old_max_parallelism == op.new_max_parallelism else f" → {op.new_max_parallelism}")
-            + f" ({_MODES[op.keyed_mode]})"
-        )
-        if op.key_groups is not None and op.keyed_mode == "move":
-            render_plan(console, op.key_groups, title=title)
-        else:
-            console.print(title)
-        if op.keyed_mode != "none":
-            _render_keyed(console, op)
-        state = op.operator_state
-        if state is not None:
-            what = (
-                "kept as it is" if state.unchanged else "redistributed as Flink's round-robin repartitioner"
-            )
-            counts = ", ".join(format_count(n) for n in state.new_counts)
-            console.print(f"  operator state {what}: rows per new subtask {counts}")
-    if stateless:
-        console.print(_without_state(len(plan.operators), stateless))
+        if op.holds_state:
+            folded |= _render_operator_plan(console, op, _label(op, names), subtasks)
+    total, with_state = count_operators(plan.operators, lambda op: op.holds_state)
+    if with_state < total:
+        console.print(_without_state(total, with_state))
+    if folded:
+        console.print("--subtasks lists every transfer and new subtask")
     if document is not None:
         console.print(f"output: {_PLANNED[document['savepoint_format']]}", soft_wrap=True)
+
+
+#: New subtasks whose loads a plan lists one by one without ``--subtasks``; more are summed up.
+LISTED_SUBTASKS = 8
+
+
+def _loads(values: Sequence[Any], show: Any, subtasks: bool) -> tuple[str, bool]:
+    """Return new subtasks' loads as a list, or (more than LISTED_SUBTASKS, no --subtasks) least to most.
+
+    The flag says whether the list was summed up.
+    """
+    if subtasks or len(values) <= LISTED_SUBTASKS:
+        return ", ".join(show(v) for v in values), False
+    return f"{show(min(values))} to {show(max(values))} over {len(values)} subtasks", True
+
+
+def _render_operator_plan(console: Console, op: OperatorPlan, label: str, subtasks: bool = False) -> bool:
+    """Print one operator's plan: kept, or its key-group moves, keyed state and operator state.
+
+    Returns whether anything ``--subtasks`` would list was summed up or left out.
+    """
+    if not op.rescaled:
+        console.print(
+            f"{label}: kept as it is (parallelism {op.old_parallelism}, "
+            f"maxParallelism {op.old_max_parallelism})"
+        )
+        return False
+    title = (
+        f"{label}: parallelism {op.old_parallelism} -> {op.new_parallelism}, maxParallelism "
+        f"{op.old_max_parallelism}"
+        + ("" if op.old_max_parallelism == op.new_max_parallelism else f" -> {op.new_max_parallelism}")
+        + f" ({_MODES[op.keyed_mode]})"
+    )
+    folded = False
+    if op.key_groups is not None and op.keyed_mode == "move" and subtasks:
+        render_plan(console, op.key_groups, title=title)
+    else:
+        console.print(title)
+        if op.key_groups is not None and op.keyed_mode == "move":
+            folded = True
+            plan = op.key_groups
+            console.print(
+                f"  {counted(len(plan.transfers), 'transfer')}: {format_count(plan.moved_key_groups)} of "
+                f"{format_count(plan.max_parallelism)} key groups change subtask ({plan.moved_fraction:.1%}); "
+                f"key groups per subtask skew {plan.old_skew:.2f} -> {plan.new_skew:.2f}"
+            )
+    if op.keyed_mode != "none":
+        folded |= _render_keyed(console, op, subtasks)
+    state = op.operator_state
+    if state is not None:
+        what = "kept as it is" if state.unchanged else "redistributed as Flink's round-robin repartitioner"
+        counts, summed = _loads(state.new_counts, format_count, subtasks)
+        folded |= summed
+        console.print(f"  operator state {what}: rows per new subtask {counts}")
+    return folded
 
 
 #: What ``kg rescale`` of the plan writes, by ``savepoint_format``.
@@ -172,17 +246,20 @@ _PLANNED = {
 }
 
 
-def _without_state(operators: int, stateless: int) -> str:
+def _without_state(operators: int, with_state: int) -> str:
     """Return the line that counts the operators a plan or rescale does not list, as ``kg inspect`` does."""
-    held = operators - stateless
     return (
-        f"{counted(operators, 'operator')}, {format_count(held)} with state; "
-        f"the {format_count(stateless)} without state are not shown (--json lists them)"
+        f"{operators_counted(operators, with_state)}; "
+        f"the {format_count(operators - with_state)} without state are not shown (--json lists them)"
     )
 
 
-def _render_keyed(console: Console, op: OperatorPlan) -> None:
-    """Print what moves of an operator's keyed state: rows (kg snapshots) or bytes (savepoints)."""
+def _render_keyed(console: Console, op: OperatorPlan, subtasks: bool = False) -> bool:
+    """Print what moves of an operator's keyed state: rows (kg snapshots) or bytes (savepoints).
+
+    Returns whether a list of new subtasks' loads was summed up (``--subtasks`` lists it).
+    """
+    summed = False
     loads = op.new_row_loads
     byte_loads = new_byte_loads(op)
     if op.keyed_rows is not None and op.moved_rows is not None:
@@ -203,21 +280,27 @@ def _render_keyed(console: Console, op: OperatorPlan) -> None:
             "offsets: bytes per key group unknown"
         )
     if loads is not None:
-        console.print(
-            f"  keyed rows per new subtask: {', '.join(map(format_count, loads))} (skew {skew(loads):.2f})"
-        )
+        shown, summed = _loads(loads, format_count, subtasks)
+        console.print(f"  keyed rows per new subtask: {shown} (skew {skew(loads):.2f})")
     elif byte_loads is not None:
-        console.print(
-            f"  keyed bytes per new subtask: {', '.join(map(format_bytes, byte_loads))} "
-            f"(skew {skew(byte_loads):.2f})"
-        )
+        shown, summed = _loads(byte_loads, format_bytes, subtasks)
+        console.print(f"  keyed bytes per new subtask: {shown} (skew {skew(byte_loads):.2f})")
     elif op.keyed_mode == "rehash":
-        ranges = ", ".join(f"{r.start}-{r.end}" for r in op.new_ranges)
+        if subtasks or len(op.new_ranges) <= LISTED_SUBTASKS:
+            ranges = ", ".join(f"{r.start}-{r.end}" for r in op.new_ranges)
+        else:
+            summed = True
+            sizes = [r.end - r.start + 1 for r in op.new_ranges]
+            ranges = f"{min(sizes)} to {max(sizes)} key groups each over {len(sizes)} subtasks"
         console.print(f"  new key-group ranges: {ranges}; rows per subtask are known once keys are read")
+    return summed
 
 
 def mixed_parallelism_warning(
-    plan: RescalePlan, from_parallelism: int | None, operators: Sequence[str]
+    plan: RescalePlan,
+    from_parallelism: int | None,
+    operators: Sequence[str],
+    names: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """Return the warning of a rescale without --from or --operator that moves operators not at P.
 
@@ -231,7 +314,7 @@ def mixed_parallelism_warning(
     at: dict[int, list[str]] = {}
     for op in plan.operators:
         if op.holds_state:
-            at.setdefault(op.old_parallelism, []).append(op.label)
+            at.setdefault(op.old_parallelism, []).append(_label(op, names or {}))
     if len(at) < 2:
         return []
     common = max(at, key=lambda p: (len(at[p]), p))
@@ -251,60 +334,62 @@ def _some(labels: Sequence[str], shown: int = 3) -> str:
     return names if len(labels) <= shown else f"{names} and {len(labels) - shown} more"
 
 
-def rescale_document(result: RescaleResult) -> dict[str, Any]:
-    """Return the JSON result document of ``kg rescale``."""
-    operators = []
-    regrouped = result.regrouped or {}
-    rehashed = result.keyed_rows or {}
-    for op_plan in result.plan.operators:
-        new = result.operator(op_plan.operator_id)
-        copied = regrouped.get(op_plan.operator_id)
-        subtasks = _subtask_rows(op_plan, new)
-        document: dict[str, Any] = {
-            "uid": op_plan.uid,
-            "operator_id": op_plan.operator_id,
-            "rescaled": op_plan.rescaled,
-            "mode": op_plan.keyed_mode,
-            "from_parallelism": op_plan.old_parallelism,
-            "to_parallelism": op_plan.new_parallelism,
-            "from_max_parallelism": op_plan.old_max_parallelism,
-            "to_max_parallelism": op_plan.new_max_parallelism,
-            "keyed_rows": new.keyed_rows,
-            "moved_rows": op_plan.moved_rows,
-            "subtasks": subtasks,
-        }
-        rows = rehashed.get(op_plan.operator_id)
-        if copied is not None and rows is not None:
-            # A savepoint's keyed state written by the engine's tasks (keys re-hashed for a new
-            # maxParallelism, or --format native's databases): every entry decoded, so counted. At the same
-            # maxParallelism key groups keep their numbers (entries that change subtask are not counted).
-            if op_plan.new_max_parallelism != op_plan.old_max_parallelism:
-                document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
-            else:
-                same = op_plan.new_parallelism == op_plan.old_parallelism
-                document.update(mode="copy" if same else "move", keyed_rows=sum(rows), moved_rows=None)
-            for subtask, size, count in zip(subtasks, copied, rows, strict=True):
-                subtask.update(keyed_rows=count, keyed_bytes=size)
-        elif copied is not None:
-            # Key groups copied as bytes between savepoint files: sizes known, entries not decoded.
-            document.update(mode="regroup", keyed_rows=None, moved_rows=None)
-            for subtask, size in zip(subtasks, copied, strict=True):
-                subtask.update(keyed_rows=None, keyed_bytes=size)
-        operators.append(document)
+def rescale_document(result: RescaleResult, typed_input: str, typed_output: str) -> dict[str, Any]:
+    """Return the JSON result document of ``kg rescale``; the paths as the user typed them."""
+    operators = [_operator_result(result, op_plan) for op_plan in result.plan.operators]
     written = result.savepoint
     return {
-        "output": str(result.output),
+        "input": typed_input,
+        "output": typed_output,
         "output_format": "kg-snapshot" if written is None else "flink-savepoint",
         "savepoint_format": result.savepoint_format if written is not None else None,
         "engine": result.engine,
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
-        "snapshot_id": result.manifest.snapshot_id,
+        "checkpoint_id": result.manifest.snapshot_id,
         "surgery": [change_document(c) for c in result.plan.surgery],
         "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
         "operators": operators,
         "savepoint": None if written is None else _savepoint_part(written),
     }
+
+
+def _operator_result(result: RescaleResult, op_plan: OperatorPlan) -> dict[str, Any]:
+    """Return one operator of ``kg rescale --json``: its plan, and its new subtasks' rows and bytes."""
+    new = result.operator(op_plan.operator_id)
+    copied = (result.regrouped or {}).get(op_plan.operator_id)
+    subtasks = _subtask_rows(op_plan, new)
+    document: dict[str, Any] = {
+        **operator_document(op_plan.uid, new.name, op_plan.operator_id),
+        "rescaled": op_plan.rescaled,
+        "has_state": op_plan.holds_state,
+        "mode": op_plan.keyed_mode,
+        "from_parallelism": op_plan.old_parallelism,
+        "to_parallelism": op_plan.new_parallelism,
+        "from_max_parallelism": op_plan.old_max_parallelism,
+        "to_max_parallelism": op_plan.new_max_parallelism,
+        "keyed_rows": new.keyed_rows,
+        "moved_rows": op_plan.moved_rows,
+        "subtasks": subtasks,
+    }
+    rows = (result.keyed_rows or {}).get(op_plan.operator_id)
+    if copied is not None and rows is not None:
+        # A savepoint's keyed state written by the engine's tasks (keys re-hashed for a new
+        # maxParallelism, or --format native's databases): every entry decoded, so counted. At the same
+        # maxParallelism key groups keep their numbers (entries that change subtask are not counted).
+        if op_plan.new_max_parallelism != op_plan.old_max_parallelism:
+            document.update(mode="rehash", keyed_rows=sum(rows), moved_rows=sum(rows))
+        else:
+            same = op_plan.new_parallelism == op_plan.old_parallelism
+            document.update(mode="copy" if same else "move", keyed_rows=sum(rows), moved_rows=None)
+        for subtask, size, count in zip(subtasks, copied, rows, strict=True):
+            subtask.update(keyed_rows=count, keyed_file_bytes=size)
+    elif copied is not None:
+        # Key groups copied as bytes between savepoint files: sizes known, entries not decoded.
+        document.update(mode="regroup", keyed_rows=None, moved_rows=None)
+        for subtask, size in zip(subtasks, copied, strict=True):
+            subtask.update(keyed_rows=None, keyed_file_bytes=size)
+    return document
 
 
 def _subtask_rows(op_plan: OperatorPlan, new: Operator) -> list[dict[str, int | None]]:
@@ -317,7 +402,7 @@ def _subtask_rows(op_plan: OperatorPlan, new: Operator) -> list[dict[str, int | 
             "key_group_start": rng.start,
             "key_group_end": rng.end,
             "keyed_rows": keyed[i].rows if i in keyed else 0,
-            "keyed_bytes": keyed[i].bytes if i in keyed else 0,
+            "keyed_file_bytes": keyed[i].bytes if i in keyed else 0,
             "operator_state_rows": state[i].rows if i in state else 0,
             "operator_state_bytes": state[i].bytes if i in state else 0,
         }
@@ -341,34 +426,19 @@ def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
 _OUTPUTS = {None: "kg snapshot", "canonical": "Flink savepoint", "native": "NATIVE Flink savepoint"}
 
 
-def render_rescale(console: Console, document: dict[str, Any]) -> None:
-    """Print the operator surgery done in the same pass (if any), then the summary table of a rescale."""
+def render_rescale(console: Console, document: dict[str, Any], subtasks: bool = False) -> None:
+    """Print the operator surgery done in the same pass (if any), then the summary table of a rescale.
+
+    One row per operator with state: its parallelism, keyed rows and bytes, operator-state rows and the
+    skew (max/mean) of keyed bytes over its new subtasks. ``subtasks`` (``--subtasks``): one row per new
+    subtask instead, with its key-group range.
+    """
     render_changes(console, document["surgery"])
-    table = Table()
-    for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "op state rows"):
-        label = name == "operator"
-        table.add_column(name, justify="left" if label else "right", no_wrap=not label)
-    stateless = 0
-    for op in document["operators"]:
-        label = op["uid"] or op["operator_id"]
-        if not any(s["keyed_rows"] or s["keyed_bytes"] or s["operator_state_rows"] for s in op["subtasks"]):
-            stateless += 1  # a savepoint lists every operator of the job; most hold no state
-            continue
-        if not op["rescaled"]:
-            table.add_row(label, "kept", "", format_count(op["keyed_rows"]), "", "")
-            continue
-        for s in op["subtasks"]:
-            table.add_row(
-                label,
-                str(s["subtask"]),
-                f"{s['key_group_start']}-{s['key_group_end']}",
-                format_count(s["keyed_rows"]),
-                format_bytes(s["keyed_bytes"]),
-                format_count(s["operator_state_rows"]),
-            )
+    table = _subtask_table(document) if subtasks else _operator_table(document)
     print_table(console, table)
-    if stateless:
-        console.print(_without_state(len(document["operators"]), stateless))
+    total, with_state = count_operators(document["operators"], lambda op: op["has_state"])
+    if with_state < total:
+        console.print(_without_state(total, with_state))
     what = _OUTPUTS[document.get("savepoint_format")]
     moved = f"{format_count(document['moved_rows'])} keyed rows moved"
     if any(op["mode"] == "regroup" for op in document["operators"]):
@@ -380,6 +450,58 @@ def render_rescale(console: Console, document: dict[str, Any]) -> None:
         moved = f"{format_count(entries)} keyed entries written into one RocksDB database per subtask"
     console.print(
         f"{moved}; engine {document['engine']} ({document['engine_reason']}), "
-        f"{document['wall_seconds']:.1f} s; committed {what} {document['output']}",
-        soft_wrap=True,
+        f"{document['wall_seconds']:.1f} s"
     )
+    console.print(f"wrote {what} {document['output']}", soft_wrap=True)
+
+
+def _operator_table(document: dict[str, Any]) -> Table:
+    """Return ``kg rescale``'s default table: one row per operator with state."""
+    table = Table()
+    for name in ("operator", "parallelism", "keyed rows", "keyed bytes", "op state rows", "skew"):
+        label = name == "operator"
+        table.add_column(name, justify="left" if label else "right", no_wrap=not label)
+    for op in document["operators"]:
+        if not op["has_state"]:
+            continue  # a savepoint lists every operator of the job; most hold no state
+        label = operator_label(op["uid"], op["name"], op["operator_id"])
+        if not op["rescaled"]:
+            table.add_row(label, f"{op['from_parallelism']} (kept)", format_count(op["keyed_rows"]), "", "", "")
+            continue
+        rows = [s["keyed_rows"] for s in op["subtasks"]]
+        sizes = [s["keyed_file_bytes"] for s in op["subtasks"]]
+        known = None not in sizes
+        table.add_row(
+            label,
+            f"{op['from_parallelism']} -> {op['to_parallelism']}",
+            format_count(None if None in rows else sum(rows)),
+            format_bytes(sum(sizes) if known else None),
+            format_count(sum(s["operator_state_rows"] for s in op["subtasks"])),
+            f"{skew(sizes):.2f}" if known and sum(sizes) else "-",
+        )
+    return table
+
+
+def _subtask_table(document: dict[str, Any]) -> Table:
+    """Return ``kg rescale --subtasks``'s table: one row per new subtask of each operator with state."""
+    table = Table()
+    for name in ("operator", "subtask", "key groups", "keyed rows", "keyed bytes", "op state rows"):
+        label = name == "operator"
+        table.add_column(name, justify="left" if label else "right", no_wrap=not label)
+    for op in document["operators"]:
+        label = operator_label(op["uid"], op["name"], op["operator_id"])
+        if not op["has_state"]:
+            continue
+        if not op["rescaled"]:
+            table.add_row(label, "kept", "", format_count(op["keyed_rows"]), "", "")
+            continue
+        for s in op["subtasks"]:
+            table.add_row(
+                label,
+                str(s["subtask"]),
+                f"{s['key_group_start']}-{s['key_group_end']}",
+                format_count(s["keyed_rows"]),
+                format_bytes(s["keyed_file_bytes"]),
+                format_count(s["operator_state_rows"]),
+            )
+    return table

@@ -29,24 +29,32 @@ from keygroup_cli import __version__
 from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.core.progress import OnProgress, no_progress
-from keygroup_cli.flink.data.lookup import refused
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
-from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed.decode import decode_keyed_file
-from keygroup_cli.flink.keyed.layout import KeyedLayout
-from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import (
+from keygroup_cli.flink import (
+    CANONICAL_SAVEPOINT_PROPERTIES,
+    KIND_BY_MODE,
     ChangelogBackendHandle,
+    CheckpointMetadata,
+    FlinkSnapshot,
     IncrementalKeyedHandle,
+    KeyedLayout,
+    KeyGroupsHandle,
+    OperatorState,
     OperatorStateHandle,
+    OperatorStateHeader,
+    Savepoint,
+    StreamSource,
+    canonical_view,
+    check_key_groups,
+    decode_keyed_file,
+    decode_operator_file,
+    is_flink_savepoint,
+    keyed_header,
+    needs_canonical_view,
+    open_savepoint,
+    operator_header_end,
+    read_operator_header,
+    refused,
 )
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
-from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
-from keygroup_cli.flink.operator.codec import KIND_BY_MODE, decode_operator_file
-from keygroup_cli.flink.operator.header import OperatorStateHeader, operator_header_end, read_operator_header
-from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.write.keyed_tasks import check_key_groups, keyed_header
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
 from keygroup_cli.snapshot.writer import SnapshotWriter

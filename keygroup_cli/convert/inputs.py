@@ -20,9 +20,7 @@ from pathlib import Path
 
 from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.core.progress import OnProgress
-from keygroup_cli.flink.download import copy_savepoint
-from keygroup_cli.flink.metadata.locate import is_flink_savepoint
-from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink import Savepoint, copy_savepoint, is_flink_savepoint
 from keygroup_cli.snapshot.diff import SnapshotDiff, diff_snapshots
 from keygroup_cli.snapshot.download import copy_snapshot, is_snapshot_at
 from keygroup_cli.storage import remote

@@ -1,15 +1,14 @@
 """A savepoint's operator state held in memory: what the savepoint -> savepoint rescale redistributes.
 
 Operator state is small (source offsets, split assignments, broadcast rules), so the rescale of a savepoint
-takes it, decoded once when the savepoint was opened (``Savepoint.operator_streams``), as Arrow tables in the
-kg operator schema, redistributes those tables as Flink does, and encodes the new savepoint's operator-state
-streams from them (``flink.write.rescaled``). No kg snapshot or manifest is made on the way, and headers stay the
-bytes they were read as (keyed state takes the task pipeline of ``execution.jobs.savepoint``, or is copied
-as bytes).
+takes it, decoded once when the savepoint was opened (``Savepoint.operator_streams``), as Arrow tables in
+``core.schema.OPERATOR_SCHEMA``, redistributes those tables as Flink does
+(``execution.routes.operator_state``) and encodes the new savepoint's operator-state streams from them
+(``flink.write.rescaled``). No kg snapshot, manifest or kg operator model is made on the way, and headers
+stay the bytes they were read as.
 
-``OperatorTables`` holds, per operator, the planner's view of it (``snapshot.model.Operator``: states,
-parallelism, maxParallelism, and one entry per subtask's operator-state rows, keyed state left out) and the
-rows of every entry. The entries name no file: their ``path`` is the key of their table.
+``OperatorStateTables`` holds, per operator, its ``_metadata`` entry, its operator states named by the
+handles' modes and the headers, and the rows of every old subtask.
 """
 
 from __future__ import annotations
@@ -25,71 +24,54 @@ from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.core.findings import first_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.progress import no_progress as _noop
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-from keygroup_cli.flink.metadata.reader import OperatorState
-from keygroup_cli.flink.operator.codec import KIND_BY_MODE
-from keygroup_cli.flink.savepoint import Savepoint
-from keygroup_cli.snapshot.model import Operator, OperatorFile, StateDescriptor
-from keygroup_cli.snapshot.parquet import conform_operator
+from keygroup_cli.core.schema import OPERATOR_SCHEMA
+from keygroup_cli.flink import KIND_BY_MODE, FlinkSnapshot, OperatorState, OperatorStateHandle, Savepoint
+from keygroup_cli.planning.redistribution import OperatorStateName
 
 
 @dataclass(frozen=True, slots=True)
-class OperatorTables:
-    """A savepoint's operators as the planner sees them, and their operator-state rows."""
+class OperatorStateTables:
+    """One operator's operator state as the opened savepoint holds it: its states and its rows."""
 
-    #: The savepoint's checkpoint id (what a plan names its input by).
-    snapshot_id: int
-    #: Every operator of the savepoint, in ``_metadata``'s order.
-    operators: tuple[Operator, ...]
-    #: Rows by ``OperatorFile.path``, in ``OPERATOR_SCHEMA``.
-    tables: Mapping[str, pa.Table]
-    #: What the rows were read from, for messages.
-    label: str
+    #: The operator as ``_metadata`` records it.
+    operator: OperatorState
+    #: Its operator states, named by the handles' entries (mode) and the headers, subtask by subtask, in
+    #: the order first seen: the order a new subtask's rows take (``planning.redistribution``).
+    states: tuple[OperatorStateName, ...]
+    #: Rows (``core.schema.OPERATOR_SCHEMA``) of every old subtask that has an operator-state handle.
+    tables: Mapping[int, pa.Table]
 
-    def operator(self, label: str) -> Operator | None:
-        """Return the operator with this uid or operator id."""
-        return next((op for op in self.operators if label in (op.uid, op.operator_id)), None)
+    @property
+    def operator_id(self) -> str:
+        """The operator's id."""
+        return self.operator.operator_id
 
-    def operator_table(self, operator_file: OperatorFile) -> pa.Table:
-        """Return the rows of one subtask's operator state."""
-        return self.tables[operator_file.path]
-
-    def subtask_tables(self, operator_id: str) -> dict[int, pa.Table]:
-        """Return one operator's rows by subtask."""
-        op = self.operator(operator_id)
-        assert op is not None
-        return {f.subtask: self.tables[f.path] for f in op.operator_files}
-
-    def state_counts(self) -> dict[str, list[dict[str, int]]]:
-        """Return, by operator id, per old subtask, how many elements each operator state holds."""
-        counts: dict[str, list[dict[str, int]]] = {}
-        for op in self.operators:
-            per_subtask: list[dict[str, int]] = [{} for _ in range(op.parallelism)]
-            for f in op.operator_files:
-                column = self.tables[f.path].column("state")
-                for item in pc.value_counts(column).to_pylist():
-                    per_subtask[f.subtask][str(item["values"])] = int(item["counts"])
-            counts[op.operator_id] = per_subtask
-        return counts
+    def counts(self) -> list[dict[str, int]]:
+        """Return, per old subtask, how many elements each operator state holds."""
+        per_subtask: list[dict[str, int]] = [{} for _ in range(self.operator.parallelism)]
+        for subtask, table in self.tables.items():
+            for item in pc.value_counts(table.column("state")).to_pylist():
+                per_subtask[subtask][str(item["values"])] = int(item["counts"])
+        return per_subtask
 
 
-def table_entry(operator_dir: str, subtask: int, table: pa.Table) -> OperatorFile:
-    """Return the in-memory entry of ``table`` (conformed), subtask ``subtask`` of an operator."""
-    return OperatorFile(subtask, f"{operator_dir}/operator-{subtask:05d}", table.num_rows, table.nbytes, "")
+def operator_rows(table: pa.Table) -> pa.Table:
+    """Return operator-state rows in ``OPERATOR_SCHEMA``, one chunk (what ``write_operator_file`` encodes)."""
+    columns = [table.column(f.name).cast(f.type) for f in OPERATOR_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=OPERATOR_SCHEMA).combine_chunks()
 
 
-def read_operator_tables(
+def read_operator_state(
     snapshot: FlinkSnapshot, *, origin: FlinkSnapshot | None = None, on_progress: OnProgress | None = None
-) -> OperatorTables:
+) -> dict[str, OperatorStateTables]:
     """Take every operator-state stream of the canonical savepoint ``snapshot``, decoded when it was opened.
 
-    ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite (heap layouts).
-    The caller checked ``convert.check_convertible``. Each stream is checked as ``kg verify`` checks it
-    (sizes, offsets, headers, snappy CRCs, every element, the header's states against ``_metadata``'s)
-    by the same decode that gives its rows (``Savepoint.operator_streams``), so no rescale, through the
-    CLI or ``rescale()``, commits operator state from a stream ``kg verify`` rejects, and none is decoded
-    twice.
+    Returns every operator of ``_metadata``, in its order, by id. ``origin`` is the savepoint the user
+    named when ``snapshot`` is its canonical rewrite (heap layouts). The caller checked
+    ``convert.check_convertible``. Each stream is checked as ``kg verify`` checks it (sizes, offsets,
+    headers, snappy CRCs, every element, the header's states against ``_metadata``'s) by the same decode
+    that gives its rows (``Savepoint.operator_streams``), so no rescale, through the CLI or ``rescale()``,
+    commits operator state from a stream ``kg verify`` rejects, and none is decoded twice.
 
     Raises:
         InvalidSnapshotError: A stream fails that check (``INPUT_FAILS_VERIFY``), is missing or does not
@@ -99,23 +81,20 @@ def read_operator_tables(
     savepoint = Savepoint.of(snapshot)
     require_operator_streams_intact(savepoint, origin or savepoint)
     report = on_progress or _noop
-    tables: dict[str, pa.Table] = {}
-    operators = []
+    found = {}
     total = sum(len(op.subtasks) for op in savepoint.metadata.operators)
     done = 0
     for op in savepoint.metadata.operators:
-        operators.append(_operator(savepoint, op, tables))
+        found[op.operator_id] = _operator(savepoint, op)
         done += len(op.subtasks)
         report("convert", done, total)
-    return OperatorTables(
-        savepoint.metadata.checkpoint_id, tuple(operators), tables, str((origin or snapshot).directory)
-    )
+    return found
 
 
-def _operator(savepoint: Savepoint, op: OperatorState, tables: dict[str, pa.Table]) -> Operator:
-    """Return the planner's view of ``op`` and put its subtasks' operator-state rows in ``tables``."""
+def _operator(savepoint: Savepoint, op: OperatorState) -> OperatorStateTables:
+    """Return ``op``'s operator states and its subtasks' rows."""
     states: dict[str, str] = {}
-    files = []
+    tables = {}
     for sub in op.subtasks:
         handle = sub.managed_operator_state
         if not isinstance(handle, OperatorStateHandle):
@@ -125,20 +104,9 @@ def _operator(savepoint: Savepoint, op: OperatorState, tables: dict[str, pa.Tabl
             states.setdefault(e.name, KIND_BY_MODE[e.mode])
         for info in (header.states or ()) + (header.broadcast_states or ()):
             states.setdefault(info.name, info.kind)
-        table = conform_operator(rows)
-        entry = table_entry(op.operator_id, sub.index, table)
-        tables[entry.path] = table
-        files.append(entry)
-    return Operator(
-        uid=op.uid,
-        operator_id=op.operator_id,
-        name=op.name,
-        parallelism=op.parallelism,
-        max_parallelism=op.max_parallelism,
-        key_type=None,
-        states=tuple(StateDescriptor(n, k) for n, k in states.items()),
-        operator_files=tuple(files),
-    )
+        tables[sub.index] = operator_rows(rows)
+    named = tuple(OperatorStateName(name, kind) for name, kind in states.items())
+    return OperatorStateTables(op, named, tables)
 
 
 def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapshot | None = None) -> None:
@@ -155,4 +123,4 @@ def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapsh
         )
 
 
-__all__ = ["OperatorTables", "read_operator_tables", "require_operator_streams_intact", "table_entry"]
+__all__ = ["OperatorStateTables", "operator_rows", "read_operator_state", "require_operator_streams_intact"]

@@ -23,24 +23,30 @@ from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, Unsup
 from keygroup_cli.core.keygroups import key_group_range_for_operator_index
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.progress import no_progress as _noop
-from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
-from keygroup_cli.flink.keyed.encode import write_keyed_file
-from keygroup_cli.flink.keyed.header import read_keyed_header
-from keygroup_cli.flink.keyed.layout import KeyedLayout
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.reader import (
+from keygroup_cli.flink import (
+    CANONICAL_SAVEPOINT_PROPERTIES,
+    ByteStreamHandle,
     CheckpointMetadata,
+    KeyedLayout,
+    KeyGroupsHandle,
     MasterState,
     OperatorState,
+    OperatorStateHandle,
+    OperatorStateHeader,
+    RelativeFileHandle,
     SubtaskState,
+    declared_states,
+    finished_before,
+    finished_markers,
+    keep_one_union_copy,
+    pick_header,
+    read_keyed_header,
+    read_operator_header,
+    seal_savepoint,
+    to_native,
+    write_keyed_file,
+    write_operator_file,
 )
-from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
-from keygroup_cli.flink.operator.codec import write_operator_file
-from keygroup_cli.flink.operator.header import OperatorStateHeader, read_operator_header
-from keygroup_cli.flink.write.commit import seal_savepoint
-from keygroup_cli.flink.write.finished import finished_before, finished_markers
-from keygroup_cli.flink.write.native import to_native
-from keygroup_cli.flink.write.rescaled import declared_states, keep_one_union_copy, pick_header
 from keygroup_cli.snapshot import Manifest, Operator, Snapshot, open_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 from keygroup_cli.snapshot.parquet import iter_keyed_batches, read_operator_file
@@ -138,8 +144,8 @@ def snapshot_to_savepoint(
     ``output_format="native"`` writes its keyed state as RocksDB databases (``flink.write.native``), which
     Flink's RocksDB and ForSt backends restore; the default is the canonical format every backend restores.
 
-    ``kg convert``'s way back: ``write_savepoint`` into a staging directory, ``flink.write.commit.seal_savepoint``
-    (``_metadata`` encoded once, checked, written last), then the rename.
+    ``kg convert``'s way back: ``write_savepoint`` into a staging directory,
+    ``flink.write.commit.seal_savepoint`` (``_metadata`` encoded once, checked, written last), then the rename.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.

@@ -14,7 +14,7 @@ higher). kg's allocations are few and large, so the threads hardly ever wait for
 kg's peak memory stays as it was: the same buffers, reused.
 
 It is called by the processes kg owns: the ``kg`` command (``cli.main``) and the Python workers of kg's
-Spark sessions (``execution.engines.spark_daemon``, whose forked workers inherit it). kg's Python API leaves the host
+Spark sessions (``spark.daemon``, whose forked workers inherit it). kg's Python API leaves the host
 process's allocator alone; a program that rescales large state may call it too, early, knowing that its
 threads then share one heap. It does nothing where the C library is not glibc (musl, macOS, Windows), and
 nothing when the environment already sets a threshold or the arenas (``MALLOC_MMAP_THRESHOLD_``,

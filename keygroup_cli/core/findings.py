@@ -1,8 +1,8 @@
 """Findings: what a check or a verification found, as data, with stable codes and the exit code they imply.
 
 Every finding code lives in ``FINDING_CODES`` (kept sorted and unique by a test). Rules that judge a
-savepoint or snapshot (``assess.restore``, ``flink.check.verify``, ``snapshot.verify``) return ``Finding`` records; they
-never raise for what they find and never print.
+savepoint or snapshot (``assess.restore``, ``flink.check.verify``, ``snapshot.verify``) return ``Finding``
+records; they never raise for what they find and never print.
 """
 
 from __future__ import annotations

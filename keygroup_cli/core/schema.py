@@ -1,7 +1,7 @@
 """The Arrow rows of keyed and operator state, shared by both formats.
 
 A kg snapshot stores them in Parquet (``snapshot.parquet``); the Flink codecs decode savepoint state into
-them and encode it back (``flink.state``). Keyed rows are ``key_group, state, key, namespace, user_key,
+them and encode it back (``flink.keyed``). Keyed rows are ``key_group, state, key, namespace, user_key,
 value, timestamp`` (``state`` a dictionary column, ``key`` typed by the key type); operator-state rows are
 ``state, position, entry_key, value``. See ``docs/reference/snapshot-format.md``.
 """

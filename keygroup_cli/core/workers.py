@@ -66,7 +66,7 @@ def _usable_cores() -> int:
 
 
 def workers_within_open_files(per_worker: int, workers: int) -> int:
-    """Return how many of ``core.workers`` may each keep ``per_worker`` files open at once (at least 1).
+    """Return how many of ``workers`` may each keep ``per_worker`` files open at once (at least 1).
 
     Where the soft limit on open files (``ulimit -n``) is lower than they need, it is raised toward the
     hard limit first, as the JVM does at its start: macOS shells default to 256 and many Linux ones to
@@ -111,7 +111,7 @@ def workers_within_open_files(per_worker: int, workers: int) -> int:
 def ordered_map(
     fn: Callable[[T], R], items: Iterable[T], workers: int, stop: threading.Event | None = None
 ) -> Iterator[R]:
-    """Yield ``fn(item)`` for every item, in the items' order, computed by up to ``core.workers`` threads.
+    """Yield ``fn(item)`` for every item, in the items' order, computed by up to ``workers`` threads.
 
     With one worker (or one item) everything runs in the caller's thread. When a call fails, the calls
     not yet started are cancelled and its error is raised here once the calls already running have ended

@@ -1,1 +1,6 @@
-"""Execution: the routes (one per command family), the jobs a plan compiles into, and the engines that run them."""
+"""Execution: running what was planned.
+
+``routes/`` (one per command family: open, gate, plan, run, commit), ``jobs/`` (the task model and the
+plans compiled into it), ``engines/`` (local and Spark), ``options`` (how a rescale runs), and
+``environment`` (what kg runs on, for ``kg doctor``).
+"""

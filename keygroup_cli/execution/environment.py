@@ -53,8 +53,8 @@ INSTALL_JAVA = (
 )
 
 #: (distribution, module kg imports, group). Modules None are not imported: pyspark only ever is in
-#: ``execution/engines/spark.py`` (C1), apache-flink-libraries is a bundle of jars for the test suite, and numba
-#: (about half a second to import) is imported only where a block is decoded (flink/state/native_kernels).
+#: the Spark engine, ``execution/engines/spark/`` (C1), apache-flink-libraries is a bundle of jars for the
+#: test suite, and numba (about half a second to import) is imported only where a block is decoded (flink/kernels/native.py).
 PACKAGES: tuple[tuple[str, str | None, str], ...] = (
     ("click", "click", "core"),
     ("rich", "rich", "core"),
@@ -488,7 +488,7 @@ def _spark(pyspark: Package, java: Java, probe: SparkProbe | None) -> Capability
 
 
 def _flink_tests(libraries: Package, java: Java) -> Capability:
-    enables = "tests/flink: restores in real Flink 2.3"
+    enables = "tests/restore: restores in real Flink 2.3"
     if libraries.status != "ok":
         return Capability(
             "flink-tests", enables, "missing", _why(libraries), INSTALL["test"], "FLINK_LIBRARIES_MISSING"

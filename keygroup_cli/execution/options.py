@@ -1,4 +1,4 @@
-"""How a rescale runs, apart from what it does (``planning.plan.request.RescaleRequest``)."""
+"""How a rescale runs, apart from what it does (``planning.request.RescaleRequest``)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ class Savepoint(FlinkSnapshot):
         """Return this savepoint as ``metadata`` describes it: operators renamed or left out, same files.
 
         ``ids`` maps the id of every operator ``metadata`` keeps to its id there (operator surgery planned
-        on the opened savepoint, ``planning.plan.migration.apply_changes``). What was read already (keyed headers,
+        on the opened savepoint, ``planning.migration.apply_changes``). What was read already (keyed headers,
         operator-state streams) is kept under the new ids, not read again; the ``_metadata`` bytes are
         not, since they no longer describe the result.
         """

@@ -105,50 +105,8 @@ def resolve_configmap(path: str, job: str | None = None, *, now: datetime | None
         InvalidSnapshotError: No checkpoint entry, or an entry that cannot be read.
     """
     maps = load_configmaps(path)
-    job_maps = {}
-    for m in maps:
-        match = JOB_CONFIG_MAP.fullmatch(str(m.get("metadata", {}).get("name", "")))
-        if match or any(CHECKPOINT_KEY.fullmatch(k) for k in (m.get("data") or {})):
-            job_maps[match.group("job") if match else ""] = m
-    if job is not None:
-        if job not in job_maps:
-            raise InvalidArgumentError(
-                f"{path}: no ConfigMap of job {job} (<cluster-id>-{job}-config-map)", code="HA_JOB_NOT_FOUND"
-            )
-        chosen = job
-    elif len(job_maps) == 1:
-        chosen = next(iter(job_maps))
-    elif not job_maps:
-        raise InvalidSnapshotError(
-            f"{path}: no job ConfigMap (<cluster-id>-<job>-config-map with checkpointID-… keys)",
-            code="HA_NO_JOB",
-        )
-    else:
-        raise InvalidArgumentError(
-            f"{path}: {len(job_maps)} job ConfigMaps; choose one with --job ({', '.join(sorted(job_maps))})",
-            code="HA_JOB_AMBIGUOUS",
-        )
-    cm = job_maps[chosen]
-    name = str(cm.get("metadata", {}).get("name", "?"))
-    warnings: list[str] = []
-    live: list[tuple[int, str, Any]] = []
-    for key, value in (cm.get("data") or {}).items():
-        match = CHECKPOINT_KEY.fullmatch(key)
-        if not match:
-            continue
-        entry = f"{name}/{key}"
-        handle = parse_store_handle(_decode(str(value), entry), entry)
-        if handle.marked_for_deletion:
-            warnings.append(f"{entry} is marked for deletion; Flink ignores it, and so does kg")
-            continue
-        live.append((int(match.group(1)), entry, handle))
-    if not live:
-        raise InvalidSnapshotError(
-            f"{path}: {name} holds no completed checkpoint (no checkpointID-… key that is not marked for "
-            "deletion); the job would start from its configured savepoint, or without state",
-            code="HA_NO_CHECKPOINT",
-        )
-    live.sort(key=lambda item: item[0])
+    chosen, cm = _job_configmap(path, maps, job)
+    live, warnings = _live_checkpoints(path, cm)
     checkpoint_id, entry, handle = live[-1]
     found = resolve_pointer(read_storage_file(handle.uri, entry), checkpoint_id, entry)
     job_id = chosen or _job_from_pointer(found.pointer)
@@ -171,6 +129,66 @@ def resolve_configmap(path: str, job: str | None = None, *, now: datetime | None
         live_reasons=tuple(reasons),
         warnings=tuple(warnings) + found.warnings,
     )
+
+
+def _job_configmap(path: str, maps: list[dict[str, Any]], job: str | None) -> tuple[str, dict[str, Any]]:
+    """Return the job id (``""`` when its ConfigMap's name does not say) and the ConfigMap of ``job``.
+
+    Raises:
+        InvalidArgumentError: Several jobs and no ``job``, or an unknown job.
+        InvalidSnapshotError: No job ConfigMap at all.
+    """
+    job_maps = {}
+    for m in maps:
+        match = JOB_CONFIG_MAP.fullmatch(str(m.get("metadata", {}).get("name", "")))
+        if match or any(CHECKPOINT_KEY.fullmatch(k) for k in (m.get("data") or {})):
+            job_maps[match.group("job") if match else ""] = m
+    if job is not None:
+        if job not in job_maps:
+            raise InvalidArgumentError(
+                f"{path}: no ConfigMap of job {job} (<cluster-id>-{job}-config-map)", code="HA_JOB_NOT_FOUND"
+            )
+        return job, job_maps[job]
+    if len(job_maps) == 1:
+        return next(iter(job_maps.items()))
+    if not job_maps:
+        raise InvalidSnapshotError(
+            f"{path}: no job ConfigMap (<cluster-id>-<job>-config-map with checkpointID-… keys)",
+            code="HA_NO_JOB",
+        )
+    raise InvalidArgumentError(
+        f"{path}: {len(job_maps)} job ConfigMaps; choose one with --job ({', '.join(sorted(job_maps))})",
+        code="HA_JOB_AMBIGUOUS",
+    )
+
+
+def _live_checkpoints(path: str, cm: dict[str, Any]) -> tuple[list[tuple[int, str, Any]], list[str]]:
+    """Return the ConfigMap's checkpoint entries not marked for deletion, by id, and warnings on the others.
+
+    Raises:
+        InvalidSnapshotError: No such entry, or an entry that cannot be read.
+    """
+    name = str(cm.get("metadata", {}).get("name", "?"))
+    warnings: list[str] = []
+    live: list[tuple[int, str, Any]] = []
+    for key, value in (cm.get("data") or {}).items():
+        match = CHECKPOINT_KEY.fullmatch(key)
+        if not match:
+            continue
+        entry = f"{name}/{key}"
+        handle = parse_store_handle(_decode(str(value), entry), entry)
+        if handle.marked_for_deletion:
+            warnings.append(f"{entry} is marked for deletion; Flink ignores it, and so does kg")
+            continue
+        live.append((int(match.group(1)), entry, handle))
+    if not live:
+        raise InvalidSnapshotError(
+            f"{path}: {name} holds no completed checkpoint (no checkpointID-… key that is not marked for "
+            "deletion); the job would start from its configured savepoint, or without state",
+            code="HA_NO_CHECKPOINT",
+        )
+    live.sort(key=lambda item: item[0])
+    return live, warnings
 
 
 def _decode(value: str, entry: str) -> bytes:

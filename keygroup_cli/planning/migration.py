@@ -28,9 +28,14 @@ from typing import Any
 
 from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import names_operator, operator_id_for_uid
-from keygroup_cli.flink.io.stream_handles import FileHandle, RelativeFileHandle, SegmentFileHandle
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata, OperatorState
-from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink import (
+    CheckpointMetadata,
+    FileHandle,
+    OperatorState,
+    RelativeFileHandle,
+    Savepoint,
+    SegmentFileHandle,
+)
 
 #: The three changes, in the order a plan lists them.
 RENAME, ASSIGN, DROP = "rename", "assign-uid", "drop"

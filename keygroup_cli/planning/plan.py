@@ -26,6 +26,7 @@ from keygroup_cli.core.keygroups import (
     subtask_ranges,
 )
 from keygroup_cli.planning.redistribution import OperatorStatePlan, redistribute_operator_state
+from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot.model import Operator, Snapshot
 
 if TYPE_CHECKING:
@@ -351,59 +352,64 @@ class RescalePlan:
         return tuple(op for op in self.operators if op.rescaled)
 
 
-class OperatorSet(Protocol):
-    """What a plan is made from: an input's id and its operators.
-
-    A kg ``Manifest``, or a savepoint's operators as ``convert.operator_tables`` takes them (no manifest).
-    """
-
-    @property
-    def snapshot_id(self) -> int: ...  # noqa: D102
-
-    @property
-    def operators(self) -> tuple[Operator, ...]: ...  # noqa: D102
-
-
 def plan_rescale(
-    snapshot: Snapshot | OperatorSet,
+    snapshot: Snapshot,
     new_parallelism: int,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
     *,
     expected_parallelism: int | None = None,
     operator_state_counts: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
-    with_state: set[str] | None = None,
 ) -> RescalePlan:
-    """Plan the rescale of ``snapshot`` to ``new_parallelism`` without reading keyed data.
+    """Plan the rescale of the kg ``snapshot`` to ``new_parallelism`` without reading keyed data.
 
-    Args:
-        snapshot: The opened input snapshot, or its operators alone (a ``Manifest``, or a savepoint's
-            operator state held in memory) with ``operator_state_counts``.
-        new_parallelism: The new parallelism of the selected operators.
-        operators: uids or operator ids to rescale; None rescales every operator. The others are kept.
-        new_max_parallelism: A new maxParallelism for the selected operators (keys are re-hashed).
-        expected_parallelism: ``--from``: without ``operators``, the operators that have this parallelism
-            are rescaled (at least one with state must); with ``operators``, each must have it.
-        operator_state_counts: Elements per old subtask per operator-state name, by operator id; read from
-            the operator-state files (their ``state`` column only) when not given.
-        with_state: Ids of the operators that hold state; by default those with files. A savepoint's
-            operator state held in memory has no keyed files, so its caller names them from ``_metadata``.
+    ``plan_snapshot`` with these arguments as a ``RescaleRequest`` (``expected_parallelism`` is its
+    ``from_parallelism``, ``--from``).
 
     Raises:
         InvalidArgumentError: An unknown operator, a parallelism out of Flink's bounds, or a mismatch with
             ``expected_parallelism``.
         UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
     """
-    manifest = snapshot.manifest if isinstance(snapshot, Snapshot) else snapshot
-    if with_state is None:
-        with_state = {op.operator_id for op in manifest.operators if op.files}
+    request = RescaleRequest(
+        new_parallelism,
+        from_parallelism=expected_parallelism,
+        operators=operators,
+        new_max_parallelism=new_max_parallelism,
+    )
+    return plan_snapshot(snapshot, request, operator_state_counts=operator_state_counts)
+
+
+def plan_snapshot(
+    snapshot: Snapshot,
+    request: RescaleRequest,
+    *,
+    operator_state_counts: Mapping[str, Sequence[Mapping[str, int]]] | None = None,
+) -> RescalePlan:
+    """Plan the kg ``snapshot``'s rescale as ``request`` asks, without reading keyed data.
+
+    ``request.operators`` (uids or ids; None: every operator) are rescaled to ``request.new_parallelism``
+    and the others kept; with ``request.from_parallelism`` (``--from``) and no operators, the operators at
+    that parallelism are rescaled (at least one with state must be), with operators each must have it.
+    ``operator_state_counts`` are the elements per old subtask per operator-state name, by operator id;
+    read from the operator-state files (their ``state`` column only) when not given.
+
+    Raises:
+        InvalidArgumentError: An unknown operator, a parallelism out of Flink's bounds, or a mismatch with
+            ``--from``.
+        UnsupportedFormatError: A maxParallelism change for an operator with ``binary`` keys.
+    """
+    manifest = snapshot.manifest
+    labels, new_max_parallelism = request.operators, request.new_max_parallelism
+    expected_parallelism = request.from_parallelism
+    with_state = {op.operator_id for op in manifest.operators if op.files}
     selected = select_operators(
-        manifest.operators, operators, expected_parallelism, with_state, new_max_parallelism
+        manifest.operators, labels, expected_parallelism, with_state, new_max_parallelism
     )
     plans = []
     for op in manifest.operators:
         holds_state = op.operator_id in with_state
-        target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
+        target = operator_target(op, selected, labels, request.new_parallelism, new_max_parallelism)
         if target is None:
             plans.append(replace(_keep(op), holds_state=holds_state))
             continue
@@ -416,11 +422,11 @@ def plan_rescale(
         )
         counts = (operator_state_counts or {}).get(op.operator_id)
         plans.append(_rescale_operator(snapshot, op, target, new_max, counts, holds_state=holds_state))
-    return RescalePlan(manifest.snapshot_id, new_parallelism, new_max_parallelism, tuple(plans))
+    return RescalePlan(manifest.snapshot_id, request.new_parallelism, new_max_parallelism, tuple(plans))
 
 
 def _rescale_operator(
-    snapshot: Snapshot | OperatorSet,
+    snapshot: Snapshot,
     op: Operator,
     target: int,
     new_max: int,
@@ -444,7 +450,6 @@ def _rescale_operator(
     if any(not s.is_keyed for s in op.states) and op.operator_files:
         counts = operator_state_counts
         if counts is None:
-            assert isinstance(snapshot, Snapshot), "operators alone need operator_state_counts"
             counts = _operator_state_counts(snapshot, op)
         operator_state = redistribute_operator_state(op.states, counts, target)
     return OperatorPlan(

@@ -29,13 +29,49 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from keygroup_cli.core.javahash import string_hash_code
-from keygroup_cli.snapshot.model import StateDescriptor
 
 SPLIT = "operator-split"
 UNION = "operator-union"
 BROADCAST = "operator-broadcast"
+
+
+class NamedState(Protocol):
+    """What the redistribution reads of a state.
+
+    A kg ``StateDescriptor``, or a savepoint's ``OperatorStateName``.
+    """
+
+    @property
+    def name(self) -> str: ...  # noqa: D102
+    @property
+    def kind(self) -> str: ...  # noqa: D102
+    @property
+    def is_keyed(self) -> bool: ...  # noqa: D102
+    @property
+    def replicated(self) -> bool: ...  # noqa: D102
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorStateName:
+    """One operator state as a savepoint's handles and headers name it: its name and its kind (mode)."""
+
+    name: str
+    #: ``SPLIT``, ``UNION`` or ``BROADCAST`` (``flink.KIND_BY_MODE`` of the handle's mode).
+    kind: str
+
+    @property
+    def is_keyed(self) -> bool:
+        """Operator state is never keyed."""
+        return False
+
+    @property
+    def replicated(self) -> bool:
+        """A savepoint's union state is one list per subtask, never a replicated copy (kg snapshots only)."""
+        return False
+
 
 #: ``count(old_subtask, state_name) -> number of elements``.
 _Count = Callable[[int, str], int]
@@ -111,7 +147,7 @@ def java_hashmap_order(names: Sequence[str]) -> list[str]:
 
 
 def redistribute_operator_state(
-    states: Sequence[StateDescriptor],
+    states: Sequence[NamedState],
     counts: Sequence[Mapping[str, int]],
     new_parallelism: int,
 ) -> OperatorStatePlan:
@@ -143,7 +179,7 @@ def redistribute_operator_state(
     return OperatorStatePlan(old_parallelism, new_parallelism, unchanged, tuple(runs))
 
 
-def _element_counter(op_states: Sequence[StateDescriptor], counts: Sequence[Mapping[str, int]]) -> _Count:
+def _element_counter(op_states: Sequence[NamedState], counts: Sequence[Mapping[str, int]]) -> _Count:
     """Return the elements each old subtask holds of each state, a replicated union state's counted once."""
     # A replicated union state holds one complete list on every subtask: only the first copy is state.
     first_copy = {
@@ -166,7 +202,7 @@ def _reporters(name: str, count: _Count, old_parallelism: int) -> list[int]:
 
 
 def _runs_in_place(
-    op_states: Sequence[StateDescriptor], count: _Count, parallelism: int
+    op_states: Sequence[NamedState], count: _Count, parallelism: int
 ) -> tuple[bool, list[ElementRun]]:
     """Plan operator state restored at its own parallelism; return whether it stays as it is, and the runs.
 
@@ -205,7 +241,7 @@ def _added_broadcast_copies(name: str, count: _Count, parallelism: int) -> list[
 
 
 def _rescaled_runs(
-    op_states: Sequence[StateDescriptor], count: _Count, old_parallelism: int, new_parallelism: int
+    op_states: Sequence[NamedState], count: _Count, old_parallelism: int, new_parallelism: int
 ) -> list[ElementRun]:
     """Plan operator state restored at a new parallelism: split, union and broadcast states dealt out."""
     split_names = [s.name for s in op_states if s.kind == SPLIT]

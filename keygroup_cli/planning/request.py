@@ -2,7 +2,9 @@
 
 ``RescaleRequest`` replaces the keywords every route used to copy and forward (``--to``, ``--from``,
 ``--operator``, ``--max-parallelism``, compression, and the operator surgery of ``--rename``,
-``--assign-uid`` and ``--drop``). How the work runs (engine, Spark master, a session,
+``--assign-uid`` and ``--drop``). It is the one value that flows: the CLI builds it, ``rescale()`` builds it
+from its keywords, and the routes and plans take it whole, so a new field is declared here, read where a
+plan uses it and given a CLI option, nothing more. How the work runs (engine, Spark master, a session,
 an executor) is ``execution.options.EngineOptions``, apart: a plan never depends on it.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from keygroup_cli.planning.migration import MigrationRequest
 
@@ -23,8 +26,9 @@ class RescaleRequest:
     #: ``--from``: the parallelism every selected operator must have now (and, without ``operators``,
     #: what selects them).
     from_parallelism: int | None = None
-    #: uids or operator ids to rescale (None: every operator); the others are copied unchanged.
-    operators: tuple[str, ...] | None = None
+    #: uids or operator ids to rescale (None: every operator); the others are copied unchanged. Kept as a
+    #: tuple, an empty one as None.
+    operators: Sequence[str] | None = None
     #: A new maxParallelism for the selected operators (keys are re-hashed).
     new_max_parallelism: int | None = None
     #: Snappy for a new savepoint's state files; None keeps what the input used.
@@ -33,31 +37,20 @@ class RescaleRequest:
     #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
     output_format: str = "canonical"
     #: Operator surgery (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
-    #: the opened savepoint (``planning.plan.migration.operate``); None or empty: none.
+    #: the opened savepoint (``planning.migration.operate``); None or empty: none.
     surgery: MigrationRequest | None = None
 
+    def __post_init__(self) -> None:
+        # One spelling per request: operators as a tuple (empty: every operator), no empty surgery.
+        operators = self.operators
+        object.__setattr__(self, "operators", tuple(operators) if operators else None)
+        if self.surgery is not None and self.surgery.empty:
+            object.__setattr__(self, "surgery", None)
+
     @classmethod
-    def of(
-        cls,
-        new_parallelism: int,
-        *,
-        from_parallelism: int | None = None,
-        operators: Sequence[str] | None = None,
-        new_max_parallelism: int | None = None,
-        compression: bool | None = None,
-        output_format: str = "canonical",
-        surgery: MigrationRequest | None = None,
-    ) -> RescaleRequest:
-        """Return the request for these arguments (``operators`` empty or None: every operator)."""
-        return cls(
-            new_parallelism,
-            from_parallelism,
-            tuple(operators) if operators else None,
-            new_max_parallelism,
-            compression,
-            output_format,
-            None if surgery is None or surgery.empty else surgery,
-        )
+    def of(cls, new_parallelism: int, **fields: Any) -> RescaleRequest:
+        """Return the request for these keywords (the constructor's; kept for callers of ``of``)."""
+        return cls(new_parallelism, **fields)
 
 
 __all__ = ["RescaleRequest"]

@@ -82,6 +82,9 @@ class OperatorDiff:
     notes: tuple[str, ...] = ()
     comparable: bool = True
     holds_state: bool = True
+    #: The operator's uid and name (in A, else in B), for display.
+    uid: str | None = None
+    name: str | None = None
 
     @property
     def same(self) -> bool:
@@ -140,10 +143,24 @@ def _diff(snap_a: Snapshot, snap_b: Snapshot, on_progress: OnProgress | None) ->
             present = op_a or op_b
             assert present is not None
             presence = "only_in_a" if op_b is None else "only_in_b"
-            results.append(OperatorDiff(present.label, operator_id, presence, (), holds_state=holds_state))
+            results.append(
+                OperatorDiff(
+                    present.label,
+                    operator_id,
+                    presence,
+                    (),
+                    holds_state=holds_state,
+                    uid=present.uid,
+                    name=present.name,
+                )
+            )
         elif not holds_state:
             # Nothing to compare: kinds, key types and layout of an operator without state are no state.
-            results.append(OperatorDiff(op_a.label, operator_id, "both", (), holds_state=False))
+            results.append(
+                OperatorDiff(
+                    op_a.label, operator_id, "both", (), holds_state=False, uid=op_a.uid, name=op_a.name
+                )
+            )
         else:
             results.append(_diff_operator(snap_a, op_a, snap_b, op_b))
         if on_progress is not None:
@@ -176,7 +193,9 @@ def _diff_operator(snap_a: Snapshot, op_a: Operator, snap_b: Snapshot, op_b: Ope
     for name, kind in kind_of.items():
         states.setdefault(name, StateDiff(name, kind, 0, 0, 0, 0))
     ordered = tuple(states[name] for name in kind_of)
-    return OperatorDiff(op_a.label, op_a.operator_id, "both", ordered, tuple(notes), comparable)
+    return OperatorDiff(
+        op_a.label, op_a.operator_id, "both", ordered, tuple(notes), comparable, uid=op_a.uid, name=op_a.name
+    )
 
 
 # -- Multisets with Arrow ----------------------------------------------------------------------------------

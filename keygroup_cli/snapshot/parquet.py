@@ -1,4 +1,4 @@
-"""Reading and writing kg state files: one Parquet file per (operator, subtask), in ``core.schema``' Arrow schemas.
+"""Reading and writing kg state files: one Parquet file per (operator, subtask), in ``rows``' Arrow schemas.
 
 Keyed files are written sorted by ``key_group`` with row groups cut at key-group boundaries (at most
 ``DEFAULT_ROW_GROUP_ROWS`` rows each; only a single key group larger than that is split), so a reader can

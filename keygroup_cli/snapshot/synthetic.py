@@ -25,7 +25,7 @@ is made up (binary keys cannot be hashed like Flink would).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,7 +49,7 @@ from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.snapshot.model import Manifest, Operator, StateDescriptor
 from keygroup_cli.snapshot.parquet import DEFAULT_ROW_GROUP_ROWS
-from keygroup_cli.snapshot.writer import snapshot_writer
+from keygroup_cli.snapshot.writer import SnapshotWriter, snapshot_writer
 
 #: Key types ``kg generate`` makes keys of.
 GENERATED_KEY_TYPES = (*PRIMITIVE_KEY_TYPES, "binary")
@@ -175,6 +175,39 @@ def generate_snapshot(
     Raises:
         InvalidArgumentError: Bad operator specs, duplicate uids, a negative seed, or ``dest`` exists.
     """
+    _check_request(operators, seed, value_bytes)
+    created_at = created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    total = sum(op.parallelism for op in operators)
+    done = 0
+
+    def written_subtask() -> None:
+        nonlocal done
+        done += 1
+        if on_progress is not None:
+            on_progress("generate", done, total)
+
+    with snapshot_writer(dest, row_group_rows=row_group_rows) as writer:
+        entries = [
+            _write_operator(writer, spec, seed=seed, value_bytes=value_bytes, written=written_subtask)
+            for spec in operators
+        ]
+        manifest = Manifest(
+            snapshot_id=snapshot_id,
+            created_by=f"kg {__version__}",
+            created_at=created_at,
+            origin={"kind": "generated", "seed": seed, "value_bytes": value_bytes},
+            operators=tuple(entries),
+        )
+        writer.commit(manifest)
+    return manifest
+
+
+def _check_request(operators: Sequence[SyntheticOperator], seed: int, value_bytes: int) -> None:
+    """Refuse a generate request kg cannot honour.
+
+    Raises:
+        InvalidArgumentError: No operator, bad operator specs, duplicate uids, a negative seed or value size.
+    """
     if not operators:
         raise InvalidArgumentError("give at least one operator", code="INVALID_OPERATOR_SPEC")
     if seed < 0:
@@ -188,60 +221,52 @@ def generate_snapshot(
     uids = [op.uid for op in operators]
     if len(set(uids)) != len(uids):
         raise InvalidArgumentError(f"operator uids must be unique: {uids}", code="INVALID_OPERATOR_SPEC")
-    created_at = created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    total = sum(op.parallelism for op in operators)
-    done = 0
-    with snapshot_writer(dest, row_group_rows=row_group_rows) as writer:
-        entries = []
-        for spec in operators:
-            operator_id = operator_id_for_uid(spec.uid)
-            directory = writer.operator_dir(spec.uid, operator_id)
-            rows = synthetic_keyed_rows(spec, seed=seed, value_bytes=value_bytes)
-            keyed_files = []
-            operator_files = []
-            ranges = subtask_ranges(spec.max_parallelism, spec.parallelism)
-            kg = rows.column("key_group").to_numpy()
-            bounds = np.searchsorted(kg, [r.start for r in ranges] + [spec.max_parallelism], side="left")
-            operator_rows = synthetic_operator_rows(spec, seed=seed, value_bytes=value_bytes)
-            for subtask, key_groups in enumerate(ranges):
-                lo, hi = int(bounds[subtask]), int(bounds[subtask + 1])
-                if hi > lo:
-                    keyed_files.append(
-                        writer.write_keyed(
-                            directory,
-                            subtask,
-                            rows.slice(lo, hi - lo),
-                            key_type=spec.key_type,
-                            key_groups=key_groups,
-                            state_names=_KEYED_NAMES,
-                        )
-                    )
-                operator_files.append(writer.write_operator(directory, subtask, operator_rows[subtask]))
-                done += 1
-                if on_progress is not None:
-                    on_progress("generate", done, total)
-            entries.append(
-                Operator(
-                    uid=spec.uid,
-                    operator_id=operator_id,
-                    name=spec.uid,
-                    parallelism=spec.parallelism,
-                    max_parallelism=spec.max_parallelism,
+
+
+def _write_operator(
+    writer: SnapshotWriter,
+    spec: SyntheticOperator,
+    *,
+    seed: int,
+    value_bytes: int,
+    written: Callable[[], None],
+) -> Operator:
+    """Write one operator's keyed and operator-state files, subtask by subtask; return its manifest entry."""
+    operator_id = operator_id_for_uid(spec.uid)
+    directory = writer.operator_dir(spec.uid, operator_id)
+    rows = synthetic_keyed_rows(spec, seed=seed, value_bytes=value_bytes)
+    keyed_files = []
+    operator_files = []
+    ranges = subtask_ranges(spec.max_parallelism, spec.parallelism)
+    kg = rows.column("key_group").to_numpy()
+    bounds = np.searchsorted(kg, [r.start for r in ranges] + [spec.max_parallelism], side="left")
+    operator_rows = synthetic_operator_rows(spec, seed=seed, value_bytes=value_bytes)
+    for subtask, key_groups in enumerate(ranges):
+        lo, hi = int(bounds[subtask]), int(bounds[subtask + 1])
+        if hi > lo:
+            keyed_files.append(
+                writer.write_keyed(
+                    directory,
+                    subtask,
+                    rows.slice(lo, hi - lo),
                     key_type=spec.key_type,
-                    states=KEYED_STATES + OPERATOR_STATES,
-                    keyed_files=tuple(keyed_files),
-                    operator_files=tuple(operator_files),
+                    key_groups=key_groups,
+                    state_names=_KEYED_NAMES,
                 )
             )
-        manifest = Manifest(
-            snapshot_id=snapshot_id,
-            created_by=f"kg {__version__}",
-            created_at=created_at,
-            origin={"kind": "generated", "seed": seed, "value_bytes": value_bytes},
-            operators=tuple(entries),
-        )
-        writer.commit(manifest)
-    return manifest
+        operator_files.append(writer.write_operator(directory, subtask, operator_rows[subtask]))
+        written()
+    return Operator(
+        uid=spec.uid,
+        operator_id=operator_id,
+        name=spec.uid,
+        parallelism=spec.parallelism,
+        max_parallelism=spec.max_parallelism,
+        key_type=spec.key_type,
+        states=KEYED_STATES + OPERATOR_STATES,
+        keyed_files=tuple(keyed_files),
+        operator_files=tuple(operator_files),
+    )
 
 
 # -- Keyed rows --------------------------------------------------------------------------------------------
@@ -348,25 +373,8 @@ def synthetic_keyed_rows(
     one = np.ones(n, dtype=np.int64)
     # Rows per key of each keyed state, in KEYED_STATES order.
     per_key = [one, one, map_entries, windows, has_timer.astype(np.int64), windows]
-    counts = np.stack(per_key)  # (states, keys)
-    rows_per_key = counts.sum(axis=0)
-    key_order = np.argsort(key_group_of_key, kind="stable")
-    key_start = np.zeros(n, dtype=np.int64)
-    key_start[key_order] = np.cumsum(rows_per_key[key_order]) - rows_per_key[key_order]
-    state_start = key_start + np.cumsum(counts, axis=0) - counts  # (states, keys): first row of each block
-    total = int(rows_per_key.sum())
-
-    # For every output row: its key, state code and ordinal within (key, state). A stable scatter per state.
-    row_key = np.empty(total, dtype=np.int64)
-    row_state = np.empty(total, dtype=np.int32)
-    row_ordinal = np.empty(total, dtype=np.int64)
-    for code, count in enumerate(per_key):
-        key_of = np.repeat(np.arange(n, dtype=np.int64), count)
-        ordinal = np.arange(key_of.size, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-        position = state_start[code][key_of] + ordinal
-        row_key[position] = key_of
-        row_state[position] = code
-        row_ordinal[position] = ordinal
+    row_key, row_state, row_ordinal = _sorted_rows(per_key, key_group_of_key)
+    total = row_key.size
 
     window_code, window_timer_code = (
         _STATE_CODE["window-contents"],
@@ -377,14 +385,7 @@ def synthetic_keyed_rows(
     is_timer = (row_state == user_timer_code) | (row_state == window_timer_code)
     is_map = row_state == map_code
 
-    window_start = TIME_BASE_MS + row_ordinal[in_window] * WINDOW_SIZE_MS
-    ns_widths = np.where(in_window, 16, 1).astype(np.int64)
-    ns_offsets = np.cumsum(ns_widths) - ns_widths
-    ns_data = np.zeros(int(ns_widths.sum()), dtype=np.uint8)  # VoidNamespace is the single byte 0
-    window_bytes = (
-        np.stack([window_start, window_start + WINDOW_SIZE_MS], axis=1).astype(">i8").view(np.uint8)
-    )
-    ns_data[ns_offsets[in_window][:, None] + np.arange(16)] = window_bytes.reshape(-1, 16)
+    ns_widths, ns_data = _namespaces(in_window, row_ordinal)
 
     timestamps = np.zeros(total, dtype=np.int64)
     timestamps[row_state == user_timer_code] = timer_at[row_key[row_state == user_timer_code]]
@@ -411,6 +412,50 @@ def synthetic_keyed_rows(
         },
         schema=keyed_schema(spec.key_type),
     )
+
+
+def _sorted_rows(
+    per_key: list[npt.NDArray[np.int64]], key_group_of_key: npt.NDArray[np.int32]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """Return every output row's key, state code and ordinal within (key, state), in the file's order.
+
+    ``per_key[code]`` is each key's number of rows of state ``code``. Keys go by key group (stable), each
+    key's rows by state: a counting sort, with a stable scatter per state.
+    """
+    n = key_group_of_key.size
+    counts = np.stack(per_key)  # (states, keys)
+    rows_per_key = counts.sum(axis=0)
+    key_order = np.argsort(key_group_of_key, kind="stable")
+    key_start = np.zeros(n, dtype=np.int64)
+    key_start[key_order] = np.cumsum(rows_per_key[key_order]) - rows_per_key[key_order]
+    state_start = key_start + np.cumsum(counts, axis=0) - counts  # (states, keys): first row of each block
+    total = int(rows_per_key.sum())
+    row_key = np.empty(total, dtype=np.int64)
+    row_state = np.empty(total, dtype=np.int32)
+    row_ordinal = np.empty(total, dtype=np.int64)
+    for code, count in enumerate(per_key):
+        key_of = np.repeat(np.arange(n, dtype=np.int64), count)
+        ordinal = np.arange(key_of.size, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        position = state_start[code][key_of] + ordinal
+        row_key[position] = key_of
+        row_state[position] = code
+        row_ordinal[position] = ordinal
+    return row_key, row_state, row_ordinal
+
+
+def _namespaces(
+    in_window: npt.NDArray[np.bool_], row_ordinal: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """Return each row's namespace width and the namespaces' bytes: a window's 16, else VoidNamespace's 1."""
+    window_start = TIME_BASE_MS + row_ordinal[in_window] * WINDOW_SIZE_MS
+    ns_widths = np.where(in_window, 16, 1).astype(np.int64)
+    ns_offsets = np.cumsum(ns_widths) - ns_widths
+    ns_data = np.zeros(int(ns_widths.sum()), dtype=np.uint8)  # VoidNamespace is the single byte 0
+    window_bytes = (
+        np.stack([window_start, window_start + WINDOW_SIZE_MS], axis=1).astype(">i8").view(np.uint8)
+    )
+    ns_data[ns_offsets[in_window][:, None] + np.arange(16)] = window_bytes.reshape(-1, 16)
+    return ns_widths, ns_data
 
 
 # -- Operator rows -----------------------------------------------------------------------------------------

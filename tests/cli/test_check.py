@@ -29,12 +29,13 @@ def test_check_passes_at_a_valid_parallelism(kg: Callable[..., Any]) -> None:
     assert result.stderr == ""
     doc = result.json()
     assert doc == {
-        "schema_version": 2,
+        "schema_version": 3,
         "command": "check",
         "ok": True,
-        "path": str(HEAP_P3 / "_metadata"),
-        "format": "flink-savepoint",
-        "checked_operators": 5,
+        "input": str(HEAP_P3),
+        "input_format": "flink-savepoint",
+        "operators": 10,
+        "operators_with_state": 5,
         "findings": [],
     }
     assert result.exit_code == 0
@@ -49,8 +50,9 @@ def test_parallelism_above_max_parallelism_quotes_flink(kg: Callable[..., Any]) 
     assert ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error", "keyed-state") in codes
     # Every operator is judged: Flink checks the stateless ones chained with state too (all share the
     # (parallelism, maxParallelism) of an operator with state here).
+    # Each named as every command names an operator: uid, else name, else id.
     assert {f["subject"] for f in doc["findings"]} == {
-        op.label for op in read_flink_metadata(INLINE_MAXP10).metadata.operators
+        op.uid or op.name or op.operator_id for op in read_flink_metadata(INLINE_MAXP10).metadata.operators
     }
     assert "main-sink-\u00fc" in {f["subject"] for f in doc["findings"]}
     message = next(f["message"] for f in doc["findings"] if f["subject"] == "keyed-state")
@@ -66,7 +68,7 @@ def test_per_operator_parallelism_overrides_the_default(kg: Callable[..., Any]) 
     doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "--json").json()
     assert [(f["code"], f["subject"]) for f in doc["findings"]] == [
         # The other keyed operator (state at 10, Flink's default at p 2 is 128) in a job that sets none.
-        ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "9887c2fb29a6e66df7039a0be00a90dd"),
+        ("MAX_PARALLELISM_ADOPTION_UNVERIFIED", "count-no-uid"),  # no uid: its name
         ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "keyed-state"),
     ]
     doc = kg("check", INLINE_MAXP10, "-p", "2", "-p", "keyed-state=11", "-m", "10", "--json").json()
@@ -109,9 +111,12 @@ def test_uneven_key_groups_and_default_trap_are_warnings(kg: Callable[..., Any])
     assert "UNEVEN_KEY_GROUPS" in result.stdout
     assert "DEFAULT_MAX_PARALLELISM_TRAP" in result.stdout
     # Two keyed operators: uneven spread, the default trap, and (a job that sets no maxParallelism,
-    # Flink's default at p 100 is 256) the adoption warning, each.
-    assert "OK: 5 operators with state checked, 0 errors, 6 warnings" in result.stdout
-    assert result.stdout.count("MAX_PARALLELISM_ADOPTION_UNVERIFIED") == 2
+    # Flink's default at p 100 is 256) the adoption warning, each: one cause each, printed once for both
+    # (--json keeps one finding per operator).
+    assert "OK: 10 operators, 5 with state checked at parallelism 100; 0 errors, 3 warnings" in result.stdout
+    assert result.stdout.count("MAX_PARALLELISM_ADOPTION_UNVERIFIED") == 1
+    assert "2 operators: count-no-uid, keyed-state" in result.stdout
+    assert len(kg("check", HEAP_P3, "-p", "100", "--json").json()["findings"]) == 6
     assert _exit_code("check", HEAP_P3, "-p", "100") == 0
     assert _exit_code("check", HEAP_P3, "-p", "100", "--strict") == 1
 
@@ -137,6 +142,6 @@ def test_check_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
     out = tmp_path / "snap"
     assert kg("generate", out, "--operator", "counter", "-p", "2", "-m", "16", "--keys", "100").exit_code == 0
     doc = kg("check", out, "-p", "17", "--json").json()
-    assert doc["format"] == "kg-snapshot"
+    assert doc["input_format"] == "kg-snapshot"
     assert [f["code"] for f in doc["findings"]] == ["PARALLELISM_EXCEEDS_MAX_PARALLELISM"]
     assert _exit_code("check", out, "-p", "16") == 0

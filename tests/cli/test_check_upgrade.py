@@ -1,6 +1,6 @@
 """``kg check --target-flink``: the 1.x -> 2.x upgrade gate through the CLI (exit codes, text, --json).
 
-The verdicts themselves are pinned to real Flink 2.3 by tests/flink/test_upgrade_gate.py.
+The verdicts themselves are pinned to real Flink 2.3 by tests/restore/test_upgrade_gate.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ back-pressured ``cs-slow`` map's input and output buffers are in it, as V6 merge
 - ``kg inspect`` shows the in-flight data per operator; ``kg check`` warns ``CHANNEL_STATE_RESCALE`` when
   the plan changes a parallelism and says nothing at the old one. What real Flink does with the same
   checkpoint (restores it at any parallelism of the unchanged job; refuses it when the exchange is made
-  pointwise or chained) is ``tests/flink/test_channel_state.py``.
+  pointwise or chained) is ``tests/restore/test_channel_state.py``.
 """
 
 from __future__ import annotations

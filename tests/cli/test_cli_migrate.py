@@ -72,7 +72,9 @@ def test_migrate_text_names_every_change(kg, tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0] == f"rename      keyed-long ({LONG}) -> keyed-long-v2 ({NEW})"
     assert lines[1] == f"drop        string-sink ({operator_id_for_uid('string-sink')}) [no state]"
-    assert lines[2].startswith(f"wrote {tmp_path / 'o'}: checkpoint 1, 6 operators, 7 state files (")
+    assert lines[2].startswith(
+        f"wrote {tmp_path / 'o'}: checkpoint 1, 6 operators, 3 with state, 7 state files ("
+    )
     assert lines[2].endswith(", copied locally)")
 
 

@@ -53,7 +53,7 @@ def test_an_unknown_shell_is_one_line_and_exit_2(kg: Kg) -> None:
 def test_json_carries_the_script(kg: Kg) -> None:
     doc = kg("completion", "fish", "--json").json()
     assert doc == {
-        "schema_version": 2,
+        "schema_version": 3,
         "command": "completion",
         "shell": "fish",
         "complete_var": "_KG_COMPLETE",

@@ -32,11 +32,11 @@ def test_convert_and_back_with_json(kg: Kg, tmp_path: Path) -> None:
 def test_text_output(kg: Kg, tmp_path: Path) -> None:
     result = kg("convert", FLINK_FIXTURES / "heap-inline-p3-maxp10-string", "--out", tmp_path / "s.kg")
     assert result.exit_code == 0
-    assert "Wrote kg snapshot" in result.stdout and "2,030 keyed rows" in result.stdout
+    assert "wrote kg snapshot" in result.stdout and "2,030 keyed rows" in result.stdout
 
 
 def test_a_native_savepoint_converts_and_back_to_a_canonical_one(kg: Kg, tmp_path: Path) -> None:
-    # NATIVE RocksDB files are read with the [rocksdb] extra (tests/flink proves the state against
+    # NATIVE RocksDB files are read with the [rocksdb] extra (tests/restore proves the state against
     # Flink's own restore); here: the CLI path, a snapshot kg verifies, and a canonical savepoint back.
     source = FLINK_FIXTURES / "rocksdb-native-p2-maxp128-string"
     result = kg("convert", source, "--out", tmp_path / "x", "--json")

@@ -45,7 +45,7 @@ def test_a_savepoint_and_its_kg_conversion_hold_the_same_state(kg, tmp_path, scr
     assert doc["same"] is True and len(doc["operators"]) == 10
     # kg-source has a state handle but no element: no state, as for the 5 operators without a handle.
     # "uid" is null where the operator has none, as in every kg document; "operator_id" names it then.
-    assert [op["uid"] or op["operator_id"] for op in doc["operators"] if op["holds_state"]] == [
+    assert [op["uid"] or op["operator_id"] for op in doc["operators"] if op["has_state"]] == [
         "op-state",
         "9887c2fb29a6e66df7039a0be00a90dd",
         "async-wait",
@@ -69,7 +69,7 @@ def test_operators_without_state_never_differ(kg, tmp_path, scratch):
     assert result.exit_code == 0, result.stdout
     doc = result.json()
     absent = [op for op in doc["operators"] if op["presence"] == "only_in_a"]
-    assert len(absent) == 6 and all(op["same"] and not op["holds_state"] for op in absent)
+    assert len(absent) == 6 and all(op["same"] and not op["has_state"] for op in absent)
     text = kg("diff", SAVEPOINT, tmp_path / "kg")
     assert "only in a" not in text.stdout and text.stdout.rstrip().endswith("same logical state")
 

@@ -55,7 +55,7 @@ def test_json_document(kg: Kg, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     doc = result.json()
-    assert doc["schema_version"] == 2 and doc["command"] == "doctor" and doc["ok"] is True
+    assert doc["schema_version"] == 3 and doc["command"] == "doctor" and doc["ok"] is True
     assert "error" not in doc
     assert doc["python"] == {
         "executable": sys.executable,
@@ -289,7 +289,7 @@ def test_spark_starts(kg: Kg, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_exit_codes_md_lists_every_code_of_doctor_and_completion() -> None:
     # The codes kg doctor can put in "error", read from the module that decides them, and completion's.
     root = Path(__file__).resolve().parents[2]
-    source = (root / "keygroup_cli" / "environment.py").read_text()
+    source = (root / "keygroup_cli" / "execution" / "environment.py").read_text()
     codes = set(re.findall(r'"([A-Z][A-Z0-9_]+_(?:MISSING|BROKEN|OLD))"', source)) | {
         "SPARK_GATEWAY_FAILED",
         "SPARK_WORKER_FAILED",

@@ -7,7 +7,7 @@ the absolute path Flink wrote it to (``/tmp/kg-flink-fixtures/…/<job id>/share
 - moved, as it is in the repository, the files are found in the job's directory the checkpoint sits in
   (``<job id>/shared``): ``kg inspect``, ``kg check`` and ``kg rescale`` read it, and Flink 2.0.1's
   ``fixtures/flink/2.0/uid-forst-incremental-p3`` alike (ForSt 2.0.1 restores kg's NATIVE rescale of it:
-  tests/flink/test_native_versions.py);
+  tests/restore/test_native_versions.py);
 - where the absolute paths exist but lie outside the checkpoint's own directories (the checkpoint copied
   elsewhere, its handles naming the repository's files), kg refuses them (``kg check`` and ``kg rescale``
   alike: exit 3 ``STATE_FILE_OUTSIDE`` when the checkpoint is opened, naming ``KG_STATE_ROOTS``) until
@@ -15,7 +15,7 @@ the absolute path Flink wrote it to (``/tmp/kg-flink-fixtures/…/<job id>/share
   state (``kg diff`` against the moved checkpoint).
 
 ForSt's own restore of this checkpoint and ForSt's restore of kg's NATIVE rescale of it are in
-tests/flink/test_native.py.
+tests/restore/test_native.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 from keygroup_cli.flink.io.stream_handles import FileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from tests.flink.harness import CASES, relocated_checkpoint, uid_case
+from tests.restore.harness import CASES, relocated_checkpoint, uid_case
 
 JOB = CASES / "forst-checkpoint-p3-maxp128-long" / "0000000000006b670000000000000019"
 CHECKPOINT = JOB / "chk-2"
@@ -52,7 +52,7 @@ def test_a_moved_forst_checkpoint_reads_its_shared_files_from_the_job_directory(
     assert shared and all("/shared/" in p and not Path(p.removeprefix("file:")).exists() for p in shared)
     inspected = kg("inspect", checkpoint, "--json")
     assert inspected.exit_code == 0, inspected.stderr
-    assert inspected.json()["format"] == "flink-checkpoint"
+    assert inspected.json()["input_format"] == "flink-checkpoint"
     checked = kg("check", checkpoint, "-p", "4", "--json")
     assert checked.exit_code == 0 and checked.json()["ok"] is True, checked.stdout
 

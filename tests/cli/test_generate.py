@@ -14,7 +14,7 @@ def test_generate_json_document_and_snapshot(kg, tmp_path: Path, monkeypatch: py
     assert r.exit_code == 0, r.stderr
     assert r.stderr == ""
     doc = r.json()
-    assert doc["command"] == "generate" and doc["schema_version"] == 2 and doc["seed"] == 4
+    assert doc["command"] == "generate" and doc["schema_version"] == 3 and doc["seed"] == 4
     assert [(o["uid"], o["parallelism"], o["max_parallelism"]) for o in doc["operators"]] == [
         ("counter", 3, 10),
         ("sess", 2, 128),

@@ -23,7 +23,9 @@ def test_inspect_json_matches_flink_report(kg: Callable[..., Any], case: Path) -
     assert result.stderr == ""
     doc = result.json()
     assert doc["command"] == "inspect"
-    assert doc["format"] == ("flink-savepoint" if report["properties"]["isSavepoint"] else "flink-checkpoint")
+    assert doc["input_format"] == (
+        "flink-savepoint" if report["properties"]["isSavepoint"] else "flink-checkpoint"
+    )
     assert doc["checkpoint_id"] == report["checkpointId"]
     assert doc["metadata_version"] == report["metadataVersion"]
     assert doc["format_type"] == report["properties"]["savepointFormatType"]
@@ -39,7 +41,7 @@ def test_inspect_json_matches_flink_report(kg: Callable[..., Any], case: Path) -
             keyed = fsub["managedKeyedState"]
             if keyed:
                 assert [sub["key_group_start"], sub["key_group_end"]] == keyed[0]["keyGroupRange"]
-                assert sub["keyed_bytes"] == keyed[0]["stateSize"]
+                assert sub["keyed_file_bytes"] == keyed[0]["stateSize"]
             else:
                 assert sub["key_group_start"] is None and sub["key_group_end"] is None
             operator_state = fsub["managedOperatorState"]
@@ -150,7 +152,7 @@ def test_inspect_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
     result = kg("inspect", out, "--json")
     assert result.exit_code == 0, result.stderr
     doc = result.json()
-    assert doc["format"] == "kg-snapshot"
+    assert doc["input_format"] == "kg-snapshot"
     keyed = [op for op in doc["operators"] if op["has_keyed_state"]]
     assert keyed
     op = keyed[0]
@@ -208,9 +210,11 @@ def test_inspect_key_groups_json_matches_flinks_offsets(kg: Callable[..., Any], 
         sizes = op["key_group_sizes"]
         assert sizes["available"] is True and sizes["source"] == "key-group-offsets"
         assert sizes["bytes"] == _flink_key_group_bytes(case, op["operator_id"])
-        assert sizes["total_bytes"] == sum(sizes["bytes"])
-        assert sizes["stored_bytes"] == op["keyed_bytes"]
-        assert [s["stored_bytes"] for s in sizes["subtasks"]] == [s["keyed_bytes"] for s in op["subtasks"]]
+        assert sizes["key_group_bytes"] == sum(sizes["bytes"])
+        assert sizes["keyed_file_bytes"] == op["keyed_file_bytes"]
+        assert [s["keyed_file_bytes"] for s in sizes["subtasks"]] == [
+            s["keyed_file_bytes"] for s in op["subtasks"]
+        ]
         assert sizes["non_empty_key_groups"] == sum(s["non_empty_key_groups"] for s in op["subtasks"])
         assert sizes["hottest"][0]["bytes"] == sizes["max_bytes"] == max(sizes["bytes"])
         advice = sizes["advice"]
@@ -218,7 +222,7 @@ def test_inspect_key_groups_json_matches_flinks_offsets(kg: Callable[..., Any], 
         assert [a["parallelism"] for a in advice["parallelisms"]] == list(range(2, 33))
         current = next(a for a in advice["parallelisms"] if a["parallelism"] == op["parallelism"])
         assert current["byte_skew"] == sizes["byte_skew"]
-        assert current["max_bytes"] == max(s["bytes"] for s in sizes["subtasks"])
+        assert current["max_bytes"] == max(s["key_group_bytes"] for s in sizes["subtasks"])
 
 
 def test_inspect_key_groups_text(kg: Callable[..., Any]) -> None:
@@ -296,7 +300,9 @@ def test_inspect_key_groups_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) 
     sizes = op["key_group_sizes"]
     assert sizes["source"] == "manifest-estimate"
     assert len(sizes["bytes"]) == 16
-    assert [s["bytes"] for s in sizes["subtasks"]] == [s["keyed_bytes"] for s in op["subtasks"]]
+    assert [s["key_group_bytes"] for s in sizes["subtasks"]] == [
+        s["keyed_file_bytes"] for s in op["subtasks"]
+    ]
     assert sizes["advice"]["max"] == 16
     text = kg("inspect", out, "--key-groups").stdout
     assert "estimated: file bytes shared out by rows per key group" in text

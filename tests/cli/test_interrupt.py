@@ -167,7 +167,7 @@ def _rescale(source: Path, dest: Path) -> list[object]:
 SPARK_START = {
     "stage drawn": lambda run: run.wait_for_stage("starting Spark"),
     "jvm running": lambda run: run.wait_for_process(r"java .*org\.apache\.spark\.deploy\.SparkSubmit"),
-    "python daemon running": lambda run: run.wait_for_process(r"-m keygroup_cli\.spark_daemon"),
+    "python daemon running": lambda run: run.wait_for_process(r"-m keygroup_cli\S*\.spark\.daemon"),
 }
 
 
@@ -200,7 +200,7 @@ def test_ctrl_c_while_spark_tasks_run(snapshot: Path, tmp_path: Path, sigint: si
 @pytest.fixture(scope="module")
 def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A canonical savepoint written by Flink 2.3 (``BenchSavepointGen``): 300,000 keys, about 27 MB."""
-    from tests.flink.harness import JVM_FLAGS, _tool_env, build_classpath
+    from tests.restore.harness import JVM_FLAGS, _tool_env, build_classpath
 
     out = tmp_path_factory.mktemp("interrupt-savepoint") / "savepoint"
     proc = subprocess.run(

@@ -118,7 +118,7 @@ def test_plan(narrow: Callable[..., tuple[str, Any]]) -> None:
 def test_plan_of_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
     text, doc = narrow("plan", snapshots["snap"], "--to", "4")
     values = [*_values(doc, "uid", "rows", "moved_rows", "keyed_rows")]
-    sizes = [*_values(doc, "bytes", "keyed_bytes", "moved_bytes")]
+    sizes = [*_values(doc, "bytes", "key_group_bytes", "moved_bytes")]
     assert (
         LONG_UID in values and max(v for v in values if isinstance(v, int)) >= 1000 and max(sizes) > 100_000
     )
@@ -136,7 +136,7 @@ def test_rescale(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Pa
     values = [
         *_values(rescaled, "uid"),
         *_values([s for op in rescaled for s in op["subtasks"]], "keyed_rows", "operator_state_rows"),
-        *map(format_bytes, _values([s for op in rescaled for s in op["subtasks"]], "keyed_bytes")),
+        *map(format_bytes, _values([s for op in rescaled for s in op["subtasks"]], "keyed_file_bytes")),
     ]
     values += [*(op[k] for op in kept for k in ("uid", "keyed_rows")), doc["moved_rows"]]
     ranges = [f"{s['key_group_start']}-{s['key_group_end']}" for op in rescaled for s in op["subtasks"]]
@@ -154,7 +154,7 @@ def test_generate(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, P
 def test_inspect_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
     text, doc = narrow("inspect", snapshots["snap"], "--subtasks")
     subtasks = [s for op in doc["operators"] for s in op["subtasks"]]
-    values = [*_values(doc, "path", "uid", "operator_id"), *_values(subtasks, "key_group_end", "rows")]
+    values = [*_values(doc, "input", "uid", "operator_id"), *_values(subtasks, "key_group_end", "rows")]
     assert str(snapshots["snap"]) in values
     assert_whole(text, values)
 
@@ -162,7 +162,7 @@ def test_inspect_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: d
 def test_inspect_a_savepoint_with_key_groups(narrow: Callable[..., tuple[str, Any]]) -> None:
     text, doc = narrow("inspect", SAVEPOINT, "--subtasks", "--key-groups")
     values = [
-        *_values(doc, "path", "operator_id", "key_group_start", "key_group_end", "non_empty_key_groups")
+        *_values(doc, "input", "operator_id", "key_group_start", "key_group_end", "non_empty_key_groups")
     ]
     assert_whole(text, values)
 
@@ -183,12 +183,12 @@ def test_diff(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]
 def test_check(narrow: Callable[..., tuple[str, Any]]) -> None:
     text, doc = narrow("check", SAVEPOINT, "-p", "100")
     assert doc["findings"]
-    assert_whole(text, [*_values(doc, "code", "subject", "checked_operators")])
+    assert_whole(text, [*_values(doc, "code", "subject", "operators", "operators_with_state")])
 
 
 def test_verify(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
     text, doc = narrow("verify", snapshots["snap"])
-    assert_whole(text, [*_values(doc, "snapshot", "files", "rows")])
+    assert_whole(text, [*_values(doc, "input", "files", "rows")])
 
 
 def test_piped_output_keeps_every_path_and_id_on_one_line(
@@ -203,4 +203,4 @@ def test_piped_output_keeps_every_path_and_id_on_one_line(
     for value in [str(snapshots["snap"]), *_values(doc, "operator_id", "uid")]:
         assert any(value in line for line in lines), value
     plan = kg("plan", snapshots["snap"], "--to", "4").stdout
-    assert f"{LONG_UID}: parallelism 2 → 4, maxParallelism 128" in plan
+    assert f"{LONG_UID}: parallelism 2 -> 4, maxParallelism 128" in plan

@@ -31,7 +31,7 @@ def test_plan_text(kg):
     result = kg("plan", "--from", "3", "--to", "4", "-m", "10")
     assert result.exit_code == 0
     assert "5 of 10 key groups change subtask (50.0%)" in result.stdout
-    assert "1.20 → 1.20" in result.stdout
+    assert "1.20 -> 1.20" in result.stdout
 
 
 def test_plan_refuses_out_of_bounds(kg):

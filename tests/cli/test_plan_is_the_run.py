@@ -68,7 +68,7 @@ def test_the_dry_run_prints_the_plan_the_run_executes(kg, tmp_path, source, args
     assert plan.exit_code == dry.exit_code == run.exit_code == 0, (plan.stderr, run.stderr)
     assert dry.stdout == plan.stdout and dry.stderr == plan.stderr == run.stderr
     planned, done = plan.json(), run.json()
-    for field in ("snapshot_id", "surgery", "output_format", "savepoint_format", "warnings"):
+    for field in ("input", "checkpoint_id", "surgery", "output_format", "savepoint_format", "warnings"):
         assert planned[field] == done[field], field
     assert [op["operator_id"] for op in planned["operators"]] == [
         op["operator_id"] for op in done["operators"]

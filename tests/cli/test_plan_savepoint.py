@@ -60,30 +60,30 @@ def test_the_json_plan_of_a_savepoint(kg):
     result = kg("plan", SAVEPOINT, "--from", "3", "--to", "4", "--json")
     assert result.exit_code == 0 and result.stderr == ""
     doc = result.json()
-    assert doc["input_format"] == "flink-savepoint" and doc["snapshot_id"] == 1 and doc["warnings"] == []
+    assert doc["input_format"] == "flink-savepoint" and doc["checkpoint_id"] == 1 and doc["warnings"] == []
     by_label = {op["uid"] or op["operator_id"]: op for op in doc["operators"]}
     assert len(by_label) == 10  # every operator of _metadata, those without state too
     keyed = by_label["keyed-state"]
-    assert keyed["mode"] == "move" and keyed["key_type"] == "long" and keyed["holds_state"] is True
+    assert keyed["mode"] == "move" and keyed["key_type"] == "long" and keyed["has_state"] is True
     assert (keyed["from_parallelism"], keyed["to_parallelism"]) == (3, 4)
     assert (keyed["from_max_parallelism"], keyed["to_max_parallelism"]) == (128, 128)
     # Rows are unknown without reading keyed state; bytes come from the key-group offsets.
     assert keyed["keyed_rows"] is None and keyed["moved_rows"] is None and keyed["to_row_loads"] is None
-    assert keyed["keyed_bytes"] == sum(run["bytes"] for run in keyed["runs"]) > 0
+    assert keyed["key_group_bytes"] == sum(run["bytes"] for run in keyed["runs"]) > 0
     assert keyed["moved_bytes"] == sum(
         run["bytes"] for run in keyed["runs"] if run["from_subtask"] != run["to_subtask"]
     )
-    assert sum(keyed["to_byte_loads"]) == keyed["keyed_bytes"] and len(keyed["to_byte_loads"]) == 4
+    assert sum(keyed["to_byte_loads"]) == keyed["key_group_bytes"] and len(keyed["to_byte_loads"]) == 4
     assert keyed["moved_key_groups"] == 65 and keyed["to_key_group_loads"] == [32, 32, 32, 32]
     assert by_label["op-state"]["mode"] == "none" and by_label["op-state"]["operator_state"]["to_rows"]
     source = by_label["kg-source"]
     assert source["rescaled"] is False and source["to_parallelism"] == 1  # --from 3 keeps it at 1
-    stateless = [op for op in doc["operators"] if not op["holds_state"]]
+    stateless = [op for op in doc["operators"] if not op["has_state"]]
     assert len(stateless) == 5 and all(op["mode"] == "none" for op in stateless)
     rehash = kg("plan", SAVEPOINT, "--from", "3", "--to", "4", "-m", "256", "--json").json()
     keyed = next(op for op in rehash["operators"] if op["uid"] == "keyed-state")
     assert keyed["mode"] == "rehash" and keyed["runs"] == [] and keyed["to_max_parallelism"] == 256
-    assert keyed["moved_bytes"] == keyed["keyed_bytes"] > 0
+    assert keyed["moved_bytes"] == keyed["key_group_bytes"] > 0
     # Operators left at 1 by --from still take the new maxParallelism, as the rescale writes them.
     assert next(op for op in rehash["operators"] if op["uid"] == "kg-source")["to_max_parallelism"] == 256
 
@@ -92,7 +92,7 @@ def test_the_text_plan_of_a_savepoint(kg):
     result = kg("plan", SAVEPOINT, "--from", "3", "--to", "4")
     assert result.exit_code == 0 and result.stderr == ""
     out = result.stdout
-    assert "keyed-state: parallelism 3 → 4, maxParallelism 128 (key groups move between subtasks)" in out
+    assert "keyed-state: parallelism 3 -> 4, maxParallelism 128 (key groups move between subtasks)" in out
     assert "65 of 128 key groups change subtask" in out
     assert "keyed bytes moved: " in out and "from _metadata's key-group offsets" in out
     assert "keyed bytes per new subtask: " in out
@@ -150,7 +150,7 @@ def test_the_plan_reads_no_keyed_state(kg, tmp_path):
         args = ("--from", "3", "--to", "4", *extra, "--json")
         assert kg("plan", copy, *args).json() == {
             **kg("plan", SAVEPOINT, *args).json(),
-            "snapshot": str(copy),
+            "input": str(copy),
         }
         dry = kg("rescale", copy, *args, "--out", tmp_path / "dry", "--dry-run")
         assert dry.exit_code == 0 and not (tmp_path / "dry").exists()
@@ -161,7 +161,7 @@ def test_the_plan_reads_no_keyed_state(kg, tmp_path):
 
 def _chain_ambiguous_input(kg, tmp_path: Path) -> Path:
     # The source rescaled by kg from 1 to 3: it then shares (3, 128) with keyed-long, so the operators
-    # without state at (3, 128) may be chained with either (tests/unit/flink/test_uid_job.py).
+    # without state at (3, 128) may be chained with either (tests/assess/test_uid_job.py).
     source = tmp_path / "sp3"
     args = ("--to", "3", "-o", "uid-source", "--out", source, "--engine", "local", "-q")
     assert kg("rescale", FLINK / "uid-heap-canonical-p3", *args).exit_code == 0

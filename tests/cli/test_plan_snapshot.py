@@ -51,7 +51,7 @@ def test_plan_snapshot_reads_no_keyed_data(kg, source, tmp_path):
         path.unlink()
     assert kg("plan", copy, "--to", "4", "--json").json() == {
         **kg("plan", source, "--to", "4", "--json").json(),
-        "snapshot": str(copy),
+        "input": str(copy),
     }
 
 
@@ -68,7 +68,7 @@ def test_plan_snapshot_operator_and_rehash(kg, source):
 def test_plan_snapshot_text(kg, source):
     result = kg("plan", source, "--to", "4")
     assert result.exit_code == 0, result.stderr
-    assert "counter: parallelism 3 → 4, maxParallelism 10" in result.stdout
+    assert "counter: parallelism 3 -> 4, maxParallelism 10" in result.stdout
     assert "keyed rows per new subtask:" in result.stdout
     assert "operator state redistributed" in result.stdout
 
@@ -108,5 +108,5 @@ def test_plan_and_dry_run_on_a_savepoint_plan_it(kg, tmp_path):
     plan = kg("plan", savepoint, "--from", "3", "--to", "4")
     dry = kg("rescale", savepoint, "--from", "3", "--to", "4", "--out", tmp_path / "o", "--dry-run")
     assert plan.exit_code == dry.exit_code == 0 and dry.stdout == plan.stdout
-    assert "keyed-state: parallelism 3 → 4" in plan.stdout
+    assert "keyed-state: parallelism 3 -> 4" in plan.stdout
     assert not (tmp_path / "o").exists()

@@ -6,7 +6,7 @@ def test_ranges_json_contract(kg, range_vectors):
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
     doc = result.json()
-    assert doc["schema_version"] == 2 and doc["command"] == "ranges"
+    assert doc["schema_version"] == 3 and doc["command"] == "ranges"
     assert (doc["max_parallelism"], doc["parallelism"]) == (128, 3)
     flink = next(c for c in range_vectors["ranges"] if (c["max_parallelism"], c["parallelism"]) == (128, 3))
     assert [[r["key_group_start"], r["key_group_end"]] for r in doc["ranges"]] == flink["ranges"]

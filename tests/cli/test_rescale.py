@@ -71,7 +71,7 @@ def test_rescale_text_summary(kg, source, tmp_path):
     result = kg("rescale", source, "--to", "2", "--out", tmp_path / "out", "--engine", "local")
     assert result.exit_code == 0, result.stderr
     assert "keyed rows moved; engine local" in result.stdout
-    assert f"committed kg snapshot {tmp_path / 'out'}\n" in result.stdout
+    assert f"wrote kg snapshot {tmp_path / 'out'}\n" in result.stdout
 
 
 @pytest.mark.spark

@@ -29,7 +29,7 @@ def test_a_rescale_without_from_names_the_source_it_moves_and_suggests_from(kg, 
     real = kg("rescale", SAVEPOINT, "--to", "8", "--out", tmp_path / "out", "--engine", "local")
     assert plan.exit_code == dry.exit_code == real.exit_code == 0
     assert plan.stderr == dry.stderr == real.stderr == WARNING
-    assert "kg-source: parallelism 1 → 8" in plan.stdout  # the plan shows the move it warns about
+    assert "kg-source: parallelism 1 -> 8" in plan.stdout  # the plan shows the move it warns about
     doc = kg("rescale", SAVEPOINT, "--to", "8", "--out", tmp_path / "json", "--engine", "local", "--json")
     assert doc.json()["warnings"] == [WARNING.removeprefix("kg: warning: ").rstrip("\n")]
     source = next(op for op in doc.json()["operators"] if op["uid"] == "kg-source")

@@ -1,6 +1,6 @@
 """``kg rescale --format native`` and the inputs it refuses, and the changelog checkpoint kg refuses (#23).
 
-Real Flink restores of the NATIVE outputs are in tests/flink/test_native.py; here the CLI's side: the
+Real Flink restores of the NATIVE outputs are in tests/restore/test_native.py; here the CLI's side: the
 option, its refusals (one line, exit code), and a real changelog-backend checkpoint (Flink 2.3,
 ``state.changelog.enabled``) refused with the line that says how to get a savepoint instead.
 """

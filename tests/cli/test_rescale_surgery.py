@@ -2,7 +2,7 @@
 
 The output of one pass must hold the state ``kg migrate`` followed by ``kg rescale`` gives (compared as kg
 snapshots, key by key), with the operators named as the surgery leaves them and the checkpoint id kept.
-Real Flink restoring these outputs is ``tests/flink/test_migrate_restores.py``.
+Real Flink restoring these outputs is ``tests/restore/test_migrate_restores.py``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_dry_run_prints_the_surgery_above_the_plan_and_writes_nothing(kg, tmp_pa
     lines = r.stdout.splitlines()
     assert lines[0] == f"drop        keyed-string ({STRING})"
     assert lines[1] == f"rename      keyed-long ({LONG}) -> keyed-long-v2 ({NEW})"
-    assert any(line.startswith("keyed-long-v2: parallelism 3 → 4") for line in lines)
+    assert any(line.startswith("keyed-long-v2: parallelism 3 -> 4") for line in lines)
     assert not any(line.startswith("keyed-string") for line in lines)
     j = kg("--json", "rescale", V6, *args, "--from", "3", "--dry-run").json()
     assert j["command"] == "plan"

@@ -44,11 +44,11 @@ from\tto\tkey groups\truns
 1\t2\t2\t5-6
 2\t2 (stays)\t1\t7
 2\t3\t2\t8-9
-5 of 10 key groups change subtask (50.0%); key groups per subtask skew (max/mean): 1.20 → 1.20
+5 of 10 key groups change subtask (50.0%); key groups per subtask skew (max/mean): 1.20 -> 1.20
 """
 
 PLAN_PLAIN = """\
-maxParallelism 10: parallelism 3 → 4
+maxParallelism 10: parallelism 3 -> 4
 from         to  key groups  runs
    0  0 (stays)           3  0-2
    0          1           1  3
@@ -56,7 +56,7 @@ from         to  key groups  runs
    1          2           2  5-6
    2  2 (stays)           1  7
    2          3           2  8-9
-5 of 10 key groups change subtask (50.0%); key groups per subtask skew (max/mean): 1.20 → 1.20
+5 of 10 key groups change subtask (50.0%); key groups per subtask skew (max/mean): 1.20 -> 1.20
 """
 
 ADVISE_TSV = """\
@@ -94,29 +94,29 @@ tab\\there\t-986752764\t87\t2
 """
 
 INSPECT_TSV_HEAD = f"""\
-Path\t{SAVEPOINT}/_metadata
+Input\t{SAVEPOINT}
 Format\tflink-savepoint (Savepoint, CANONICAL)
 Checkpoint id\t1
 Flink metadata version\t6
-Operators\t10 (5 with state)
-operator (uid / name)\tp\tmaxP\tkeyed\top state\tfiles\toperator id
+Operators\t10 operators, 5 with state
+operator\tp\tmaxP\tkeyed\top state\tfiles\toperator id
 op-state\t3\t10\t0 B\t4.2 KiB\t3\t5bcd88bb93ab9e5694f5fb26d5804aba
-- / opstate-discard: Writer\t3\t10\t0 B\t0 B\t0\t2347f36ff1745eec91f8e8be61c232f0
-- / sink-counter\t3\t10\t0 B\t0 B\t0\t0ee20ec6c83284b6772f8c80c1096c00
-- / count-no-uid\t3\t10\t8.1 KiB\t0 B\t3\t9887c2fb29a6e66df7039a0be00a90dd
+opstate-discard: Writer\t3\t10\t0 B\t0 B\t0\t2347f36ff1745eec91f8e8be61c232f0
+sink-counter\t3\t10\t0 B\t0 B\t0\t0ee20ec6c83284b6772f8c80c1096c00
+count-no-uid\t3\t10\t8.1 KiB\t0 B\t3\t9887c2fb29a6e66df7039a0be00a90dd
 main-sink-ü / main sink 😀: Writer\t3\t10\t0 B\t0 B\t0\t3c8c56da7ea4ffa8396163f9e9abeb73
-- / bcast-filter\t1\t10\t0 B\t0 B\t0\tca9e3d04bb515af7ab9002b1346bf49c
+bcast-filter\t1\t10\t0 B\t0 B\t0\tca9e3d04bb515af7ab9002b1346bf49c
 async-wait\t3\t10\t0 B\t1.3 KiB\t3\t0deda8214bb86ca899ac64bff9a17164
 keyed-state\t3\t10\t61.5 KiB\t0 B\t3\t826c38023c4272520855c3219fef4f3f
 kg-source / Source: kg-source\t1\t10\t0 B\t234 B\t1\td117407ec4c413854550d93f2eec0477
-- / drop-filler\t1\t10\t0 B\t0 B\t0\t4ddb67c3e047329fe3765cfda82b75be
+drop-filler\t1\t10\t0 B\t0 B\t0\t4ddb67c3e047329fe3765cfda82b75be
 
 op-state (operator state)
 """
 
 INSPECT_PLAIN_HEAD = """\
 Operators
-operator (uid / name)            p  maxP    keyed  op state  files  operator id
+operator                         p  maxP    keyed  op state  files  operator id
 keyed-string                     3    10  5.9 KiB       0 B      3  72109e4753cd9f8017460adae3d9ed0f
 uid-source / Source: uid-source  1   128      0 B     265 B      1  41662e3ebed44e3b3f2d47c1a552a07b
 long-drop                        3   128      0 B       0 B      0  03b8102c9c8fb643a1bf3e8ae9e4810d
@@ -200,7 +200,7 @@ def test_check_lists_findings_as_a_table(kg: Kg) -> None:
         ["error", "MAX_PARALLELISM_MISMATCH", "string-drop"],
         ["error", "MAX_PARALLELISM_MISMATCH", "string-sink"],
     ]
-    assert lines[-1] == "FAILED: 3 operators with state checked, 3 errors, 0 warnings"
+    assert lines[-1] == "FAILED: 7 operators, 3 with state checked; 3 errors, 0 warnings"
     plain = kg(*args, "--table", "plain").stdout.splitlines()
     assert plain[0].split() == ["severity", "code", "subject", "message"]
     assert plain[1].startswith("error     MAX_PARALLELISM_MISMATCH  keyed-string  ")
@@ -213,7 +213,7 @@ def test_check_without_findings_prints_the_header(kg: Kg, tmp_path: Path) -> Non
     result = kg("check", UIDS, "-p", "3", "--job-uids", tmp_path / "uids.txt", "--table", "tsv")
     assert result.exit_code == 0, result.stdout
     assert result.stdout == (
-        "severity\tcode\tsubject\tmessage\nOK: 3 operators with state checked, 0 errors, 0 warnings\n"
+        "severity\tcode\tsubject\tmessage\nOK: 7 operators, 3 with state checked; 0 errors, 0 warnings\n"
     )
 
 
@@ -301,13 +301,13 @@ def test_a_console_that_is_not_kgs_prints_rich_tables() -> None:
 def test_plan_snapshot_tsv_names_the_operator_above_its_move_table(kg: Kg) -> None:
     # A tab-separated table has no title: each operator's heading is a line of its own above its rows,
     # as plain prints it (there as the table's title).
-    tsv = kg("plan", UIDS, "--to", "4", "--table", "tsv")
+    tsv = kg("plan", UIDS, "--to", "4", "--table", "tsv", "--subtasks")
     assert tsv.exit_code == 0, tsv.stderr
     lines = tsv.stdout.splitlines()
     headings = [lines[i - 1] for i, line in enumerate(lines) if line.startswith("from\tto\tkey groups")]
     assert headings == [
-        "keyed-string: parallelism 3 → 4, maxParallelism 10 (key groups move between subtasks)",
-        "keyed-long: parallelism 3 → 4, maxParallelism 128 (key groups move between subtasks)",
+        "keyed-string: parallelism 3 -> 4, maxParallelism 10 (key groups move between subtasks)",
+        "keyed-long: parallelism 3 -> 4, maxParallelism 128 (key groups move between subtasks)",
     ]
-    plain = kg("plan", UIDS, "--to", "4", "--table", "plain").stdout.splitlines()
+    plain = kg("plan", UIDS, "--to", "4", "--table", "plain", "--subtasks").stdout.splitlines()
     assert [plain[plain.index(h) + 1].split()[:3] for h in headings] == [["from", "to", "key"]] * 2

@@ -117,7 +117,7 @@ class StandaloneCluster:
         timeout: float = 120.0,
         pin: bool = False,
     ) -> StandaloneCluster:
-        """Start a master and ``core.workers`` workers and wait until all are registered (ALIVE).
+        """Start a master and ``workers`` workers and wait until all are registered (ALIVE).
 
         With ``pin`` worker *i* (its JVM, and the executors and Python workers it starts, which inherit
         it) may only run on CPU *i* modulo the machine's CPUs: a worker of ``cores=1`` then really has
@@ -180,7 +180,7 @@ class StandaloneCluster:
         return cluster
 
     def status(self) -> dict[str, Any]:
-        """Return the master's JSON (``core.workers``, ``aliveworkers``, ``activeapps``, ``completedapps``)."""
+        """Return the master's JSON (``workers``, ``aliveworkers``, ``activeapps``, ``completedapps``)."""
         with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=5) as response:  # noqa: S310
             data: dict[str, Any] = json.load(response)
         return data

@@ -15,7 +15,7 @@ through kg's CLI in this process (module fixture ``runs``), then:
 - the tasks really ran on the executors: each Spark run's event log shows every task succeeding on an
   executor, executors of both workers running tasks, and the master lists the application FINISHED;
 - Flink 2.3 restores both cluster-written savepoints with every key, value, timer and operator-state
-  element (marker ``flink``: tests/flink's harness, one JVM).
+  element (marker ``flink``: tests/restore's harness, one JVM).
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def test_executors_wrote_only_where_kg_told_them(
 def test_flink_restores_the_savepoints_written_on_the_cluster(
     runs: dict[str, Run], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from tests.flink.harness import (
+    from tests.restore.harness import (
         assert_restored_like_expected,
         build_classpath,
         case_json,

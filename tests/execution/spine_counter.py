@@ -145,7 +145,7 @@ def count_rescale(
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
 
-    ``surgery`` is a ``planning.plan.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
+    ``surgery`` is a ``planning.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
     """
     with counting(monkeypatch, source, input_names) as counts:
         rescale(

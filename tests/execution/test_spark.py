@@ -130,7 +130,7 @@ def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsy
     import sys
     import weakref
 
-    from keygroup_cli.execution.engines.spark import _spark_failures
+    from keygroup_cli.execution.engines.spark.errors import spark_failures
 
     class JavaProxy:
         pass
@@ -140,7 +140,7 @@ def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsy
 
     handler, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
     with pytest.raises(KeyboardInterrupt):
-        with _spark_failures(spark.sparkContext):
+        with spark_failures(spark.sparkContext):
             proxy = JavaProxy()
             reference = weakref.ref(proxy, free)
             del proxy  # the callback runs here, and its KeyboardInterrupt is dropped

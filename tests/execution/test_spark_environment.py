@@ -15,7 +15,9 @@ import pytest
 
 from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines import PendingExecutor
-from keygroup_cli.execution.engines.spark import SparkExecutor, _worker_cause, check_workers, worker_python
+from keygroup_cli.execution.engines.spark import SparkExecutor
+from keygroup_cli.execution.engines.spark.errors import worker_cause
+from keygroup_cli.execution.engines.spark.workers import check_workers, worker_python
 from keygroup_cli.execution.routes.rescale import rescale
 from tests.conftest import DECOY_MARK, write_decoys
 
@@ -116,7 +118,7 @@ def test_version_mismatch_is_named():
         "versions.\n"
     )
     assert (
-        _worker_cause(RuntimeError(text))
+        worker_cause(RuntimeError(text))
         == "their Python version differs from kg's (worker 3.12, driver 3.11)"
     )
 
@@ -137,7 +139,8 @@ def test_the_local_engine_has_no_start_stage():
 def test_the_console_log_lives_in_kgs_cache_directory(spark):
     # The console log of the session kg started lives under $KG_CACHE_DIR/logs (removed at exit unless
     # the run failed: tests/test_fresh_install.py), never one per run in the temp directory.
-    from keygroup_cli.execution.engines.spark import _console_logs, cache_directory
+    from keygroup_cli.core.cache import cache_directory
+    from keygroup_cli.execution.engines.spark.jvm import _console_logs
 
     assert _console_logs["path"].parent == cache_directory() / "logs"
 
@@ -147,7 +150,7 @@ def test_kgs_session_imports_pyspark_from_its_package_not_sparks_zip(spark):
     # of every daemon's start). kg's daemon module imports the installed package instead.
     assert (
         spark.sparkContext.getConf().get("spark.python.daemon.module")
-        == "keygroup_cli.execution.engines.spark_daemon"
+        == "keygroup_cli.execution.engines.spark.daemon"
     )
 
     def where(_index: int) -> tuple[str, bool]:
@@ -163,13 +166,14 @@ def test_kgs_session_imports_pyspark_from_its_package_not_sparks_zip(spark):
 
 
 def test_every_keyed_operator_of_a_stage_runs_in_one_spark_job(spark, tmp_path, monkeypatch):
-    # Two keyed operators re-keyed (a shuffle each): one Spark job, not one per operator.
+    # Two keyed operators re-keyed (a shuffle each): their tasks run together (with the shared-store
+    # exchange: one Spark job of read tasks, then one of write tasks), not a job per operator.
     collected = []
     original = SparkExecutor._collect
 
-    def counting(self, sc, jobs):  # type: ignore[no-untyped-def]
+    def counting(self, sc, jobs, scratch):  # type: ignore[no-untyped-def]
         collected.append(sorted(job.operator_id for job in jobs))
-        return original(self, sc, jobs)
+        return original(self, sc, jobs, scratch)
 
     monkeypatch.setattr(SparkExecutor, "_collect", counting)
     source = FIXTURES / "heap-files-p3-maxp128-long"
@@ -182,7 +186,7 @@ def test_every_keyed_operator_of_a_stage_runs_in_one_spark_job(spark, tmp_path, 
 
 def test_only_kgs_own_interpreter_gets_kgs_daemon(monkeypatch):
     # Another worker Python (the user's choice) may not have kg: it keeps pyspark's own daemon.
-    from keygroup_cli.execution.engines.spark import DAEMON_MODULE, session_settings
+    from keygroup_cli.execution.engines.spark.session import DAEMON_MODULE, session_settings
 
     def daemon(master, config=None):  # type: ignore[no-untyped-def]
         return session_settings(master, config).get("spark.python.daemon.module")
@@ -230,7 +234,7 @@ def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -
 def test_spark_workers_keep_freed_memory(spark):
     # kg's daemon sets the allocator's thresholds before it forks the workers (keygroup_cli.core.allocator): a
     # task that fills ever larger buffers of about 8 MiB, two alive at once, reuses the pages it freed.
-    # With glibc's own thresholds each buffer would be a fresh mapping (tests/unit/test_allocator.py).
+    # With glibc's own thresholds each buffer would be a fresh mapping (tests/core/test_allocator.py).
     def churn(_: object) -> int:
         import resource
 

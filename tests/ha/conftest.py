@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.flink.harness import build_classpath
+from tests.restore.harness import build_classpath
 
 
 @pytest.fixture(scope="session")

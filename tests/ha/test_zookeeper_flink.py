@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.flink.harness import (
+from tests.restore.harness import (
     CASES,
     RestoreRequest,
     assert_restored_like_expected,
@@ -97,7 +97,7 @@ def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> 
         inspect = run_kg("inspect", uri, "--json")
         rescale = run_kg("rescale", uri, "--to", "3", "--out", tmp / "rescaled", "--engine", "local")
         # Flink's own restore of the checkpoint at p 3 is the reference for kg's rescale of it.
-        own = Path(inspect.json()["path"])
+        own = Path(inspect.json()["ha"]["pointer"] + "/_metadata")
         requests = [
             RestoreRequest(tmp / "rescaled", 3, 128, "string", "hashmap"),
             RestoreRequest(own, 3, 128, "string", "hashmap"),
@@ -180,13 +180,13 @@ def test_after_the_crash_kg_inspects_and_checks_the_resume_checkpoint(checkpoint
     ha = doc["ha"]
     assert ha["live_leader"] is False and ha["live_reasons"] == [] and ha["leader"] is None
     assert doc["checkpoint_id"] == ha["checkpoint_id"] == max(ha["checkpoint_ids"])
-    assert doc["path"] == ha["pointer"] + "/_metadata"
+    assert doc["input"].startswith("zk://")  # as typed; what it resolved to is ha["pointer"]
     assert dead["inspect"].stderr == ""
     keyed = next(op for op in doc["operators"] if op["uid"] == "keyed-state")
     assert keyed["parallelism"] == 2 and keyed["max_parallelism"] == 128
     check = dead["check"]
     assert check.exit_code == 0, check.stdout
-    assert check.json()["path"] == ha["pointer"] + "/_metadata"
+    assert check.json()["input"] == doc["input"]
 
 
 def test_after_the_crash_the_heap_checkpoint_rescales_and_restores_like_flinks_own_rescale(checkpoints):

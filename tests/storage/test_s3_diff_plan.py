@@ -36,7 +36,7 @@ def test_diff_a_remote_savepoint_with_local_inputs(kg, bucket, tmp_path, monkeyp
     assert kg("diff", "-q", tmp_path / "m256", remote).exit_code == 0
     other = FIXTURES / "flink" / "2.3" / "heap-snappy-files-p4-maxp128-long"
     different = kg("diff", remote, other, "--json")
-    assert different.exit_code == 1 and different.json()["a"] == remote
+    assert different.exit_code == 1 and different.json()["input_a"] == remote
     assert list(scratch.iterdir()) == []
 
 

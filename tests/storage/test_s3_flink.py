@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.flink.harness import (
+from tests.restore.harness import (
     CASES,
     assert_restored_like_expected,
     build_classpath,

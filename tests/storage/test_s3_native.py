@@ -1,6 +1,6 @@
 """``kg rescale --format native`` from S3 to S3: staged locally, uploaded with ``_metadata`` last (#23).
 
-Real Flink restores of the same NATIVE outputs written locally are in tests/flink/test_native.py; here the
+Real Flink restores of the same NATIVE outputs written locally are in tests/restore/test_native.py; here the
 object-store route: the output on the store holds one RocksDB database per subtask and every file its
 ``_metadata`` names.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from tests.flink.harness import CASES
+from tests.restore.harness import CASES
 
 CASE = "forst-native-p3-maxp128-string"
 

@@ -20,7 +20,7 @@ from keygroup_cli.core.errors import ExecutionError
 from keygroup_cli.execution.routes import savepoint as savepoint_route
 from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.storage import remote as remote_storage
-from tests.execution.test_keyed_pipeline import keyed_files
+from tests.execution.jobs.test_keyed_pipeline import keyed_files
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
 CASE = "heap-files-p3-maxp128-long"

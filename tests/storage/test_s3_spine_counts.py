@@ -1,6 +1,6 @@
 """A savepoint rescale from an object store reads each input object once, whatever the route (#21).
 
-The same counts as ``tests/execution/test_spine_counts.py``, for a savepoint uploaded to a real
+The same counts as ``tests/execution/routes/test_spine_counts.py``, for a savepoint uploaded to a real
 S3-compatible server (moto), rescaled to a local directory and to the object store: the input
 ``_metadata`` is fetched once, each state file's header once, each operator-state stream decoded once, and
 the output ``_metadata`` encoded once.
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.execution.spine_counter import assert_each_once, count_rescale
-from tests.execution.test_spine_counts import FIXTURES, state_files
+from tests.execution.routes.test_spine_counts import FIXTURES, state_files
 
 ROUTES = [
     ("2.3/rocksdb-canonical-p3-maxp128-string", 4, None),

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import click
 
-from keygroup_cli.assess.matching import suggest_migration
+from keygroup_cli.assess.matching import MigrationSuggestion, suggest_migration
 from keygroup_cli.assess.restore import RestorePlan, check_restore
-from keygroup_cli.assess.summary import summarize
+from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, count_operators, summarize
 from keygroup_cli.assess.upgrade import parse_target, upgrade_findings
 from keygroup_cli.cli.check_render import print_findings
 from keygroup_cli.cli.inputs import job_option, resolve_input
@@ -22,7 +24,7 @@ from keygroup_cli.cli.options import (
 )
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.core.errors import ExitCode
-from keygroup_cli.core.findings import Severity, exit_code_for
+from keygroup_cli.core.findings import Finding, Severity, exit_code_for
 
 EPILOG = """\b
 Examples:
@@ -117,8 +119,65 @@ def command(
         uids = [op.uid or op.operator_id for op in new_job]
     plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
     target = parse_target(target_flink) if target_flink is not None else None
-    read_states = target is not None or new_job is not None
-    summary = summarize(resolve_input(out, path, job).path, read_states=read_states)
+    summary = summarize(
+        resolve_input(out, path, job).path, read_states=target is not None or new_job is not None
+    )
+    findings, damage = _findings(summary, plan, target, deep)
+    suggestion = _suggestion(summary, uids, path, new_job)
+    findings += suggestion.findings() if suggestion else []
+    # Damage is exit 3 in every command (kg verify's code); what Flink's restore refuses is exit 1.
+    code = (
+        ExitCode.SNAPSHOT_INVALID
+        if any(f.severity is Severity.ERROR for f in damage)
+        else exit_code_for(findings, strict=strict)
+    )
+    document = _document(summary, path, findings, ok=code == 0)
+    if uids is not None:
+        document["migrate"] = suggestion.document() if suggestion else None
+    counts = (document["operators"], document["operators_with_state"])
+    lines = suggestion.lines() if suggestion else []
+    out.result(
+        "check",
+        document,
+        partial(
+            print_findings,
+            findings=findings,
+            operators=counts,
+            ok=code == 0,
+            lines=lines,
+            snapshot=path,
+            modelled=_modelled(summary, p_all, p_for),
+            ids=[op.operator_id for op in summary.operators],
+        ),
+    )
+    ctx.exit(int(code))
+
+
+def _modelled(summary: SnapshotSummary, p_all: int | None, p_for: dict[str, int]) -> str:
+    """Return how the verdict line names the parallelism it judged: -p's, or the operators' current one."""
+    named = ", ".join(f"{key}={value}" for key, value in p_for.items())
+    if p_all is not None:
+        return f" at parallelism {p_all}" + (f" ({named})" if named else "")
+    current = sorted({op.parallelism for op in summary.operators}, reverse=True)
+    shown = " and ".join(map(str, current)) if len(current) <= 3 else f"{current[-1]} to {current[0]}"
+    across = f"{named}; others " if named else ""
+    return f" at {across}their current parallelism ({shown}; -p N checks another)"
+
+
+def _suggestion(
+    summary: SnapshotSummary, uids: list[str] | None, path: str, new_job: Sequence[OperatorSummary] | None
+) -> MigrationSuggestion | None:
+    """Return the candidates for the unmapped stateful operators, and the kg migrate command (#26)."""
+    if uids is None:
+        return None
+    recorded = summary.metadata_version is None or summary.metadata_version >= 5
+    return suggest_migration(summary.operators, uids, path, uids_recorded=recorded, job_operators=new_job)
+
+
+def _findings(
+    summary: SnapshotSummary, plan: RestorePlan, target: Any, deep: bool
+) -> tuple[list[Finding], list[Finding]]:
+    """Return every finding of the restore, upgrade and state-file checks, and the damage among them."""
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
     if target is not None:
         findings += upgrade_findings(summary, target)
@@ -126,35 +185,17 @@ def command(
 
     # Every state file _metadata names is there, readable, of its size (a stat each); --deep decodes them.
     damage = check_input(summary.savepoint or summary.path, deep=deep)
-    findings = [*findings, *damage]
-    # Unmapped stateful operators: candidates among the job's uids and the kg migrate command (#26).
-    suggestion = None
-    if uids is not None:
-        recorded = summary.metadata_version is None or summary.metadata_version >= 5
-        suggestion = suggest_migration(
-            summary.operators, uids, path, uids_recorded=recorded, job_operators=new_job
-        )
-        findings += suggestion.findings() if suggestion else []
-    # Damage is exit 3 in every command (kg verify's code); what Flink's restore refuses is exit 1.
-    code = (
-        ExitCode.SNAPSHOT_INVALID
-        if any(f.severity is Severity.ERROR for f in damage)
-        else exit_code_for(findings, strict=strict)
-    )
-    checked = sum(1 for op in summary.operators if op.has_state)
-    document = {
-        "ok": code == 0,
-        "path": str(summary.path),
-        "format": summary.format,
-        "checked_operators": checked,
+    return [*findings, *damage], damage
+
+
+def _document(summary: SnapshotSummary, typed: str, findings: list[Finding], *, ok: bool) -> dict[str, Any]:
+    """Return ``kg check --json``'s document (without ``migrate``): the input, operators counted, findings."""
+    operators, with_state = count_operators(summary.operators, lambda op: op.has_state)
+    return {
+        "ok": ok,
+        "input": typed,
+        "input_format": summary.format,
+        "operators": operators,
+        "operators_with_state": with_state,
         "findings": [f.document() for f in findings],
     }
-    if uids is not None:
-        document["migrate"] = suggestion.document() if suggestion else None
-    lines = suggestion.lines() if suggestion else []
-    out.result(
-        "check",
-        document,
-        partial(print_findings, findings=findings, checked=checked, ok=code == 0, lines=lines),
-    )
-    ctx.exit(int(code))

@@ -39,7 +39,7 @@ def command(ctx: click.Context, dest: str, force: bool, dry_run: bool) -> None:
     out = output_for(ctx)
     found = clean(dest, force=force, dry_run=dry_run)
     document = {
-        "dest": dest,
+        "output": dest,
         "dry_run": dry_run,
         "leftovers": [
             {"path": f.path, "writer": f.writer, "writer_gone": f.writer_gone, "removed": f.removed}

@@ -71,22 +71,7 @@ def command(
     [rocksdb] extra) are read too; with --to-flink, --format native writes NATIVE keyed state.
     """
     out = output_for(ctx)
-    is_savepoint = is_flink_savepoint(source)
-    if to_flink and is_savepoint:
-        raise InvalidArgumentError(
-            f"{source} is already a Flink savepoint; --to-flink takes a kg snapshot", code="CONVERT_DIRECTION"
-        )
-    if not to_flink and not is_savepoint and is_kg_snapshot(source):
-        raise InvalidArgumentError(
-            f"{source} is a kg snapshot; add --to-flink to write a Flink savepoint", code="CONVERT_DIRECTION"
-        )
-    if compression is not None and not to_flink:
-        raise click.UsageError("--compression/--no-compression only applies with --to-flink")
-    if output_format is not None and not to_flink:
-        raise click.UsageError("--format only applies with --to-flink")
-    refuse_inside_input(source, dest)
-    if not is_remote(dest):
-        check_destination(dest)
+    _refuse(source, dest, to_flink, compression, output_format)
     commit_file = "_metadata" if to_flink else "_manifest.json"
     with progress(out) as on_progress, contextlib.ExitStack() as stack:
         # An object-store DEST is checked empty first, written locally, then uploaded metadata last.
@@ -107,8 +92,8 @@ def command(
     result = replace(result, source=str(source), destination=str(dest))
     document = {
         "direction": result.direction,
-        "source": result.source,
-        "destination": result.destination,
+        "input": source,
+        "output": dest,
         "operators": result.operators,
         "keyed_files": result.keyed_files,
         "keyed_rows": result.keyed_rows,
@@ -121,10 +106,37 @@ def command(
     def text(console: Console) -> None:
         what = "Flink savepoint" if to_flink else "kg snapshot"
         console.print(
-            f"Wrote {what} {result.destination}: {counted(result.operators, 'operator')}, "
+            f"wrote {what} {dest}: {counted(result.operators, 'operator')}, "
             f"{format_count(result.keyed_rows)} keyed rows in {counted(result.keyed_files, 'file')}, "
             f"{format_count(result.operator_rows)} operator-state rows in "
             f"{counted(result.operator_files, 'file')} ({format_bytes(result.bytes)})"
         )
 
     out.result("convert", document, text)
+
+
+def _refuse(
+    source: str, dest: str, to_flink: bool, compression: bool | None, output_format: str | None
+) -> None:
+    """Refuse a conversion in the wrong direction, options that do not apply, and a DEST kg cannot write.
+
+    Raises:
+        InvalidArgumentError: ``CONVERT_DIRECTION``, or a DEST inside SOURCE or already there.
+        click.UsageError: ``--compression`` or ``--format`` without ``--to-flink``.
+    """
+    is_savepoint = is_flink_savepoint(source)
+    if to_flink and is_savepoint:
+        raise InvalidArgumentError(
+            f"{source} is already a Flink savepoint; --to-flink takes a kg snapshot", code="CONVERT_DIRECTION"
+        )
+    if not to_flink and not is_savepoint and is_kg_snapshot(source):
+        raise InvalidArgumentError(
+            f"{source} is a kg snapshot; add --to-flink to write a Flink savepoint", code="CONVERT_DIRECTION"
+        )
+    if compression is not None and not to_flink:
+        raise click.UsageError("--compression/--no-compression only applies with --to-flink")
+    if output_format is not None and not to_flink:
+        raise click.UsageError("--format only applies with --to-flink")
+    refuse_inside_input(source, dest)
+    if not is_remote(dest):
+        check_destination(dest)

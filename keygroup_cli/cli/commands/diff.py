@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.assess.summary import operator_label
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import format_count, output_for, print_table
+from keygroup_cli.cli.render import format_count, operator_document, output_for, print_table
 from keygroup_cli.core.errors import ExitCode
+
+if TYPE_CHECKING:
+    from keygroup_cli.snapshot.diff import OperatorDiff, SnapshotDiff
 
 EPILOG = """\b
 Examples:
@@ -44,17 +50,29 @@ def command(ctx: click.Context, a: str, b: str) -> None:
     out = output_for(ctx)
     with progress(out) as on_progress:
         result = diff_inputs(a, b, on_progress=on_progress)
-    document = {
-        "a": result.a,
-        "b": result.b,
+    document = _document(result, a, b)
+    if out.json or not out.quiet:
+        # -q: the exit code alone answers (`kg diff -q A B && ...`), as `cmp -s` does.
+        out.result("diff", document, lambda console: _text(console, result, (a, b)))
+    if not result.same:
+        ctx.exit(ExitCode.CHECK_FAILED)
+
+
+def _label(op: OperatorDiff) -> str:
+    return operator_label(op.uid, op.name, op.operator_id)
+
+
+def _document(result: SnapshotDiff, a: str, b: str) -> dict[str, Any]:
+    """Return ``kg diff --json``'s document; ``a`` and ``b`` as the user typed them."""
+    return {
+        "input_a": a,
+        "input_b": b,
         "same": result.same,
         "operators": [
             {
-                # The uid, as every document names it; the label is the operator id when there is none.
-                "uid": None if op.label == op.operator_id else op.label,
-                "operator_id": op.operator_id,
+                **operator_document(op.uid, op.name, op.operator_id),
                 "presence": op.presence,
-                "holds_state": op.holds_state,
+                "has_state": op.holds_state,
                 "same": op.same,
                 "notes": list(op.notes),
                 "states": [
@@ -73,31 +91,27 @@ def command(ctx: click.Context, a: str, b: str) -> None:
         ],
     }
 
-    def text(console: Console) -> None:
-        table = Table(title=f"{result.a} vs {result.b}")
-        for name in ("operator", "state", "kind", "rows A", "rows B", "only in A", "only in B"):
-            numbers = name.startswith(("rows", "only"))
-            table.add_column(name, justify="right" if numbers else "left", no_wrap=numbers)
-        for op in result.operators:
-            if not op.holds_state:
-                continue  # a savepoint lists every operator of the job; no state is no difference
-            if op.presence != "both":
-                table.add_row(op.label, "-", f"operator {op.presence.replace('_', ' ')}", "", "", "", "")
-            for s in op.states:
-                if not s.same or not op.comparable:
-                    values = (s.rows_a, s.rows_b, s.only_in_a, s.only_in_b)
-                    table.add_row(op.label, s.state, s.kind, *map(format_count, values))
-        for op in result.operators:
-            for note in op.notes if op.holds_state else ():
-                console.print(f"{op.label}: {note}", markup=False, highlight=False, soft_wrap=True)
-        if result.same:
-            console.print("same logical state", markup=False)
-        else:
-            print_table(console, table)
-            console.print("different", markup=False)
 
-    if out.json or not out.quiet:
-        # -q: the exit code alone answers (`kg diff -q A B && ...`), as `cmp -s` does.
-        out.result("diff", document, text)
-    if not result.same:
-        ctx.exit(ExitCode.CHECK_FAILED)
+def _text(console: Console, result: SnapshotDiff, typed: tuple[str, str]) -> None:
+    """Print the differences (a table of states that differ, and notes), or "same logical state"."""
+    table = Table(title=f"{typed[0]} vs {typed[1]}")
+    for name in ("operator", "state", "kind", "rows A", "rows B", "only in A", "only in B"):
+        numbers = name.startswith(("rows", "only"))
+        table.add_column(name, justify="right" if numbers else "left", no_wrap=numbers)
+    for op in result.operators:
+        if not op.holds_state:
+            continue  # a savepoint lists every operator of the job; no state is no difference
+        if op.presence != "both":
+            table.add_row(_label(op), "-", f"operator {op.presence.replace('_', ' ')}", "", "", "", "")
+        for s in op.states:
+            if not s.same or not op.comparable:
+                values = (s.rows_a, s.rows_b, s.only_in_a, s.only_in_b)
+                table.add_row(_label(op), s.state, s.kind, *map(format_count, values))
+    for op in result.operators:
+        for note in op.notes if op.holds_state else ():
+            console.print(f"{_label(op)}: {note}", markup=False, highlight=False, soft_wrap=True)
+    if result.same:
+        console.print("same logical state", markup=False)
+    else:
+        print_table(console, table)
+        console.print("different", markup=False)

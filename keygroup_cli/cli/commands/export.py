@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
+from keygroup_cli.assess.summary import operator_label
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import counted, format_count, output_for
+from keygroup_cli.cli.render import counted, format_count, operator_document, output_for
 
 EPILOG = """\b
 Examples:
@@ -54,15 +55,17 @@ def command(
 ) -> None:
     """Export keyed state as Parquet: typed key, namespace, user key and value columns."""
     from keygroup_cli.execution.routes.state_data import state_reader
-    from keygroup_cli.flink.data.export import export_states
+    from keygroup_cli.flink import Savepoint, export_states, find_operator, open_savepoint
 
     output = output_for(ctx)
     reader = state_reader(engine, master=master)
     with progress(output) as on_progress:
         result = export_states(savepoint, operator, out, state, on_progress, reader)
+    found = find_operator(Savepoint.of(open_savepoint(savepoint)), result.operator)
     document = {
-        "out": result.out,
-        "operator": result.operator,
+        "input": savepoint,
+        "output": out,
+        "operator": operator_document(found.uid, found.name, found.operator_id),
         "states": [
             {
                 "name": s.name,
@@ -76,6 +79,8 @@ def command(
         ],
     }
 
+    label = operator_label(found.uid, found.name, found.operator_id)
+
     def text(console: Console) -> None:
         for s in result.states:
             line = f"{s.name} ({s.kind}): {format_count(s.rows)} rows -> {s.file}"
@@ -83,7 +88,7 @@ def command(
             for note in s.notes:
                 console.print(f"  note: {note}", markup=False, highlight=False, soft_wrap=True)
         console.print(
-            f"wrote {counted(len(result.states), 'state')} to {result.out}",
+            f"wrote {counted(len(result.states), 'state')} of {label} to {out}",
             markup=False,
             highlight=False,
             soft_wrap=True,

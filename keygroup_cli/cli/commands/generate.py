@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -18,8 +19,11 @@ from keygroup_cli.cli.options import (
     parallelism_option,
 )
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import format_bytes, format_count, output_for, print_table
+from keygroup_cli.cli.render import format_bytes, format_count, operator_document, output_for, print_table
 from keygroup_cli.core import javahash
+
+if TYPE_CHECKING:
+    from keygroup_cli.snapshot.model import Manifest, Operator
 
 EPILOG = """\b
 Examples:
@@ -77,12 +81,6 @@ def command(
         )
         for text in (operators or ("counter",))
     ]
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
-    created_at = (
-        datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if epoch.isdigit()
-        else None
-    )
     from keygroup_cli.storage import is_remote
     from keygroup_cli.storage.remote import remote_output
 
@@ -97,42 +95,56 @@ def command(
             seed=seed,
             value_bytes=value_bytes,
             snapshot_id=snapshot_id,
-            created_at=created_at,
+            created_at=_created_at(),
             on_progress=on_progress,
         )
-    rows = [
-        {
-            "uid": op.uid,
-            "operator_id": op.operator_id,
-            "key_type": op.key_type,
-            "parallelism": op.parallelism,
-            "max_parallelism": op.max_parallelism,
-            "keyed_rows": op.keyed_rows,
-            "keyed_files": len(op.keyed_files),
-            "operator_state_files": len(op.operator_files),
-            "bytes": op.total_bytes,
-        }
-        for op in manifest.operators
-    ]
-    document = {"snapshot": out, "snapshot_id": manifest.snapshot_id, "seed": seed, "operators": rows}
+    document = {
+        "output": out,
+        "checkpoint_id": manifest.snapshot_id,
+        "seed": seed,
+        "operators": [_operator_document(op) for op in manifest.operators],
+    }
+    output.result("generate", document, lambda console: _text(console, manifest, out, seed))
 
-    def text(console: Console) -> None:
-        table = Table(title=f"generated {out} (seed {seed})")
-        for name in ("uid", "key type", "p", "maxP", "keyed rows", "files", "bytes"):
-            text = name in ("uid", "key type")
-            table.add_column(name, justify="left" if text else "right", no_wrap=not text)
-        for op in manifest.operators:
-            files = len(op.keyed_files) + len(op.operator_files)
-            values = (
-                op.uid,
-                op.key_type,
-                str(op.parallelism),
-                str(op.max_parallelism),
-                format_count(op.keyed_rows),
-                format_count(files),
-                format_bytes(op.total_bytes),
-            )
-            table.add_row(*values)
-        print_table(console, table)
 
-    output.result("generate", document, text)
+def _created_at() -> str | None:
+    """Return the manifest's ``created_at`` that SOURCE_DATE_EPOCH fixes (None: now)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if not epoch.isdigit():
+        return None
+    return datetime.fromtimestamp(int(epoch), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _operator_document(op: Operator) -> dict[str, Any]:
+    """Return one generated operator of ``kg generate --json``."""
+    return {
+        **operator_document(op.uid, op.name, op.operator_id),
+        "key_type": op.key_type,
+        "parallelism": op.parallelism,
+        "max_parallelism": op.max_parallelism,
+        "keyed_rows": op.keyed_rows,
+        "keyed_files": len(op.keyed_files),
+        "operator_state_files": len(op.operator_files),
+        "bytes": op.total_bytes,
+    }
+
+
+def _text(console: Console, manifest: Manifest, out: str, seed: int) -> None:
+    """Print the generated operators: uid, key type, parallelism, rows, files and bytes."""
+    table = Table(title=f"generated {out} (seed {seed})")
+    for name in ("uid", "key type", "p", "maxP", "keyed rows", "files", "bytes"):
+        text = name in ("uid", "key type")
+        table.add_column(name, justify="left" if text else "right", no_wrap=not text)
+    for op in manifest.operators:
+        files = len(op.keyed_files) + len(op.operator_files)
+        values = (
+            op.uid,
+            op.key_type,
+            str(op.parallelism),
+            str(op.max_parallelism),
+            format_count(op.keyed_rows),
+            format_count(files),
+            format_bytes(op.total_bytes),
+        )
+        table.add_row(*values)
+    print_table(console, table)

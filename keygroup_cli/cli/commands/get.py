@@ -58,8 +58,7 @@ def command(
     """Print every state of a key: values, list elements, map entries and timers, typed."""
     from keygroup_cli.cli.get_render import lookup_document, print_lookup
     from keygroup_cli.core.keys import split_lines
-    from keygroup_cli.flink.data.lookup import lookup_keys
-    from keygroup_cli.flink.savepoint import open_savepoint
+    from keygroup_cli.flink import lookup_keys, open_savepoint
 
     out = output_for(ctx)
     if keys_file is not None and key_args:
@@ -70,7 +69,11 @@ def command(
         texts = list(key_args)
     if not texts:
         raise click.UsageError("Give at least one --key KEY, or --keys-file FILE.")
-    lookup = lookup_keys(open_savepoint(savepoint), operator, texts, key_type)
-    out.result("get", lookup_document(lookup), lambda console: print_lookup(console, lookup))
+    opened = open_savepoint(savepoint)
+    lookup = lookup_keys(opened, operator, texts, key_type)
+    name = next((op.name for op in opened.metadata.operators if op.operator_id == lookup.operator_id), None)
+    out.result(
+        "get", lookup_document(lookup, savepoint, name), lambda console: print_lookup(console, lookup, name)
+    )
     if not all(k.found for k in lookup.keys):
         ctx.exit(ExitCode.CHECK_FAILED)

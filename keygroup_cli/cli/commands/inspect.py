@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from keygroup_cli.assess.summary import SnapshotSummary, summarize, summary_document
-from keygroup_cli.cli.inputs import ha_document, job_option, resolve_input, with_ha
+from keygroup_cli.cli.inputs import Input, ha_document, job_option, resolve_input, with_ha
 from keygroup_cli.cli.inspect_render import print_summary
 from keygroup_cli.cli.options import operator_option, output_options
 from keygroup_cli.cli.render import Output, output_for
@@ -16,8 +16,7 @@ from keygroup_cli.core.errors import UnsupportedFormatError
 
 if TYPE_CHECKING:
     from keygroup_cli.assess.sizes import KeyGroupSizes
-    from keygroup_cli.flink.data.connectors import KafkaSinkState, KafkaSourceState
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+    from keygroup_cli.flink import FlinkSnapshot, KafkaSinkState, KafkaSourceState
 
 EPILOG = """\b
 Examples:
@@ -104,8 +103,24 @@ def command(
     """
     out = output_for(ctx)
     source = resolve_input(out, path, job)
-    path = source.path
+    summary = _summarize(out, source.path, operators)
     wanted = key_groups or minimum is not None or maximum is not None or html is not None
+    # Sized from the savepoint the summary opened: _metadata is read once.
+    sizes = _key_group_sizes(out, summary, minimum, maximum) if wanted else {}
+    kafka = _kafka_states(summary, kafka_sources, kafka_sinks)
+    document = _document(summary, path, source, sizes, kafka, (bool(kafka_sources), bool(kafka_sinks)))
+    if html is not None:
+        from keygroup_cli import __version__
+        from keygroup_cli.cli.skew_html import skew_page, write_page
+
+        keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
+        write_page(html, skew_page(path, summary.format, keyed, __version__))
+    text = with_ha(source, lambda console: print_summary(console, summary, subtasks, sizes, kafka, path))
+    out.result("inspect", document, text)
+
+
+def _summarize(out: Output, path: str, operators: tuple[str, ...]) -> SnapshotSummary:
+    """Summarise ``path`` (a bar on a terminal), keep the ``--operator`` ones, warn what kg could not read."""
     if out.progress_enabled:
         # rich.progress is imported only when a bar can be drawn: inspect must stay fast in CI.
         from keygroup_cli.cli.progress import progress
@@ -114,8 +129,6 @@ def command(
             summary = summarize(path, on_progress=on_progress)
     else:
         summary = summarize(path)
-    # Sized from the savepoint the summary opened: _metadata is read once.
-    sizes = _key_group_sizes(out, summary.savepoint or path, minimum, maximum) if wanted else {}
     if operators:
         # Deferred: planning imports pyarrow, which plain inspect does without.
         from keygroup_cli.planning.plan import named_operators
@@ -123,7 +136,19 @@ def command(
         summary = replace(summary, operators=named_operators(summary.operators, operators))
     for warning in summary.warnings:
         out.warn(warning)
-    document = summary_document(summary)
+    return summary
+
+
+def _document(
+    summary: SnapshotSummary,
+    typed: str,
+    source: Input,
+    sizes: dict[str, KeyGroupSizes],
+    kafka: list[KafkaSourceState | KafkaSinkState],
+    asked: tuple[bool, bool],
+) -> dict[str, Any]:
+    """Return ``kg inspect --json``'s document: the summary, key-group sizes, HA entry, connector state."""
+    document = summary_document(summary, typed)
     for op_doc in document["operators"]:
         if op_doc["operator_id"] in sizes:
             from keygroup_cli.assess.sizes import key_group_sizes_document
@@ -131,20 +156,13 @@ def command(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
-    kafka = _kafka_states(summary, kafka_sources, kafka_sinks)
     if kafka:
         # Deferred: connector state is read with the state tables (pyarrow), which plain inspect does without.
         from keygroup_cli.cli.connectors_render import connector_documents
 
-        document.update(connector_documents(kafka, bool(kafka_sources), bool(kafka_sinks)))
-    if html is not None:
-        from keygroup_cli import __version__
-        from keygroup_cli.cli.skew_html import skew_page, write_page
-
-        keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
-        write_page(html, skew_page(str(summary.path), summary.format, keyed, __version__))
-    text = with_ha(source, lambda console: print_summary(console, summary, subtasks, sizes, kafka))
-    out.result("inspect", document, text)
+        names = {op.operator_id: op.name for op in summary.operators}
+        document.update(connector_documents(kafka, *asked, names))
+    return document
 
 
 def _kafka_states(
@@ -153,9 +171,7 @@ def _kafka_states(
     """Return the KafkaSource and KafkaSink states of the operators named (of a Flink savepoint)."""
     if not sources and not sinks:
         return []
-    from keygroup_cli.flink.data.connectors import kafka_sink_state, kafka_source_state
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-    from keygroup_cli.flink.savepoint import Savepoint
+    from keygroup_cli.flink import FlinkSnapshot, Savepoint, kafka_sink_state, kafka_source_state
 
     if not isinstance(summary.savepoint, FlinkSnapshot):
         raise UnsupportedFormatError(
@@ -168,12 +184,13 @@ def _kafka_states(
 
 
 def _key_group_sizes(
-    out: Output, path: str | FlinkSnapshot, minimum: int | None, maximum: int | None
+    out: Output, summary: SnapshotSummary, minimum: int | None, maximum: int | None
 ) -> dict[str, KeyGroupSizes]:
     """Return the key-group sizes by operator id; fail (exit 4) when no keyed operator has any."""
     # Deferred: the sizes need planning (numpy, pyarrow), which plain inspect does without.
     from keygroup_cli.assess.sizes import key_group_sizes
 
+    path: str | FlinkSnapshot = summary.savepoint or str(summary.path)
     report = key_group_sizes(path, minimum=minimum, maximum=maximum)
     if report.operators and not report.available:
         reason = report.operators[0].unavailable_reason or ""

@@ -90,7 +90,7 @@ def command(
         # Arguments that were not valid UTF-8 arrive surrogate-escaped; re-encode so parsing names them.
         texts = [a.encode("utf-8", "surrogateescape") for a in key_args]
     if sql_key is not None:
-        from keygroup_cli.flink.types.binary_row import locate_row_keys, row_fields_from_sql
+        from keygroup_cli.flink import locate_row_keys, row_fields_from_sql
 
         fields = row_fields_from_sql(sql_key)
         rows = [t.decode("utf-8", "surrogateescape") for t in texts]

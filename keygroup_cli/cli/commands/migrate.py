@@ -53,5 +53,5 @@ def command(
         result = run_migration(source, dest, request, dry_run=dry_run, on_progress=on_progress)
     from keygroup_cli.cli.migrate_render import migrate_document, render_migrate
 
-    document = migrate_document(result)
+    document = migrate_document(result, path, dest)
     out.result("migrate", document, lambda console: render_migrate(console, document))

@@ -20,6 +20,7 @@ from keygroup_cli.cli.options import (
     output_options,
     require_bounds,
     savepoint_format_option,
+    subtasks_option,
     surgery_options,
     surgery_request,
     to_parallelism_option,
@@ -47,24 +48,32 @@ keyed rows are unknown (-, null in JSON) and bytes come from the key-group offse
 """
 
 
-def show_snapshot_plan(out: Output, snapshot: str | Path, request: RescaleRequest) -> None:
+def show_snapshot_plan(
+    out: Output, snapshot: str | Path, request: RescaleRequest, typed: str, subtasks: bool = False
+) -> None:
     """Plan the rescale of a snapshot or savepoint and print it (shared with ``kg rescale --dry-run``).
 
     The library decides (``execution.routes.plan.plan_rescale_input``: the route, the gate, the plan and every
     refusal, the rescale's own) and this prints what it returns: ``--format`` names the output the plan
-    leads to, the surgery comes first, then the operators as it leaves them.
+    leads to, the surgery comes first, then the operators as it leaves them. ``typed`` is the input as
+    the user typed it (``input``).
     """
     # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
     from keygroup_cli.cli.progress import progress
-    from keygroup_cli.cli.rescale_render import planned_document, render_snapshot_plan
+    from keygroup_cli.cli.rescale_render import operator_names, planned_document, render_snapshot_plan
     from keygroup_cli.execution.routes.plan import plan_rescale_input
 
     with progress(out) as on_progress:
         planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
-    document = planned_document(str(snapshot), planned)
+    document = planned_document(typed, planned)
     for warning in document["warnings"]:
         out.warn(warning)
-    out.result("plan", document, lambda console: render_snapshot_plan(console, planned.plan, document))
+    names = operator_names(planned)
+    out.result(
+        "plan",
+        document,
+        lambda console: render_snapshot_plan(console, planned.plan, document, names, subtasks),
+    )
 
 
 @click.command(epilog=EPILOG)
@@ -78,6 +87,7 @@ def show_snapshot_plan(out: Output, snapshot: str | Path, request: RescaleReques
 @operator_option()
 @surgery_options
 @savepoint_format_option()
+@subtasks_option("With SNAPSHOT: also each operator's transfer table and every new subtask's load.")
 @output_options
 @click.pass_context
 def command(
@@ -92,6 +102,7 @@ def command(
     assign_uid: tuple[str, ...],
     drop: tuple[str, ...],
     output_format: str,
+    subtasks: bool,
 ) -> None:
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
 
@@ -102,7 +113,7 @@ def command(
     if snapshot is not None:
         from keygroup_cli.planning.request import RescaleRequest  # deferred: pure math needs no reader
 
-        snapshot = resolve_input(out, snapshot, job).path
+        typed, snapshot = snapshot, resolve_input(out, snapshot, job).path
         request = RescaleRequest.of(
             to_parallelism,
             from_parallelism=from_parallelism,
@@ -111,7 +122,7 @@ def command(
             output_format=output_format,
             surgery=surgery,
         )
-        show_snapshot_plan(out, snapshot, request)
+        show_snapshot_plan(out, snapshot, request, typed, subtasks)
         return
     if (
         from_parallelism is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,12 +14,17 @@ from keygroup_cli.cli.options import (
     operator_option,
     output_options,
     savepoint_format_option,
+    subtasks_option,
     surgery_options,
     surgery_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.progress import progress
-from keygroup_cli.cli.render import output_for
+from keygroup_cli.cli.render import Output, output_for
+
+if TYPE_CHECKING:
+    from keygroup_cli.execution.options import EngineOptions
+    from keygroup_cli.planning.request import RescaleRequest
 
 EPILOG = """\b
 Examples:
@@ -122,6 +128,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 )
 @savepoint_format_option()
 @surgery_options
+@subtasks_option()
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
     "--dry-run",
@@ -147,12 +154,13 @@ def command(
     rename: tuple[str, ...],
     assign_uid: tuple[str, ...],
     drop: tuple[str, ...],
+    subtasks: bool,
     verbose: bool,
     dry_run: bool,
 ) -> None:
     """Rescale SNAPSHOT (kg or Flink savepoint) to Q subtasks into DEST, as Flink would redistribute it."""
     out = output_for(ctx)
-    snapshot = resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
+    typed, snapshot = snapshot, resolve_input(out, snapshot, job, refuse_live_leader=not dry_run).path
     from keygroup_cli.planning.request import RescaleRequest
 
     request = RescaleRequest.of(
@@ -167,20 +175,34 @@ def command(
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
         refuse_destination(snapshot, dest)
-        show_snapshot_plan(out, snapshot, request)
+        show_snapshot_plan(out, snapshot, request, typed, subtasks)
         return
+    from keygroup_cli.execution.options import EngineOptions
+
+    options = EngineOptions(
+        engine=engine, master=master, spark_conf=spark_conf or None, verbose=verbose, workers=workers
+    )
+    _run(out, (typed, snapshot), dest, request, options, subtasks)
+
+
+def _run(
+    out: Output,
+    source: tuple[str, str],
+    dest: str,
+    request: RescaleRequest,
+    options: EngineOptions,
+    subtasks: bool = False,
+) -> None:
+    """Run the rescale of ``source`` (as typed, as read) into ``dest`` and print what it did."""
     from keygroup_cli.cli.rescale_render import (
         mixed_parallelism_warning,
         render_rescale,
         rescale_document,
     )
-    from keygroup_cli.execution.options import EngineOptions
     from keygroup_cli.execution.routes.rescale import run_rescale
 
+    typed, snapshot = source
     started = time.monotonic()
-    options = EngineOptions(
-        engine=engine, master=master, spark_conf=spark_conf or None, verbose=verbose, workers=workers
-    )
     with progress(out) as on_progress:
         # run_rescale() plans as kg plan does and refuses an input that kg verify rejects (its gate runs
         # inside the library), then executes that plan.
@@ -189,11 +211,14 @@ def command(
     result = replace(result, wall_seconds=time.monotonic() - started)
     # Named once the rescale validated and committed (a failure stays one line on stderr); --dry-run and
     # kg plan name them before anything is written.
-    warnings = mixed_parallelism_warning(result.plan, from_parallelism, operators)
+    names = {op.operator_id: op.name for op in result.manifest.operators}
+    warnings = mixed_parallelism_warning(
+        result.plan, request.from_parallelism, request.operators or (), names
+    )
     for warning in warnings:
         out.warn(warning)
-    document = {**rescale_document(result), "warnings": warnings}
-    out.result("rescale", document, lambda console: render_rescale(console, document))
+    document = {**rescale_document(result, typed, dest), "warnings": warnings}
+    out.result("rescale", document, lambda console: render_rescale(console, document, subtasks))
 
 
 def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:

@@ -42,7 +42,7 @@ def command(ctx: click.Context, snapshot: str) -> None:
     with progress(out) as on_progress:
         report = verify_input(snapshot, on_progress=on_progress)
     document = {
-        "snapshot": report.snapshot,
+        "input": snapshot,
         "ok": report.ok,
         "files": report.files,
         "rows": report.rows,
@@ -55,7 +55,7 @@ def command(ctx: click.Context, snapshot: str) -> None:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         verdict = "OK" if report.ok else "INVALID"
         console.print(
-            f"{verdict}: {report.snapshot}: {counted(report.files, 'file')}, "
+            f"{verdict}: {snapshot}: {counted(report.files, 'file')}, "
             f"{format_count(report.rows)} rows checked, {counted(len(report.findings), 'finding')}",
             markup=False,
             highlight=False,

@@ -4,8 +4,8 @@
 commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
 installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Every route
 compiles its plan into the jobs of ``keygroup_cli.execution.jobs.model`` (a kg snapshot's in
-``execution.jobs.snapshot``, a savepoint's in ``execution.jobs.savepoint``); both engines run them with the same
-task bodies through one entry, ``Executor.run``, and write byte-identical files. The caller (the route)
+``execution.jobs.snapshot``, a savepoint's in ``execution.jobs.savepoint``); both engines run them with the
+same task bodies through one entry, ``Executor.run``, and write byte-identical files. The caller (the route)
 owns the staging directory, operator state, verification and the commit.
 """
 
@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError
 from keygroup_cli.core.progress import OnProgress
-from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 
+# Typed only: every Spark Python worker imports this package on the way to ``spark.daemon``.
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from keygroup_cli.execution.jobs.model import CopyJob, KeyedJob, W
+    from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 
 #: ``on_progress(stage, completed, total)``: the core's progress callback (drawn by the CLI, if at all).
 
@@ -139,7 +140,7 @@ def get_executor(name: str, **options: Any) -> Executor:
     Args:
         name: The engine.
         **options: Engine options: for ``spark`` ``master``, ``session``, ``verbose``, ``config`` (Spark
-            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows`` and ``core.workers``.
+            settings, e.g. ``spark.pyspark.python``); for ``local`` ``batch_rows`` and ``workers``.
 
     Raises:
         InvalidArgumentError: An unknown engine.

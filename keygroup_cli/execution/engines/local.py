@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import pyarrow as pa
 
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.workers import ordered_map, worker_count, workers_within_open_files
+from keygroup_cli.execution.engines.spill import Stretch, read_stretches, write_all
 from keygroup_cli.execution.jobs import model as pipeline
 from keygroup_cli.execution.jobs.model import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
@@ -139,9 +139,8 @@ class LocalExecutor:
         stretches in read-task order, so the written bytes do not depend on which worker ran what.
         """
         # Each reader keeps a spill file open per (new subtask, bucket): as many read at once as fit.
-        count = job.buckets
         readers = workers_within_open_files(
-            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism, count), self.workers
+            pipeline.spill_keys(job.new_max_parallelism, job.new_parallelism, job.buckets), self.workers
         )
         spill.mkdir(parents=True)
         parts = _PartSpill(spill)
@@ -150,40 +149,14 @@ class LocalExecutor:
 
         def read(indexed: tuple[int, Any]) -> int:
             index, task = indexed
-            routed = 0
-            files = parts.files()
-            began: dict[tuple[int, int], int] = {}
-            for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, self.batch_rows):
-                if stop.is_set():
-                    raise _Stopped
-                key = (new_subtask, bucket)
-                out = files.get(key)
-                if out is None:
-                    out = parts.open(new_subtask, bucket)
-                if key not in began:
-                    began[key] = out.tell()
-                written = out.write(part)
-                if written != len(part):  # a raw write may take less than it is given
-                    _write_all(out, memoryview(part)[written or 0 :])
-                del part  # a part is a view of its batch's buffer: let the buffer go with the batch
-                routed += entries
-            parts.record(index, began)
+            routed = _spill_parts(job, index, task, self.batch_rows, parts, stop)
             with lock:
                 progress.advance(job.stage, task.weight)
             return routed
 
         def write(indexed: tuple[int, Any]) -> W:
             j, target = indexed
-
-            def buckets() -> Iterator[memoryview]:
-                for bucket in pipeline.buckets_for(target.key_groups, job.new_max_parallelism, count):
-                    if stop.is_set():
-                        raise _Stopped
-                    if parts.has(j, bucket):
-                        yield parts.read(j, bucket)
-                        parts.release(j, bucket)  # freed in the background while the next is framed
-
-            return pipeline.write_parts(job, j, buckets())
+            return pipeline.write_parts(job, j, _spilled_buckets(job, j, target.key_groups, parts, stop))
 
         try:
             routed = sum(ordered_map(read, list(enumerate(job.reads)), readers, stop))
@@ -196,12 +169,46 @@ class LocalExecutor:
         return pipeline.check_counts(job, routed, files)
 
 
-def _write_all(out: BinaryIO, data: bytes | memoryview) -> None:
-    """Write all of ``data`` to an unbuffered file (a raw write may take less than it is given)."""
-    view = memoryview(data)
-    while view:
-        written = out.write(view)
-        view = view[written or 0 :]
+def _spill_parts(
+    job: KeyedJob[W],
+    index: int,
+    task: pipeline.ReadTask,
+    batch_rows: int,
+    parts: _PartSpill,
+    stop: threading.Event,
+) -> int:
+    """Route read task ``index``'s parts into this thread's spill files; return the entries routed."""
+    routed = 0
+    files = parts.files()
+    began: dict[tuple[int, int], int] = {}
+    for new_subtask, bucket, part, entries in pipeline.route_parts(job, task, batch_rows):
+        if stop.is_set():
+            raise _Stopped
+        key = (new_subtask, bucket)
+        out = files.get(key)
+        if out is None:
+            out = parts.open(new_subtask, bucket)
+        if key not in began:
+            began[key] = out.tell()
+        written = out.write(part)
+        if written != len(part):  # a raw write may take less than it is given
+            write_all(out, memoryview(part)[written or 0 :])
+        del part  # a part is a view of its batch's buffer: let the buffer go with the batch
+        routed += entries
+    parts.record(index, began)
+    return routed
+
+
+def _spilled_buckets(
+    job: KeyedJob[W], new_subtask: int, key_groups: KeyGroupRange, parts: _PartSpill, stop: threading.Event
+) -> Iterator[memoryview]:
+    """Yield new subtask ``new_subtask``'s spilled buckets in order, each freed once the next is asked for."""
+    for bucket in pipeline.buckets_for(key_groups, job.new_max_parallelism, job.buckets):
+        if stop.is_set():
+            raise _Stopped
+        if parts.has(new_subtask, bucket):
+            yield parts.read(new_subtask, bucket)
+            parts.release(new_subtask, bucket)  # freed in the background while the next is framed
 
 
 class _Stopped(Exception):
@@ -278,24 +285,7 @@ class _PartSpill:
     def read(self, new_subtask: int, bucket: int) -> memoryview:
         """Return the bucket's parts back to back, in read-task order."""
         stretches = sorted(self._stretches[(new_subtask, bucket)], key=lambda s: s[0])
-        # Not zeroed (a bytearray is): every byte is read into it next.
-        size = sum(end - start for _task, _path, start, end in stretches)
-        view = memoryview(np.empty(size, dtype=np.uint8))  # type: ignore[arg-type]
-        at = 0
-        handles: dict[Path, Any] = {}
-        try:
-            for _task, path, start, end in stretches:
-                fh = handles.get(path)
-                if fh is None:
-                    fh = handles[path] = path.open("rb", buffering=0)
-                fh.seek(start)
-                if fh.readinto(view[at : at + end - start]) != end - start:
-                    raise OSError(f"{path}: a spill file is shorter than what was written to it")
-                at += end - start
-        finally:
-            for fh in handles.values():
-                fh.close()
-        return view
+        return read_stretches(Stretch(str(path), start, end - start) for _task, path, start, end in stretches)
 
 
 def _read_spilled(

@@ -122,7 +122,7 @@ class WriteTask(Protocol[W_co]):
         ...
 
     def write(self, rows: Iterable[Rows]) -> W_co:
-        """Encode ``core.schema`` (ascending by key group, all within ``key_groups``) and describe the file."""
+        """Encode ``rows`` (ascending by key group, all within ``key_groups``) and describe the file."""
         ...
 
 

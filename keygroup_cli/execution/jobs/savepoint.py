@@ -35,17 +35,23 @@ import pyarrow as pa
 
 from keygroup_cli.core.errors import InvalidSnapshotError
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_codes
-from keygroup_cli.core.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
+from keygroup_cli.core.keygroups import (
+    KeyGroupRange,
+    key_group_range_for_operator_index,
+    key_groups_for_hashes,
+)
 from keygroup_cli.execution.jobs.model import KeyedJob, Rows, rekeyed
-from keygroup_cli.flink.keyed.entries import Entries
-from keygroup_cli.flink.keyed.header import KeyedStateHeader
-from keygroup_cli.flink.keyed.layout import KeyedLayout
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-from keygroup_cli.flink.metadata.reader import OperatorState
-from keygroup_cli.flink.savepoint import KeyedStream, Savepoint
-from keygroup_cli.flink.write.keyed_tasks import (
+from keygroup_cli.flink import (
+    Entries,
+    FlinkSnapshot,
+    KeyedLayout,
     KeyedReadTask,
+    KeyedStateHeader,
+    KeyedStream,
     KeyedWriteTask,
+    OperatorState,
+    Savepoint,
+    WrittenDatabase,
     WrittenKeyedFile,
     intersecting_tasks,
     read_entries_task,
@@ -54,9 +60,9 @@ from keygroup_cli.flink.write.keyed_tasks import (
     read_tasks,
     require_stored_key_groups,
     write_keyed_task,
+    write_native_task,
     write_parts_task,
 )
-from keygroup_cli.flink.write.native import WrittenDatabase, write_native_task
 
 #: The progress stage of a savepoint's keyed jobs (all operators add up, in bytes read).
 STAGE = "re-hash keyed state (bytes)"
@@ -147,7 +153,7 @@ class FlinkPartWrite(KeyedWriteTask):
     state_names: tuple[str, ...] = ()
 
     def write(self, rows: Iterable[Any]) -> WrittenKeyedFile:
-        """Frame ``core.schema`` (each a bucket's parts, back to back) into ``root/name``; return its handle.
+        """Frame ``rows`` (each a bucket's parts, back to back) into ``root/name``; return its handle.
 
         Raises:
             InvalidSnapshotError: Entries outside the range, out of order, or of a state the header lacks.
@@ -160,7 +166,7 @@ class FlinkKeyedWrite(KeyedWriteTask):
     """One new subtask's keyed file of a savepoint, as the pipeline writes it."""
 
     def write(self, rows: Iterable[Rows]) -> WrittenKeyedFile:
-        """Encode ``core.schema`` into ``root/name``; return its handle, size and rows.
+        """Encode ``rows`` into ``root/name``; return its handle, size and rows.
 
         Raises:
             InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
@@ -173,7 +179,7 @@ class FlinkEntryWrite(KeyedWriteTask):
     """One new subtask's keyed file, built from entry batches (the byte route)."""
 
     def write(self, rows: Iterable[Rows]) -> WrittenKeyedFile:
-        """Frame ``core.schema`` (entry batches) into ``root/name``'s blocks; return its handle, size and entries.
+        """Frame ``rows`` (entry batches) into ``root/name``'s blocks; return its handle, size and entries.
 
         Raises:
             InvalidSnapshotError: Entries outside the range, unsorted, or of a state the header lacks.
@@ -191,7 +197,7 @@ class FlinkNativeWrite(KeyedWriteTask):
     entries: bool = False
 
     def write(self, rows: Iterable[Rows]) -> WrittenDatabase:
-        """Encode ``core.schema`` into ``root/name``, build the database from it, remove it; return the handle.
+        """Encode ``rows`` into ``root/name``, build the database from it, remove it; return the handle.
 
         Raises:
             InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
@@ -252,38 +258,15 @@ def plan_keyed_jobs(
     jobs: list[KeyedJob[Any]] = []
     for op in savepoint.metadata.operators:
         streams = sorted(opened.keyed_streams.get(op.operator_id, ()), key=lambda s: s.handle.key_group_start)
-        if streams:
-            header = _operator_header(f"{savepoint.metadata_path}: operator {op.label!r}", streams)
-            new_p, new_max = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
-            target = (new_p, new_max)
-            if native_checkpoint is not None:
-                jobs.append(
-                    _native_job(
-                        op,
-                        streams,
-                        header,
-                        root,
-                        output_root,
-                        target,
-                        native_checkpoint,
-                        pieces=pieces,
-                        min_piece_bytes=min_piece_bytes,
-                    )
-                )
-            else:
-                jobs.append(
-                    _operator_job(
-                        op,
-                        streams,
-                        header,
-                        root,
-                        output_root,
-                        target,
-                        compression,
-                        pieces=pieces,
-                        min_piece_bytes=min_piece_bytes,
-                    )
-                )
+        if not streams:
+            continue
+        header = _operator_header(f"{savepoint.metadata_path}: operator {op.label!r}", streams)
+        target = targets.get(op.operator_id, (op.parallelism, op.max_parallelism))
+        cut = {"pieces": pieces, "min_piece_bytes": min_piece_bytes}
+        if native_checkpoint is not None:
+            jobs.append(_native_job(op, streams, header, root, output_root, target, native_checkpoint, **cut))
+        else:
+            jobs.append(_operator_job(op, streams, header, root, output_root, target, compression, **cut))
     return jobs
 
 
@@ -327,13 +310,7 @@ def _operator_job(
     compressed = parsed.compressed if compression is None else compression
     as_bytes = new_max != op.max_parallelism and byte_route_applies(streams, layout)
     read_class = FlinkPartRead if as_bytes else FlinkKeyedRead
-    reads = [
-        read_class.of(task)
-        for index, stream in enumerate(streams)
-        for task in read_tasks(
-            root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header, min_piece_bytes
-        )
-    ]
+    reads = _piece_reads(read_class, op, streams, root, pieces, min_piece_bytes)
     names = tuple(s.name for s in layout.states)
     writes: list[FlinkPartWrite | FlinkKeyedWrite] = []
     for j in range(new_p):
@@ -383,26 +360,9 @@ def _native_job(
     read_class = FlinkEntryRead if as_bytes else FlinkKeyedRead
     feeds: tuple[tuple[int, ...], ...] | None = None
     if same_max:
-        # Key groups keep their numbers: each new subtask reads the overlaps of the old files with its
-        # range, in key-group order (the old ranges are disjoint), and writes as it reads.
-        fed: list[list[int]] = [[] for _ in range(new_p)]
-        reads: list[FlinkKeyedRead] = []
-        for stream in streams:
-            cut = intersecting_tasks(
-                root, stream.handle, op.max_parallelism, ranges, len(reads), stream.raw_header
-            )
-            for subtask, task in cut:
-                fed[subtask].append(len(reads))
-                reads.append(read_class.of(task))
-        feeds = tuple(tuple(f) for f in fed)
+        reads, feeds = _intersecting_reads(read_class, op, streams, root, ranges)
     else:
-        reads = [
-            read_class.of(task)
-            for index, stream in enumerate(streams)
-            for task in read_tasks(
-                root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header, min_piece_bytes
-            )
-        ]
+        reads = _piece_reads(read_class, op, streams, root, pieces, min_piece_bytes)
     writes = [
         FlinkNativeWrite(
             output_root, str(uuid.uuid4()), j, raw, new_max, ranges[j], False, checkpoint_id, as_bytes
@@ -422,6 +382,48 @@ def _native_job(
         NATIVE_STAGE,
         feeds,
     )
+
+
+def _piece_reads(
+    read_class: type[FlinkKeyedRead],
+    op: OperatorState,
+    streams: list[KeyedStream],
+    root: str,
+    pieces: int,
+    min_piece_bytes: int,
+) -> list[FlinkKeyedRead]:
+    """Return the read tasks of ``op``'s old files, each file cut into pieces (see ``plan_keyed_jobs``)."""
+    return [
+        read_class.of(task)
+        for index, stream in enumerate(streams)
+        for task in read_tasks(
+            root, stream.handle, op.max_parallelism, index, pieces, stream.raw_header, min_piece_bytes
+        )
+    ]
+
+
+def _intersecting_reads(
+    read_class: type[FlinkKeyedRead],
+    op: OperatorState,
+    streams: list[KeyedStream],
+    root: str,
+    ranges: list[KeyGroupRange],
+) -> tuple[list[FlinkKeyedRead], tuple[tuple[int, ...], ...]]:
+    """Return the read tasks of a job that keeps maxParallelism, and which of them feed each new subtask.
+
+    Key groups keep their numbers: each new subtask reads the overlaps of the old files with its range, in
+    key-group order (the old ranges are disjoint), and writes as it reads.
+    """
+    fed: list[list[int]] = [[] for _ in ranges]
+    reads: list[FlinkKeyedRead] = []
+    for stream in streams:
+        cut = intersecting_tasks(
+            root, stream.handle, op.max_parallelism, ranges, len(reads), stream.raw_header
+        )
+        for subtask, task in cut:
+            fed[subtask].append(len(reads))
+            reads.append(read_class.of(task))
+    return reads, tuple(tuple(f) for f in fed)
 
 
 __all__ = [

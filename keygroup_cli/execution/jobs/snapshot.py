@@ -138,7 +138,7 @@ class ParquetKeyedWrite:
     state_names: tuple[str, ...]
 
     def write(self, rows: Iterable[Rows]) -> WrittenParquetFile:
-        """Write ``core.schema`` (ascending by key group); a subtask without rows has no keyed file.
+        """Write ``rows`` (ascending by key group); a subtask without rows has no keyed file.
 
         Raises:
             InvalidSnapshotError: Rows outside the range or unsorted.

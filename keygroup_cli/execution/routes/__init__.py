@@ -1,1 +1,4 @@
-"""Routes: open the input once, gate it, plan, run the tasks on an engine, commit. One route per command family."""
+"""Routes: one per command family, each the same spine.
+
+Open the input once, gate it, plan on the driver, run the tasks on an engine, commit on the driver.
+"""

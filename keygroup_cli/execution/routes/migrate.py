@@ -1,4 +1,4 @@
-"""Run an operator surgery (``kg migrate``): open, plan (``planning.plan.migration.plan_migration``), gate, copy, commit.
+"""Run an operator surgery (``kg migrate``): open, plan (``planning.migration.plan_migration``), gate, copy, commit.
 
 The spine of every write: ``open_savepoint`` reads ``_metadata`` once; the plan is complete before anything
 is written; nothing is written from an input ``kg verify`` rejects; then the state files the kept
@@ -35,9 +35,7 @@ from keygroup_cli.assess.summary import is_kg_snapshot
 from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
 from keygroup_cli.core.findings import first_error
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
-from keygroup_cli.flink.io.paths import local_path
-from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.write.commit import seal_in_place, seal_savepoint
+from keygroup_cli.flink import Savepoint, local_path, open_savepoint, seal_in_place, seal_savepoint
 from keygroup_cli.planning.migration import FileCopy, MigrationPlan, MigrationRequest, plan_migration
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -76,7 +74,7 @@ def run_migration(
     """Apply ``request`` to the savepoint or checkpoint ``source`` and commit the result at ``dest``.
 
     Raises:
-        InvalidArgumentError: A change the savepoint refuses (``planning.plan.migration.plan_migration``), or DEST exists,
+        InvalidArgumentError: A change the savepoint refuses (``planning.migration.plan_migration``), or DEST exists,
             holds objects, or lies inside the input; nothing written.
         InvalidSnapshotError: Not a savepoint or checkpoint, a state file is missing, or the input fails
             ``kg verify`` (``INPUT_FAILS_VERIFY``); nothing written.

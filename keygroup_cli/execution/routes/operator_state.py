@@ -1,79 +1,74 @@
-"""The operator state of a savepoint rescale, planned and redistributed in memory on the driver.
+"""The operator state of a savepoint rescale, redistributed in memory on the driver as its plan says.
 
 Operator state is small, so the savepoint -> savepoint rescale keeps it in memory from the decoded input
-streams (``convert.operator_tables``) to the encoded output streams (``flink.write.rescaled``):
-``rescale_operator_tables`` plans the rescale from the savepoint's operators (bounds, ``--from``, operators;
-keyed state was validated before by ``savepoint.preflight``), applies Flink's redistribution of every
-rescaled operator's states (the same ``tasks.redistribute_operator_tables`` the engines apply to a kg
-snapshot) and checks the rows each new subtask holds against the plan, as the commit of a kg snapshot
-rescale does.
+streams (``convert.operator_tables``) to the encoded output streams (``flink.write.rescaled``). Its plan is
+made on the opened savepoint (``planning.savepoint.plan_savepoint_operators``: the handles' states in their
+modes, Flink's redistribution of the elements the streams hold); ``redistribute_savepoint_state`` executes
+that plan on the driver, with the same ``jobs.snapshot.redistribute_operator_tables`` the engines apply to a
+kg snapshot's rows, and checks the rows each new subtask gets against the plan. What it returns is what the
+writer encodes: one ``RescaledOperator`` per operator of the savepoint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 
 import pyarrow as pa
 
-from keygroup_cli.convert.operator_tables import OperatorTables, table_entry
-from keygroup_cli.execution.engines import ExecutionResult, WrittenOperator
+from keygroup_cli.convert.operator_tables import OperatorStateTables, operator_rows
+from keygroup_cli.core.errors import ExecutionError
 from keygroup_cli.execution.jobs.snapshot import redistribute_operator_tables
-from keygroup_cli.execution.routes.snapshot import check_row_counts, rescaled_operators
-from keygroup_cli.planning.plan import RescalePlan, plan_rescale
-from keygroup_cli.snapshot.model import OperatorFile
-from keygroup_cli.snapshot.parquet import conform_operator
+from keygroup_cli.flink import RescaledOperator
+from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
+from keygroup_cli.planning.redistribution import UNION
 
 
-def rescale_operator_tables(
-    state: OperatorTables,
-    new_parallelism: int,
-    *,
-    from_parallelism: int | None = None,
-    operators: Sequence[str] | None = None,
-    new_max_parallelism: int | None = None,
-    with_state: set[str] | None = None,
-) -> tuple[RescalePlan, OperatorTables]:
-    """Plan the rescale of ``state`` and return the plan with the redistributed operator state.
+def redistribute_savepoint_state(
+    held: Mapping[str, OperatorStateTables], plan: RescalePlan
+) -> tuple[RescaledOperator, ...]:
+    """Execute ``plan``'s operator-state redistribution on ``held``; return every operator as it leaves it.
 
-    The arguments are those of ``execution.routes.rescale.rescale``, plus ``with_state``: the ids of the
-    operators that hold state of any kind in the savepoint (keyed state is not in ``state``). The new
-    ``OperatorTables`` has the rescaled operators (new parallelism and maxParallelism, union states
-    marked replicated) and the rows of every new subtask; operators that are not rescaled keep theirs.
+    An operator that is not rescaled, or whose operator state stays as it is, keeps its rows; a rescaled
+    one gets the rows its plan deals each new subtask, its union states then held whole by every one of
+    them (``replicated``: the writer keeps one copy). A rescaled operator without operator state gets none.
 
     Raises:
-        InvalidArgumentError: Bad arguments (see ``planning.plan.plan_rescale``).
-        ExecutionError: The redistributed rows differ from the plan (``OUTPUT_VERIFICATION_FAILED``).
+        ExecutionError: The rows of a new subtask differ from the plan (``OUTPUT_VERIFICATION_FAILED``).
     """
-    plan = plan_rescale(
-        state,
-        new_parallelism,
-        operators,
-        new_max_parallelism,
-        expected_parallelism=from_parallelism,
-        operator_state_counts=state.state_counts(),
-        with_state=with_state,
-    )
-    tables: dict[str, pa.Table] = {}
-    written = []
+    operators = []
     for op_plan in plan.operators:
-        op = state.operator(op_plan.operator_id)
-        assert op is not None
-        files: tuple[OperatorFile, ...] = ()
+        state = held.get(op_plan.operator_id)
+        old = dict(state.tables) if state is not None else {}
         state_plan = op_plan.operator_state
+        replicated: frozenset[str] = frozenset()
         if not op_plan.rescaled or (state_plan is not None and state_plan.unchanged):
-            files = op.operator_files
-            tables.update((f.path, state.operator_table(f)) for f in files)
-        elif state_plan is not None:
-            old = {f.subtask: state.operator_table(f) for f in op.operator_files}
-            new_files = []
-            for subtask, rows in redistribute_operator_tables(old, op_plan).items():
-                table = conform_operator(rows)
-                entry = table_entry(op.operator_id, subtask, table)
-                tables[entry.path] = table
-                new_files.append(entry)
-            files = tuple(new_files)
-        written.append(WrittenOperator(op.operator_id, (), files))
-    rescaled = rescaled_operators(state.operators, plan, ExecutionResult("driver", tuple(written)))
-    check_row_counts(state.operators, plan, rescaled)
-    return plan, replace(state, operators=rescaled, tables=tables)
+            tables = old
+        elif state_plan is not None and state is not None:
+            moved = redistribute_operator_tables(old, op_plan)
+            tables = {subtask: operator_rows(rows) for subtask, rows in moved.items()}
+            replicated = frozenset(s.name for s in state.states if s.kind == UNION)
+            _check_rows(op_plan, tables)
+        else:
+            tables = {}
+        new = RescaledOperator(
+            op_plan.operator_id, op_plan.new_parallelism, op_plan.new_max_parallelism, tables, replicated
+        )
+        operators.append(new)
+    return tuple(operators)
+
+
+def _check_rows(op_plan: OperatorPlan, tables: Mapping[int, pa.Table]) -> None:
+    """Refuse redistributed rows that differ, subtask by subtask, from what the plan deals out."""
+    assert op_plan.operator_state is not None
+    rows = [0] * op_plan.new_parallelism
+    for subtask, table in tables.items():
+        rows[subtask] = table.num_rows
+    if rows != list(op_plan.operator_state.new_counts):
+        raise ExecutionError(
+            f"output verification failed: operator {op_plan.label!r}: operator-state rows per subtask "
+            "differ from the plan",
+            code="OUTPUT_VERIFICATION_FAILED",
+        )
+
+
+__all__ = ["redistribute_savepoint_state"]

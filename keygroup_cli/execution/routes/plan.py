@@ -30,10 +30,9 @@ from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.execution.routes.savepoint import OpenedInput, open_input
 from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
-from keygroup_cli.flink.layouts.heap import needs_canonical_view
-from keygroup_cli.flink.savepoint import Savepoint, try_open_savepoint
+from keygroup_cli.flink import Savepoint, needs_canonical_view, try_open_savepoint
 from keygroup_cli.planning.migration import MigrationRequest, apply_changes, operate, refuse_kg_snapshot
-from keygroup_cli.planning.plan import RescalePlan, plan_rescale
+from keygroup_cli.planning.plan import RescalePlan, plan_snapshot
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import Snapshot
@@ -160,7 +159,7 @@ def open_rescale_input(
     """Open the input once (``_metadata`` only) and choose its route; refuse what needs no more than that.
 
     Refused here, before anything is downloaded, staged or read beyond ``_metadata``: DEST inside the
-    input, the surgery (``planning.plan.migration.apply_changes``), surgery or ``--format native`` for a kg snapshot.
+    input, the surgery (``planning.migration.apply_changes``), surgery or ``--format native`` for a kg snapshot.
     A local input is named by its absolute path (tasks may run elsewhere, in their own directories).
 
     Raises:
@@ -243,7 +242,7 @@ def _open(
         # A plan opens a canonical savepoint as the run does, copying nothing: no scratch is used (one
         # that were would fail, not write).
         where = scratch if scratch is not None else _NO_SCRATCH
-        return open_input(savepoint, where, request.new_max_parallelism, report, label, request, copy=copy)
+        return open_input(savepoint, where, request, report, label, copy=copy)
     # A plan of a heap or RocksDB layout: open_input's surgery and gate, without its canonical rewrite.
     operated = operate(savepoint, request.surgery, request.operators)
     origin = operated.savepoint
@@ -258,21 +257,11 @@ def _plan_snapshot(rescale_input: RescaleInput, request: RescaleRequest) -> Plan
     source = rescale_input.source
     if isinstance(source, Snapshot) or not is_remote(source):
         snapshot = source if isinstance(source, Snapshot) else open_snapshot(source)
-        return PlannedRescale(_snapshot_plan(snapshot, request), rescale_input, request, snapshot=snapshot)
+        return PlannedRescale(plan_snapshot(snapshot, request), rescale_input, request, snapshot=snapshot)
     # On an object store only the manifest and the (small) operator-state files are fetched.
     with readable(source, everything=False, operator_state=True) as local:
-        planned = _snapshot_plan(open_snapshot(local), request)
+        planned = plan_snapshot(open_snapshot(local), request)
     return PlannedRescale(planned, rescale_input, request)
-
-
-def _snapshot_plan(snapshot: Snapshot, request: RescaleRequest) -> RescalePlan:
-    return plan_rescale(
-        snapshot,
-        request.new_parallelism,
-        request.operators,
-        request.new_max_parallelism,
-        expected_parallelism=request.from_parallelism,
-    )
 
 
 def require_savepoint_for(output_format: str, label: str) -> None:

@@ -45,7 +45,7 @@ from keygroup_cli.execution.routes.snapshot import (
     verify_input,
     verify_output,
 )
-from keygroup_cli.flink.savepoint import try_open_savepoint
+from keygroup_cli.flink import try_open_savepoint
 from keygroup_cli.planning.migration import MigrationRequest
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot.model import Snapshot

@@ -9,9 +9,10 @@
    (what ``kg plan`` prints); this module opens the input (``open_input``) and executes the plan
    (``execute_savepoint_plan``).
 2. **Operator state** (small) is decoded into memory on the driver when the savepoint is opened
-   (``convert.operator_tables``), planned and redistributed there exactly as for a kg snapshot
-   (``operator_rescale``), and encoded into the new savepoint's operator-state streams at the commit under
-   the header bytes read when it was opened. No kg snapshot or manifest is made on the way.
+   (``convert.operator_tables``), planned on the savepoint's own handles and streams
+   (``planning.savepoint``), redistributed there as Flink does (``operator_state``), and encoded into the
+   new savepoint's operator-state streams at the commit under the header bytes read when it was opened. No
+   kg snapshot, manifest or kg operator model is made on the way; the result is a ``SavepointRescaleResult``.
 3. **Keyed state** never passes through a kg snapshot. With the same maxParallelism the key groups' blocks
    are copied as bytes (``flink.write.regroup``), after every block of the input passed ``kg verify``'s check.
    With a new one, the engine runs the tasks of ``execution.jobs.savepoint``: read tasks decode key-group
@@ -34,7 +35,7 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli import __version__
 from keygroup_cli.assess.integrity import require_intact
 from keygroup_cli.convert.from_savepoint import (
-    ConvertResult,
     check_convertible,
     check_destination,
     refuse_channel_state,
@@ -55,23 +55,33 @@ from keygroup_cli.execution.engines import Executor, PendingExecutor, choose_eng
 from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES, KeyedJob
 from keygroup_cli.execution.jobs.savepoint import plan_keyed_jobs
 from keygroup_cli.execution.options import EngineOptions
-from keygroup_cli.execution.routes.snapshot import RescaleResult, rescale_origin
-from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
-from keygroup_cli.flink.keyed.header import KeyedStateHeader
-from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
-from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-from keygroup_cli.flink.metadata.reader import CheckpointMetadata
-from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.write.commit import SealedSavepoint, check_output, seal_savepoint
-from keygroup_cli.flink.write.native import as_native
-from keygroup_cli.flink.write.raw_timers import write_raw_timers
-from keygroup_cli.flink.write.regroup import RegroupedFile, regroup_keyed_state, shared_keyed_header
-from keygroup_cli.flink.write.rescaled import RescaledOperator, WrittenState, write_rescaled
+from keygroup_cli.execution.routes.snapshot import RescaleResult, SavepointRescaleResult, rescale_origin
+from keygroup_cli.flink import (
+    CheckpointMetadata,
+    FlinkSnapshot,
+    KeyedStateHeader,
+    OperatorStateHandle,
+    RegroupedFile,
+    RelativeFileHandle,
+    RescaledOperator,
+    Savepoint,
+    SealedSavepoint,
+    WrittenState,
+    as_native,
+    canonical_view,
+    check_output,
+    needs_canonical_view,
+    open_savepoint,
+    regroup_keyed_state,
+    seal_savepoint,
+    shared_keyed_header,
+    write_raw_timers,
+    write_rescaled,
+)
 from keygroup_cli.planning.migration import OperatorChange, operate
 from keygroup_cli.planning.plan import operator_target, select_operators, validate_operator_request
 from keygroup_cli.planning.request import RescaleRequest
-from keygroup_cli.snapshot.model import Manifest
+from keygroup_cli.snapshot.model import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
@@ -84,15 +94,9 @@ METADATA = "_metadata"
 
 
 def preflight(
-    savepoint: FlinkSnapshot,
-    new_parallelism: int,
-    operators: Sequence[str] | None = None,
-    new_max_parallelism: int | None = None,
-    *,
-    expected_parallelism: int | None = None,
-    types: Mapping[str, str] | None = None,
+    savepoint: FlinkSnapshot, request: RescaleRequest, *, types: Mapping[str, str] | None = None
 ) -> None:
-    """Refuse a savepoint rescale that cannot succeed, reading only ``_metadata`` and keyed headers.
+    """Refuse ``request`` on a savepoint if it cannot succeed, reading only ``_metadata`` and keyed headers.
 
     ``types`` are the operators' key types by id when the caller read them already (the dry-run reads
     them from a heap or RocksDB layout's own headers, ``execution.routes.savepoint_plan``); by default they are
@@ -104,27 +108,23 @@ def preflight(
     """
     check_convertible(savepoint, raw_keyed=True)  # timers in raw keyed state: flink.write.raw_timers
     all_operators = savepoint.metadata.operators
-    with_state = operators_with_state(savepoint)
+    with_state = set(Savepoint.of(savepoint).with_state)
+    operators, new_max_parallelism = request.operators, request.new_max_parallelism
     selected = select_operators(
-        all_operators, operators, expected_parallelism, with_state, new_max_parallelism
+        all_operators, operators, request.from_parallelism, with_state, new_max_parallelism
     )
     if types is None:
         types = Savepoint.of(savepoint).key_types
     for op in all_operators:
-        target = operator_target(op, selected, operators, new_parallelism, new_max_parallelism)
+        target = operator_target(op, selected, operators, request.new_parallelism, new_max_parallelism)
         if target is not None:
             validate_operator_request(
                 op,
                 types.get(op.operator_id),
                 target,
                 new_max_parallelism,
-                expected_parallelism if op.operator_id in selected else None,
+                request.from_parallelism if op.operator_id in selected else None,
             )
-
-
-def operators_with_state(savepoint: FlinkSnapshot) -> set[str]:
-    """Return the ids of the operators whose subtasks hold state (what decides chain followers)."""
-    return set(Savepoint.of(savepoint).with_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,7 @@ class OpenedInput:
     copy_headers: dict[str, bytes] | None
     #: How the input is named in messages (a copied block that fails the check names it so).
     label: str = ""
-    #: The operator surgery applied to ``origin`` (``planning.plan.migration.operate``): what the plan reports.
+    #: The operator surgery applied to ``origin`` (``planning.migration.operate``): what the plan reports.
     changes: tuple[OperatorChange, ...] = ()
     #: ``--operator`` as it names operators after the surgery (None: every operator).
     operators: tuple[str, ...] | None = None
@@ -148,17 +148,16 @@ class OpenedInput:
 def open_input(
     source: Path | str | Savepoint,
     scratch: Path,
-    new_max_parallelism: int | None,
+    request: RescaleRequest,
     report: OnProgress,
     label: str | None = None,
-    request: RescaleRequest | None = None,
     *,
     copy: bool = True,
 ) -> OpenedInput:
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
 
     The request's operator surgery (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
-    savepoint first, in memory (``planning.plan.migration.operate``): what follows reads, plans and writes the
+    savepoint first, in memory (``planning.migration.operate``): what follows reads, plans and writes the
     operators as the surgery leaves them, from the same files, in the same pass. ``copy=False``: never
     copy key groups as bytes (``--format native``: the engine's tasks write every subtask), so
     ``copy_headers`` is None.
@@ -171,12 +170,13 @@ def open_input(
     Raises:
         InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
         UnsupportedFormatError: A format kg does not read, or channel state at a parallelism change.
-        InvalidArgumentError: A change the surgery refuses (``planning.plan.migration.apply_changes``); nothing read
+        InvalidArgumentError: A change the surgery refuses (``planning.migration.apply_changes``); nothing read
             beyond ``_metadata``.
     """
     origin = source if isinstance(source, Savepoint) else open_savepoint(source)
-    operated = operate(origin, request.surgery, request.operators) if request else operate(origin, None)
+    operated = operate(origin, request.surgery, request.operators)
     origin = operated.savepoint
+    new_max_parallelism = request.new_max_parallelism
     changes, operators = operated.changes, operated.operators
     canonical = not needs_canonical_view(origin)
     headers = _copyable(origin, new_max_parallelism) if canonical and copy else None
@@ -429,7 +429,7 @@ class _Keyed:
     def write(
         self, executor: Executor, staging: Path, scratch: Path, report: OnProgress, workers: int
     ) -> None:
-        """Copy the key groups as bytes (``core.workers`` threads), or run the engine's tasks; keep the files."""
+        """Copy the key groups as bytes (``workers`` threads), or run the engine's tasks; keep the files."""
         if self.opened.copy_headers is not None:
             headers, targets = self.opened.copy_headers, self.planned.targets
             self.files = _regroup_all(self.opened, headers, targets, staging, self.sizes, report, workers)
@@ -467,10 +467,9 @@ class _Keyed:
 
 def _written(
     opened: OpenedInput, dest: Path | str, written: WrittenState, sealed: SealedSavepoint, keyed: _Keyed
-) -> ConvertResult:
-    """Return what the rescale wrote at ``dest``, counted as ``kg convert`` counts a savepoint it writes."""
-    return ConvertResult(
-        "to-flink",
+) -> SavepointRescaleResult:
+    """Return what the rescale wrote at ``dest``: the sealed ``_metadata`` and what its streams hold."""
+    return SavepointRescaleResult(
         str(opened.origin.directory),
         str(dest),
         len(sealed.metadata.operators),
@@ -486,13 +485,7 @@ def _written(
 
 def rescaled_operators(planned: SavepointPlan) -> list[RescaledOperator]:
     """Return every operator of the new savepoint as the plan leaves it, for ``flink.write.rescaled``."""
-    operators = []
-    for op in planned.rescaled.operators:
-        replicated = frozenset(s.name for s in op.states if s.replicated)
-        tables = planned.rescaled.subtask_tables(op.operator_id)
-        new = RescaledOperator(op.operator_id, op.parallelism, op.max_parallelism, tables, replicated)
-        operators.append(new)
-    return operators
+    return list(planned.operators)
 
 
 def _described(
@@ -510,12 +503,37 @@ def _described(
         if isinstance(sub.managed_operator_state, OperatorStateHandle)
         and isinstance(sub.managed_operator_state.delegate, RelativeFileHandle)
     }
+    by_id = {op.operator_id: op for op in opened.savepoint.metadata.operators}
     operators = []
-    for op in planned.rescaled.operators:
-        files = tuple(
-            replace(f, bytes=sizes.get((op.operator_id, f.subtask), f.bytes)) for f in op.operator_files
+    for new in planned.operators:
+        old = by_id[new.operator_id]
+        held = planned.operator_state.get(new.operator_id)
+        states = tuple(
+            StateDescriptor(s.name, s.kind, {"replicated": True} if s.name in new.replicated else {})
+            for s in (held.states if held is not None else ())
         )
-        operators.append(replace(op, operator_files=files))
+        files = tuple(
+            OperatorFile(
+                subtask,
+                f"{new.operator_id}/operator-{subtask:05d}",
+                table.num_rows,
+                sizes.get((new.operator_id, subtask), table.nbytes),
+                "",
+            )
+            for subtask, table in sorted(new.tables.items())
+        )
+        operators.append(
+            Operator(
+                uid=old.uid,
+                operator_id=old.operator_id,
+                name=old.name,
+                parallelism=new.parallelism,
+                max_parallelism=new.max_parallelism,
+                key_type=None,
+                states=states,
+                operator_files=files,
+            )
+        )
     origin = opened.origin
     kind = "flink-savepoint" if origin.is_savepoint else "flink-checkpoint"
     source = {"kind": kind, "path": str(origin.directory), "metadata_version": origin.metadata.version}

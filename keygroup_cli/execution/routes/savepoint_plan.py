@@ -9,8 +9,9 @@ order:
 1. ``--format native`` without the ``rocksdict`` binding (exit 6);
 2. ``preflight``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it can
    re-hash, ``CHAIN_AMBIGUOUS``;
-3. operator state (small, decoded once when the savepoint was opened) redistributed exactly as Flink does
-   (``operator_rescale.rescale_operator_tables``, which checks every operator stream as ``kg verify``);
+3. operator state (small, decoded once when the savepoint was opened, every stream checked as ``kg verify``
+   checks it) planned on the savepoint's own handles (``planning.savepoint.plan_savepoint_operators``) and
+   redistributed exactly as Flink does, on the driver (``operator_state.redistribute_savepoint_state``);
 4. ``finished.require_finished_kept``;
 5. state of the async state API in a canonical output (``FLINK_V2_STATE_CANONICAL``);
 6. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read
@@ -33,32 +34,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from keygroup_cli.convert.operator_tables import OperatorTables, read_operator_tables
+from keygroup_cli.convert.operator_tables import OperatorStateTables, read_operator_state
 from keygroup_cli.core.progress import OnProgress
-from keygroup_cli.execution.routes.operator_state import rescale_operator_tables
+from keygroup_cli.execution.routes.operator_state import redistribute_savepoint_state
 from keygroup_cli.execution.routes.savepoint import (
     OpenedInput,
     keyed_headers,
-    operators_with_state,
     preflight,
     refuse_v2_state_in_canonical,
 )
-from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
-from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
-from keygroup_cli.flink.keyed.key_group_bytes import operator_key_group_bytes
-from keygroup_cli.flink.keyed.layout import KeyedLayout
-from keygroup_cli.flink.layouts.heap import needs_canonical_view
-from keygroup_cli.flink.layouts.rocksdb import load_binding
-from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
-from keygroup_cli.flink.metadata.reader import OperatorState
-from keygroup_cli.flink.savepoint import Savepoint
-from keygroup_cli.flink.write.finished import require_finished_kept
-from keygroup_cli.flink.write.keyed_tasks import keyed_header
-from keygroup_cli.flink.write.raw_timers import RawTimers, plan_raw_timers
+from keygroup_cli.flink import (
+    FlinkSnapshot,
+    IncrementalKeyedHandle,
+    KeyedLayout,
+    KeyedStateHeader,
+    KeyGroupsHandle,
+    OperatorState,
+    RawTimers,
+    RescaledOperator,
+    Savepoint,
+    StreamSource,
+    keyed_header,
+    load_binding,
+    needs_canonical_view,
+    operator_key_group_bytes,
+    plan_raw_timers,
+    read_keyed_header,
+    require_finished_kept,
+)
 from keygroup_cli.planning.plan import OperatorPlan, RescalePlan, plan_key_groups
 from keygroup_cli.planning.request import RescaleRequest
+from keygroup_cli.planning.savepoint import plan_savepoint_operators
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,11 @@ class SavepointPlan:
 
     #: kg's plan (what ``kg plan`` prints): every operator's new parallelism, key groups, operator state.
     plan: RescalePlan
-    #: The operator state redistributed, in memory, by operator and new subtask.
-    rescaled: OperatorTables
+    #: Every operator of the new savepoint, in ``_metadata``'s order: its operator state redistributed in
+    #: memory by new subtask (what ``flink.write.rescaled`` encodes).
+    operators: tuple[RescaledOperator, ...]
+    #: The input's operator state as it was held (its states, rows by old subtask), by operator id.
+    operator_state: Mapping[str, OperatorStateTables]
     #: The new (parallelism, maxParallelism) of every operator, by id.
     targets: Mapping[str, tuple[int, int]]
     #: Timers kept in raw keyed state, placed in the new key groups (``flink.write.raw_timers``), by operator id.
@@ -98,22 +107,17 @@ def plan_savepoint(
     if native:
         load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
     types = _validated(savepoint, request)
-    # Operator state (small) was decoded once when the input was opened; it is redistributed in memory.
-    state = read_operator_tables(
+    # Operator state (small) was decoded once when the input was opened: planned on the savepoint's own
+    # handles and streams, then redistributed in memory on the driver.
+    held = read_operator_state(
         savepoint, origin=opened.origin, on_progress=_stage(on_progress, "read operator state")
     )
-    plan, rescaled = rescale_operator_tables(
-        state,
-        request.new_parallelism,
-        from_parallelism=request.from_parallelism,
-        operators=request.operators,
-        new_max_parallelism=request.new_max_parallelism,
-        with_state=operators_with_state(savepoint),
-    )
+    plan = plan_savepoint_operators(savepoint, request, held, types)
+    rescaled = redistribute_savepoint_state(held, plan)
     targets = {p.operator_id: (p.new_parallelism, p.new_max_parallelism) for p in plan.operators}
     # A partially finished operator keeps a finished subtask, one that gets no state: refused before any
     # keyed file is written where none is left (flink.write.finished).
-    new_rows = {o.operator_id: {f.subtask: f.rows for f in o.operator_files} for o in rescaled.operators}
+    new_rows = {o.operator_id: {i: t.num_rows for i, t in o.tables.items()} for o in rescaled}
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
     if not native:
         headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
@@ -128,7 +132,7 @@ def plan_savepoint(
         for op_plan in plan.operators
     )
     plan = replace(plan, operators=planned, surgery=opened.changes)
-    return SavepointPlan(plan, rescaled, targets, timers, native)
+    return SavepointPlan(plan, rescaled, held, targets, timers, native)
 
 
 def _validated(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
@@ -143,14 +147,7 @@ def _validated(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
     else:
         types = dict(savepoint.key_types)
         checked = savepoint
-    preflight(
-        checked,
-        request.new_parallelism,
-        request.operators,
-        request.new_max_parallelism,
-        expected_parallelism=request.from_parallelism,
-        types=types,
-    )
+    preflight(checked, request, types=types)
     return types
 
 

@@ -37,8 +37,7 @@ from keygroup_cli.execution.engines import (
 from keygroup_cli.execution.jobs import snapshot as tasks
 from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES
 from keygroup_cli.execution.options import EngineOptions
-from keygroup_cli.planning.plan import OperatorPlan, RescalePlan, plan_rescale
-from keygroup_cli.snapshot import open_snapshot
+from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
 from keygroup_cli.snapshot.checksums import file_digest, verify_file
 from keygroup_cli.snapshot.manifest import write_manifest
 from keygroup_cli.snapshot.model import (
@@ -49,10 +48,33 @@ from keygroup_cli.snapshot.model import (
     Snapshot,
     StateDescriptor,
 )
-from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input, staged_directory
+from keygroup_cli.storage.staging import staged_directory
 
 if TYPE_CHECKING:
-    from keygroup_cli.convert.from_savepoint import ConvertResult
+    from keygroup_cli.flink import CheckpointMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointRescaleResult:
+    """What a savepoint rescale wrote: the new savepoint's ``_metadata`` and what its streams hold."""
+
+    #: The savepoint or checkpoint rescaled, and the new savepoint (a local path or an object-store URI).
+    input: str
+    output: str
+    #: Operators in the new ``_metadata`` (all of them, with state or not).
+    operators: int
+    #: Keyed-state files written, and the entries they hold (0 where key groups were copied as bytes).
+    keyed_files: int
+    keyed_rows: int
+    #: Operator-state streams written, and their elements.
+    operator_files: int
+    operator_rows: int
+    #: Bytes of the state files written.
+    bytes: int
+    #: Whether operator state was written snappy-compressed (None: no stream written).
+    compressed: bool | None
+    #: The new savepoint's ``_metadata``, as sealed.
+    metadata: CheckpointMetadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +90,7 @@ class RescaleResult:
     #: Why ``engine`` ran: "default engine", "--engine spark", "key groups copied as bytes; no JVM needed"...
     engine_reason: str = ""
     #: For a Flink savepoint input: what was written at ``output`` (``manifest`` is kg's view of it).
-    savepoint: ConvertResult | None = None
+    savepoint: SavepointRescaleResult | None = None
     #: For a savepoint rescale, the keyed files written per operator: bytes per new subtask. With the same
     #: maxParallelism key groups are copied as bytes (rows not decoded, so not counted).
     regrouped: Mapping[str, tuple[int, ...]] | None = None
@@ -82,50 +104,6 @@ class RescaleResult:
         op = self.manifest.operator(operator_id)
         assert op is not None
         return op
-
-
-def rescale_snapshot(
-    source: Path | str | Snapshot,
-    dest: Path | str,
-    new_parallelism: int,
-    *,
-    from_parallelism: int | None = None,
-    operators: Sequence[str] | None = None,
-    new_max_parallelism: int | None = None,
-    engine: str | EngineChoice | None = None,
-    master: str | None = None,
-    spark: Any = None,
-    spark_conf: Mapping[str, str] | None = None,
-    verbose: bool = False,
-    on_progress: OnProgress | None = None,
-    executor: Executor | None = None,
-) -> RescaleResult:
-    """Rescale the local kg snapshot ``source`` to ``new_parallelism`` and commit the result at ``dest``.
-
-    The arguments are those of ``keygroup_cli.execution.routes.rescale.rescale`` (the entry point, which calls
-    this for kg snapshots); ``source`` is a directory, its ``_manifest.json``, or an opened ``Snapshot``.
-
-    Raises:
-        InvalidArgumentError: Bad arguments or DEST exists (nothing written).
-        InvalidSnapshotError: The input is invalid or a file fails its checksum (nothing written).
-        UnsupportedFormatError: A maxParallelism change for binary keys (nothing written).
-        MissingDependencyError: Spark/Java missing or broken (nothing written).
-        ExecutionError: Writing or verifying failed (nothing committed).
-    """
-    if not isinstance(source, Snapshot):
-        refuse_inside_input(source, dest)
-    started = time.monotonic()
-    refuse_existing(Path(dest))
-    snapshot = source if isinstance(source, Snapshot) else open_snapshot(source)
-    plan = plan_rescale(
-        snapshot,
-        new_parallelism,
-        operators,
-        new_max_parallelism,
-        expected_parallelism=from_parallelism,
-    )
-    options = EngineOptions(engine, master, spark, spark_conf, verbose, executor)
-    return execute_snapshot_plan(snapshot, plan, dest, options, on_progress, started=started)
 
 
 def execute_snapshot_plan(
@@ -382,13 +360,13 @@ def _fail(message: str) -> None:
 
 __all__ = [
     "RescaleResult",
+    "SavepointRescaleResult",
     "build_manifest",
     "check_row_counts",
     "execute",
     "execute_snapshot_plan",
     "rescale_origin",
     "rescaled_operators",
-    "rescale_snapshot",
     "verify_input",
     "verify_output",
 ]

@@ -10,9 +10,8 @@ import os
 from typing import Any
 
 from keygroup_cli.core.errors import InvalidArgumentError
-from keygroup_cli.flink.data.tables import BatchReader, state_batches
-from keygroup_cli.flink.data.tables import read_state as read_local
-from keygroup_cli.flink.savepoint import Savepoint
+from keygroup_cli.flink import BatchReader, Savepoint, state_batches
+from keygroup_cli.flink import read_state as read_local
 
 #: The engines state is read with; unlike a rescale, local is the default (no JVM for a look at state).
 STATE_ENGINES = ("local", "spark")

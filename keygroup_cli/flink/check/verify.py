@@ -18,8 +18,8 @@ map, and returns one ``Finding`` per problem instead of raising:
 
 A ``_metadata`` that does not parse still raises (``InvalidSnapshotError``), as every command does.
 
-The cheap part alone (files, sizes, offsets) is ``flink.metadata.state_files.state_file_findings``, ``kg check``'s
-gate; both word the same problem alike.
+The cheap part alone (files, sizes, offsets) is ``flink.metadata.state_files.state_file_findings``,
+``kg check``'s gate; both word the same problem alike.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def verify_flink(
 ) -> VerifyReport:
     """Verify the Flink savepoint or checkpoint at ``path`` deeply and return the findings.
 
-    ``core.schema`` of the report counts keyed entries plus operator-state elements decoded; ``files`` the state
+    ``rows`` of the report counts keyed entries plus operator-state elements decoded; ``files`` the state
     streams walked. With ``blocks=False`` the key-group blocks are not decoded (nor a heap or RocksDB
     layout rewritten): every keyed file's size, key-group range, offsets and header are checked, and every
     operator-state stream decoded. That is the check before a rescale whose read tasks decode every block
@@ -94,7 +94,7 @@ def verify_flink(
     savepoint = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
     subject = str(savepoint.directory) if isinstance(path, FlinkSnapshot) else str(path)
     report = on_progress or (lambda _s, _d, _t: None)
-    from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
+    from keygroup_cli.flink.layouts.heap import needs_canonical_view
 
     findings: list[Finding] = []
     rewritten = needs_canonical_view(savepoint)
@@ -112,25 +112,37 @@ def verify_flink(
     if not blocks:
         files, rows = _verify_streams(savepoint, findings, report, keyed=not rewritten, blocks=False)
     elif rewritten:
-        # Heap checkpoints and RocksDB files: verified in the canonical layout kg rewrites them into (the
-        # rewrite itself decodes every entry and refuses corrupt blocks).
-        with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
-            try:
-                view = canonical_view(savepoint, Path(scratch) / "canonical")
-            except InvalidSnapshotError as exc:
-                # A damaged database file keeps its own code; anything else the rewrite refuses is unreadable.
-                code = exc.code if exc.code == "FLINK_DATABASE_CORRUPT" else "FLINK_KEYED_STATE_UNREADABLE"
-                findings.append(_finding(code, subject, exc.message))
-                return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
-            except UnsupportedFormatError as exc:
-                findings.append(
-                    _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
-                )
-                return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
-            files, rows = _verify_streams(view, findings, report)
+        verified = _verify_canonical_view(savepoint, subject, findings, report)
+        if verified is None:
+            return VerifyReport(str(savepoint.metadata_path), 0, 0, tuple(findings))
+        files, rows = verified
     else:
         files, rows = _verify_streams(savepoint, findings, report)
     return VerifyReport(str(savepoint.metadata_path), files, rows, tuple(dict.fromkeys(findings)))
+
+
+def _verify_canonical_view(
+    savepoint: FlinkSnapshot, subject: str, findings: list[Finding], report: OnProgress
+) -> tuple[int, int] | None:
+    """Verify a heap checkpoint or RocksDB files in the canonical layout kg rewrites them into.
+
+    The rewrite itself decodes every entry and refuses corrupt blocks. Returns the files read and the rows,
+    or None when the rewrite failed (its finding added).
+    """
+    from keygroup_cli.flink.layouts.heap import canonical_view
+
+    with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
+        try:
+            view = canonical_view(savepoint, Path(scratch) / "canonical")
+        except InvalidSnapshotError as exc:
+            # A damaged database file keeps its own code; anything else the rewrite refuses is unreadable.
+            code = exc.code if exc.code == "FLINK_DATABASE_CORRUPT" else "FLINK_KEYED_STATE_UNREADABLE"
+            findings.append(_finding(code, subject, exc.message))
+            return None
+        except UnsupportedFormatError as exc:
+            findings.append(_finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING))
+            return None
+        return _verify_streams(view, findings, report)
 
 
 def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]:
@@ -264,22 +276,28 @@ def _verify_streams(
                             rows += item
             except (UnsupportedFormatError, InvalidSnapshotError) as exc:
                 found.append(stream_finding(exc, subject))
-        if len(found) > MAX_FINDINGS_PER_STREAM:
-            more = found[MAX_FINDINGS_PER_STREAM:]
-            found = found[:MAX_FINDINGS_PER_STREAM]
-            # The summary is as severe as the worst finding it stands for (warnings stay warnings).
-            worst = next(s for s in Severity if any(f.severity is s for f in more))
-            found.append(
-                _finding(
-                    found[-1].code,
-                    subject,
-                    f"... and {len(more)} more problem(s) in this stream",
-                    severity=worst,
-                )
-            )
-        findings.extend(found)
+        findings.extend(_capped(found, subject))
         report("verify", done, len(work))
     return files, rows
+
+
+def _capped(found: list[Finding], subject: str) -> list[Finding]:
+    """Return one stream's findings, past ``MAX_FINDINGS_PER_STREAM`` summed up in one more."""
+    if len(found) <= MAX_FINDINGS_PER_STREAM:
+        return found
+    more = found[MAX_FINDINGS_PER_STREAM:]
+    found = found[:MAX_FINDINGS_PER_STREAM]
+    # The summary is as severe as the worst finding it stands for (warnings stay warnings).
+    worst = next(s for s in Severity if any(f.severity is s for f in more))
+    found.append(
+        _finding(
+            found[-1].code,
+            subject,
+            f"... and {len(more)} more problem(s) in this stream",
+            severity=worst,
+        )
+    )
+    return found
 
 
 def _known_headers(opened: Savepoint) -> dict[tuple[str, int], bytes]:

@@ -20,7 +20,13 @@ import pyarrow.parquet as pq
 from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidSnapshotError
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.data.lookup import find_operator
-from keygroup_cli.flink.data.tables import BatchReader, open_canonical, state_batches, typed_states
+from keygroup_cli.flink.data.tables import (
+    BatchReader,
+    TypedState,
+    open_canonical,
+    state_batches,
+    typed_states,
+)
 from keygroup_cli.flink.io.stream_handles import key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.savepoint import Savepoint
@@ -93,44 +99,19 @@ def export_states(
     dest = Path(out)
     refuse_existing(dest)
     with open_canonical(source) as savepoint:
-        typed = [t for t in typed_states(savepoint, operator) if state is None or t.name == state]
-        if state is not None and not typed:
-            known = ", ".join(t.name for t in typed_states(savepoint, operator))
-            raise InvalidArgumentError(
-                f"operator {operator!r} has no state {state!r} (states: {known})", code="STATE_NOT_FOUND"
-            )
+        typed = _chosen_states(savepoint, operator, state)
         # Nothing is exported from an input kg verify rejects: the other operators' blocks are checked
         # too (the exported operator's are checked as they are read, in ``state_batches``).
         _check_other_operators(
             savepoint, operator, str(source.directory if isinstance(source, Savepoint) else source)
         )
-        wanted = frozenset(t.name for t in typed)
-        schemas = {t.name: t.schema for t in typed}
         staging_context = scratch_directory(dest) if state is not None else staged_directory(dest)
         with staging_context as staging:
-            rows = dict.fromkeys(wanted, 0)
-            writers = {t.name: pq.ParquetWriter(staging / state_file_name(t.name), t.schema) for t in typed}
-            try:
-                for name, batch in reader(savepoint, operator, wanted, on_progress):
-                    if not batch.schema.equals(schemas[name]):
-                        raise InvalidSnapshotError(
-                            f"{savepoint.metadata_path}: operator {operator!r}: subtasks disagree on state "
-                            f"{name!r}'s serializers (its keyed files' headers differ)",
-                            code="FLINK_STATE_INCONSISTENT",
-                        )
-                    writers[name].write_batch(batch)
-                    rows[name] += batch.num_rows
-            finally:
-                for writer in writers.values():
-                    writer.close()
+            rows = _write_states(savepoint, operator, typed, staging, reader, on_progress)
             for t in typed:  # what is committed is read back first: its footer, schema and row count
                 reread(staging / state_file_name(t.name), t.schema, rows[t.name])
             if state is not None:
-                path = staging / state_file_name(state)
-                background.fsync_file(path)
-                refuse_existing(dest)
-                os.rename(path, dest)
-                fsync_directory(dest.parent)
+                _commit_file(staging / state_file_name(state), dest)
     exported = tuple(
         ExportedState(
             t.name,
@@ -143,6 +124,62 @@ def export_states(
         for t in typed
     )
     return ExportResult(str(dest), operator, exported)
+
+
+def _chosen_states(savepoint: Savepoint, operator: str, state: str | None) -> list[TypedState]:
+    """Return the typed states of ``operator`` to export: all, or ``state``.
+
+    Raises:
+        InvalidArgumentError: ``operator`` has no state ``state`` (``STATE_NOT_FOUND``).
+    """
+    typed = [t for t in typed_states(savepoint, operator) if state is None or t.name == state]
+    if state is not None and not typed:
+        known = ", ".join(t.name for t in typed_states(savepoint, operator))
+        raise InvalidArgumentError(
+            f"operator {operator!r} has no state {state!r} (states: {known})", code="STATE_NOT_FOUND"
+        )
+    return typed
+
+
+def _write_states(
+    savepoint: Savepoint,
+    operator: str,
+    typed: list[TypedState],
+    staging: Path,
+    reader: BatchReader,
+    on_progress: OnProgress | None,
+) -> dict[str, int]:
+    """Write each state's batches, as ``reader`` yields them, into its Parquet file; return its rows.
+
+    Raises:
+        InvalidSnapshotError: Keyed files disagree on a state's serializers (``FLINK_STATE_INCONSISTENT``).
+    """
+    wanted = frozenset(t.name for t in typed)
+    schemas = {t.name: t.schema for t in typed}
+    rows = dict.fromkeys(wanted, 0)
+    writers = {t.name: pq.ParquetWriter(staging / state_file_name(t.name), t.schema) for t in typed}
+    try:
+        for name, batch in reader(savepoint, operator, wanted, on_progress):
+            if not batch.schema.equals(schemas[name]):
+                raise InvalidSnapshotError(
+                    f"{savepoint.metadata_path}: operator {operator!r}: subtasks disagree on state "
+                    f"{name!r}'s serializers (its keyed files' headers differ)",
+                    code="FLINK_STATE_INCONSISTENT",
+                )
+            writers[name].write_batch(batch)
+            rows[name] += batch.num_rows
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return rows
+
+
+def _commit_file(path: Path, dest: Path) -> None:
+    """Rename a single state's file, made durable, to ``dest`` (still absent), and make that durable too."""
+    background.fsync_file(path)
+    refuse_existing(dest)
+    os.rename(path, dest)
+    fsync_directory(dest.parent)
 
 
 def _check_other_operators(savepoint: Savepoint, operator: str, label: str) -> None:
@@ -176,7 +213,7 @@ def _check_other_operators(savepoint: Savepoint, operator: str, label: str) -> N
 
 
 def reread(path: Path, schema: pa.Schema, rows: int) -> None:
-    """Read a Parquet file just written back: its footer must parse and hold ``schema`` and ``core.schema``.
+    """Read a Parquet file just written back: its footer must parse and hold ``schema`` and ``rows``.
 
     Raises:
         ExecutionError: It does not (``EXPORT_REREAD_FAILED``); nothing is committed.

@@ -1,7 +1,7 @@
 """One key's state, typed: find its key group's block, read only that block, decode its entries.
 
 ``lookup_keys(savepoint, operator, keys)`` is ``kg get``: each key's key group is computed as Flink computes
-it (``core.javahash`` and ``core.keygroups``), the subtask file holding that key group is found from the keyed handles
+it (``javahash`` and ``keygroups``), the subtask file holding that key group is found from the keyed handles
 in ``_metadata``, and only that key group's block is read (one ``pread`` locally, one ranged GET on an object
 store; ``decode_keyed_file`` with ``key_groups``). Its rows are filtered to the key and decoded with the
 serializers of the file's header (``state.values``). A SQL job's key (``RowDataSerializer``) is given as a
@@ -251,7 +251,7 @@ def refused(label: str, exc: InvalidSnapshotError) -> InvalidSnapshotError:
 def _entries(
     savepoint: Savepoint, stream: KeyedStream, op: OperatorState, group: int, keys: set[Any]
 ) -> Iterator[tuple[Any, StateEntry]]:
-    """Yield (key, entry) for the rows of ``core.keys`` in key group ``group`` of ``stream``'s file."""
+    """Yield (key, entry) for the rows of ``keys`` in key group ``group`` of ``stream``'s file."""
     codecs = state_codecs(stream)
     batches = checked_batches(savepoint, stream, op, KeyGroupRange(group, group))
     wanted = pa.array(sorted(keys), type=KEY_ARROW_TYPES[stream.layout.codec.key_type])

@@ -51,7 +51,8 @@ from keygroup_cli.flink.types.values import (
 )
 from keygroup_cli.storage.locations import Location
 
-#: What reads an operator's typed batches: ``state_batches`` here, or an engine's (``execution.engines.spark``).
+#: What reads an operator's typed batches: ``state_batches`` here, or an engine's
+#: (``execution.engines.spark``).
 BatchReader = Callable[
     [Savepoint, str, "frozenset[str] | None", "OnProgress | None"], Iterator[tuple[str, pa.RecordBatch]]
 ]

@@ -86,7 +86,7 @@ def read_stream_prefix(
 ) -> bytes:
     """Return up to ``limit`` bytes from the start of a handle's data, with one bounded read.
 
-    On an object store that is one ranged request, kept in ``core.cache`` when one is given (a command that
+    On an object store that is one ranged request, kept in ``cache`` when one is given (a command that
     fetches headers concurrently first, then reads them in order).
 
     Raises:

@@ -207,9 +207,9 @@ def _carry_over(
     last_group: int,
     flush: Callable[[BlockSource[Any]], None],
 ) -> BlockSource[Any]:
-    """Flush the complete key groups of ``carry`` then ``core.schema``; return the last key group's items, to carry.
+    """Flush the complete key groups of ``carry`` then ``rows``; return the last key group's items, to carry.
 
-    ``carry`` (the previous batch's last key group, ``last_group``) joins ``core.schema`` when they continue it.
+    ``carry`` (the previous batch's last key group, ``last_group``) joins ``rows`` when they continue it.
     """
     groups = rows.groups
     if carry is not None:

@@ -14,7 +14,7 @@ once. A part is plain bytes (little-endian)::
 bucket's parts (``frame_bucket``), orders the entries as the row encoder does (per key group each state's
 entries in one run, runs in order of first appearance, entries in input order) and frames them into blocks
 with the new prefix, copying each entry's bytes once more, into its place. The bytes are those of the
-decode and re-encode route (``tests/execution/test_byte_rekey.py``).
+decode and re-encode route (``tests/execution/jobs/test_byte_rekey.py``).
 
 The per-entry loops are the sort of a batch's entries into parts with their heads and columns
 (``sort_parts_reference``), the copy of each entry's bytes into its part (``copy_ranges``, block by block

@@ -82,7 +82,7 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
 
     Mirrors the ``serialize`` methods of ``StringSerializer``, the fixed-size base serializers,
     ``BytePrimitiveArraySerializer``, ``ListSerializer``, ``MapSerializer``, ``TimerSerializer``,
-    ``TtlSerializer`` and flink-avro's ``AvroSerializer`` (read with its writer schema, ``flink/state/avro``).
+    ``TtlSerializer`` and flink-avro's ``AvroSerializer`` (read with its writer schema, ``flink/types/avro``).
 
     Raises:
         UnsupportedFormatError: A serializer kg cannot walk.
@@ -121,31 +121,41 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
                 snap.nested[1], data, skip_serialized(snap.nested[0], data, pos + 8, source), source
             )
         elif name == AVRO_SNAPSHOT:
-            try:
-                end = read_value(avro_reader(snap.raw, snap.version), data, pos)[1]
-            except AvroSchemaError as exc:
-                raise UnsupportedFormatError(
-                    f"{source}: heap-layout Avro state whose writer schema kg cannot read ({exc}); take a "
-                    "canonical savepoint",
-                    code="FLINK_HEAP_SERIALIZER_UNKNOWN",
-                ) from None
-            except AvroDecodeError as exc:
-                raise _corrupt(source, f"an Avro value does not read ({exc})") from None
+            end = _skip_avro(snap, data, pos, source)
         elif name in _SEQUENCES and snap.nested:
             end = pos
             for nested in snap.nested:
                 end = skip_serialized(nested, data, end, source)
         else:
-            raise UnsupportedFormatError(
-                f"{source}: heap-layout state written by {snap.serializer_name}: kg cannot find where its "
-                "entries end (the layout stores no lengths); take a canonical savepoint",
-                code="FLINK_HEAP_SERIALIZER_UNKNOWN",
-            )
+            raise _unknown_serializer(snap, source)
     except (struct.error, IndexError):
         raise _corrupt(source, f"a {snap.serializer_name} value runs past the end of its block") from None
     if end > len(data):
         raise _corrupt(source, f"a {snap.serializer_name} value runs past the end of its block")
     return end
+
+
+def _skip_avro(snap: SerializerSnapshot, data: bytes, pos: int, source: str) -> int:
+    """Return where the Avro value at ``pos`` ends, read with the writer schema ``snap`` holds."""
+    try:
+        end: int = read_value(avro_reader(snap.raw, snap.version), data, pos)[1]
+    except AvroSchemaError as exc:
+        raise UnsupportedFormatError(
+            f"{source}: heap-layout Avro state whose writer schema kg cannot read ({exc}); take a "
+            "canonical savepoint",
+            code="FLINK_HEAP_SERIALIZER_UNKNOWN",
+        ) from None
+    except AvroDecodeError as exc:
+        raise _corrupt(source, f"an Avro value does not read ({exc})") from None
+    return end
+
+
+def _unknown_serializer(snap: SerializerSnapshot, source: str) -> UnsupportedFormatError:
+    return UnsupportedFormatError(
+        f"{source}: heap-layout state written by {snap.serializer_name}: kg cannot find where its "
+        "entries end (the layout stores no lengths); take a canonical savepoint",
+        code="FLINK_HEAP_SERIALIZER_UNKNOWN",
+    )
 
 
 class _StateWalker:

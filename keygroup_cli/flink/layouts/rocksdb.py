@@ -497,31 +497,56 @@ def transcode_incremental(
             f"{src.source}: the keyed-state header holds a serializer snapshot kg cannot delimit",
             code="FLINK_STATE_HEADER_UNKNOWN",
         )
-    raw_header = raw_header[: header.end]
-    db_dir = target / f"rocksdb-{uuid.uuid4()}"
-    prefix_bytes = key_group_prefix_bytes(op.max_parallelism)
-    start, end = handle.key_group_start, handle.key_group_start + handle.num_key_groups
     names = [info.name for info in header.states]
     where = f"{snapshot.metadata_path}: operator {op.label!r} subtask RocksDB {handle.backend_identifier}"
+    db_dir = target / f"rocksdb-{uuid.uuid4()}"
     try:
-        files = _materialize(snapshot, handle, db_dir)
-        _check_current(handle, where, files, db_dir)
-        _check_manifest(where, files, db_dir)
-        try:
-            columns = _read_rocksdict(rocksdict, db_dir, names, where, files, handle)
-        except _MergeOperands as exc:
-            aimrocks = _merge_binding()
-            if aimrocks is None:
-                raise UnsupportedFormatError(
-                    f"{where}: state {exc.state!r} cannot be read by rocksdict: {exc.status} (RocksDB keeps "
-                    "list-state appends as merge operands until compaction, and rocksdict cannot register "
-                    f"Flink's StringAppendTESTOperator merge operator); {MERGE_HINT}, or take a canonical "
-                    "savepoint",
-                    code="ROCKSDB_MERGE_OPERANDS",
-                ) from None
-            columns = _read_aimrocks(aimrocks, db_dir, names, where, files)
+        columns = _read_columns(rocksdict, snapshot, handle, db_dir, names, where)
     finally:
         shutil.rmtree(db_dir, ignore_errors=True)
+    prefix_bytes = key_group_prefix_bytes(op.max_parallelism)
+    return _write_canonical(target, raw_header[: header.end], columns, handle, prefix_bytes)
+
+
+def _read_columns(
+    rocksdict: Any,
+    snapshot: FlinkSnapshot,
+    handle: IncrementalKeyedHandle,
+    db_dir: Path,
+    names: list[str],
+    where: str,
+) -> list[list[tuple[bytes, bytes]]]:
+    """Materialize the subtask's database in ``db_dir``, check it, and read each state's column family.
+
+    With merge operands rocksdict cannot read, ``aimrocks`` reads it where installed.
+    """
+    files = _materialize(snapshot, handle, db_dir)
+    _check_current(handle, where, files, db_dir)
+    _check_manifest(where, files, db_dir)
+    try:
+        return _read_rocksdict(rocksdict, db_dir, names, where, files, handle)
+    except _MergeOperands as exc:
+        aimrocks = _merge_binding()
+        if aimrocks is None:
+            raise UnsupportedFormatError(
+                f"{where}: state {exc.state!r} cannot be read by rocksdict: {exc.status} (RocksDB keeps "
+                "list-state appends as merge operands until compaction, and rocksdict cannot register "
+                f"Flink's StringAppendTESTOperator merge operator); {MERGE_HINT}, or take a canonical "
+                "savepoint",
+                code="ROCKSDB_MERGE_OPERANDS",
+            ) from None
+        return _read_aimrocks(aimrocks, db_dir, names, where, files)
+
+
+def _write_canonical(
+    target: Path,
+    raw_header: bytes,
+    columns: list[list[tuple[bytes, bytes]]],
+    handle: IncrementalKeyedHandle,
+    prefix_bytes: int,
+) -> KeyGroupsHandle:
+    """Write the columns' entries of the handle's key groups as a canonical keyed file; return its handle."""
+    start, end = handle.key_group_start, handle.key_group_start + handle.num_key_groups
     groups: dict[int, list[tuple[int, bytes, bytes]]] = {}
     for state_id, entries in enumerate(columns):
         for key, value in entries:

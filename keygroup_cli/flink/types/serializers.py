@@ -39,7 +39,7 @@ GLOBAL_WINDOW_SNAPSHOT = (
 )
 
 #: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): ``row`` keys, bytes to this module (self-
-#: delimiting: an int length, big-endian, then the row's bytes) that ``core.javahash`` hashes as Flink does.
+#: delimiting: an int length, big-endian, then the row's bytes) that ``javahash`` hashes as Flink does.
 ROW_DATA_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
 
 #: kg key type per key-serializer snapshot class; any other class is carried as ``binary``.

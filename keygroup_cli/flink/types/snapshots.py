@@ -269,12 +269,14 @@ class Grammar:
             raise GiveUp
 
     def int_at(self, pos: int) -> int:
+        """Return the big-endian int at ``pos`` (no alternative if the header ends first)."""
         if pos + 4 > self.limit:
             raise _Fail
         value: int = _INT.unpack_from(self.data, pos)[0]
         return value
 
     def utf_at(self, pos: int) -> tuple[str, int]:
+        """Return the ``writeUTF`` string at ``pos`` and where it ends."""
         if pos + 2 > self.limit:
             raise _Fail
         n = _USHORT.unpack_from(self.data, pos)[0]
@@ -288,6 +290,7 @@ class Grammar:
 
     @parser
     def top_snapshot(self, pos: int) -> Iterator[tuple[SerializerSnapshot, int]]:
+        """Yield the serializer snapshots a header can hold at ``pos`` (``writeSerializerSnapshot``)."""
         # TypeSerializerSnapshotSerializationUtil.readSerializerSnapshot: proxy version, then the snapshot.
         if self.int_at(pos) != SNAPSHOT_PROXY_VERSION:
             raise _Fail
@@ -295,6 +298,7 @@ class Grammar:
 
     @parser
     def versioned(self, pos: int) -> Iterator[tuple[SerializerSnapshot, int]]:
+        """Yield the ``writeVersionedSnapshot``s (class name, version, body) that can start at ``pos``."""
         # TypeSerializerSnapshot.readVersionedSnapshot: class name, version, body.
         self._tick()
         name, p = self.utf_at(pos)
@@ -452,6 +456,7 @@ class Grammar:
 
     @parser
     def meta_info(self, pos: int) -> Iterator[tuple[StateMetaInfo, int]]:
+        """Yield the ``StateMetaInfoSnapshot``s that can start at ``pos``."""
         # StateMetaInfoSnapshotReadersWriters.CurrentReaderImpl.readStateMetaInfoSnapshot
         name, p = self.utf_at(pos)
         backend_type = self.int_at(p)
@@ -486,6 +491,7 @@ class Grammar:
 
     @parser
     def meta_infos(self, pos: int, count: int) -> Iterator[tuple[tuple[StateMetaInfo, ...], int]]:
+        """Yield ``count`` meta infos in a row from ``pos``, one alternative per way they can parse."""
         if count == 0:
             yield (), pos
             return
@@ -523,12 +529,14 @@ class Grammar:
         return pos
 
     def short_at(self, pos: int) -> int:
+        """Return the big-endian short at ``pos`` (no alternative if the header ends first)."""
         if pos + 2 > self.limit:
             raise _Fail
         value: int = _SHORT.unpack_from(self.data, pos)[0]
         return value
 
     def short_at_or(self, pos: int, default: int) -> int:
+        """Return the big-endian short at ``pos``, or ``default`` past the header's end."""
         return int(_SHORT.unpack_from(self.data, pos)[0]) if pos + 2 <= self.limit else default
 
 
@@ -556,6 +564,7 @@ _DELIMITED: dict[tuple[str, int], Callable[[Grammar, int], int]] = {
 
 
 def first_alternative(alternatives: Iterator[tuple[_G, int]], end: int | None) -> tuple[_G, int] | None:
+    """Return the first alternative that ends at ``end`` (any, when ``end`` is None), or None."""
     for value, pos in alternatives:
         if end is None or pos == end:
             return value, pos
@@ -568,6 +577,7 @@ PLAUSIBLE_VERSIONS = 1 << 16
 
 
 def implausible_version(source: str, what: str, version: int) -> InvalidSnapshotError:
+    """Return the error for a header version no Flink writes (``FLINK_STATE_HEADER_CORRUPT``)."""
     return InvalidSnapshotError(
         f"{source}: {what} header version {version} is one no Flink writes (damaged bytes)",
         code="FLINK_STATE_HEADER_CORRUPT",
@@ -619,10 +629,12 @@ MODE_OPTION = "OPERATOR_STATE_DISTRIBUTION_MODE"
 
 
 def invalid_enum(source: str, what: str) -> InvalidSnapshotError:
+    """Return the error for a meta info Flink's restore refuses (``FLINK_STATE_META_INFO_INVALID``)."""
     return InvalidSnapshotError(f"{source}: {what}", code="FLINK_STATE_META_INFO_INVALID")
 
 
 def check_unique(names: list[str], source: str) -> None:
+    """Refuse a header that declares a state name twice (``FLINK_STATE_META_INFO_INVALID``)."""
     seen: set[str] = set()
     for name in names:
         if name in seen:

@@ -13,7 +13,7 @@ Two ways, one database builder (``flink.layouts.native``):
 Either way the savepoint's properties then say ``NATIVE`` (``SavepointFormatType``, ``as_native``). Operator
 state stays as it is: NATIVE and canonical savepoints store it the same way. One output serves both Flink 2.x
 keyed backends that take NATIVE state: RocksDB and ForSt restore the same files (their NATIVE savepoints are
-the same bytes; tests/flink/test_native.py).
+the same bytes; tests/restore/test_native.py).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ input was opened), coordinator and master state, finished markers, the propertie
 each operator's new parallelism and maxParallelism, the redistributed operator-state rows of every new
 subtask, and the keyed files another step wrote (key groups copied as bytes, or an engine's write tasks). It
 returns the ``CheckpointMetadata`` of what it wrote; encoding and writing ``_metadata`` is the commit's
-(``flink.write.commit.seal_savepoint``). Nothing passes through a kg snapshot manifest, and no header is encoded
-to text and back.
+(``flink.write.commit.seal_savepoint``). Nothing passes through a kg snapshot manifest, and no header is
+encoded to text and back.
 
 Every operator is written, those without state included, each with the parallelism and maxParallelism the
 plan gave it, as Flink writes every operator of a job. Leaving one out is not the same as writing it empty:
@@ -49,7 +49,8 @@ class RescaledOperator:
     operator_id: str
     parallelism: int
     max_parallelism: int
-    #: Operator-state rows (``core.schema.OPERATOR_SCHEMA``) by new subtask; a subtask absent here gets no stream.
+    #: Operator-state rows (``core.schema.OPERATOR_SCHEMA``) by new subtask; a subtask absent here gets no
+    #: stream.
     tables: Mapping[int, pa.Table]
     #: Union states every new subtask now holds whole (redistributed): one copy is written.
     replicated: frozenset[str] = frozenset()
