@@ -15,18 +15,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import Finding, first_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.storage.locations import Location
 
 if TYPE_CHECKING:
     from keygroup_cli.core.findings import VerifyReport
-    from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.flink import FlinkCheckpoint
 
 
 def verify_input(
-    path: str | Path | Location | FlinkSnapshot,
+    path: str | Path | Location | FlinkCheckpoint,
     *,
     on_progress: OnProgress | None = None,
     blocks: bool = True,
@@ -38,12 +38,12 @@ def verify_input(
     may be an opened savepoint (``flink.savepoint.Savepoint``): what it read already is not read again.
 
     Raises:
-        InvalidSnapshotError: Neither kind, or its manifest / ``_metadata`` does not parse.
+        InvalidInputError: Neither kind, or its manifest / ``_metadata`` does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint
+    from keygroup_cli.flink import FlinkCheckpoint, is_flink_savepoint
 
-    if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
+    if isinstance(path, FlinkCheckpoint) or is_flink_savepoint(path):
         from keygroup_cli.flink import verify_flink
 
         return verify_flink(path, on_progress=on_progress, blocks=blocks, layout_headers=layout_headers)
@@ -52,7 +52,7 @@ def verify_input(
     return verify_snapshot(path if isinstance(path, str | Path) else str(path), on_progress=on_progress)
 
 
-def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = False) -> list[Finding]:
+def check_input(path: str | Path | Location | FlinkCheckpoint, *, deep: bool = False) -> list[Finding]:
     """Return ``kg check``'s findings about the input's own files.
 
     A Flink savepoint or checkpoint gets ``flink.metadata.state_files.state_file_findings`` (a stat per state
@@ -61,16 +61,16 @@ def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = Fal
     opened savepoint: nothing it read is read again.
 
     Raises:
-        InvalidSnapshotError: ``_metadata`` (or a kg manifest) is missing or does not parse.
+        InvalidInputError: ``_metadata`` (or a kg manifest) is missing or does not parse.
         UnsupportedFormatError: A format version kg does not read.
     """
-    from keygroup_cli.flink import FlinkSnapshot, is_flink_savepoint
+    from keygroup_cli.flink import FlinkCheckpoint, is_flink_savepoint
 
     findings: list[Finding] = []
-    if isinstance(path, FlinkSnapshot) or is_flink_savepoint(path):
+    if isinstance(path, FlinkCheckpoint) or is_flink_savepoint(path):
         from keygroup_cli.flink import Savepoint, open_savepoint, state_file_findings
 
-        path = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
+        path = Savepoint.of(path) if isinstance(path, FlinkCheckpoint) else open_savepoint(path)
         findings = state_file_findings(path)
     if deep:
         seen = set(findings)
@@ -79,7 +79,7 @@ def check_input(path: str | Path | Location | FlinkSnapshot, *, deep: bool = Fal
 
 
 def require_intact(
-    path: str | Path | Location | FlinkSnapshot,
+    path: str | Path | Location | FlinkCheckpoint,
     *,
     on_progress: OnProgress | None = None,
     blocks: bool = True,
@@ -98,13 +98,13 @@ def require_intact(
     canonical rewrite (``flink.check.verify.verify_flink``).
 
     Raises:
-        InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
+        InvalidInputError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
     report = verify_input(path, on_progress=on_progress, blocks=blocks, layout_headers=layout_headers)
     problem = first_error(report.findings)
     if problem is not None:
         name = label or (str(path) if isinstance(path, str | Path | Location) else str(path.directory))
-        raise InvalidSnapshotError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+        raise InvalidInputError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
 __all__ = ["check_input", "require_intact", "verify_input"]

@@ -22,7 +22,7 @@ from typing import Any
 from keygroup_cli.assess.summary import operator_label
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.keygroups import skew, subtask_ranges
-from keygroup_cli.flink import FlinkSnapshot
+from keygroup_cli.flink import FlinkCheckpoint
 from keygroup_cli.planning.plan import advise_parallelism, key_group_owners, key_group_weights
 from keygroup_cli.storage.locations import Location
 
@@ -244,7 +244,7 @@ def parallelism_range(
 
 
 def key_group_sizes(
-    path: str | os.PathLike[str] | FlinkSnapshot,
+    path: str | os.PathLike[str] | FlinkCheckpoint,
     *,
     minimum: int | None = None,
     maximum: int | None = None,
@@ -258,13 +258,13 @@ def key_group_sizes(
         maximum: Largest parallelism judged (default ``max(4p, 32)``), clipped to each maxParallelism.
 
     Raises:
-        InvalidSnapshotError: Missing or corrupt input, a missing state file.
+        InvalidInputError: Missing or corrupt input, a missing state file.
         UnsupportedFormatError: A format version kg does not read.
         InvalidArgumentError: A bad ``minimum`` / ``maximum``.
     """
     from keygroup_cli.assess.summary import is_kg_snapshot
 
-    if isinstance(path, FlinkSnapshot):
+    if isinstance(path, FlinkCheckpoint):
         return _from_flink(path, minimum, maximum)
     if is_kg_snapshot(path):
         from keygroup_cli.snapshot.download import readable_snapshot
@@ -275,11 +275,11 @@ def key_group_sizes(
 
 
 def _from_flink(
-    path: str | os.PathLike[str] | FlinkSnapshot, minimum: int | None, maximum: int | None
+    path: str | os.PathLike[str] | FlinkCheckpoint, minimum: int | None, maximum: int | None
 ) -> KeyGroupSizesReport:
     from keygroup_cli.flink import open_savepoint, operator_key_group_bytes
 
-    snapshot = path if isinstance(path, FlinkSnapshot) else open_savepoint(path)
+    snapshot = path if isinstance(path, FlinkCheckpoint) else open_savepoint(path)
     operators = []
     warnings: list[str] = []
     for op in snapshot.metadata.operators:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keygroup_cli.core.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, KgError, UnsupportedFormatError
 from keygroup_cli.flink import (
     SAVEPOINT_KEY_GROUPS_HANDLE,
     ByteStreamHandle,
@@ -38,7 +38,7 @@ from keygroup_cli.flink import (
     StateMetaInfo,
     StreamHandle,
     SubtaskState,
-    check_handle_states,
+    require_states_declared,
     local_path,
     offsets_finding,
     open_savepoint,
@@ -53,7 +53,7 @@ from keygroup_cli.storage.locations import Location
 from keygroup_cli.storage.transfer import in_flight
 
 if TYPE_CHECKING:
-    from keygroup_cli.flink import FlinkSnapshot
+    from keygroup_cli.flink import FlinkCheckpoint
     from keygroup_cli.snapshot.model import Operator
 
 #: Largest header prefix kg reads from one state file (headers are a few KiB; this bounds corrupt offsets).
@@ -163,7 +163,7 @@ class OperatorSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotSummary:
+class InputSummary:
     """A snapshot as ``kg inspect`` shows it."""
 
     format: str
@@ -193,7 +193,7 @@ def is_kg_snapshot(path: str | os.PathLike[str]) -> bool:
 
 def summarize(
     path: str | os.PathLike[str], *, read_states: bool = True, on_progress: ProgressCallback | None = None
-) -> SnapshotSummary:
+) -> InputSummary:
     """Summarise a Flink savepoint / checkpoint or a kg snapshot.
 
     Args:
@@ -202,7 +202,7 @@ def summarize(
         on_progress: Called as ``(stage, done, total)`` while state files are read.
 
     Raises:
-        InvalidSnapshotError: Missing, truncated or corrupt input.
+        InvalidInputError: Missing, truncated or corrupt input.
         UnsupportedFormatError: A format version kg does not read.
     """
     if is_kg_snapshot(path):
@@ -224,13 +224,13 @@ def _location(path: str | os.PathLike[str]) -> Location:
 
 def _summarize_flink(
     path: str | os.PathLike[str], read_states: bool, on_progress: ProgressCallback | None
-) -> SnapshotSummary:
-    return _summarize_flink_snapshot(open_savepoint(path), read_states, on_progress)
+) -> InputSummary:
+    return _summarize_flink_checkpoint(open_savepoint(path), read_states, on_progress)
 
 
-def _summarize_flink_snapshot(
-    snapshot: FlinkSnapshot, read_states: bool, on_progress: ProgressCallback | None
-) -> SnapshotSummary:
+def _summarize_flink_checkpoint(
+    snapshot: FlinkCheckpoint, read_states: bool, on_progress: ProgressCallback | None
+) -> InputSummary:
     metadata = snapshot.metadata
     warnings: list[str] = []
     total = sum(len(o.subtasks) for o in metadata.operators) if read_states else 0
@@ -250,7 +250,7 @@ def _summarize_flink_snapshot(
         _summarize_flink_operator(op, snapshot.directory, cache, warnings, tick) for op in metadata.operators
     )
     props = metadata.properties
-    return SnapshotSummary(
+    return InputSummary(
         format="flink-savepoint" if snapshot.is_savepoint else "flink-checkpoint",
         path=snapshot.metadata_path,
         checkpoint_id=metadata.checkpoint_id,
@@ -479,7 +479,7 @@ def _operator_state_infos(
     op_header = read_operator_header(data, _describe(op_handle.delegate, directory), end)
     if end is not None:
         # Names and modes must be the header's: a rescale redistributes by the mode in _metadata.
-        check_handle_states(op_handle, op_header, _describe(op_handle.delegate, directory))
+        require_states_declared(op_handle, op_header, _describe(op_handle.delegate, directory))
     return {i.name: i for i in (op_header.states or ()) + (op_header.broadcast_states or ())}
 
 
@@ -487,12 +487,12 @@ def _require_offsets_inside(handle: Any, source: str) -> None:
     """Refuse a key-group or element offset outside the size its handle records (it sizes the reads here).
 
     Raises:
-        InvalidSnapshotError: ``FLINK_KEY_GROUP_OFFSETS`` or ``FLINK_OPERATOR_STATE_CORRUPT``, worded as
+        InvalidInputError: ``FLINK_KEY_GROUP_OFFSETS`` or ``FLINK_OPERATOR_STATE_CORRUPT``, worded as
             ``kg check`` and ``kg verify`` word them.
     """
     outside = offsets_finding(handle, handle.size, source, source)
     if outside is not None:
-        raise InvalidSnapshotError(outside.message, code=outside.code)
+        raise InvalidInputError(outside.message, code=outside.code)
 
 
 def _describe(handle: object, directory: Path | Location) -> str:
@@ -508,7 +508,7 @@ def _describe(handle: object, directory: Path | Location) -> str:
 # -- kg snapshots ------------------------------------------------------------------------------------------
 
 
-def _summarize_kg(path: Path) -> SnapshotSummary:
+def _summarize_kg(path: Path) -> InputSummary:
     from keygroup_cli.snapshot import open_snapshot
 
     snapshot = open_snapshot(path)
@@ -538,7 +538,7 @@ def _summarize_kg(path: Path) -> SnapshotSummary:
             )
         )
     origin = manifest.origin
-    return SnapshotSummary(
+    return InputSummary(
         format="kg-snapshot",
         path=snapshot.path,
         checkpoint_id=manifest.snapshot_id,
@@ -613,7 +613,7 @@ def key_group_histogram(operator: OperatorSummary, top: int = 5) -> KeyGroupHist
     return KeyGroupHistogram(n, ordered[0], median, ordered[-1], tuple((kg, r) for kg, r in hottest if r > 0))
 
 
-def summary_document(summary: SnapshotSummary, typed: str | None = None) -> dict[str, Any]:
+def summary_document(summary: InputSummary, typed: str | None = None) -> dict[str, Any]:
     """Return the ``kg inspect --json`` document (without ``schema_version`` / ``command``).
 
     ``typed`` is the input as the user typed it (``input``); by default the path that was read.

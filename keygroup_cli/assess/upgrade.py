@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, StateSummary
+from keygroup_cli.assess.summary import OperatorSummary, InputSummary, StateSummary
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.findings import Finding, Severity
-from keygroup_cli.flink import AVRO_SNAPSHOT, KRYO_SNAPSHOT, POJO_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink import AVRO_SERIALIZER_SNAPSHOT, KRYO_SERIALIZER_SNAPSHOT, POJO_SERIALIZER_SNAPSHOT, SerializerSnapshot
 
 #: The newest ``_metadata`` version Flink 1.x writes (``MetadataV4Serializer``); Flink 2.0 writes 5.
 LAST_FLINK_1_METADATA_VERSION = 4
@@ -37,7 +37,7 @@ COLLECTION_INTERFACES = frozenset(
     ("java.util.List", "java.util.Map", "java.util.Set", "java.util.Collection")
 )
 #: Flink 1.x's Scala API serializers (``flink-scala``), removed in Flink 2.0.
-SCALA_SNAPSHOT_PREFIX = "org.apache.flink.api.scala."
+SCALA_SERIALIZER_PREFIX = "org.apache.flink.api.scala."
 #: Packages of Flink's own serializers, which nest no serializer kg cannot see (Kryo is judged by itself).
 FLINK_CORE_PREFIXES = ("org.apache.flink.api.", "org.apache.flink.runtime.", "org.apache.flink.streaming.")
 #: Where the how-to explains each finding's fix.
@@ -82,7 +82,7 @@ def _walk(role: str, snapshot: SerializerSnapshot, in_pojo_field: bool = False) 
     """Yield a snapshot and every snapshot nested in it, each with its path from the state's role."""
     yield _Use(role, snapshot, in_pojo_field)
     names = snapshot.nested_names
-    pojo = snapshot.class_name == POJO_SNAPSHOT
+    pojo = snapshot.class_name == POJO_SERIALIZER_SNAPSHOT
     for i, nested in enumerate(snapshot.nested):
         label = f"field {names[i]}" if pojo and i < len(names) else _position(snapshot, i)
         yield from _walk(f"{role} / {label}", nested, pojo and not label.startswith("field subclass"))
@@ -173,7 +173,7 @@ def _not_judged(op: OperatorSummary, names: list[str]) -> Finding:
     )
 
 
-def upgrade_findings(summary: SnapshotSummary, target: TargetFlink) -> list[Finding]:
+def upgrade_findings(summary: InputSummary, target: TargetFlink) -> list[Finding]:
     """Run ``check_upgrade`` on a summary read with its states (``summarize(..., read_states=True)``).
 
     Raises:
@@ -210,8 +210,8 @@ def _judge(
         f"{u.path}: {u.snapshot.class_name}"
         for u in uses
         # kg reads an Avro snapshot's writer schema, but does not judge Avro across Flink versions.
-        if (not u.snapshot.known or u.snapshot.class_name == AVRO_SNAPSHOT)
-        and u.snapshot.class_name != KRYO_SNAPSHOT
+        if (not u.snapshot.known or u.snapshot.class_name == AVRO_SERIALIZER_SNAPSHOT)
+        and u.snapshot.class_name != KRYO_SERIALIZER_SNAPSHOT
         and not u.snapshot.class_name.startswith(FLINK_CORE_PREFIXES)
     ]
     findings = [_finding(code, subject, where, target) for code, where in sorted(found.items())]
@@ -231,17 +231,17 @@ def _judge(
 
 def _code_of(use: _Use) -> str | None:
     snap = use.snapshot
-    if snap.class_name == KRYO_SNAPSHOT:
+    if snap.class_name == KRYO_SERIALIZER_SNAPSHOT:
         if use.in_pojo_field and snap.type_class in COLLECTION_INTERFACES:
             return "UPGRADE_POJO_COLLECTION_FIELD"
         return "UPGRADE_KRYO_STATE"
-    if snap.class_name.startswith(SCALA_SNAPSHOT_PREFIX):
+    if snap.class_name.startswith(SCALA_SERIALIZER_PREFIX):
         return "UPGRADE_SCALA_SERIALIZER"
     return None
 
 
 def _describe(snapshot: SerializerSnapshot) -> str:
-    if snapshot.class_name == KRYO_SNAPSHOT:
+    if snapshot.class_name == KRYO_SERIALIZER_SNAPSHOT:
         return f"GenericType<{snapshot.type_class or '?'}> (Kryo)"
     return snapshot.serializer_name
 

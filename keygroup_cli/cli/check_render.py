@@ -63,9 +63,10 @@ def print_findings(
         for f in findings:
             table.add_row(*(Text(v) for v in (f.severity.value, f.code, f.subject, f.message)))
         print_table(console, table)
-    # One problem shared by many operators counts once, as it is printed.
-    errors = sum(g[0].severity is Severity.ERROR for g in _grouped(findings))
-    warnings = sum(g[0].severity is Severity.WARNING for g in _grouped(findings))
+    # One problem shared by many operators counts once, as it is printed (plain|tsv: a line each).
+    shown = [g[0] for g in _grouped(findings)] if table_style(console) == "rich" else findings
+    errors = sum(f.severity is Severity.ERROR for f in shown)
+    warnings = sum(f.severity is Severity.WARNING for f in shown)
     verdict = "[green]OK[/]" if ok else "[bold red]FAILED[/]"
     console.print(
         f"{verdict}: {operators_counted(*operators)} checked{modelled}; {counted(errors, 'error')}, "

@@ -86,6 +86,21 @@ def lookup_document(lookup: KeyLookup, typed: str, name: str | None = None) -> d
     }
 
 
+def timer_time(millis: int | None) -> str:
+    """Return a timer's epoch milliseconds as ISO-8601 UTC (``2100-01-01T00:00:00.100Z``).
+
+    Outside the years 1-9999 (``Long.MAX_VALUE``, a watermark's end-of-time timer) the milliseconds as
+    they are, with their unit. ``kg get --json`` keeps the milliseconds (``timestamp``).
+    """
+    if millis is None:
+        return "-"
+    try:
+        when = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=millis)
+    except OverflowError:
+        return f"{millis} ms since the epoch"
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return "0x" + value.hex() if value else "0x (empty)"
@@ -112,7 +127,7 @@ def print_lookup(console: Console, lookup: KeyLookup, name: str | None = None) -
         for entry in state.entries:
             ns = "" if entry.namespace is None else f" [namespace {_text(entry.namespace)}]"
             if entry.kind == "timer":
-                shown = f"timer at {entry.timestamp}"
+                shown = f"at {timer_time(entry.timestamp)}"
             elif entry.kind == "map":
                 shown = f"{_text(entry.user_key)} -> {_text(entry.value)}"
             else:

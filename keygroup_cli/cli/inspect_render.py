@@ -9,7 +9,7 @@ from rich.table import Table
 
 from keygroup_cli.assess.summary import (
     OperatorSummary,
-    SnapshotSummary,
+    InputSummary,
     count_operators,
     key_group_histogram,
 )
@@ -21,9 +21,11 @@ from keygroup_cli.cli.render import (
     operators_counted,
     print_grid,
     print_table,
+    short_ids,
+    shorten_ids,
     table_style,
 )
-from keygroup_cli.flink import ROW_DATA_SNAPSHOT, RowFields
+from keygroup_cli.flink import ROW_DATA_SERIALIZER_SNAPSHOT, RowFields
 
 if TYPE_CHECKING:
     from keygroup_cli.assess.sizes import KeyGroupSizes
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 def print_summary(
     console: Console,
-    summary: SnapshotSummary,
+    summary: InputSummary,
     subtasks: bool,
     sizes: dict[str, KeyGroupSizes],
     kafka: list[KafkaSourceState | KafkaSinkState],
@@ -43,11 +45,14 @@ def print_summary(
     ``typed`` is the input as the user typed it (the path that was read by default).
     """
     _print_header(console, summary, typed)
-    _print_operators(console, summary)
+    # Ids as git shortens hashes: a prefix of at least 7 hex characters unique in the input (--json: whole).
+    # Plain and tab-separated tables, for scripts, keep them whole.
+    short = short_ids(op.operator_id for op in summary.operators) if table_style(console) == "rich" else {}
+    _print_operators(console, summary, short)
     for op in summary.operators:
         if not op.has_state:
             continue
-        _operator_text(console, op, subtasks)
+        _operator_text(console, op, subtasks, short)
         if op.operator_id in sizes:
             render_key_group_sizes(console, sizes[op.operator_id])
     if kafka:
@@ -56,7 +61,7 @@ def print_summary(
         print_connectors(console, kafka, {op.operator_id: op.name for op in summary.operators})
 
 
-def _print_header(console: Console, summary: SnapshotSummary, typed: str | None) -> None:
+def _print_header(console: Console, summary: InputSummary, typed: str | None) -> None:
     """Print the input, its format, checkpoint id, metadata version and operators counted."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
@@ -76,8 +81,8 @@ def _print_header(console: Console, summary: SnapshotSummary, typed: str | None)
     print_grid(console, grid)
 
 
-def _print_operators(console: Console, summary: SnapshotSummary) -> None:
-    """Print the table of every operator: its label (and name beneath), sizes and id."""
+def _print_operators(console: Console, summary: InputSummary, short: dict[str, str]) -> None:
+    """Print the table of every operator: its label (and name beneath), sizes and (shortened) id."""
     table = Table(title="Operators")
     # One "operator" column (uid, and the name beneath when it differs), and the id last, where it may fold,
     # keep the table within 80 columns.
@@ -88,7 +93,7 @@ def _print_operators(console: Console, summary: SnapshotSummary) -> None:
     # Plain and tab-separated rows are one line each: "uid / name" there.
     beneath = "\n  " if table_style(console) == "rich" else " / "
     for op in summary.operators:
-        label = op.label
+        label = shorten_ids(op.label, short)
         if op.uid and op.name and op.name != op.uid:
             label += f"{beneath}{op.name}"
         table.add_row(
@@ -98,18 +103,19 @@ def _print_operators(console: Console, summary: SnapshotSummary) -> None:
             format_bytes(op.keyed_bytes),
             format_bytes(op.operator_state_bytes),
             format_count(op.files),
-            op.operator_id,
+            short.get(op.operator_id, op.operator_id),
         )
     print_table(console, table)
 
 
-def _operator_text(console: Console, op: OperatorSummary, subtasks: bool) -> None:
+def _operator_text(console: Console, op: OperatorSummary, subtasks: bool, short: dict[str, str]) -> None:
     key = f", key {op.key_serializer}" if op.key_serializer else ""
     snapshot = op.key_serializer_snapshot
-    if snapshot is not None and snapshot.class_name == ROW_DATA_SNAPSHOT:
+    if snapshot is not None and snapshot.class_name == ROW_DATA_SERIALIZER_SNAPSHOT:
         # A SQL job's key: its fields' SQL types say what to give kg get --key.
         key = f", SQL key {RowFields.of(snapshot).type_name}"
-    title = op.label if op.uid else f"{op.label} [{op.operator_id}]"
+    operator_id = short.get(op.operator_id, op.operator_id)
+    title = op.label if op.uid else shorten_ids(f"{op.label} [{operator_id}]", short)
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
     if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
         kind = "channel state"

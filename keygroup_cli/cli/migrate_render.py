@@ -1,6 +1,6 @@
 """Render ``kg migrate``'s result: its JSON document, and the text made from that document.
 
-``change_document`` and ``render_changes`` also render the surgery of ``kg rescale --rename/--assign-uid/
+``change_document`` and ``render_changes`` also render the migration of ``kg rescale --rename/--assign-uid/
 --drop`` (``cli.rescale_render``).
 """
 

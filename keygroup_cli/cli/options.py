@@ -225,10 +225,10 @@ def operator_option(help: str = "Only this operator (repeatable).", metavar: str
     return click.option("--operator", "-o", "operators", multiple=True, metavar=metavar, help=help)
 
 
-def surgery_options(func: F) -> F:
-    """``--rename OLD=NEW``, ``--assign-uid ID=UID``, ``--drop UID|ID`` (repeatable): operator surgery.
+def migration_options(func: F) -> F:
+    """``--rename OLD=NEW``, ``--assign-uid ID=UID``, ``--drop UID|ID`` (repeatable): operator migration.
 
-    ``kg migrate`` and ``kg rescale`` spell, parse (``surgery_request``) and refuse them alike.
+    ``kg migrate`` and ``kg rescale`` spell, parse (``migration_request``) and refuse them alike.
     """
     func = click.option(
         "--drop", multiple=True, metavar="UID|ID", help="Drop an operator and its state; repeatable."
@@ -244,10 +244,10 @@ def surgery_options(func: F) -> F:
     )(func)
 
 
-def surgery_request(
+def migration_request(
     rename: tuple[str, ...], assign_uid: tuple[str, ...], drop: tuple[str, ...]
 ) -> MigrationRequest:
-    """Return the ``planning.migration.MigrationRequest`` of ``surgery_options``' values (exit 2 on a bad pair)."""
+    """Return the ``planning.migration.MigrationRequest`` of ``migration_options``' values (exit 2 on a bad pair)."""
     from keygroup_cli.planning.migration import MigrationRequest, parse_pair
 
     return MigrationRequest(

@@ -119,7 +119,7 @@ def plan_snapshot_document(
         "checkpoint_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
-        "surgery": [change_document(c) for c in plan.surgery],
+        "migration": [change_document(c) for c in plan.migration],
         "operators": [operator_plan_document(op, names.get(op.operator_id)) for op in plan.operators],
     }
 
@@ -163,12 +163,12 @@ def render_snapshot_plan(
     """Print each operator's plan: what moves, new loads and skew, operator state.
 
     Operators without state (a savepoint lists every operator of the job) are counted, not shown. The
-    operator surgery done in the same pass, if any, comes first, one line per change. With the plan's
+    operator migration done in the same pass, if any, comes first, one line per change. With the plan's
     ``document``, a last line names the output the rescale writes. ``names``: operator names by id.
     ``subtasks`` (``--subtasks``): also each operator's transfer table and every new subtask's load; by
     default loads of more than :data:`LISTED_SUBTASKS` subtasks are summed up as their least and most.
     """
-    render_changes(console, (change_document(c) for c in plan.surgery))
+    render_changes(console, (change_document(c) for c in plan.migration))
     names = names or {}
     folded = False
     for op in plan.operators:
@@ -347,7 +347,7 @@ def rescale_document(result: RescaleResult, typed_input: str, typed_output: str)
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
         "checkpoint_id": result.manifest.snapshot_id,
-        "surgery": [change_document(c) for c in result.plan.surgery],
+        "migration": [change_document(c) for c in result.plan.migration],
         "moved_rows": sum(op["moved_rows"] or 0 for op in operators),
         "operators": operators,
         "savepoint": None if written is None else _savepoint_part(written),
@@ -427,13 +427,13 @@ _OUTPUTS = {None: "kg snapshot", "canonical": "Flink savepoint", "native": "NATI
 
 
 def render_rescale(console: Console, document: dict[str, Any], subtasks: bool = False) -> None:
-    """Print the operator surgery done in the same pass (if any), then the summary table of a rescale.
+    """Print the operator migration done in the same pass (if any), then the summary table of a rescale.
 
     One row per operator with state: its parallelism, keyed rows and bytes, operator-state rows and the
     skew (max/mean) of keyed bytes over its new subtasks. ``subtasks`` (``--subtasks``): one row per new
     subtask instead, with its key-group range.
     """
-    render_changes(console, document["surgery"])
+    render_changes(console, document["migration"])
     table = _subtask_table(document) if subtasks else _operator_table(document)
     print_table(console, table)
     total, with_state = count_operators(document["operators"], lambda op: op["has_state"])

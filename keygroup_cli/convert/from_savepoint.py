@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from keygroup_cli import __version__
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.core.progress import OnProgress, no_progress
 from keygroup_cli.flink import (
@@ -34,7 +34,7 @@ from keygroup_cli.flink import (
     KIND_BY_MODE,
     ChangelogBackendHandle,
     CheckpointMetadata,
-    FlinkSnapshot,
+    FlinkCheckpoint,
     IncrementalKeyedHandle,
     KeyedLayout,
     KeyGroupsHandle,
@@ -44,7 +44,7 @@ from keygroup_cli.flink import (
     Savepoint,
     StreamSource,
     canonical_view,
-    check_key_groups,
+    require_keys_in_groups,
     decode_keyed_file,
     decode_operator_file,
     is_flink_savepoint,
@@ -53,7 +53,7 @@ from keygroup_cli.flink import (
     open_savepoint,
     operator_header_end,
     read_operator_header,
-    refused,
+    fails_verify_error,
 )
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile
@@ -93,13 +93,13 @@ def _unb64(text: str, where: str) -> bytes:
     try:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
-        raise InvalidSnapshotError(f"{where}: not valid base64", code="FLINK_EXTENSION_INVALID") from None
+        raise InvalidInputError(f"{where}: not valid base64", code="FLINK_EXTENSION_INVALID") from None
 
 
 # -- savepoint -> kg ----------------------------------------------------------------------------------------
 
 
-def check_convertible(snapshot: FlinkSnapshot, *, raw_keyed: bool = False) -> None:
+def require_convertible(snapshot: FlinkCheckpoint, *, raw_keyed: bool = False) -> None:
     """Refuse savepoints/checkpoints whose state is not in Flink's canonical format.
 
     ``raw_keyed``: the caller redistributes raw keyed state itself (a savepoint rescale: timers kept there,
@@ -109,7 +109,7 @@ def check_convertible(snapshot: FlinkSnapshot, *, raw_keyed: bool = False) -> No
         UnsupportedFormatError: NATIVE savepoint, incremental/changelog keyed handles, heap-checkpoint
             (``KeyGroupsStateHandle``) layout, raw keyed/operator state or unaligned channel state.
     """
-    refuse_channel_state(snapshot)
+    require_no_channel_state(snapshot)
     where = str(snapshot.metadata_path)
     props = snapshot.metadata.properties
     native = props is not None and props.format_type == "NATIVE"
@@ -153,7 +153,7 @@ def check_convertible(snapshot: FlinkSnapshot, *, raw_keyed: bool = False) -> No
                 )
 
 
-def refuse_channel_state(snapshot: FlinkSnapshot) -> None:
+def require_no_channel_state(snapshot: FlinkCheckpoint) -> None:
     """Refuse an unaligned checkpoint holding in-flight data (channel state), reading ``_metadata`` only.
 
     Called before anything else is read or rewritten (``rescale`` and ``convert`` check it before a heap
@@ -176,7 +176,7 @@ def refuse_channel_state(snapshot: FlinkSnapshot) -> None:
                 )
 
 
-def native_savepoint_kind(snapshot: FlinkSnapshot) -> str:
+def native_savepoint_kind(snapshot: FlinkCheckpoint) -> str:
     """Say what a NATIVE savepoint's keyed state is, from its handles: each backend snapshots its own way.
 
     RocksDB writes its database files (``IncrementalRemoteKeyedStateHandle``, tag 11/5); the HashMap
@@ -243,9 +243,9 @@ def savepoint_to_snapshot(
     between savepoints itself, ``keygroup_cli.flink.write.regroup``); the result then holds no keyed state.
 
     Raises:
-        UnsupportedFormatError: Not a canonical savepoint (see ``check_convertible``), or state kg cannot
+        UnsupportedFormatError: Not a canonical savepoint (see ``require_convertible``), or state kg cannot
             delimit (an unknown serializer in a header, a map state under an opaque key serializer).
-        InvalidSnapshotError: Missing or corrupt state files.
+        InvalidInputError: Missing or corrupt state files.
         InvalidArgumentError: ``dest`` exists.
     """
     from keygroup_cli.assess.integrity import require_intact
@@ -255,7 +255,7 @@ def savepoint_to_snapshot(
     # The gate: what kg verify checks without reading key-group blocks; the blocks are checked as they
     # are decoded (``_decode_keyed``), so the input is read once.
     require_intact(snapshot, blocks=False, label=str(source))
-    refuse_channel_state(snapshot)
+    require_no_channel_state(snapshot)
     if needs_canonical_view(snapshot):
         # A HashMap checkpoint / NATIVE HashMap savepoint: decode its canonical rewrite (heap_layout).
         with scratch_directory(dest) as scratch:
@@ -265,9 +265,9 @@ def savepoint_to_snapshot(
 
 
 def _savepoint_to_snapshot(
-    snapshot: FlinkSnapshot, dest: str | Path, keyed: bool, report: OnProgress, *, origin: FlinkSnapshot
+    snapshot: FlinkCheckpoint, dest: str | Path, keyed: bool, report: OnProgress, *, origin: FlinkCheckpoint
 ) -> ConvertResult:
-    check_convertible(snapshot)
+    require_convertible(snapshot)
     with staged_directory(dest) as staging:
         writer = SnapshotWriter(staging)
         manifest, result = decode_savepoint(snapshot, writer, keyed=keyed, report=report, origin=origin)
@@ -301,17 +301,17 @@ class StateSink(Protocol):
 
 
 def decode_savepoint(
-    snapshot: FlinkSnapshot,
+    snapshot: FlinkCheckpoint,
     sink: StateSink,
     *,
     keyed: bool = True,
     report: OnProgress = no_progress,
-    origin: FlinkSnapshot | None = None,
+    origin: FlinkCheckpoint | None = None,
 ) -> tuple[Manifest, ConvertResult]:
     """Decode the canonical savepoint ``snapshot`` into ``sink``; return kg's manifest of it and the counts.
 
     ``origin`` is the savepoint the user named when ``snapshot`` is its canonical rewrite. With
-    ``keyed=False`` only operator state is decoded. The caller checked ``check_convertible``. Operator
+    ``keyed=False`` only operator state is decoded. The caller checked ``require_convertible``. Operator
     state comes from the opened savepoint's streams (``Savepoint.operator_streams``), decoded once.
     """
     snapshot = Savepoint.of(snapshot)
@@ -439,7 +439,7 @@ def _decode_keyed(
         raw, header = keyed_header(src, handle)
         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
         if decode.key_type is not None and layout.codec.key_type != decode.key_type:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: subtasks disagree on the key serializer", code="FLINK_STATE_INCONSISTENT"
             )
         decode.key_type = layout.codec.key_type
@@ -450,7 +450,7 @@ def _decode_keyed(
             decode.states.setdefault(s.name, s.kind)
         expected = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, index)
         if (handle.key_group_start, handle.key_group_end) != (expected.start, expected.end):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: subtask {index} holds key groups [{handle.key_group_start}, "
                 f"{handle.key_group_end}], not Flink's range [{expected.start}, {expected.end}]",
                 code="KEY_GROUP_RANGE_MISMATCH",
@@ -535,15 +535,15 @@ def _checked(
     """Yield ``batches`` with every key hashed against its stored key group; refuse as the gate does."""
     try:
         for batch in batches:
-            check_key_groups(batch, key_type, max_parallelism, where)
+            require_keys_in_groups(batch, key_type, max_parallelism, where)
             yield batch
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         if exc.code == "INPUT_FAILS_VERIFY":
             raise
-        raise refused(label, exc) from None
+        raise fails_verify_error(label, exc) from None
 
 
-def check_destination(dest: str | Path) -> None:
+def require_destination_absent(dest: str | Path) -> None:
     """Refuse an existing destination before any work (the staging commit checks again)."""
     if Path(dest).exists():
         raise InvalidArgumentError(
@@ -556,9 +556,9 @@ __all__ = [
     "EXTENSION",
     "EXTENSION_VERSION",
     "ConvertResult",
-    "check_convertible",
-    "check_destination",
+    "require_convertible",
+    "require_destination_absent",
     "is_flink_savepoint",
-    "refuse_channel_state",
+    "require_no_channel_state",
     "savepoint_to_snapshot",
 ]

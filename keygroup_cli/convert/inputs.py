@@ -46,7 +46,7 @@ def readable(
         opened: ``target`` opened already as a savepoint: its ``_metadata`` is not fetched again.
 
     Raises:
-        InvalidSnapshotError: Nothing there, or a listed file is missing.
+        InvalidInputError: Nothing there, or a listed file is missing.
     """
     if not is_remote(target):
         yield target
@@ -95,7 +95,7 @@ def diff_inputs(a: Path | str, b: Path | str, *, on_progress: OnProgress | None 
     rows (``snapshot.diff``).
 
     Raises:
-        InvalidSnapshotError: Either input cannot be opened or read (a savepoint's entries included).
+        InvalidInputError: Either input cannot be opened or read (a savepoint's entries included).
         UnsupportedFormatError: An unknown ``format_version``, or a savepoint layout kg does not read.
         MissingDependencyError: A RocksDB layout without the binding that reads it.
     """

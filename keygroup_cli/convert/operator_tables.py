@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.convert.from_savepoint import operator_stream
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import first_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.progress import no_progress as _noop
 from keygroup_cli.core.schema import OPERATOR_SCHEMA
-from keygroup_cli.flink import KIND_BY_MODE, FlinkSnapshot, OperatorState, OperatorStateHandle, Savepoint
+from keygroup_cli.flink import KIND_BY_MODE, FlinkCheckpoint, OperatorState, OperatorStateHandle, Savepoint
 from keygroup_cli.planning.redistribution import OperatorStateName
 
 
@@ -62,19 +62,19 @@ def operator_rows(table: pa.Table) -> pa.Table:
 
 
 def read_operator_state(
-    snapshot: FlinkSnapshot, *, origin: FlinkSnapshot | None = None, on_progress: OnProgress | None = None
+    snapshot: FlinkCheckpoint, *, origin: FlinkCheckpoint | None = None, on_progress: OnProgress | None = None
 ) -> dict[str, OperatorStateTables]:
     """Take every operator-state stream of the canonical savepoint ``snapshot``, decoded when it was opened.
 
     Returns every operator of ``_metadata``, in its order, by id. ``origin`` is the savepoint the user
     named when ``snapshot`` is its canonical rewrite (heap layouts). The caller checked
-    ``convert.check_convertible``. Each stream is checked as ``kg verify`` checks it (sizes, offsets,
+    ``convert.require_convertible``. Each stream is checked as ``kg verify`` checks it (sizes, offsets,
     headers, snappy CRCs, every element, the header's states against ``_metadata``'s) by the same decode
     that gives its rows (``Savepoint.operator_streams``), so no rescale, through the CLI or ``rescale()``,
     commits operator state from a stream ``kg verify`` rejects, and none is decoded twice.
 
     Raises:
-        InvalidSnapshotError: A stream fails that check (``INPUT_FAILS_VERIFY``), is missing or does not
+        InvalidInputError: A stream fails that check (``INPUT_FAILS_VERIFY``), is missing or does not
             decode.
         UnsupportedFormatError: A header kg cannot read.
     """
@@ -109,16 +109,16 @@ def _operator(savepoint: Savepoint, op: OperatorState) -> OperatorStateTables:
     return OperatorStateTables(op, named, tables)
 
 
-def require_operator_streams_intact(snapshot: FlinkSnapshot, origin: FlinkSnapshot | None = None) -> None:
+def require_operator_streams_intact(snapshot: FlinkCheckpoint, origin: FlinkCheckpoint | None = None) -> None:
     """Refuse ``snapshot`` if any of its operator-state streams fails ``kg verify``'s check of it.
 
     Raises:
-        InvalidSnapshotError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
+        InvalidInputError: The first error finding, as one line (``INPUT_FAILS_VERIFY``).
     """
     streams = Savepoint.of(snapshot).operator_streams.values()
     problem = first_error(f for stream in streams for f in stream.findings)
     if problem is not None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{(origin or snapshot).directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
         )
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa
 
 from keygroup_cli.convert.from_savepoint import EXTENSION, METADATA_FILE, ConvertResult, _unb64
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import key_group_range_for_operator_index
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.progress import no_progress as _noop
@@ -149,7 +149,7 @@ def snapshot_to_savepoint(
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
-        InvalidSnapshotError: Rows that do not fit the saved headers, unreadable files, or a snapshot
+        InvalidInputError: Rows that do not fit the saved headers, unreadable files, or a snapshot
             ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
         InvalidArgumentError: ``dest`` exists.
         ExecutionError: The output fails its check; nothing is committed.
@@ -161,7 +161,7 @@ def snapshot_to_savepoint(
         # every file once before the conversion reads it again; nothing is written from what it rejects.
         require_intact(source, on_progress=on_progress, label=str(source))
     state = SnapshotSource(open_snapshot(source)) if isinstance(source, (str, Path)) else source
-    check_finished(state)
+    require_finished_markers_kept(state)
     with staged_directory(dest) as staging:
         written = write_savepoint(state, staging, compression=compression, on_progress=on_progress)
         metadata = written.metadata
@@ -173,7 +173,7 @@ def snapshot_to_savepoint(
     return replace(written, destination=str(dest))
 
 
-def check_finished(state: StateSource) -> None:
+def require_finished_markers_kept(state: StateSource) -> None:
     """Refuse, before anything is staged, a finished subtask the snapshot's rows show is not kept.
 
     Raises:
@@ -205,7 +205,7 @@ def write_savepoint(
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
-        InvalidSnapshotError: Rows that do not fit the saved headers, unreadable files, or a snapshot
+        InvalidInputError: Rows that do not fit the saved headers, unreadable files, or a snapshot
             ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
         ExecutionError: The keyed entries written do not add up to the snapshot's.
     """
@@ -218,7 +218,7 @@ def write_savepoint(
         for op in manifest.operators
     ]
     metadata = _metadata(state, tuple(operators))
-    _check_keyed_rows(staging, counts.keyed_rows, manifest)
+    _require_keyed_rows_written(staging, counts.keyed_rows, manifest)
     return ConvertResult(
         "to-flink",
         state.label,
@@ -340,16 +340,16 @@ def _headers_of(
     """Return the saved keyed and operator-state headers of ``op``; refuse files without one.
 
     Raises:
-        InvalidSnapshotError: Keyed or operator files but no saved header (``FLINK_EXTENSION_INVALID``).
+        InvalidInputError: Keyed or operator files but no saved header (``FLINK_EXTENSION_INVALID``).
     """
     keyed_ext = ext.get("keyed")
     op_ext = ext.get("operator_state")
     if op.keyed_files and not keyed_ext:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: keyed files but no saved keyed-state header", code="FLINK_EXTENSION_INVALID"
         )
     if op.operator_files and not op_ext:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: operator files but no saved operator-state header", code="FLINK_EXTENSION_INVALID"
         )
     return keyed_ext, op_ext
@@ -377,7 +377,7 @@ def _finished_markers(state: StateSource) -> dict[str, tuple[int, ...]]:
     return markers
 
 
-def _check_keyed_rows(staging: Path, keyed_rows: int, manifest: Manifest) -> None:
+def _require_keyed_rows_written(staging: Path, keyed_rows: int, manifest: Manifest) -> None:
     """Check that the keyed entries written add up to the snapshot's keyed rows.
 
     Raises:
@@ -420,7 +420,7 @@ def _write_keyed(
         key_groups.start,
         key_groups.end,
     ):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: keyed file {keyed_file.path} does not cover subtask {index}'s range",
             code="KEY_GROUP_RANGE_MISMATCH",
         )
@@ -462,4 +462,4 @@ def _write_operator(
     return OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
 
 
-__all__ = ["SnapshotSource", "StateSource", "check_finished", "snapshot_to_savepoint", "write_savepoint"]
+__all__ = ["SnapshotSource", "StateSource", "require_finished_markers_kept", "snapshot_to_savepoint", "write_savepoint"]

@@ -50,7 +50,7 @@ class InvalidArgumentError(KgError):
     exit_code = ExitCode.USAGE
 
 
-class InvalidSnapshotError(KgError):
+class InvalidInputError(KgError):
     """A snapshot or savepoint is missing, truncated, corrupt or inconsistent."""
 
     default_code = "SNAPSHOT_INVALID"
@@ -100,13 +100,13 @@ _ENVIRONMENT_ERRNOS = {
 }
 
 
-def no_snapshot_error(path: object) -> InvalidSnapshotError:
+def no_input_error(path: object) -> InvalidInputError:
     """Return the one error every command gives for a path holding neither a savepoint nor a kg snapshot.
 
     The Flink and kg formats each look for their own commit file; where neither is there, both say the
     same (``SNAPSHOT_NOT_FOUND``, exit 3), whichever format the command tried first.
     """
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{path}: not a Flink savepoint or checkpoint, nor a kg snapshot (no _metadata file, no chk-N "
         "directory, no _manifest.json; an uncommitted write has none of them)",
         code="SNAPSHOT_NOT_FOUND",
@@ -142,3 +142,7 @@ def destination_error(dest: object, exc: OSError) -> InvalidArgumentError:
         f"cannot write {dest}: {reason} ({name or type(exc).__name__}); choose another --out",
         code="DESTINATION_NOT_WRITABLE",
     )
+
+
+#: The name before kg 0.x's one vocabulary (issue 38); kept for callers that catch it.
+InvalidSnapshotError = InvalidInputError

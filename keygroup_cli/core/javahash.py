@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import to_int32
 
 #: Key types given as text (``kg key --key-type``) and generated (``kg generate``).
@@ -340,7 +340,7 @@ def row_hash_codes(keys: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.int32]:
     Keys are grouped by length, so each group's murmur3 runs column-wise over its 4-byte words.
 
     Raises:
-        InvalidSnapshotError: A key that is not an int length followed by that many bytes of whole words.
+        InvalidInputError: A key that is not an int length followed by that many bytes of whole words.
     """
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
@@ -391,8 +391,8 @@ def _murmur_words(words: npt.NDArray[np.uint32], byte_length: int) -> npt.NDArra
     return np.asarray(h.view(np.int32), dtype=np.int32)
 
 
-def _not_a_row(size: int) -> InvalidSnapshotError:
-    return InvalidSnapshotError(
+def _not_a_row(size: int) -> InvalidInputError:
+    return InvalidInputError(
         f"a {size}-byte key is not a serialized BinaryRowData (an int length, then whole 4-byte words)",
         code="FLINK_STATE_CORRUPT",
     )

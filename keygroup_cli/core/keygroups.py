@@ -71,7 +71,7 @@ def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_gro
     return key_group * parallelism // max_parallelism
 
 
-def check_parallelism_bounds(max_parallelism: int, parallelism: int) -> None:
+def require_parallelism_in_bounds(max_parallelism: int, parallelism: int) -> None:
     """Raise ``InvalidArgumentError`` unless ``1 <= parallelism <= max_parallelism <= 32768``.
 
     Same checks, order and messages as ``computeKeyGroupRangeForOperatorIndex``: first
@@ -98,9 +98,9 @@ def explain_bounds(
     max_given: bool = True,
     can_change_max: bool = False,
 ) -> InvalidArgumentError | None:
-    """Return ``check_parallelism_bounds``'s error with the option, the value, the bound and the fix.
+    """Return ``require_parallelism_in_bounds``'s error with the option, the value, the bound and the fix.
 
-    Flink's sentence stays as it is (``check_parallelism_bounds`` is pinned to Flink's own messages); the
+    Flink's sentence stays as it is (``require_parallelism_in_bounds`` is pinned to Flink's own messages); the
     rest says which option broke which bound and what to pass instead. None when both are in bounds.
 
     Args:
@@ -112,7 +112,7 @@ def explain_bounds(
         can_change_max: The command can change maxParallelism (``kg rescale``): suggest doing so.
     """
     try:
-        check_parallelism_bounds(max_parallelism, parallelism)
+        require_parallelism_in_bounds(max_parallelism, parallelism)
     except InvalidArgumentError as exc:
         bound = f"1 to {UPPER_BOUND_MAX_PARALLELISM}"
         if not 0 < parallelism <= UPPER_BOUND_MAX_PARALLELISM:
@@ -143,7 +143,7 @@ def key_group_range_for_operator_index(max_parallelism: int, parallelism: int, i
 
     Matches ``KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex``.
     """
-    check_parallelism_bounds(max_parallelism, parallelism)
+    require_parallelism_in_bounds(max_parallelism, parallelism)
     # Flink does not bound the index above (index p yields a range past maxP); a negative index fails in
     # the KeyGroupRange constructor. Callers that take an index from users check it themselves.
     if index < 0:
@@ -157,7 +157,7 @@ def key_group_range_for_operator_index(max_parallelism: int, parallelism: int, i
 
 def subtask_ranges(max_parallelism: int, parallelism: int) -> tuple[KeyGroupRange, ...]:
     """Return the key-group range of every subtask, in subtask order (``createKeyGroupPartitions``)."""
-    check_parallelism_bounds(max_parallelism, parallelism)
+    require_parallelism_in_bounds(max_parallelism, parallelism)
     return tuple(
         key_group_range_for_operator_index(max_parallelism, parallelism, i) for i in range(parallelism)
     )

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.javahash import hash_codes, parse_key
 from keygroup_cli.core.keygroups import (
-    check_parallelism_bounds,
+    require_parallelism_in_bounds,
     key_groups_for_hashes,
     operator_indexes_for_key_groups,
 )
@@ -109,7 +109,7 @@ def locate_keys(
     keys: pa.Array, key_type: str, max_parallelism: int, parallelism: int | None = None
 ) -> KeyLocations:
     """Compute the Java hash code, key group and (optionally) subtask of every key."""
-    check_parallelism_bounds(max_parallelism, parallelism or 1)
+    require_parallelism_in_bounds(max_parallelism, parallelism or 1)
     codes = hash_codes(keys, key_type)
     groups = key_groups_for_hashes(codes, max_parallelism)
     subtasks = (

@@ -251,7 +251,7 @@ def probe_spark(master: str | None = None) -> tuple[SparkProbe, Java]:
 
 
 def find_java() -> Java:
-    """Return the Java Spark would start, as ``execution.engines.spark.check_java`` finds it, and its version.
+    """Return the Java Spark would start, as ``execution.engines.spark.require_java`` finds it, and its version.
 
     The version is read from the installation's ``release`` file (``JAVA_VERSION="17.0.15"``): no JVM.
     """

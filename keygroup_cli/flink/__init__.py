@@ -45,12 +45,12 @@ if TYPE_CHECKING:
         StateEntry,
         find_operator,
         lookup_keys,
-        refused,
+        fails_verify_error,
     )
     from keygroup_cli.flink.data.tables import (
         BatchReader,
         keyed_file_count,
-        read_state,
+        state_table,
         state_batches,
         typed_states,
     )
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
         KeyedHandle,
         OperatorStateHandle,
     )
-    from keygroup_cli.flink.metadata.locate import FlinkSnapshot, is_flink_savepoint
+    from keygroup_cli.flink.metadata.locate import FlinkCheckpoint, is_flink_savepoint
     from keygroup_cli.flink.metadata.reader import (
         CheckpointMetadata,
         MasterState,
@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from keygroup_cli.flink.operator.codec import KIND_BY_MODE, decode_operator_file, write_operator_file
     from keygroup_cli.flink.operator.header import (
         OperatorStateHeader,
-        check_handle_states,
+        require_states_declared,
         operator_header_end,
         read_operator_header,
     )
@@ -106,22 +106,22 @@ if TYPE_CHECKING:
         row_fields_from_sql,
         shown_scalar,
     )
-    from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT
-    from keygroup_cli.flink.types.snapshots import (
-        AVRO_SNAPSHOT,
-        KRYO_SNAPSHOT,
-        POJO_SNAPSHOT,
+    from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
+    from keygroup_cli.flink.types.serializer_snapshots import (
+        AVRO_SERIALIZER_SNAPSHOT,
+        KRYO_SERIALIZER_SNAPSHOT,
+        POJO_SERIALIZER_SNAPSHOT,
         SerializerSnapshot,
         StateMetaInfo,
     )
     from keygroup_cli.flink.types.values import TtlValue
-    from keygroup_cli.flink.write.commit import SealedSavepoint, check_output, seal_in_place, seal_savepoint
+    from keygroup_cli.flink.write.commit import SealedSavepoint, require_streams_decode, seal_in_place, seal_savepoint
     from keygroup_cli.flink.write.finished import finished_before, finished_markers, require_finished_kept
     from keygroup_cli.flink.write.keyed_tasks import (
         KeyedReadTask,
         KeyedWriteTask,
         WrittenKeyedFile,
-        check_key_groups,
+        require_keys_in_groups,
         intersecting_tasks,
         keyed_header,
         read_entries_task,
@@ -167,7 +167,7 @@ _LAZY = {
     "KeyedHandle": "keygroup_cli.flink.metadata.handles",
     "OperatorStateHandle": "keygroup_cli.flink.metadata.handles",
     "SAVEPOINT_KEY_GROUPS_HANDLE": "keygroup_cli.flink.metadata.handles",
-    "FlinkSnapshot": "keygroup_cli.flink.metadata.locate",
+    "FlinkCheckpoint": "keygroup_cli.flink.metadata.locate",
     "is_flink_savepoint": "keygroup_cli.flink.metadata.locate",
     "CheckpointMetadata": "keygroup_cli.flink.metadata.reader",
     "MasterState": "keygroup_cli.flink.metadata.reader",
@@ -182,12 +182,12 @@ _LAZY = {
     "locate_row_keys": "keygroup_cli.flink.types.binary_row",
     "row_fields_from_sql": "keygroup_cli.flink.types.binary_row",
     "shown_scalar": "keygroup_cli.flink.types.binary_row",
-    "ROW_DATA_SNAPSHOT": "keygroup_cli.flink.types.serializers",
-    "AVRO_SNAPSHOT": "keygroup_cli.flink.types.snapshots",
-    "KRYO_SNAPSHOT": "keygroup_cli.flink.types.snapshots",
-    "POJO_SNAPSHOT": "keygroup_cli.flink.types.snapshots",
-    "SerializerSnapshot": "keygroup_cli.flink.types.snapshots",
-    "StateMetaInfo": "keygroup_cli.flink.types.snapshots",
+    "ROW_DATA_SERIALIZER_SNAPSHOT": "keygroup_cli.flink.types.serializers",
+    "AVRO_SERIALIZER_SNAPSHOT": "keygroup_cli.flink.types.serializer_snapshots",
+    "KRYO_SERIALIZER_SNAPSHOT": "keygroup_cli.flink.types.serializer_snapshots",
+    "POJO_SERIALIZER_SNAPSHOT": "keygroup_cli.flink.types.serializer_snapshots",
+    "SerializerSnapshot": "keygroup_cli.flink.types.serializer_snapshots",
+    "StateMetaInfo": "keygroup_cli.flink.types.serializer_snapshots",
     "TtlValue": "keygroup_cli.flink.types.values",
     "decode_keyed_file": "keygroup_cli.flink.keyed.decode",
     "write_keyed_file": "keygroup_cli.flink.keyed.encode",
@@ -201,7 +201,7 @@ _LAZY = {
     "decode_operator_file": "keygroup_cli.flink.operator.codec",
     "write_operator_file": "keygroup_cli.flink.operator.codec",
     "OperatorStateHeader": "keygroup_cli.flink.operator.header",
-    "check_handle_states": "keygroup_cli.flink.operator.header",
+    "require_states_declared": "keygroup_cli.flink.operator.header",
     "operator_header_end": "keygroup_cli.flink.operator.header",
     "read_operator_header": "keygroup_cli.flink.operator.header",
     "canonical_view": "keygroup_cli.flink.layouts.heap",
@@ -209,7 +209,7 @@ _LAZY = {
     "load_binding": "keygroup_cli.flink.layouts.rocksdb",
     "verify_flink": "keygroup_cli.flink.check.verify",
     "SealedSavepoint": "keygroup_cli.flink.write.commit",
-    "check_output": "keygroup_cli.flink.write.commit",
+    "require_streams_decode": "keygroup_cli.flink.write.commit",
     "seal_in_place": "keygroup_cli.flink.write.commit",
     "seal_savepoint": "keygroup_cli.flink.write.commit",
     "finished_before": "keygroup_cli.flink.write.finished",
@@ -218,7 +218,7 @@ _LAZY = {
     "KeyedReadTask": "keygroup_cli.flink.write.keyed_tasks",
     "KeyedWriteTask": "keygroup_cli.flink.write.keyed_tasks",
     "WrittenKeyedFile": "keygroup_cli.flink.write.keyed_tasks",
-    "check_key_groups": "keygroup_cli.flink.write.keyed_tasks",
+    "require_keys_in_groups": "keygroup_cli.flink.write.keyed_tasks",
     "intersecting_tasks": "keygroup_cli.flink.write.keyed_tasks",
     "keyed_header": "keygroup_cli.flink.write.keyed_tasks",
     "read_entries_task": "keygroup_cli.flink.write.keyed_tasks",
@@ -255,10 +255,10 @@ _LAZY = {
     "StateEntry": "keygroup_cli.flink.data.lookup",
     "find_operator": "keygroup_cli.flink.data.lookup",
     "lookup_keys": "keygroup_cli.flink.data.lookup",
-    "refused": "keygroup_cli.flink.data.lookup",
+    "fails_verify_error": "keygroup_cli.flink.data.lookup",
     "BatchReader": "keygroup_cli.flink.data.tables",
     "keyed_file_count": "keygroup_cli.flink.data.tables",
-    "read_state": "keygroup_cli.flink.data.tables",
+    "state_table": "keygroup_cli.flink.data.tables",
     "state_batches": "keygroup_cli.flink.data.tables",
     "typed_states": "keygroup_cli.flink.data.tables",
 }

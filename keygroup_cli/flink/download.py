@@ -18,7 +18,7 @@ from pathlib import Path
 
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.io.stream_handles import FileHandle, SegmentFileHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, find_metadata, read_metadata_bytes
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint, find_metadata, read_metadata_bytes
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
 from keygroup_cli.storage import remote, transfer
 from keygroup_cli.storage.containment import contain
@@ -46,7 +46,7 @@ def copy_savepoint(
             from those, not fetched again.
 
     Raises:
-        InvalidSnapshotError: Nothing there, or a referenced file is missing.
+        InvalidInputError: Nothing there, or a referenced file is missing.
     """
     snapshot = opened if opened is not None and opened.raw else None
     metadata = snapshot.metadata_path if snapshot is not None else find_metadata(target)
@@ -67,14 +67,14 @@ def copy_savepoint(
     (local / METADATA).write_bytes(raw)
 
 
-def _absolute_files(snapshot: FlinkSnapshot, directory: Location) -> dict[str, Location]:
+def _absolute_files(snapshot: FlinkCheckpoint, directory: Location) -> dict[str, Location]:
     """Return the state files a checkpoint names outside its own directory, by URI.
 
     Each is where ``storage.containment`` resolves it (``..`` normalized; the job's ``shared/`` or a
     prefix named in ``KG_STATE_ROOTS``); one that leads anywhere else is refused.
 
     Raises:
-        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``.
+        InvalidInputError: ``STATE_FILE_OUTSIDE``.
     """
     found: dict[str, Location] = {}
     prefix = directory.uri.rstrip("/") + "/"

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.findings import Finding
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -29,7 +29,7 @@ from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import (
-    FlinkSnapshot,
+    FlinkCheckpoint,
     find_metadata,
     flink_metadata_file,
     read_metadata_bytes,
@@ -77,21 +77,21 @@ class OperatorStream:
 
 
 @dataclass(frozen=True, eq=False)
-class Savepoint(FlinkSnapshot):
+class Savepoint(FlinkCheckpoint):
     """A Flink savepoint or checkpoint opened once (see the module docstring)."""
 
-    #: The ``_metadata`` bytes as read (empty when opened from an already parsed ``FlinkSnapshot``).
+    #: The ``_metadata`` bytes as read (empty when opened from an already parsed ``FlinkCheckpoint``).
     raw: bytes = b""
 
     @classmethod
-    def of(cls, snapshot: FlinkSnapshot) -> Savepoint:
+    def of(cls, snapshot: FlinkCheckpoint) -> Savepoint:
         """Return ``snapshot`` (already parsed) as an opened savepoint, reading nothing more now."""
         if isinstance(snapshot, Savepoint):
             return snapshot
         return cls(snapshot.metadata_path, snapshot.metadata, snapshot.view)
 
     @classmethod
-    def rewritten(cls, view: FlinkSnapshot, origin: Savepoint) -> Savepoint:
+    def rewritten(cls, view: FlinkCheckpoint, origin: Savepoint) -> Savepoint:
         """Return the canonical rewrite ``view`` of ``origin`` (``flink.layouts``) as an opened savepoint.
 
         A rewrite changes keyed files only: its operator-state streams are the origin's, so what the
@@ -106,7 +106,7 @@ class Savepoint(FlinkSnapshot):
     def with_operators(self, metadata: CheckpointMetadata, ids: Mapping[str, str]) -> Savepoint:
         """Return this savepoint as ``metadata`` describes it: operators renamed or left out, same files.
 
-        ``ids`` maps the id of every operator ``metadata`` keeps to its id there (operator surgery planned
+        ``ids`` maps the id of every operator ``metadata`` keeps to its id there (operator migration planned
         on the opened savepoint, ``planning.migration.apply_changes``). What was read already (keyed headers,
         operator-state streams) is kept under the new ids, not read again; the ``_metadata`` bytes are
         not, since they no longer describe the result.
@@ -137,7 +137,7 @@ class Savepoint(FlinkSnapshot):
         """Return every canonical keyed file's header, by operator id, in subtask order (read once).
 
         Raises:
-            InvalidSnapshotError: A keyed file is missing, or its header is corrupt.
+            InvalidInputError: A keyed file is missing, or its header is corrupt.
             UnsupportedFormatError: A header kg cannot read.
         """
         found: dict[str, tuple[KeyedStream, ...]] = {}
@@ -183,7 +183,7 @@ class Savepoint(FlinkSnapshot):
                 if not isinstance(handle, OperatorStateHandle):
                     continue
                 subject = f"{op.label} subtask {sub.index}"
-                checked = _checked_stream(handle, self.directory, subject)
+                checked = _check_stream(handle, self.directory, subject)
                 found[(op.operator_id, sub.index)] = OperatorStream(
                     op.operator_id, sub.index, handle, *checked
                 )
@@ -197,7 +197,7 @@ class Savepoint(FlinkSnapshot):
         )
 
 
-def _checked_stream(
+def _check_stream(
     handle: OperatorStateHandle, directory: Path | Location, subject: str
 ) -> OperatorStreamCheck:
     """Check and decode one operator-state stream, turning a missing or unreadable file into a finding."""
@@ -210,7 +210,7 @@ def _checked_stream(
         with StreamSource(handle.delegate, directory) as src:
             opened = True
             return check_operator_stream(handle, src, subject)
-    except (InvalidSnapshotError, UnsupportedFormatError) as exc:
+    except (InvalidInputError, UnsupportedFormatError) as exc:
         return OperatorStreamCheck(None, None, (stream_finding(exc, subject),), None, opened)
 
 
@@ -223,7 +223,7 @@ def open_savepoint(path: str | os.PathLike[str] | Location, *, contained: bool =
     Spark task, whose absolute handles name the files of the input the driver opened and judged.
 
     Raises:
-        InvalidSnapshotError: Missing, truncated or corrupt metadata; a file named outside the input's
+        InvalidInputError: Missing, truncated or corrupt metadata; a file named outside the input's
             roots (``STATE_FILE_OUTSIDE``).
         UnsupportedFormatError: A metadata version kg does not read.
     """
@@ -239,7 +239,7 @@ def try_open_savepoint(path: str | os.PathLike[str] | Location) -> Savepoint | N
     """Open ``path`` if it is a Flink savepoint or checkpoint (``is_flink_savepoint``), else return None.
 
     Raises:
-        InvalidSnapshotError: It is one, but its ``_metadata`` is truncated or corrupt.
+        InvalidInputError: It is one, but its ``_metadata`` is truncated or corrupt.
         UnsupportedFormatError: A metadata version kg does not read.
     """
     found = flink_metadata_file(path if isinstance(path, Location) else str(path))

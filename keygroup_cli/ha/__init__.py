@@ -32,7 +32,7 @@ def resolve(source: str, job: str | None = None, *, now: datetime | None = None)
 
     Raises:
         InvalidArgumentError: Bad URI, unknown job, or several jobs and no ``job`` (exit 2).
-        InvalidSnapshotError: Unreachable store, no checkpoint, unreadable entry (exit 3).
+        InvalidInputError: Unreachable store, no checkpoint, unreadable entry (exit 3).
         MissingDependencyError: The ``[ha]`` extra is not installed (exit 6).
     """
     if source.startswith(f"{SCHEME}://"):

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, MissingDependencyError
 from keygroup_cli.ha.javaser import HA_EXTRA_HINT, parse_store_handle
 from keygroup_cli.ha.model import HaResolution, Leader
 from keygroup_cli.ha.storage import read_storage_file, resolve_pointer
@@ -55,16 +55,16 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
 
     Raises:
         MissingDependencyError: A YAML file and PyYAML is not installed.
-        InvalidSnapshotError: The file does not parse or holds no ConfigMap.
+        InvalidInputError: The file does not parse or holds no ConfigMap.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidSnapshotError(f"{path}: not UTF-8 text: {exc}", code="HA_CONFIGMAP_INVALID") from None
+        raise InvalidInputError(f"{path}: not UTF-8 text: {exc}", code="HA_CONFIGMAP_INVALID") from None
     try:
         document = json.loads(text)
     except RecursionError:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: JSON nested too deeply to be a ConfigMap export", code="HA_CONFIGMAP_INVALID"
         ) from None
     except ValueError:
@@ -78,7 +78,7 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
         try:
             document = yaml.safe_load(text)
         except (yaml.YAMLError, RecursionError) as exc:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{path}: not valid YAML: {exc}", code="HA_CONFIGMAP_INVALID"
             ) from None
     items = (
@@ -88,7 +88,7 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
     )
     maps = [m for m in items if isinstance(m, dict) and m.get("kind") == "ConfigMap"]
     if not maps:
-        raise InvalidSnapshotError(f"{path}: no ConfigMap in the file", code="HA_CONFIGMAP_INVALID")
+        raise InvalidInputError(f"{path}: no ConfigMap in the file", code="HA_CONFIGMAP_INVALID")
     return maps
 
 
@@ -102,7 +102,7 @@ def resolve_configmap(path: str, job: str | None = None, *, now: datetime | None
 
     Raises:
         InvalidArgumentError: Several jobs and no ``job``, or an unknown job.
-        InvalidSnapshotError: No checkpoint entry, or an entry that cannot be read.
+        InvalidInputError: No checkpoint entry, or an entry that cannot be read.
     """
     maps = load_configmaps(path)
     chosen, cm = _job_configmap(path, maps, job)
@@ -136,7 +136,7 @@ def _job_configmap(path: str, maps: list[dict[str, Any]], job: str | None) -> tu
 
     Raises:
         InvalidArgumentError: Several jobs and no ``job``, or an unknown job.
-        InvalidSnapshotError: No job ConfigMap at all.
+        InvalidInputError: No job ConfigMap at all.
     """
     job_maps = {}
     for m in maps:
@@ -152,7 +152,7 @@ def _job_configmap(path: str, maps: list[dict[str, Any]], job: str | None) -> tu
     if len(job_maps) == 1:
         return next(iter(job_maps.items()))
     if not job_maps:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: no job ConfigMap (<cluster-id>-<job>-config-map with checkpointID-… keys)",
             code="HA_NO_JOB",
         )
@@ -166,7 +166,7 @@ def _live_checkpoints(path: str, cm: dict[str, Any]) -> tuple[list[tuple[int, st
     """Return the ConfigMap's checkpoint entries not marked for deletion, by id, and warnings on the others.
 
     Raises:
-        InvalidSnapshotError: No such entry, or an entry that cannot be read.
+        InvalidInputError: No such entry, or an entry that cannot be read.
     """
     name = str(cm.get("metadata", {}).get("name", "?"))
     warnings: list[str] = []
@@ -182,7 +182,7 @@ def _live_checkpoints(path: str, cm: dict[str, Any]) -> tuple[list[tuple[int, st
             continue
         live.append((int(match.group(1)), entry, handle))
     if not live:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: {name} holds no completed checkpoint (no checkpointID-… key that is not marked for "
             "deletion); the job would start from its configured savepoint, or without state",
             code="HA_NO_CHECKPOINT",
@@ -195,7 +195,7 @@ def _decode(value: str, entry: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidSnapshotError(f"{entry}: value is not base64", code="HA_ENTRY_UNREADABLE") from None
+        raise InvalidInputError(f"{entry}: value is not base64", code="HA_ENTRY_UNREADABLE") from None
 
 
 def _job_from_pointer(pointer: str) -> str:

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from keygroup_cli.core.errors import InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidInputError, MissingDependencyError
 
 HA_EXTRA_HINT = (
     "pip install -e '.[ha]' in kg's checkout, or the kg wheel with [ha] (docs/how-to/install.md#extras)"
@@ -92,15 +92,15 @@ def load(data: bytes, what: str) -> Any:
     """Parse one Java object stream and return its first object.
 
     Raises:
-        InvalidSnapshotError: Not a Java object stream, or one javaobj cannot parse.
+        InvalidInputError: Not a Java object stream, or one javaobj cannot parse.
     """
     if not data.startswith(_STREAM_MAGIC):
-        raise InvalidSnapshotError(f"{what}: not a Java serialization stream", code="HA_ENTRY_UNREADABLE")
+        raise InvalidInputError(f"{what}: not a Java serialization stream", code="HA_ENTRY_UNREADABLE")
     javaobj = _javaobj()
     try:
         return javaobj.loads(data)
     except Exception as exc:  # noqa: BLE001 - javaobj raises bare Exceptions for unknown content
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{what}: cannot parse the Java-serialized object: {exc}", code="HA_ENTRY_UNREADABLE"
         ) from None
 
@@ -146,7 +146,7 @@ def parse_store_handle(data: bytes, what: str) -> StoreHandle:
     Accepts a ``RetrievableStreamStateHandle``, bare or in a ``StateHandleWithDeleteMarker``.
 
     Raises:
-        InvalidSnapshotError: Anything else.
+        InvalidInputError: Anything else.
     """
     obj = load(data, what)
     marked = False
@@ -158,7 +158,7 @@ def parse_store_handle(data: bytes, what: str) -> StoreHandle:
         wrapped = fields(obj).get("wrappedStreamStateHandle", obj)
         uri, size = _file_handle(wrapped)
     except (KeyError, ValueError, TypeError) as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{what}: unexpected HA state handle {class_name(obj)!r}: {exc}", code="HA_ENTRY_UNREADABLE"
         ) from None
     return StoreHandle(uri, size, marked)
@@ -168,13 +168,13 @@ def parse_completed_checkpoint(data: bytes, what: str) -> CompletedCheckpointInf
     """Return the checkpoint id, pointer, metadata file and type of a serialized ``CompletedCheckpoint``.
 
     Raises:
-        InvalidSnapshotError: The stream does not parse, or holds no ``externalPointer``.
+        InvalidInputError: The stream does not parse, or holds no ``externalPointer``.
     """
     obj = load(data, what)
     values = fields(obj)
     pointer = values.get("externalPointer")
     if pointer is None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{what}: {class_name(obj) or 'object'} has no externalPointer", code="HA_ENTRY_UNREADABLE"
         )
     metadata_uri = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.ha.javaser import (
     CompletedCheckpointInfo,
     parse_completed_checkpoint,
@@ -42,7 +42,7 @@ def read_storage_file(uri: str, entry: str) -> bytes:
     """Read the ``completedCheckpoint…`` file a store entry points to.
 
     Raises:
-        InvalidSnapshotError: The file is missing or unreadable (Flink would fail to recover too).
+        InvalidInputError: The file is missing or unreadable (Flink would fail to recover too).
         UnsupportedFormatError: It is on a file system kg does not read (copy it locally first).
     """
     location = local_or_uri(uri)
@@ -55,13 +55,13 @@ def read_storage_file(uri: str, entry: str) -> bytes:
     try:
         return Path(location).read_bytes()
     except FileNotFoundError:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{entry}: the HA storage file {location} is missing (Flink could not recover from this "
             "entry either)",
             code="HA_STORAGE_FILE_MISSING",
         ) from None
     except OSError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{entry}: cannot read the HA storage file {location}: {exc.strerror}",
             code="HA_STORAGE_FILE_MISSING",
         ) from None
@@ -75,12 +75,12 @@ def resolve_pointer(data: bytes, checkpoint_id: int, entry: str) -> Pointer:
     ``chk-<id>`` among them is used.
 
     Raises:
-        InvalidSnapshotError: Neither way finds the directory.
+        InvalidInputError: Neither way finds the directory.
     """
     try:
         info = parse_completed_checkpoint(data, entry)
         return Pointer(info, local_or_uri(info.external_pointer))
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         reason = exc.message
     candidates = [local_or_uri(c).rstrip("/") for c in pointer_candidates(data)]
     wanted = f"chk-{checkpoint_id}"
@@ -92,7 +92,7 @@ def resolve_pointer(data: bytes, checkpoint_id: int, entry: str) -> Pointer:
                 found = str(parent / wanted)
                 break
     if found is None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{reason}; and no {wanted} directory was found beside the paths it names",
             code="HA_ENTRY_UNREADABLE",
         )

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, MissingDependencyError
 from keygroup_cli.ha.javaser import HA_EXTRA_HINT, parse_leader_information, parse_store_handle
 from keygroup_cli.ha.model import HaResolution, Leader
 from keygroup_cli.ha.storage import read_storage_file, resolve_pointer
@@ -94,7 +94,7 @@ def connect(hosts: str, timeout: float) -> Any:
 
     Raises:
         MissingDependencyError: kazoo is not installed.
-        InvalidSnapshotError: No ZooKeeper server answered within ``timeout`` seconds.
+        InvalidInputError: No ZooKeeper server answered within ``timeout`` seconds.
     """
     try:
         from kazoo.client import KazooClient
@@ -118,7 +118,7 @@ def connect(hosts: str, timeout: float) -> Any:
         client.start(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - kazoo raises its timeout or socket errors
         client.close()
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"zk://{hosts}: no ZooKeeper server answered within {timeout:g} s ({type(exc).__name__})",
             code="HA_STORE_UNREACHABLE",
         ) from None
@@ -142,7 +142,7 @@ def resolve_zookeeper(
 
     Raises:
         InvalidArgumentError: Bad URI, unknown job, or several jobs and no ``job``.
-        InvalidSnapshotError: Unreachable store, no such cluster, no checkpoint, unreadable entry.
+        InvalidInputError: Unreachable store, no such cluster, no checkpoint, unreadable entry.
         MissingDependencyError: The ``[ha]`` extra is missing.
     """
     hosts, namespace = parse_uri(uri)
@@ -164,7 +164,7 @@ def resolve_zookeeper(
 
 def _resolve(zk: ZooKeeperReader, uri: str, root: str, job: str | None) -> HaResolution:
     if zk.exists(root) is None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{uri}: no znode {root} (check high-availability.zookeeper.path.root and cluster-id)",
             code="HA_CLUSTER_NOT_FOUND",
         )
@@ -172,7 +172,7 @@ def _resolve(zk: ZooKeeperReader, uri: str, root: str, job: str | None) -> HaRes
     checkpoints_path = f"{root}/jobs/{job_id}/checkpoints"
     ids = sorted(int(name) for name in zk.get_children(checkpoints_path) if name.isdigit())
     if not ids:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{uri}: job {job_id} has no completed checkpoint in the HA store ({checkpoints_path} is "
             "empty); it would start from its configured savepoint, or without state",
             code="HA_NO_CHECKPOINT",
@@ -220,7 +220,7 @@ def _pick_job(zk: ZooKeeperReader, uri: str, root: str, job: str | None) -> str:
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise InvalidSnapshotError(f"{uri}: the HA store holds no job ({root}/jobs)", code="HA_NO_JOB")
+        raise InvalidInputError(f"{uri}: the HA store holds no job ({root}/jobs)", code="HA_NO_JOB")
     raise InvalidArgumentError(
         f"{uri}: the HA store holds {len(candidates)} jobs; choose one with --job ({', '.join(candidates)})",
         code="HA_JOB_AMBIGUOUS",

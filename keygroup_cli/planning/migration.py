@@ -1,4 +1,4 @@
-"""Operator surgery on a Flink savepoint, planned: rename a uid, give a uid to a hashed operator, drop state.
+"""Operator migration on a Flink savepoint, planned: rename a uid, give a uid to a hashed operator, drop state.
 
 ``plan_migration(savepoint, request)`` is a pure function of an opened savepoint's ``_metadata`` and a
 ``MigrationRequest``: it validates every change, computes each operator's new OperatorID the way Flink's
@@ -6,7 +6,7 @@
 ``CheckpointMetadata`` of the new savepoint together with the state files to copy. Nothing is read from or
 written to storage here; ``execution.routes.migrate`` copies the files and commits.
 
-``operate(savepoint, request)`` is the same surgery for ``kg rescale --rename/--assign-uid/--drop``: the
+``apply_migration(savepoint, request)`` is the same migration for ``kg rescale --rename/--assign-uid/--drop``: the
 changed ``_metadata`` (``apply_changes``, handles untouched) on the savepoint the rescale opened, which the
 rescale then plans on and writes anew in its one pass.
 
@@ -192,8 +192,8 @@ def plan_migration(metadata: CheckpointMetadata, request: MigrationRequest) -> M
 
 
 @dataclass(frozen=True, slots=True)
-class OperatedSavepoint:
-    """An opened savepoint with operator surgery applied (``operate``), for a rescale to plan on."""
+class MigratedSavepoint:
+    """An opened savepoint with operator migration applied (``apply_migration``), for a rescale to plan on."""
 
     savepoint: Savepoint
     changes: tuple[OperatorChange, ...]
@@ -201,8 +201,8 @@ class OperatedSavepoint:
     operators: tuple[str, ...] | None
 
 
-def refuse_kg_snapshot(request: MigrationRequest | None, label: str) -> None:
-    """Refuse surgery on a kg snapshot: Flink never reads its manifest (``MIGRATE_KG_SNAPSHOT``, exit 4)."""
+def require_savepoint_for_migration(request: MigrationRequest | None, label: str) -> None:
+    """Refuse migration on a kg snapshot: Flink never reads its manifest (``MIGRATE_KG_SNAPSHOT``, exit 4)."""
     if request is not None and not request.empty:
         raise UnsupportedFormatError(
             f"{label}: a kg snapshot; --rename, --assign-uid and --drop rewrite Flink savepoints and "
@@ -211,10 +211,10 @@ def refuse_kg_snapshot(request: MigrationRequest | None, label: str) -> None:
         )
 
 
-def operate(
+def apply_migration(
     savepoint: Savepoint, request: MigrationRequest | None, operators: Sequence[str] | None = None
-) -> OperatedSavepoint:
-    """Apply ``request`` to the opened ``savepoint`` in memory: the surgery of a rescale, planned in its pass.
+) -> MigratedSavepoint:
+    """Apply ``request`` to the opened ``savepoint`` in memory: the migration of a rescale, planned in its pass.
 
     Nothing is read: the result has the changed ``_metadata`` and the same state files (a rescale writes
     every file anew), and keeps what ``savepoint`` read already (``Savepoint.with_operators``).
@@ -225,7 +225,7 @@ def operate(
     """
     labels = tuple(operators) if operators else None
     if request is None or request.empty:
-        return OperatedSavepoint(savepoint, (), labels)
+        return MigratedSavepoint(savepoint, (), labels)
     changed = apply_changes(savepoint.metadata, request)
     new_ids = {c.operator_id: c.new_operator_id for c in changed.changes}
     replaced = {c.replaces for c in changed.changes if c.replaces is not None}
@@ -236,7 +236,7 @@ def operate(
             ids[op.operator_id] = new_id
     if labels is not None:
         labels = changed.operator_labels(labels, savepoint.metadata)
-    return OperatedSavepoint(savepoint.with_operators(changed.metadata, ids), changed.changes, labels)
+    return MigratedSavepoint(savepoint.with_operators(changed.metadata, ids), changed.changes, labels)
 
 
 def _find(metadata: CheckpointMetadata, label: str, flag: str, *, by_id_only: bool = False) -> OperatorState:
@@ -370,11 +370,11 @@ __all__ = [
     "FileCopy",
     "MigrationPlan",
     "MigrationRequest",
-    "OperatedSavepoint",
+    "MigratedSavepoint",
     "OperatorChange",
     "apply_changes",
-    "operate",
+    "apply_migration",
     "parse_pair",
     "plan_migration",
-    "refuse_kg_snapshot",
+    "require_savepoint_for_migration",
 ]

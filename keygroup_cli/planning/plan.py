@@ -19,7 +19,7 @@ import numpy as np
 from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
-    check_parallelism_bounds,
+    require_parallelism_in_bounds,
     explain_bounds,
     names_operator,
     skew,
@@ -128,8 +128,8 @@ def plan_key_groups(
     Raises:
         InvalidArgumentError: A parallelism is out of Flink's bounds.
     """
-    check_parallelism_bounds(max_parallelism, old_parallelism)
-    check_parallelism_bounds(max_parallelism, new_parallelism)
+    require_parallelism_in_bounds(max_parallelism, old_parallelism)
+    require_parallelism_in_bounds(max_parallelism, new_parallelism)
     for name, weights in (("key_group_rows", key_group_rows), ("key_group_bytes", key_group_bytes)):
         if weights is not None and len(weights) != max_parallelism:
             raise ValueError(f"{name} must have one entry per key group ({max_parallelism})")
@@ -234,8 +234,8 @@ def advise_parallelism(
     With ``key_group_weights`` (rows or bytes per key group) the skew is that of the real load.
     """
     upper = max_parallelism if maximum is None else maximum
-    check_parallelism_bounds(max_parallelism, minimum)
-    check_parallelism_bounds(max_parallelism, upper)
+    require_parallelism_in_bounds(max_parallelism, minimum)
+    require_parallelism_in_bounds(max_parallelism, upper)
     if minimum > upper:
         raise ValueError("minimum parallelism is above the maximum")
     if key_group_weights is not None and len(key_group_weights) != max_parallelism:
@@ -342,9 +342,9 @@ class RescalePlan:
     new_parallelism: int
     new_max_parallelism: int | None
     operators: tuple[OperatorPlan, ...]
-    #: Operator surgery done in the same pass (``kg rescale --rename/--assign-uid/--drop``): the
-    #: operators above are named as the surgery leaves them.
-    surgery: tuple[OperatorChange, ...] = ()
+    #: Operator migration done in the same pass (``kg rescale --rename/--assign-uid/--drop``): the
+    #: operators above are named as the migration leaves them.
+    migration: tuple[OperatorChange, ...] = ()
 
     @property
     def rescaled(self) -> tuple[OperatorPlan, ...]:
@@ -413,7 +413,7 @@ def plan_snapshot(
         if target is None:
             plans.append(replace(_keep(op), holds_state=holds_state))
             continue
-        new_max = validate_operator_request(
+        new_max = checked_new_max_parallelism(
             op,
             op.key_type if op.keyed_files else None,
             target,
@@ -495,7 +495,7 @@ class LabelledOperator(Protocol):
     def label(self) -> str: ...  # noqa: D102
 
 
-def validate_operator_request(
+def checked_new_max_parallelism(
     op: LabelledOperator,
     key_type: str | None,
     new_parallelism: int,
@@ -504,7 +504,7 @@ def validate_operator_request(
 ) -> int:
     """Check one operator's rescale request against Flink's rules; return its new maxParallelism.
 
-    Shared by ``plan_rescale`` (kg snapshots) and the savepoint preflight, so both refuse the same
+    Shared by ``plan_rescale`` (kg snapshots) and the savepoint require_rescalable, so both refuse the same
     requests with the same messages before anything is written.
 
     Args:

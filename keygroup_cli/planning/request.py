@@ -1,7 +1,7 @@
 """What a rescale is asked to do, as one value: the plan is a pure function of the opened input and this.
 
 ``RescaleRequest`` replaces the keywords every route used to copy and forward (``--to``, ``--from``,
-``--operator``, ``--max-parallelism``, compression, and the operator surgery of ``--rename``,
+``--operator``, ``--max-parallelism``, compression, and the operator migration of ``--rename``,
 ``--assign-uid`` and ``--drop``). It is the one value that flows: the CLI builds it, ``rescale()`` builds it
 from its keywords, and the routes and plans take it whole, so a new field is declared here, read where a
 plan uses it and given a CLI option, nothing more. How the work runs (engine, Spark master, a session,
@@ -36,16 +36,16 @@ class RescaleRequest:
     #: ``--format``: ``"canonical"`` keyed files, or ``"native"``: one RocksDB database per subtask (a NATIVE
     #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
     output_format: str = "canonical"
-    #: Operator surgery (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
-    #: the opened savepoint (``planning.migration.operate``); None or empty: none.
-    surgery: MigrationRequest | None = None
+    #: Operator migration (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
+    #: the opened savepoint (``planning.migration.apply_migration``); None or empty: none.
+    migration: MigrationRequest | None = None
 
     def __post_init__(self) -> None:
-        # One spelling per request: operators as a tuple (empty: every operator), no empty surgery.
+        # One spelling per request: operators as a tuple (empty: every operator), no empty migration.
         operators = self.operators
         object.__setattr__(self, "operators", tuple(operators) if operators else None)
-        if self.surgery is not None and self.surgery.empty:
-            object.__setattr__(self, "surgery", None)
+        if self.migration is not None and self.migration.empty:
+            object.__setattr__(self, "migration", None)
 
     @classmethod
     def of(cls, new_parallelism: int, **fields: Any) -> RescaleRequest:

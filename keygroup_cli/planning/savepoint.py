@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from keygroup_cli.flink import FlinkSnapshot, OperatorState, Savepoint
+from keygroup_cli.flink import FlinkCheckpoint, OperatorState, Savepoint
 from keygroup_cli.planning.plan import (
     OperatorPlan,
     RescalePlan,
     operator_target,
     select_operators,
-    validate_operator_request,
+    checked_new_max_parallelism,
 )
 from keygroup_cli.planning.redistribution import NamedState, redistribute_operator_state
 from keygroup_cli.planning.request import RescaleRequest
@@ -37,7 +37,7 @@ class HeldOperatorState(Protocol):
 
 
 def plan_savepoint_operators(
-    savepoint: FlinkSnapshot,
+    savepoint: FlinkCheckpoint,
     request: RescaleRequest,
     held: Mapping[str, HeldOperatorState],
     key_types: Mapping[str, str] | None = None,
@@ -64,7 +64,7 @@ def plan_savepoint_operators(
         target = operator_target(op, selected, labels, request.new_parallelism, new_max_parallelism)
         new_max = op.max_parallelism
         if target is not None:
-            new_max = validate_operator_request(
+            new_max = checked_new_max_parallelism(
                 op,
                 (key_types or {}).get(op.operator_id),
                 target,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError, no_snapshot_error
-from keygroup_cli.snapshot.manifest import check_paths_inside, read_manifest
+from keygroup_cli.core.errors import InvalidInputError, no_input_error
+from keygroup_cli.snapshot.manifest import require_paths_inside, read_manifest
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -32,7 +32,7 @@ def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
     """Open the committed kg snapshot at ``path`` (its directory or its ``_manifest.json``).
 
     Raises:
-        InvalidSnapshotError: The path does not exist, holds no ``_manifest.json`` (``SNAPSHOT_NOT_FOUND``:
+        InvalidInputError: The path does not exist, holds no ``_manifest.json`` (``SNAPSHOT_NOT_FOUND``:
             not a snapshot, or an uncommitted write), or the manifest is invalid or names a path outside
             the directory.
         UnsupportedFormatError: The manifest's ``format_version`` is unknown.
@@ -41,14 +41,14 @@ def open_snapshot(path: Path | str | os.PathLike[str]) -> Snapshot:
     if path.is_dir():
         directory, manifest_path = path, path / MANIFEST_NAME
         if not manifest_path.is_file():
-            raise no_snapshot_error(path)
+            raise no_input_error(path)
     elif path.is_file():
         directory, manifest_path = path.parent, path
     else:
-        raise InvalidSnapshotError(f"no such snapshot: {path}", code="SNAPSHOT_NOT_FOUND")
+        raise InvalidInputError(f"no such snapshot: {path}", code="SNAPSHOT_NOT_FOUND")
     contain_file(manifest_path)  # a _manifest.json that is a link leading outside is not read
     manifest = read_manifest(manifest_path)
-    check_paths_inside(directory, manifest, source=str(manifest_path))
+    require_paths_inside(directory, manifest, source=str(manifest_path))
     return Snapshot(path=directory, manifest=manifest)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import xxhash
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.snapshot.model import KeyedFile, OperatorFile
 
 CHUNK_SIZE = 1 << 20
@@ -20,7 +20,7 @@ def file_digest(path: Path | str) -> tuple[int, str]:
     """Return ``(size in bytes, xxh64 as 16 lowercase hex characters)`` of a file, streamed.
 
     Raises:
-        InvalidSnapshotError: The file is missing (``FILE_MISSING``) or unreadable (``FILE_UNREADABLE``).
+        InvalidInputError: The file is missing (``FILE_MISSING``) or unreadable (``FILE_UNREADABLE``).
     """
     path = Path(path)
     hasher = xxhash.xxh64(seed=0)
@@ -31,9 +31,9 @@ def file_digest(path: Path | str) -> tuple[int, str]:
                 hasher.update(chunk)
                 size += len(chunk)
     except FileNotFoundError:
-        raise InvalidSnapshotError(f"{path}: file is missing", code="FILE_MISSING") from None
+        raise InvalidInputError(f"{path}: file is missing", code="FILE_MISSING") from None
     except OSError as exc:
-        raise InvalidSnapshotError(f"{path}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
+        raise InvalidInputError(f"{path}: cannot read: {exc.strerror}", code="FILE_UNREADABLE") from None
     return size, hasher.hexdigest()
 
 
@@ -42,32 +42,32 @@ def bytes_digest(data: bytes) -> str:
     return xxhash.xxh64(data, seed=0).hexdigest()
 
 
-def verify_file(directory: Path | str, entry: KeyedFile | OperatorFile) -> None:
+def require_file_intact(directory: Path | str, entry: KeyedFile | OperatorFile) -> None:
     """Raise unless the file ``entry`` names exists under ``directory`` with its recorded size and xxh64.
 
     The size is compared first (a cheap ``stat``), so a truncated file is reported without hashing it.
 
     Raises:
-        InvalidSnapshotError: ``FILE_MISSING``, ``SIZE_MISMATCH`` or ``CHECKSUM_MISMATCH``, naming the file.
+        InvalidInputError: ``FILE_MISSING``, ``SIZE_MISMATCH`` or ``CHECKSUM_MISMATCH``, naming the file.
     """
     path = Path(directory) / entry.path
     if not path.is_file():
-        raise InvalidSnapshotError(f"{path}: file is missing", code="FILE_MISSING")
+        raise InvalidInputError(f"{path}: file is missing", code="FILE_MISSING")
     size = path.stat().st_size
     if size != entry.bytes:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: size is {size} bytes but the manifest says {entry.bytes}", code="SIZE_MISMATCH"
         )
     size, digest = file_digest(path)
     if size != entry.bytes:
         # The file changed between stat and read; report what was hashed.
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: size is {size} bytes but the manifest says {entry.bytes}", code="SIZE_MISMATCH"
         )
     if digest != entry.xxh64:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: xxh64 is {digest} but the manifest says {entry.xxh64}", code="CHECKSUM_MISMATCH"
         )
 
 
-__all__ = ["CHUNK_SIZE", "bytes_digest", "file_digest", "verify_file"]
+__all__ = ["CHUNK_SIZE", "bytes_digest", "file_digest", "require_file_intact"]

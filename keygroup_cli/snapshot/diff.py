@@ -114,7 +114,7 @@ def diff_snapshots(
     """Compare the logical state of the kg snapshots ``a`` and ``b`` (local, or on an object store).
 
     Raises:
-        InvalidSnapshotError: Either snapshot cannot be opened or read.
+        InvalidInputError: Either snapshot cannot be opened or read.
         UnsupportedFormatError: An unknown ``format_version``.
     """
     with (

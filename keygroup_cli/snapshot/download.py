@@ -44,7 +44,7 @@ def copy_snapshot(
         on_progress: ``(stage, done, total)`` as files arrive.
 
     Raises:
-        InvalidSnapshotError: No manifest there, or a listed file is missing.
+        InvalidInputError: No manifest there, or a listed file is missing.
     """
     if target.name == MANIFEST_NAME:
         target = target.parent

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.javahash import KEY_TYPES
 from keygroup_cli.core.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
-    check_parallelism_bounds,
+    require_parallelism_in_bounds,
     key_group_range_for_operator_index,
 )
 from keygroup_cli.snapshot.model import (
@@ -84,16 +84,16 @@ def read_manifest(path: Path | str) -> Manifest:
     """Read and validate the manifest file at ``path``.
 
     Raises:
-        InvalidSnapshotError: The file is unreadable, not JSON, or structurally invalid.
+        InvalidInputError: The file is unreadable, not JSON, or structurally invalid.
         UnsupportedFormatError: Its ``format_version`` is not one kg reads.
     """
     path = Path(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise InvalidSnapshotError(f"{path}: manifest not found", code="MANIFEST_MISSING") from None
+        raise InvalidInputError(f"{path}: manifest not found", code="MANIFEST_MISSING") from None
     except OSError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: cannot read manifest: {exc.strerror}", code="MANIFEST_UNREADABLE"
         ) from None
     return parse_manifest(raw, source=str(path))
@@ -106,22 +106,22 @@ def parse_manifest(raw: bytes | str, *, source: str = MANIFEST_NAME) -> Manifest
     except (ValueError, RecursionError) as exc:
         # ValueError covers bad JSON, bad UTF-8 and an integer of more than 4,300 digits; RecursionError
         # arrays or objects nested thousands deep.
-        raise InvalidSnapshotError(f"{source}: not valid JSON: {exc}", code="MANIFEST_JSON_INVALID") from None
+        raise InvalidInputError(f"{source}: not valid JSON: {exc}", code="MANIFEST_JSON_INVALID") from None
     return manifest_from_dict(document, source=source)
 
 
 def manifest_from_dict(document: Any, *, source: str = MANIFEST_NAME) -> Manifest:
     """Build a validated ``Manifest`` from decoded JSON, dispatching on ``format_version``."""
     if not isinstance(document, dict):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: the manifest must be a JSON object", code="MANIFEST_FIELD_INVALID"
         )
     if "format" not in document:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f'{source}: not a kg snapshot manifest (no "format" field)', code="MANIFEST_FIELD_MISSING"
         )
     if document["format"] != FORMAT_NAME:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f'{source}: "format" is {document["format"]!r}, expected {FORMAT_NAME!r}',
             code="NOT_A_KG_SNAPSHOT",
         )
@@ -134,7 +134,7 @@ def manifest_from_dict(document: Any, *, source: str = MANIFEST_NAME) -> Manifes
             code="UNSUPPORTED_FORMAT_VERSION",
         )
     manifest = parser(document, source)
-    validate_manifest(manifest, source=source)
+    require_valid_manifest(manifest, source=source)
     return manifest
 
 
@@ -190,7 +190,7 @@ def _parse_keyed_file(item: Any, where: str) -> KeyedFile:
     ctx = _Fields(item, where)
     counts = ctx.f_list("key_group_rows")
     if not all(_is_int(c) and c >= 0 for c in counts):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: key_group_rows must be a list of non-negative 64-bit integers",
             code="MANIFEST_FIELD_INVALID",
         )
@@ -237,17 +237,17 @@ class _Fields:
 
     def __init__(self, item: Any, where: str) -> None:
         if not isinstance(item, dict):
-            raise InvalidSnapshotError(f"{where}: expected a JSON object", code="MANIFEST_FIELD_INVALID")
+            raise InvalidInputError(f"{where}: expected a JSON object", code="MANIFEST_FIELD_INVALID")
         self.item = item
         self.where = where
 
     def _get(self, name: str) -> Any:
         if name not in self.item:
-            raise InvalidSnapshotError(f"{self.where}: missing field {name!r}", code="MANIFEST_FIELD_MISSING")
+            raise InvalidInputError(f"{self.where}: missing field {name!r}", code="MANIFEST_FIELD_MISSING")
         return self.item[name]
 
-    def _invalid(self, name: str, expected: str) -> InvalidSnapshotError:
-        return InvalidSnapshotError(
+    def _invalid(self, name: str, expected: str) -> InvalidInputError:
+        return InvalidInputError(
             f"{self.where}: field {name!r} must be {expected}, got {self.item[name]!r}",
             code="MANIFEST_FIELD_INVALID",
         )
@@ -291,8 +291,8 @@ class _Fields:
 # -- Structural validation ---------------------------------------------------------------------------------
 
 
-def validate_manifest(manifest: Manifest, *, source: str = MANIFEST_NAME) -> None:
-    """Raise ``InvalidSnapshotError`` naming the first structural problem of ``manifest``.
+def require_valid_manifest(manifest: Manifest, *, source: str = MANIFEST_NAME) -> None:
+    """Raise ``InvalidInputError`` naming the first structural problem of ``manifest``.
 
     Checks what can be checked without reading data files: identifiers, parallelism bounds, that each
     keyed file covers exactly Flink's key-group range for its subtask
@@ -305,72 +305,72 @@ def validate_manifest(manifest: Manifest, *, source: str = MANIFEST_NAME) -> Non
     for op in manifest.operators:
         where = f"{source}: operator {op.label!r}"
         if not _OPERATOR_ID.match(op.operator_id):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: operator_id {op.operator_id!r} is not 32 lowercase hex characters",
                 code="OPERATOR_ID_INVALID",
             )
         if op.operator_id in seen_ids or (op.uid is not None and op.uid in seen_uids):
-            raise InvalidSnapshotError(f"{where}: listed twice", code="OPERATOR_DUPLICATE")
+            raise InvalidInputError(f"{where}: listed twice", code="OPERATOR_DUPLICATE")
         seen_ids.add(op.operator_id)
         if op.uid is not None:
             seen_uids.add(op.uid)
-        _validate_operator(op, where, seen_paths)
+        _require_valid_operator(op, where, seen_paths)
 
 
-def _validate_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
+def _require_valid_operator(op: Operator, where: str, seen_paths: set[str]) -> None:
     try:
-        check_parallelism_bounds(op.max_parallelism, op.parallelism)
+        require_parallelism_in_bounds(op.max_parallelism, op.parallelism)
     except InvalidArgumentError:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: parallelism {op.parallelism} and max_parallelism {op.max_parallelism} violate "
             f"1 <= parallelism <= max_parallelism <= {UPPER_BOUND_MAX_PARALLELISM}",
             code="PARALLELISM_INVALID",
         ) from None
-    _validate_states(op, where)
+    _require_valid_states(op, where)
     has_keyed = any(s.kind in KEYED_KINDS for s in op.states)
     if op.key_type is not None and op.key_type not in KEY_TYPES:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: unknown key_type {op.key_type!r} (expected one of {', '.join(KEY_TYPES)})",
             code="KEY_TYPE_UNKNOWN",
         )
     if (has_keyed or op.keyed_files) and op.key_type is None:
-        raise InvalidSnapshotError(f"{where}: has keyed state but no key_type", code="MANIFEST_FIELD_MISSING")
+        raise InvalidInputError(f"{where}: has keyed state but no key_type", code="MANIFEST_FIELD_MISSING")
     if op.keyed_files and not has_keyed:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: has keyed files but declares no keyed state", code="STATE_MISSING"
         )
     if op.operator_files and not any(s.kind in OPERATOR_KINDS for s in op.states):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: has operator files but declares no operator state", code="STATE_MISSING"
         )
-    _validate_keyed_files(op, where)
+    _require_valid_keyed_files(op, where)
     for kind, files in (("keyed", op.keyed_files), ("operator", op.operator_files)):
         subtasks: set[int] = set()
         for f in files:
-            _validate_file(f, kind, op.parallelism, f"{where} {kind} file {f.path!r}", subtasks, seen_paths)
+            _require_valid_file(f, kind, op.parallelism, f"{where} {kind} file {f.path!r}", subtasks, seen_paths)
 
 
-def _validate_states(op: Operator, where: str) -> None:
+def _require_valid_states(op: Operator, where: str) -> None:
     names: set[str] = set()
     for state in op.states:
         if state.kind not in STATE_KINDS:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: state {state.name!r} has unknown kind {state.kind!r} (expected one of "
                 f"{', '.join(STATE_KINDS)})",
                 code="STATE_KIND_UNKNOWN",
             )
         if state.name in names:
-            raise InvalidSnapshotError(f"{where}: state {state.name!r} listed twice", code="STATE_DUPLICATE")
+            raise InvalidInputError(f"{where}: state {state.name!r} listed twice", code="STATE_DUPLICATE")
         marker = state.extensions.get("replicated")
         if marker is not None and (not isinstance(marker, bool) or state.kind != "operator-union"):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: state {state.name!r}: 'replicated' must be a boolean on an operator-union state",
                 code="MANIFEST_FIELD_INVALID",
             )
         names.add(state.name)
 
 
-def _validate_file(
+def _require_valid_file(
     f: KeyedFile | OperatorFile,
     kind: str,
     parallelism: int,
@@ -379,33 +379,33 @@ def _validate_file(
     seen_paths: set[str],
 ) -> None:
     if not 0 <= f.subtask < parallelism:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{file_where}: subtask {f.subtask} is outside 0..{parallelism - 1}", code="SUBTASK_OUT_OF_RANGE"
         )
     if f.subtask in subtasks:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{file_where}: a second {kind} file for subtask {f.subtask}", code="SUBTASK_DUPLICATE"
         )
     subtasks.add(f.subtask)
-    check_relative_path(f.path, where=file_where)
+    checked_relative_path(f.path, where=file_where)
     normalised = posixpath.normpath(f.path)
     if normalised in seen_paths:
-        raise InvalidSnapshotError(f"{file_where}: path named twice in the manifest", code="PATH_DUPLICATE")
+        raise InvalidInputError(f"{file_where}: path named twice in the manifest", code="PATH_DUPLICATE")
     seen_paths.add(normalised)
     if f.rows < 0 or f.bytes < 0:
-        raise InvalidSnapshotError(f"{file_where}: negative rows or bytes", code="MANIFEST_FIELD_INVALID")
+        raise InvalidInputError(f"{file_where}: negative rows or bytes", code="MANIFEST_FIELD_INVALID")
     if not _XXH64.match(f.xxh64):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{file_where}: xxh64 {f.xxh64!r} is not 16 lowercase hex characters",
             code="MANIFEST_FIELD_INVALID",
         )
 
 
-def _validate_keyed_files(op: Operator, where: str) -> None:
+def _require_valid_keyed_files(op: Operator, where: str) -> None:
     ordered = sorted(op.keyed_files, key=lambda f: (f.key_group_start, f.key_group_end))
     for previous, current in zip(ordered, ordered[1:], strict=False):
         if current.key_group_start <= previous.key_group_end:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: keyed files {previous.path!r} [{previous.key_group_start}, "
                 f"{previous.key_group_end}] and {current.path!r} [{current.key_group_start}, "
                 f"{current.key_group_end}] overlap",
@@ -416,7 +416,7 @@ def _validate_keyed_files(op: Operator, where: str) -> None:
         if 0 <= f.subtask < op.parallelism:
             expected = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, f.subtask)
             if (f.key_group_start, f.key_group_end) != (expected.start, expected.end):
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{file_where}: covers key groups [{f.key_group_start}, {f.key_group_end}] but subtask "
                     f"{f.subtask} of parallelism {op.parallelism} (maxParallelism {op.max_parallelism}) owns "
                     f"[{expected.start}, {expected.end}]",
@@ -424,32 +424,32 @@ def _validate_keyed_files(op: Operator, where: str) -> None:
                 )
         size = f.key_group_end - f.key_group_start + 1
         if len(f.key_group_rows) != size:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{file_where}: key_group_rows has {len(f.key_group_rows)} entries for {size} key groups",
                 code="KEY_GROUP_ROWS_INVALID",
             )
         if sum(f.key_group_rows) != f.rows:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{file_where}: key_group_rows sum to {sum(f.key_group_rows)} but rows is {f.rows}",
                 code="KEY_GROUP_ROWS_INVALID",
             )
 
 
-def check_relative_path(path: str, *, where: str) -> str:
+def checked_relative_path(path: str, *, where: str) -> str:
     """Return ``path`` normalised, or raise unless it is relative and stays inside the snapshot directory."""
     if not path or path.startswith("/") or re.match(r"^[A-Za-z]:", path) or "\\" in path or "\0" in path:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: path must be relative with '/' separators, got {path!r}", code="PATH_ESCAPES_SNAPSHOT"
         )
     normalised = posixpath.normpath(path)
     if normalised == ".." or normalised.startswith("../") or normalised in (".", MANIFEST_NAME):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: path {path!r} leaves the snapshot directory", code="PATH_ESCAPES_SNAPSHOT"
         )
     return normalised
 
 
-def check_paths_inside(directory: Path, manifest: Manifest, *, source: str) -> None:
+def require_paths_inside(directory: Path, manifest: Manifest, *, source: str) -> None:
     """Raise unless every file path, after resolving symlinks, stays inside the snapshot's roots.
 
     The roots are ``directory`` and those named in ``KG_STATE_ROOTS`` (``storage.containment``); a file
@@ -537,7 +537,7 @@ def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
     ``_manifest.json``: readers see either no manifest or the complete one, never a torn write.
     """
     directory = Path(directory)
-    validate_manifest(manifest, source=str(directory / MANIFEST_NAME))
+    require_valid_manifest(manifest, source=str(directory / MANIFEST_NAME))
     data = dumps_manifest(manifest)
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=directory)
     try:
@@ -556,13 +556,13 @@ def write_manifest(directory: Path | str, manifest: Manifest) -> Path:
 
 __all__ = [
     "FORMAT_VERSION",
-    "check_paths_inside",
-    "check_relative_path",
+    "require_paths_inside",
+    "checked_relative_path",
     "dumps_manifest",
     "manifest_from_dict",
     "manifest_to_dict",
     "parse_manifest",
     "read_manifest",
-    "validate_manifest",
+    "require_valid_manifest",
     "write_manifest",
 ]

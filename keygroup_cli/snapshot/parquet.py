@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.schema import KEYED_COLUMNS, OPERATOR_SCHEMA, STATE_TYPE, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
@@ -181,17 +181,17 @@ def _check_chunk(path: Path, kg: np.ndarray, key_groups: KeyGroupRange, last_gro
     """Refuse a chunk with a key group outside the file's range or out of order; return its last one.
 
     Raises:
-        InvalidSnapshotError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
+        InvalidInputError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
     """
     if int(kg.min()) < key_groups.start or int(kg.max()) > key_groups.end:
         bad = int(kg[(kg < key_groups.start) | (kg > key_groups.end)][0])
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: a row has key group {bad}, outside the file's range "
             f"[{key_groups.start}, {key_groups.end}]",
             code="KEY_GROUP_OUT_OF_RANGE",
         )
     if int(kg[0]) < last_group or bool(np.any(kg[1:] < kg[:-1])):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: streamed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
         )
     return int(kg[-1])
@@ -256,7 +256,7 @@ def write_keyed_file(
         row_group_rows: Upper bound of rows per row group.
 
     Raises:
-        InvalidSnapshotError: A row's key group is outside ``key_groups``, or streamed input is unsorted.
+        InvalidInputError: A row's key group is outside ``key_groups``, or streamed input is unsorted.
         InvalidArgumentError: The data does not fit the schema.
     """
     path = Path(path)
@@ -350,11 +350,11 @@ def _open(path: Path, *, pre_buffer: bool = True) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, pre_buffer=pre_buffer)
     except FileNotFoundError:
-        raise InvalidSnapshotError(f"{path}: file is missing", code="FILE_MISSING") from None
+        raise InvalidInputError(f"{path}: file is missing", code="FILE_MISSING") from None
     except (OSError, ValueError, pa.ArrowException) as exc:
         # pyarrow raises OSError for most corrupt footers and UnicodeDecodeError (a ValueError) for a
         # column name that is not UTF-8.
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: not a readable Parquet file: {exc}", code="FILE_UNREADABLE"
         ) from None
 
@@ -402,7 +402,7 @@ def iter_keyed_batches(
             yield batch
     except (OSError, pa.ArrowException) as exc:
         # pyarrow raises OSError (not an ArrowException) for corrupt pages, e.g. bad snappy data.
-        raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
+        raise InvalidInputError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
 def _row_group_may_hold(pf: pq.ParquetFile, index: int, key_groups: KeyGroupRange) -> bool:
@@ -424,7 +424,7 @@ def _read_table(path: Path, columns: Sequence[str] | None) -> pa.Table:
     try:
         return _open(path).read(columns=list(columns) if columns is not None else None)
     except (OSError, pa.ArrowException) as exc:
-        raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
+        raise InvalidInputError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
 def iter_operator_batches(
@@ -442,7 +442,7 @@ def iter_operator_batches(
             batch_size=batch_rows, columns=list(columns) if columns is not None else None
         )
     except (OSError, pa.ArrowException) as exc:
-        raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
+        raise InvalidInputError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
 __all__ = [

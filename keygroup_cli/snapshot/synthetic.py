@@ -39,7 +39,7 @@ from keygroup_cli import __version__
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import (
-    check_parallelism_bounds,
+    require_parallelism_in_bounds,
     default_max_parallelism,
     key_groups_for_hashes,
     operator_id_for_uid,
@@ -92,7 +92,7 @@ class SyntheticOperator:
     parallelism: int
     max_parallelism: int
 
-    def validate(self) -> None:
+    def require_valid(self) -> None:
         """Raise ``InvalidArgumentError`` unless the operator can be generated."""
         if not self.uid:
             raise InvalidArgumentError("operator uid must not be empty", code="INVALID_OPERATOR_SPEC")
@@ -102,7 +102,7 @@ class SyntheticOperator:
                 f"{', '.join(GENERATED_KEY_TYPES)})",
                 code="UNKNOWN_KEY_TYPE",
             )
-        check_parallelism_bounds(self.max_parallelism, self.parallelism)
+        require_parallelism_in_bounds(self.max_parallelism, self.parallelism)
         limit = {"boolean": 2, "int": 1 << 32}.get(self.key_type, 1 << 62)
         if not 0 <= self.keys <= limit:
             raise InvalidArgumentError(
@@ -155,7 +155,7 @@ def parse_operator_spec(
         parallelism=p,
         max_parallelism=max_p if max_p is not None else default_max_parallelism(max(p, 1)),
     )
-    spec.validate()
+    spec.require_valid()
     return spec
 
 
@@ -175,7 +175,7 @@ def generate_snapshot(
     Raises:
         InvalidArgumentError: Bad operator specs, duplicate uids, a negative seed, or ``dest`` exists.
     """
-    _check_request(operators, seed, value_bytes)
+    _require_generatable(operators, seed, value_bytes)
     created_at = created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     total = sum(op.parallelism for op in operators)
     done = 0
@@ -202,7 +202,7 @@ def generate_snapshot(
     return manifest
 
 
-def _check_request(operators: Sequence[SyntheticOperator], seed: int, value_bytes: int) -> None:
+def _require_generatable(operators: Sequence[SyntheticOperator], seed: int, value_bytes: int) -> None:
     """Refuse a generate request kg cannot honour.
 
     Raises:
@@ -217,7 +217,7 @@ def _check_request(operators: Sequence[SyntheticOperator], seed: int, value_byte
             f"value size must be >= 1 byte, got {value_bytes}", code="INVALID_VALUE_SIZE"
         )
     for op in operators:
-        op.validate()
+        op.require_valid()
     uids = [op.uid for op in operators]
     if len(set(uids)) != len(uids):
         raise InvalidArgumentError(f"operator uids must be unique: {uids}", code="INVALID_OPERATOR_SPEC")

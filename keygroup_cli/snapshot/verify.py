@@ -21,14 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import Finding, Severity, VerifyReport
 from keygroup_cli.core.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import key_groups_for_hashes, operator_id_for_uid
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.schema import KEY_ARROW_TYPES, OPERATOR_SCHEMA
 from keygroup_cli.snapshot import open_snapshot
-from keygroup_cli.snapshot.checksums import verify_file
+from keygroup_cli.snapshot.checksums import require_file_intact
 from keygroup_cli.snapshot.download import readable_snapshot
 from keygroup_cli.snapshot.model import KeyedFile, Operator, OperatorFile, Snapshot
 
@@ -39,7 +39,7 @@ def verify_snapshot(path: Path | str, *, on_progress: OnProgress | None = None) 
     """Verify the kg snapshot at ``path`` deeply and return the findings.
 
     Raises:
-        InvalidSnapshotError: The snapshot cannot be opened (no or structurally invalid manifest).
+        InvalidInputError: The snapshot cannot be opened (no or structurally invalid manifest).
         UnsupportedFormatError: Its ``format_version`` is unknown.
     """
     with readable_snapshot(path, on_progress=on_progress) as local:
@@ -94,8 +94,8 @@ def _check_digest(snapshot: Snapshot, entry: KeyedFile | OperatorFile, findings:
     ones the manifest describes, and reporting them would only add noise to the one finding that matters.
     """
     try:
-        verify_file(snapshot.path, entry)
-    except InvalidSnapshotError as exc:
+        require_file_intact(snapshot.path, entry)
+    except InvalidInputError as exc:
         code = _DIGEST_CODES.get(exc.code, "FILE_CHECKSUM_MISMATCH")
         detail = exc.message.split(": ", 1)[-1]
         findings.append(_error(code, entry.path, detail))

@@ -4,7 +4,7 @@ A reference is what an input names: a path relative to its directory, an absolut
 or an object-store URI (``s3://…``, and the other schemes ``storage.locations`` knows). ``contain``
 normalizes it (``.`` and ``..``, percent-encoding, and for local paths every symbolic link) and returns
 where it leads if that lies inside one of the input's roots (``input_roots``); otherwise it raises
-``InvalidSnapshotError`` with code ``STATE_FILE_OUTSIDE`` and one sentence (``outside_error``), worded
+``InvalidInputError`` with code ``STATE_FILE_OUTSIDE`` and one sentence (``outside_error``), worded
 the same for every reference and every command.
 
 The roots of an input:
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote, urlparse
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.storage.locations import SCHEMES, Location, is_remote, is_uri, location
 
 #: More places (``os.pathsep``-separated directories or object-store prefixes) an input may read from.
@@ -46,10 +46,10 @@ _CHECKPOINT_DIR = re.compile(r"chk-\d+")
 _Prefix = tuple[str, str, str]
 
 
-def outside_error(reference: object, target: object) -> InvalidSnapshotError:
+def outside_error(reference: object, target: object) -> InvalidInputError:
     """Return the one refusal: ``reference`` (what the input names) leads to ``target``, outside its roots."""
     where = "" if str(target) == str(reference) else f" (it leads to {target})"
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{reference}: not read, it lies outside the input{where}; name a directory that holds it in "
         f"{STATE_ROOTS_ENV} to allow it",
         code=OUTSIDE_CODE,
@@ -173,7 +173,7 @@ def contain(
     where it is if that lies inside the roots (a ``Location``).
 
     Raises:
-        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``: it leads outside every root (``outside_error``);
+        InvalidInputError: ``STATE_FILE_OUTSIDE``: it leads outside every root (``outside_error``);
             ``STATE_FILE_UNREADABLE``: no file can have that name (a NUL byte, a malformed URI).
         UnsupportedFormatError: ``REMOTE_STATE_FILE``: a file system kg does not know, or a local path
             named by an input on an object store.
@@ -184,7 +184,7 @@ def contain(
             raise ValueError("a NUL byte in the name")
         return _contain(reference, directory, relative, roots, locate)
     except ValueError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{reference!r}: cannot read state file: not a file name ({exc})", code="STATE_FILE_UNREADABLE"
         ) from None
 
@@ -229,7 +229,7 @@ def contain_file(path: Path | Location) -> Path | Location:
     """Return ``path`` (an input's ``_metadata`` or ``_manifest.json``) if, links resolved, it is inside.
 
     Raises:
-        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``: it is a link that leads outside.
+        InvalidInputError: ``STATE_FILE_OUTSIDE``: it is a link that leads outside.
     """
     local = _as_local(path)
     if local is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, MissingDependencyError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -127,11 +127,11 @@ class Location:
         """Return the size of the file in bytes.
 
         Raises:
-            InvalidSnapshotError: No such file.
+            InvalidInputError: No such file.
         """
         info = self._info()
         if info.type.name != "File":
-            raise InvalidSnapshotError(f"{self.uri}: no such file", code="STATE_FILE_MISSING")
+            raise InvalidInputError(f"{self.uri}: no such file", code="STATE_FILE_MISSING")
         return int(info.size)
 
     def iterdir(self) -> Iterator[Location]:
@@ -278,7 +278,7 @@ class storage_errors:  # noqa: N801 - used as a context manager, read as a phras
         if exc is None or not isinstance(exc, (OSError, ValueError)):
             return
         if isinstance(exc, FileNotFoundError):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{self.uri}: no such file or object", code="OBJECT_NOT_FOUND"
             ) from None
         raise _environment_error(self.uri, exc) from None
@@ -288,7 +288,7 @@ def _environment_error(uri: str, exc: BaseException) -> Exception:
     text = " ".join(str(exc).split())
     lowered = text.lower()
     if "nosuchbucket" in lowered or "bucket does not exist" in lowered or "bucket not found" in lowered:
-        return InvalidSnapshotError(f"{uri}: no such bucket ({text[:160]})", code="BUCKET_NOT_FOUND")
+        return InvalidInputError(f"{uri}: no such bucket ({text[:160]})", code="BUCKET_NOT_FOUND")
     if any(
         word in lowered
         for word in (

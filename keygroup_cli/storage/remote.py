@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, location
@@ -68,7 +68,7 @@ def remote_output(
         local = scratch / (remote.name or "output")
         yield local
         if not (local / commit_file).is_file():
-            raise InvalidSnapshotError(f"{local}: nothing was committed to upload", code="UPLOAD_FAILED")
+            raise InvalidInputError(f"{local}: nothing was committed to upload", code="UPLOAD_FAILED")
         transfer.commit_upload(local, remote, commit_file, on_progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

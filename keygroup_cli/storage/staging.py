@@ -112,7 +112,7 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
     dest = Path(dest)
     if dest.parent.is_dir():
         remove_stale_staging(dest)
-    refuse_existing(dest)
+    require_absent(dest)
     staging = _new_staging(dest, "")
     with _early_lock:
         _early[Path(os.path.abspath(staging))] = []
@@ -121,7 +121,7 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
         (staging / WRITER_MARK).unlink(missing_ok=True)
         background.settle(_early_flushes(staging))
         _fsync_tree(staging)
-        refuse_existing(dest)
+        require_absent(dest)
         os.rename(staging, dest)
         fsync_directory(dest.parent)
     except BaseException as exc:
@@ -227,7 +227,7 @@ def _read_writer(directory: Path) -> Writer | None:
         return None
 
 
-def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
+def require_outside_input(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> None:
     """Refuse a destination that is the input, inside it, or contains it (the input is never modified).
 
     Local paths only (links resolved); object-store prefixes are compared as text.
@@ -254,7 +254,7 @@ def refuse_inside_input(source: str | os.PathLike[str], dest: str | os.PathLike[
         )
 
 
-def refuse_existing(dest: Path) -> None:
+def require_absent(dest: Path) -> None:
     """Refuse an existing ``dest`` (a path, or a link even to nothing): kg never overwrites.
 
     Raises:
@@ -294,8 +294,8 @@ __all__ = [
     "StaleStaging",
     "flush_soon",
     "fsync_directory",
-    "refuse_existing",
-    "refuse_inside_input",
+    "require_absent",
+    "require_outside_input",
     "remove_stale_staging",
     "scratch_directory",
     "stale_staging",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keygroup_cli.assess.integrity import check_input, require_intact, verify_input
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import Severity
 from tests.conftest import FIXTURES
 
@@ -45,7 +45,7 @@ def truncated(tmp_path: Path) -> Path:
 
 def test_a_truncated_state_file_is_refused_with_the_label_and_the_input_is_unchanged(truncated):
     before = _tree(truncated)
-    with pytest.raises(InvalidSnapshotError) as refused:
+    with pytest.raises(InvalidInputError) as refused:
         require_intact(truncated, label="the savepoint")
     assert refused.value.code == "INPUT_FAILS_VERIFY"
     assert str(refused.value).startswith("the savepoint: input fails kg verify: ")
@@ -66,11 +66,11 @@ def test_a_kg_snapshot_gets_no_findings_without_deep_and_verifys_with_it():
     corrupt = FIXTURES / "snapshots" / "corrupt"
     assert check_input(corrupt) == []
     assert _errors(check_input(corrupt, deep=True))
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         require_intact(corrupt)
 
 
 def test_neither_format_is_an_invalid_input(tmp_path):
     (tmp_path / "notes.txt").write_text("not state")
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         verify_input(tmp_path)

@@ -1,4 +1,4 @@
-"""``kg migrate``: operator surgery on real Flink 1.20 / 2.3 savepoints and checkpoints (no JVM here)."""
+"""``kg migrate``: operator migration on real Flink 1.20 / 2.3 savepoints and checkpoints (no JVM here)."""
 
 from __future__ import annotations
 

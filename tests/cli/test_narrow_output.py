@@ -116,7 +116,7 @@ def test_plan(narrow: Callable[..., tuple[str, Any]]) -> None:
 
 
 def test_plan_of_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
-    text, doc = narrow("plan", snapshots["snap"], "--to", "4")
+    text, doc = narrow("plan", snapshots["snap"], "--to", "4", "--subtasks")
     values = [*_values(doc, "uid", "rows", "moved_rows", "keyed_rows")]
     sizes = [*_values(doc, "bytes", "key_group_bytes", "moved_bytes")]
     assert (
@@ -128,7 +128,7 @@ def test_plan_of_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: d
 
 def test_rescale(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
     out = snapshots["root"] / "rescaled"
-    args = ("rescale", snapshots["snap"], "--from", "3", "--to", "4", "--engine", "local", "-q")
+    args = ("rescale", snapshots["snap"], "--from", "3", "--to", "4", "--engine", "local", "-q", "--subtasks")
     text, doc = narrow(*args, "--out", out, json_args=(*args, "--out", out.with_name("rescaled-json")))
     rescaled = [op for op in doc["operators"] if op["rescaled"]]
     kept = [op for op in doc["operators"] if not op["rescaled"]]

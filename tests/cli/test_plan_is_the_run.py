@@ -2,7 +2,7 @@
 
 ``kg plan SNAPSHOT --json`` (what ``kg rescale --dry-run`` prints) and the real ``kg rescale --json`` of the
 same arguments are compared field by field, for a savepoint copied at the same maxParallelism, re-keyed to a
-new one, with operator surgery, written NATIVE, a retained HashMap checkpoint (rewritten in the canonical
+new one, with operator migration, written NATIVE, a retained HashMap checkpoint (rewritten in the canonical
 layout first) and a kg snapshot. Through the Python API the ``RescalePlan`` ``keygroup_cli.plan`` returns
 equals, as a value, the one ``rescale()`` reports it executed. A refusal is the same message from
 ``kg plan``, ``--dry-run``, the rescale and the library.
@@ -43,7 +43,7 @@ REGROUPED = {"copy": "regroup", "move": "regroup", "rehash": "rehash", "none": "
 CASES = [
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "4"], "regroup", id="same-maxp-copy"),
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "2", "-m", "256"], "decoded", id="rekey-256"),
-    pytest.param(SAVEPOINT, ["--to", "4", "--rename", "keyed-state=renamed"], "regroup", id="surgery-rename"),
+    pytest.param(SAVEPOINT, ["--to", "4", "--rename", "keyed-state=renamed"], "regroup", id="migration-rename"),
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "2", "--format", "native"], "decoded", id="native"),
     pytest.param(FLINK / "heap-checkpoint-p2-maxp128-string", ["--to", "3"], "regroup", id="heap-layout"),
     pytest.param(KG_SNAPSHOT, ["--to", "4"], "kg", id="kg-snapshot"),
@@ -68,7 +68,7 @@ def test_the_dry_run_prints_the_plan_the_run_executes(kg, tmp_path, source, args
     assert plan.exit_code == dry.exit_code == run.exit_code == 0, (plan.stderr, run.stderr)
     assert dry.stdout == plan.stdout and dry.stderr == plan.stderr == run.stderr
     planned, done = plan.json(), run.json()
-    for field in ("input", "checkpoint_id", "surgery", "output_format", "savepoint_format", "warnings"):
+    for field in ("input", "checkpoint_id", "migration", "output_format", "savepoint_format", "warnings"):
         assert planned[field] == done[field], field
     assert [op["operator_id"] for op in planned["operators"]] == [
         op["operator_id"] for op in done["operators"]
@@ -109,7 +109,7 @@ def _api_arguments(source: Path, tmp_path: Path) -> list[tuple[Path, dict[str, A
     return [
         (source, {"from_parallelism": 3, "new_parallelism": 4}),
         (source, {"new_parallelism": 2, "new_max_parallelism": 256}),
-        (source, {"new_parallelism": 4, "surgery": rename, "operators": ["renamed"]}),
+        (source, {"new_parallelism": 4, "migration": rename, "operators": ["renamed"]}),
         (source, {"new_parallelism": 2, "output_format": "native"}),
         (FLINK / "heap-checkpoint-p2-maxp128-string", {"new_parallelism": 3}),
         (KG_SNAPSHOT, {"new_parallelism": 4, "operators": ["counter"]}),
@@ -136,7 +136,7 @@ def test_the_library_returns_the_plan_rescale_executes(tmp_path):
     [
         (SAVEPOINT, ["--from", "5", "--to", "4"], {"from_parallelism": 5, "new_parallelism": 4}, 2),
         (SAVEPOINT, ["--to", "200"], {"new_parallelism": 200}, 2),
-        (SAVEPOINT, ["--to", "4", "--drop", "nope"], {"new_parallelism": 4, "surgery": "drop"}, 2),
+        (SAVEPOINT, ["--to", "4", "--drop", "nope"], {"new_parallelism": 4, "migration": "drop"}, 2),
         (FLINK / "async-forst-native-p3", ["--from", "3", "--to", "4"], {"new_parallelism": 4}, 4),
         (
             KG_SNAPSHOT,
@@ -147,8 +147,8 @@ def test_the_library_returns_the_plan_rescale_executes(tmp_path):
     ],
 )
 def test_a_refusal_is_the_same_from_the_plan_and_the_rescale(kg, tmp_path, source, args, arguments, code):
-    if arguments.get("surgery") == "drop":
-        arguments = {**arguments, "surgery": MigrationRequest(drops=("nope",))}
+    if arguments.get("migration") == "drop":
+        arguments = {**arguments, "migration": MigrationRequest(drops=("nope",))}
     plan = kg("plan", source, *args)
     dry = kg("rescale", source, *args, "--out", tmp_path / "dry", "--dry-run")
     run = kg("rescale", source, *args, "--out", tmp_path / "out", "--engine", "local")

@@ -200,7 +200,7 @@ def test_check_lists_findings_as_a_table(kg: Kg) -> None:
         ["error", "MAX_PARALLELISM_MISMATCH", "string-drop"],
         ["error", "MAX_PARALLELISM_MISMATCH", "string-sink"],
     ]
-    assert lines[-1] == "FAILED: 7 operators, 3 with state checked; 3 errors, 0 warnings"
+    assert lines[-1] == "FAILED: 7 operators, 3 with state checked at parallelism 4; 3 errors, 0 warnings"
     plain = kg(*args, "--table", "plain").stdout.splitlines()
     assert plain[0].split() == ["severity", "code", "subject", "message"]
     assert plain[1].startswith("error     MAX_PARALLELISM_MISMATCH  keyed-string  ")
@@ -213,7 +213,8 @@ def test_check_without_findings_prints_the_header(kg: Kg, tmp_path: Path) -> Non
     result = kg("check", UIDS, "-p", "3", "--job-uids", tmp_path / "uids.txt", "--table", "tsv")
     assert result.exit_code == 0, result.stdout
     assert result.stdout == (
-        "severity\tcode\tsubject\tmessage\nOK: 7 operators, 3 with state checked; 0 errors, 0 warnings\n"
+        "severity\tcode\tsubject\tmessage\nOK: 7 operators, 3 with state checked at parallelism 3; 0 errors, "
+        "0 warnings\n"
     )
 
 

@@ -23,7 +23,7 @@ from kg_fixture_state import (
 
 from keygroup_cli.convert.from_savepoint import EXTENSION, savepoint_to_snapshot
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.snapshot import open_snapshot
@@ -200,7 +200,7 @@ def test_corrupt_state_file_leaves_no_destination(tmp_path: Path) -> None:
     path = local_path(keyed.subtasks[1].managed_keyed_state.delegate, snap.directory)  # type: ignore[union-attr]
     assert path is not None
     path.write_bytes(path.read_bytes()[:-40])
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         savepoint_to_snapshot(copy, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [case]

@@ -83,7 +83,7 @@ def test_out_of_range_and_null_keys_are_refused():
 
 
 def test_row_keys_hash_as_binary_row_data_in_any_chunking():
-    from keygroup_cli.core.errors import InvalidSnapshotError
+    from keygroup_cli.core.errors import InvalidInputError
 
     # RowDataSerializer's bytes: the big-endian length, then the row (header word and one slot per field).
     rows = [bytes([0, 0, 0, 0, 0, 0, 0, 0]) + i.to_bytes(8, "little") for i in range(5)]
@@ -97,5 +97,5 @@ def test_row_keys_hash_as_binary_row_data_in_any_chunking():
     assert javahash.hash_codes(keys.slice(3), "row").tolist() == codes.tolist()[3:]
     assert javahash.hash_codes(pa.array([], type=pa.binary()), "row").tolist() == []
     for bad in (b"\x00\x00\x00\x09" + bytes(8), b"\x00\x00\x00\x06" + bytes(6), b"\x00"):
-        with pytest.raises(InvalidSnapshotError, match="not a serialized BinaryRowData"):
+        with pytest.raises(InvalidInputError, match="not a serialized BinaryRowData"):
             javahash.hash_codes(pa.array([bad], type=pa.binary()), "row")

@@ -135,10 +135,10 @@ def test_ranges_partition_all_key_groups(case):
 def test_bounds_are_exactly_flinks(max_p, p):
     valid = 1 <= p <= max_p <= keygroups.UPPER_BOUND_MAX_PARALLELISM
     if valid:
-        keygroups.check_parallelism_bounds(max_p, p)
+        keygroups.require_parallelism_in_bounds(max_p, p)
     else:
         with pytest.raises(InvalidArgumentError):
-            keygroups.check_parallelism_bounds(max_p, p)
+            keygroups.require_parallelism_in_bounds(max_p, p)
 
 
 def test_prefix_bytes_and_skew():

@@ -140,12 +140,12 @@ def count_rescale(
     new_parallelism: int,
     new_max_parallelism: int | None,
     input_names: frozenset[str],
-    surgery: Any = None,
+    migration: Any = None,
     output_format: str = "canonical",
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
 
-    ``surgery`` is a ``planning.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
+    ``migration`` is a ``planning.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
     """
     with counting(monkeypatch, source, input_names) as counts:
         rescale(
@@ -153,7 +153,7 @@ def count_rescale(
             dest,
             new_parallelism,
             new_max_parallelism=new_max_parallelism,
-            surgery=surgery,
+            migration=migration,
             output_format=output_format,
             engine="local",
         )

@@ -11,7 +11,7 @@ import pytest
 
 from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError
 from keygroup_cli.execution.engines import PendingExecutor, get_executor
-from keygroup_cli.execution.engines.spark import SparkExecutor, check_java, spark_session
+from keygroup_cli.execution.engines.spark import SparkExecutor, require_java, spark_session
 from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.execution.snapshots import generate, keyed_rows
@@ -62,7 +62,7 @@ def test_broken_java_home_is_one_clear_error(monkeypatch, tmp_path):
     with pytest.raises(
         MissingDependencyError, match=r"JAVA_HOME=.*no-jdk has no executable bin/java"
     ) as info:
-        check_java()
+        require_java()
     assert info.value.code == "JAVA_HOME_BROKEN" and info.value.exit_code == 6
 
 
@@ -70,7 +70,7 @@ def test_no_java_on_path_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MissingDependencyError, match="no java on PATH.*install Java 17") as info:
-        check_java()
+        require_java()
     assert info.value.code == "JAVA_MISSING"
 
 

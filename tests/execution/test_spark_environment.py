@@ -17,7 +17,7 @@ from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines import PendingExecutor
 from keygroup_cli.execution.engines.spark import SparkExecutor
 from keygroup_cli.execution.engines.spark.errors import worker_cause
-from keygroup_cli.execution.engines.spark.workers import check_workers, worker_python
+from keygroup_cli.execution.engines.spark.workers import require_workers, worker_python
 from keygroup_cli.execution.routes.rescale import rescale
 from tests.conftest import DECOY_MARK, write_decoys
 
@@ -62,14 +62,14 @@ def worker_exec(spark):
 
 def test_workers_of_kgs_interpreter_pass_the_check(spark, worker_exec):
     worker_exec(sys.executable)
-    check_workers(spark.sparkContext)
+    require_workers(spark.sparkContext)
 
 
 def test_a_worker_that_cannot_start_is_one_line(spark, worker_exec, tmp_path):
     decoy = write_decoys(tmp_path / "decoy") / "python3"
     worker_exec(str(decoy))
     with pytest.raises(MissingDependencyError) as raised:
-        check_workers(spark.sparkContext)
+        require_workers(spark.sparkContext)
     error = raised.value
     assert error.code == "SPARK_WORKER_FAILED" and error.exit_code == 6
     assert DECOY_MARK in error.message and str(decoy) in error.message
@@ -84,7 +84,7 @@ def test_a_worker_without_kgs_dependencies_names_them(spark, worker_exec, tmp_pa
     wrapper.chmod(0o755)
     worker_exec(str(wrapper))
     with pytest.raises(MissingDependencyError, match="cannot import what kg needs") as raised:
-        check_workers(spark.sparkContext)
+        require_workers(spark.sparkContext)
     message = raised.value.message
     assert "No module named 'mmh3'" in message and "No module named 'pyarrow'" in message
     assert "\n" not in message

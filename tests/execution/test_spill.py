@@ -1,4 +1,4 @@
-"""``execution.engines.spill``: stretches of spill files read back in read-task order, and refusals in one line.
+"""``execution.engines.spill``: stretches read back in read-task order; refusals in one line.
 
 The engines' own agreement (local against Spark's shared-store exchange) is in test_spark_exchange.py; here
 the descriptors are checked on real files, without Spark.

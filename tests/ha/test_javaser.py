@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from keygroup_cli.core.errors import ExitCode, InvalidSnapshotError, MissingDependencyError
+from keygroup_cli.core.errors import ExitCode, InvalidInputError, MissingDependencyError
 from keygroup_cli.ha import javaser
 from keygroup_cli.ha.storage import resolve_pointer
 from tests.conftest import FIXTURES
@@ -73,7 +73,7 @@ def test_configmap_values_are_delete_markers_around_the_same_handle():
 
 
 def test_not_a_java_stream_is_an_invalid_entry():
-    with pytest.raises(InvalidSnapshotError) as err:
+    with pytest.raises(InvalidInputError) as err:
         javaser.parse_store_handle(b"hello", "/flink/x/jobs/j/checkpoints/1")
     assert err.value.code == "HA_ENTRY_UNREADABLE" and err.value.exit_code == ExitCode.SNAPSHOT_INVALID
 
@@ -82,7 +82,7 @@ def test_unparseable_completed_checkpoint_falls_back_to_its_strings_and_lists_ch
     data = (ZK / "completedCheckpoint.bin").read_bytes()
     info = javaser.parse_completed_checkpoint(data, "cc")
     broken = data[: len(data) // 2]  # javaobj fails on a truncated stream
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         javaser.parse_completed_checkpoint(broken, "cc")
     found = resolve_pointer(broken, info.checkpoint_id, "entry")
     assert found.checkpoint.parsed == "strings"
@@ -97,7 +97,7 @@ def test_unparseable_completed_checkpoint_falls_back_to_its_strings_and_lists_ch
     stream += str(fake / "chk-1").encode() + b"\x70"
     listed = resolve_pointer(stream, info.checkpoint_id, "entry")
     assert listed.pointer == str(fake / f"chk-{info.checkpoint_id}")
-    with pytest.raises(InvalidSnapshotError) as err:
+    with pytest.raises(InvalidInputError) as err:
         resolve_pointer(javaser._STREAM_MAGIC + b"\x70", 7, "entry")
     assert "no chk-7 directory" in err.value.message
 

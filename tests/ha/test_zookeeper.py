@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.core.errors import ExitCode, InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExitCode, InvalidArgumentError, InvalidInputError
 from keygroup_cli.ha import javaser
 from keygroup_cli.ha.zookeeper import parse_uri, resolve_zookeeper
 from tests.conftest import FIXTURES
@@ -140,10 +140,10 @@ def test_empty_checkpoint_store_and_missing_cluster(handle_file):
     data, _ = handle_file
     fake = _tree(data, "2.x", live=False, ids=())
     fake.nodes[f"{ROOT}/jobs/{JOB}/checkpoints"] = (b"", 0)
-    with pytest.raises(InvalidSnapshotError) as err:
+    with pytest.raises(InvalidInputError) as err:
         _resolve(fake)
     assert err.value.code == "HA_NO_CHECKPOINT"
-    with pytest.raises(InvalidSnapshotError) as err:
+    with pytest.raises(InvalidInputError) as err:
         resolve_zookeeper("zk://zk1:2181/elsewhere", reader_factory=lambda hosts: (fake, lambda: None))
     assert err.value.code == "HA_CLUSTER_NOT_FOUND"
 
@@ -151,7 +151,7 @@ def test_empty_checkpoint_store_and_missing_cluster(handle_file):
 def test_missing_storage_file_is_reported(handle_file):
     data, target = handle_file
     target.unlink()
-    with pytest.raises(InvalidSnapshotError) as err:
+    with pytest.raises(InvalidInputError) as err:
         _resolve(_tree(data, "2.x", live=False))
     assert err.value.code == "HA_STORAGE_FILE_MISSING" and str(target) in err.value.message
 

@@ -1,4 +1,4 @@
-"""The operator-surgery plan (keygroup_cli/planning/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
+"""The operator-migration plan (keygroup_cli/planning/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
 
 from __future__ import annotations
 
@@ -168,23 +168,23 @@ def test_parse_pair_splits_at_the_last_equals() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# operate(): the surgery of kg rescale, applied in memory to the opened savepoint
+# apply_migration(): the migration of kg rescale, applied in memory to the opened savepoint
 
 
 def test_operate_renames_and_drops_in_memory_and_keeps_what_was_read() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.planning.migration import operate
+    from keygroup_cli.planning.migration import apply_migration
 
     opened = open_savepoint(V6)
-    keyed = opened.keyed_streams  # read before the surgery: kept under the new ids, not read again
+    keyed = opened.keyed_streams  # read before the migration: kept under the new ids, not read again
     request = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
-    operated = operate(opened, request, ["keyed-long"])
+    migrated = apply_migration(opened, request, ["keyed-long"])
     new_id = operator_id_for_uid("keyed-long-v2")
-    assert [(c.action, c.operator_id, c.new_operator_id) for c in operated.changes] == [
+    assert [(c.action, c.operator_id, c.new_operator_id) for c in migrated.changes] == [
         ("drop", STRING, None),
         ("rename", LONG, new_id),
     ]
-    changed = operated.savepoint
+    changed = migrated.savepoint
     ops = _ops(changed.metadata)
     assert STRING not in ops and LONG not in ops and ops[new_id].uid == "keyed-long-v2"
     assert changed.metadata.checkpoint_id == opened.metadata.checkpoint_id
@@ -194,28 +194,28 @@ def test_operate_renames_and_drops_in_memory_and_keeps_what_was_read() -> None:
     assert [s.operator_id for s in streams[new_id]] == [new_id] * 3
     assert [s.raw_header for s in streams[new_id]] == [s.raw_header for s in keyed[LONG]]
     # The rescale's --operator keyed-long (the old uid) names the renamed operator by its new id.
-    assert operated.operators == (new_id,)
+    assert migrated.operators == (new_id,)
     assert opened.metadata.operators == read_flink_metadata(V6).metadata.operators  # input untouched
 
 
 def test_operate_without_surgery_is_the_savepoint_itself() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.planning.migration import operate
+    from keygroup_cli.planning.migration import apply_migration
 
     opened = open_savepoint(V4)
-    operated = operate(opened, MigrationRequest(), ("keyed-long",))
-    assert operated.savepoint is opened and operated.changes == () and operated.operators == ("keyed-long",)
+    migrated = apply_migration(opened, MigrationRequest(), ("keyed-long",))
+    assert migrated.savepoint is opened and migrated.changes == () and migrated.operators == ("keyed-long",)
 
 
 def test_operate_labels_prefer_the_new_names_and_refuse_a_dropped_operator() -> None:
     from keygroup_cli.flink.savepoint import open_savepoint
-    from keygroup_cli.planning.migration import operate
+    from keygroup_cli.planning.migration import apply_migration
 
     opened = open_savepoint(V6)
     # A swap: after it, "keyed-long" names what was keyed-string.
     swap = MigrationRequest(renames=(("keyed-long", "keyed-string"), ("keyed-string", "keyed-long")))
-    assert operate(opened, swap, ["keyed-long"]).operators == ("keyed-long",)
-    assert _ops(operate(opened, swap).savepoint.metadata)[LONG].uid == "keyed-long"
+    assert apply_migration(opened, swap, ["keyed-long"]).operators == ("keyed-long",)
+    assert _ops(apply_migration(opened, swap).savepoint.metadata)[LONG].uid == "keyed-long"
     with pytest.raises(InvalidArgumentError) as err:
-        operate(opened, MigrationRequest(drops=("keyed-long",)), ["keyed-long"])
+        apply_migration(opened, MigrationRequest(drops=("keyed-long",)), ["keyed-long"])
     assert err.value.code == "OPERATOR_DROPPED"

@@ -64,10 +64,10 @@ PATH = (
     "execution.routes.plan._open",
     "execution.routes.plan._plan_snapshot",
     "execution.routes.savepoint.open_input",
-    "execution.routes.savepoint.preflight",
+    "execution.routes.savepoint.require_rescalable",
     "execution.routes.savepoint.execute_savepoint_plan",
     "execution.routes.savepoint_plan.plan_savepoint",
-    "execution.routes.savepoint_plan._validated",
+    "execution.routes.savepoint_plan._checked_key_types",
     "planning.plan.plan_snapshot",
     "planning.savepoint.plan_savepoint_operators",
 )
@@ -106,8 +106,8 @@ def test_no_operators_means_every_operator(operators: list[str] | tuple[str, ...
 
 
 def test_one_spelling_per_request() -> None:
-    listed = RescaleRequest(4, operators=["a", "b"], surgery=MigrationRequest())
+    listed = RescaleRequest(4, operators=["a", "b"], migration=MigrationRequest())
     assert listed == RescaleRequest(4, operators=("a", "b")) == RescaleRequest.of(4, operators=["a", "b"])
-    assert listed.operators == ("a", "b") and listed.surgery is None
+    assert listed.operators == ("a", "b") and listed.migration is None
     renamed = MigrationRequest(renames=(("a", "c"),))
-    assert RescaleRequest(4, surgery=renamed).surgery == renamed
+    assert RescaleRequest(4, migration=renamed).migration == renamed

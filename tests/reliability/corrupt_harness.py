@@ -628,10 +628,10 @@ def _mode_string_fields(layout: Layout) -> list[tuple[str, str, int, int]]:
 
 def _delimitable(header: object, entry_name: str) -> bool:
     """Return whether kg can tell where each element of the operator state ``entry_name`` ends."""
-    from keygroup_cli.flink.operator.codec import BYTE_ARRAY_SNAPSHOT
-    from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SNAPSHOT
+    from keygroup_cli.flink.operator.codec import BYTE_ARRAY_SERIALIZER_SNAPSHOT
+    from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SERIALIZER_SNAPSHOT
 
-    known = {*FIXED_SIZES, STRING_SNAPSHOT, BYTE_ARRAY_SNAPSHOT}
+    known = {*FIXED_SIZES, STRING_SERIALIZER_SNAPSHOT, BYTE_ARRAY_SERIALIZER_SNAPSHOT}
     for info in getattr(header, "states", None) or ():
         if info.name == entry_name:
             value = info.serializer("VALUE_SERIALIZER")
@@ -639,7 +639,7 @@ def _delimitable(header: object, entry_name: str) -> bool:
     for info in getattr(header, "broadcast_states", None) or ():
         if info.name == entry_name:
             parts = [info.serializer("KEY_SERIALIZER"), info.serializer("VALUE_SERIALIZER")]
-            return all(p is not None and p.class_name in known - {BYTE_ARRAY_SNAPSHOT} for p in parts)
+            return all(p is not None and p.class_name in known - {BYTE_ARRAY_SERIALIZER_SNAPSHOT} for p in parts)
     return False
 
 

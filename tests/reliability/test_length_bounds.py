@@ -1,7 +1,7 @@
 """No allocation from untrusted sizes: crafted inputs whose lengths and counts claim far more than the bytes.
 
 Each case is one site of the audit in docs/reliability.md ("Length and count bounds: audit") that trusted a
-length or count before this was fixed. The claim must fail with one clean ``InvalidSnapshotError`` (exit 3)
+length or count before this was fixed. The claim must fail with one clean ``InvalidInputError`` (exit 3)
 within seconds, in a child process limited to 3 GB of address space (as the reliability suite runs kg).
 """
 
@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.core.errors import ExitCode, InvalidSnapshotError
+from keygroup_cli.core.errors import ExitCode, InvalidInputError
 from keygroup_cli.flink.io.snappy import BLOCK_SIZE, decode_frames, encode_frames
-from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
+from keygroup_cli.flink.layouts.heap import BYTES_SERIALIZER_SNAPSHOT, LIST_SERIALIZER_SNAPSHOT, skip_serialized
 from keygroup_cli.flink.metadata.reader import parse_metadata
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
 from keygroup_cli.snapshot.manifest import parse_manifest
 from keygroup_cli.snapshot.parquet import iter_operator_batches, read_operator_file
 from tests.conftest import FIXTURES
@@ -86,7 +86,7 @@ def _metadata_with_huge_key_group_count(tmp_path: Path) -> Path:
 
 def test_a_keyed_handle_claiming_2_31_key_groups_is_corrupt_metadata(tmp_path: Path) -> None:
     work = _metadata_with_huge_key_group_count(tmp_path)
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         parse_metadata((work / "_metadata").read_bytes())
     assert caught.value.code == "FLINK_METADATA_CORRUPT"
     assert "2147483647 key group(s)" in caught.value.message
@@ -127,7 +127,7 @@ def _compressed_chunk_claiming(size: int) -> bytes:
 
 @pytest.mark.parametrize("claim", [BLOCK_SIZE + 1, 2**31 - 1, 3_500_000_000, 2**32 - 1, 2**34])
 def test_a_snappy_chunk_claiming_more_than_a_block_is_corrupt(claim: int) -> None:
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         decode_frames(_compressed_chunk_claiming(claim), "state")
     assert caught.value.code == "SNAPPY_CORRUPT"
     assert f"claims {claim} uncompressed bytes" in caught.value.message
@@ -137,11 +137,11 @@ def test_a_snappy_chunk_claiming_3_5_gb_fails_cleanly_under_3_gb() -> None:
     # Before: the decompressor allocated the claimed 3.5 GB first and the process aborted (SIGABRT).
     printed = _limited_code(
         f"""
-        from keygroup_cli.core.errors import InvalidSnapshotError
+        from keygroup_cli.core.errors import InvalidInputError
         from keygroup_cli.flink.io.snappy import decode_frames
         try:
             decode_frames({_compressed_chunk_claiming(3_500_000_000)!r}, "state", verify=True)
-        except InvalidSnapshotError as exc:
+        except InvalidInputError as exc:
             print(exc.code, int(exc.exit_code))
         """
     )
@@ -162,8 +162,8 @@ def _snapshot(name: str, *nested: SerializerSnapshot) -> SerializerSnapshot:
 
 def test_a_negative_byte_array_length_is_corrupt() -> None:
     data = struct.pack(">i", -4) + b"abcd"
-    with pytest.raises(InvalidSnapshotError) as caught:
-        skip_serialized(_snapshot(BYTES_SNAPSHOT), data, 0, "block")
+    with pytest.raises(InvalidInputError) as caught:
+        skip_serialized(_snapshot(BYTES_SERIALIZER_SNAPSHOT), data, 0, "block")
     assert caught.value.code == "FLINK_STATE_CORRUPT"
 
 
@@ -173,18 +173,18 @@ def test_a_list_of_2_31_empty_steps_fails_fast() -> None:
     data = struct.pack(">i", 0x7FFFFFFF) + struct.pack(">i", -4) + b"\x00" * 16
     printed = _limited_code(
         f"""
-        from keygroup_cli.core.errors import InvalidSnapshotError
-        from keygroup_cli.flink.layouts.heap import BYTES_SNAPSHOT, LIST_SNAPSHOT, skip_serialized
+        from keygroup_cli.core.errors import InvalidInputError
+        from keygroup_cli.flink.layouts.heap import BYTES_SERIALIZER_SNAPSHOT, LIST_SERIALIZER_SNAPSHOT, skip_serialized
         from keygroup_cli.flink.keyed.header import SerializerSnapshot
-        snap = SerializerSnapshot(LIST_SNAPSHOT, 1, b"", (SerializerSnapshot(BYTES_SNAPSHOT, 1, b""),))
+        snap = SerializerSnapshot(LIST_SERIALIZER_SNAPSHOT, 1, b"", (SerializerSnapshot(BYTES_SERIALIZER_SNAPSHOT, 1, b""),))
         try:
             skip_serialized(snap, {data!r}, 0, "block")
-        except InvalidSnapshotError as exc:
+        except InvalidInputError as exc:
             print(exc.code, int(exc.exit_code))
         """
     )
     assert printed == "FLINK_STATE_CORRUPT 3"
-    assert LIST_SNAPSHOT  # the constant the child used
+    assert LIST_SERIALIZER_SNAPSHOT  # the constant the child used
 
 
 # -- kg manifest: JSON numbers and nesting -------------------------------------------------------------------
@@ -203,7 +203,7 @@ def _manifest_document() -> dict[str, object]:
     ids=["5000-digit integer", "100000-deep nesting"],
 )
 def test_json_the_parser_cannot_hold_is_invalid_json(raw: str) -> None:
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         parse_manifest(raw)
     assert caught.value.code == "MANIFEST_JSON_INVALID"
     assert caught.value.exit_code == ExitCode.SNAPSHOT_INVALID
@@ -216,7 +216,7 @@ def test_a_row_count_beyond_64_bits_is_invalid() -> None:
     keyed = document["operators"][0]["keyed_files"][0]  # type: ignore[index]
     keyed["key_group_rows"][0] += 10**30 - keyed["rows"]
     keyed["rows"] = 10**30
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         parse_manifest(json.dumps(document))
     assert caught.value.code == "MANIFEST_FIELD_INVALID"
     assert "64-bit" in caught.value.message
@@ -225,7 +225,7 @@ def test_a_row_count_beyond_64_bits_is_invalid() -> None:
 def test_a_byte_count_beyond_64_bits_is_invalid() -> None:
     document = _manifest_document()
     document["operators"][0]["keyed_files"][0]["bytes"] = 2**63  # type: ignore[index]
-    with pytest.raises(InvalidSnapshotError, match="'bytes' must be a 64-bit integer"):
+    with pytest.raises(InvalidInputError, match="'bytes' must be a 64-bit integer"):
         parse_manifest(json.dumps(document))
 
 
@@ -257,7 +257,7 @@ def test_a_parquet_column_name_that_is_not_utf8_is_unreadable(tmp_path: Path) ->
     data = (tmp_path / "op.parquet").read_bytes()
     # The footer spells each column name (schema and column chunks); make its first byte invalid UTF-8.
     (tmp_path / "op.parquet").write_bytes(data.replace(b"state", b"\x80tate"))
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         read_operator_file(_Snapshot(tmp_path), _File())  # type: ignore[arg-type]
     assert caught.value.code == "FILE_UNREADABLE"
 
@@ -272,7 +272,7 @@ def test_a_corrupt_parquet_page_is_unreadable(tmp_path: Path) -> None:
     # Damage the compressed bytes of the first data page (right after the 4-byte magic and its header).
     data[40:48] = b"\xff" * 8
     (tmp_path / "op.parquet").write_bytes(bytes(data))
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         list(iter_operator_batches(_Snapshot(tmp_path), _File()))  # type: ignore[arg-type]
     assert caught.value.code in ("FILE_UNREADABLE",)
 
@@ -294,7 +294,7 @@ def test_a_configmap_export_the_parsers_cannot_hold_is_invalid(
     from keygroup_cli.ha.configmap import load_configmaps
 
     (tmp_path / name).write_bytes(content)
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         load_configmaps(str(tmp_path / name))
     assert caught.value.code == "HA_CONFIGMAP_INVALID"
 

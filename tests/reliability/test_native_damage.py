@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.layouts.rocksdb import log_damage, rocksdb_status_error
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
@@ -167,13 +167,13 @@ def _is_manifest(path: Path) -> bool:
         (
             "Corruption: block checksum mismatch: stored = 935456591, computed = 1675926256, type = 4  "
             "in /scratch/db/000019.sst offset 0 size 2249",
-            InvalidSnapshotError,
+            InvalidInputError,
             "FLINK_DATABASE_CORRUPT",
         ),
         (
             "IO error: No such file or directory: While opening a file for sequentially reading: "
             "/scratch/db/MANIFEST-000099: No such file or directory",
-            InvalidSnapshotError,
+            InvalidInputError,
             "FLINK_DATABASE_CORRUPT",
         ),
         (

@@ -1,7 +1,7 @@
 """Real Flink 1.20 and 2.3 restore ``kg migrate``'s renamed, assigned and dropped savepoints, all keys intact.
 
 For each version one JVM (``UidJob restore``) restores, in one batch, the UidJob savepoint of that version
-(fixtures/flink/<v>/uid-heap-canonical-p3) after kg's surgery, and the untouched savepoint, into jobs whose
+(fixtures/flink/<v>/uid-heap-canonical-p3) after kg's migration, and the untouched savepoint, into jobs whose
 uids changed:
 
 - ``renamed-none``: ``--rename keyed-long=keyed-long-v2``, restored by a job that sets uid keyed-long-v2 and
@@ -17,7 +17,7 @@ uids changed:
   pass of ``--assign-uid``, ``--rename`` and ``--drop string-sink``, restored into RocksDB by a job with both
   new uids and no string-sink.
 
-``kg rescale`` with the same surgery options, in the rescale's one pass (the same JVM batch):
+``kg rescale`` with the same migration options, in the rescale's one pass (the same JVM batch):
 
 - ``rescaled-renamed``: ``--from 3 --to 4 --rename`` (same maxParallelism: key groups copied as bytes),
   restored by the renamed job at parallelism 4 that sets no maxParallelism;

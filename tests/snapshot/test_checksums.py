@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from keygroup_cli.core.errors import InvalidSnapshotError
-from keygroup_cli.snapshot.checksums import CHUNK_SIZE, bytes_digest, file_digest, verify_file
+from keygroup_cli.core.errors import InvalidInputError
+from keygroup_cli.snapshot.checksums import CHUNK_SIZE, bytes_digest, file_digest, require_file_intact
 from keygroup_cli.snapshot.model import OperatorFile
 
 
@@ -33,15 +33,15 @@ def _entry(file: Path, **overrides: object) -> OperatorFile:
 def test_verify_ok_and_each_failure(tmp_path: Path) -> None:
     path = tmp_path / "operator-00000.parquet"
     path.write_bytes(b"hello world")
-    verify_file(tmp_path, _entry(path))
+    require_file_intact(tmp_path, _entry(path))
     cases = {
         "SIZE_MISMATCH": _entry(path, bytes=3),
         "CHECKSUM_MISMATCH": _entry(path, xxh64="0" * 16),
         "FILE_MISSING": _entry(path, path="gone.parquet"),
     }
     for code, entry in cases.items():
-        with pytest.raises(InvalidSnapshotError) as info:
-            verify_file(tmp_path, entry)
+        with pytest.raises(InvalidInputError) as info:
+            require_file_intact(tmp_path, entry)
         assert info.value.code == code and info.value.exit_code == 3
         assert entry.path in info.value.message
 
@@ -51,11 +51,11 @@ def test_same_size_corruption_is_caught(tmp_path: Path) -> None:
     path.write_bytes(b"hello world")
     entry = _entry(path)
     path.write_bytes(b"hello World")
-    with pytest.raises(InvalidSnapshotError, match="xxh64 is"):
-        verify_file(tmp_path, entry)
+    with pytest.raises(InvalidInputError, match="xxh64 is"):
+        require_file_intact(tmp_path, entry)
 
 
 def test_digest_of_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         file_digest(tmp_path / "x")
     assert info.value.code == "FILE_MISSING"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.snapshot import MANIFEST_NAME, open_snapshot
 from keygroup_cli.snapshot.manifest import (
     dumps_manifest,
@@ -78,7 +78,7 @@ def _doc() -> dict[str, Any]:
 
 
 def _error(doc: Any) -> str:
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         manifest_from_dict(doc, source="snap/_manifest.json")
     assert info.value.exit_code == 3
     assert "\n" not in info.value.message and info.value.message.startswith("snap/_manifest.json")
@@ -124,7 +124,7 @@ def test_wrong_format_name() -> None:
 
 def test_bad_json(tmp_path: Path) -> None:
     (tmp_path / MANIFEST_NAME).write_text("{not json")
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         read_manifest(tmp_path / MANIFEST_NAME)
     assert info.value.code == "MANIFEST_JSON_INVALID" and str(tmp_path) in info.value.message
 
@@ -202,10 +202,10 @@ def test_open_snapshot_dir_or_manifest(tmp_path: Path) -> None:
 
 def test_open_snapshot_without_manifest(tmp_path: Path) -> None:
     with pytest.raises(
-        InvalidSnapshotError, match=r"nor a kg snapshot .*no _manifest.json; an uncommitted write"
+        InvalidInputError, match=r"nor a kg snapshot .*no _manifest.json; an uncommitted write"
     ):
         open_snapshot(tmp_path)
-    with pytest.raises(InvalidSnapshotError, match="no such snapshot") as info:
+    with pytest.raises(InvalidInputError, match="no such snapshot") as info:
         open_snapshot(tmp_path / "nope")
     assert info.value.code == "SNAPSHOT_NOT_FOUND"
 
@@ -217,7 +217,7 @@ def test_symlink_escape_is_refused(tmp_path: Path) -> None:
     outside.mkdir()
     (snap / "op").symlink_to(outside)
     write_manifest(snap, manifest_from_dict(_doc()))
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         open_snapshot(snap)
     # A link leading outside is a containment refusal, worded as every command words it (storage.containment).
     assert info.value.code == "STATE_FILE_OUTSIDE" and "op/keyed-00000.parquet" in info.value.message

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.schema import OPERATOR_SCHEMA, keyed_schema
 from keygroup_cli.snapshot.checksums import file_digest
@@ -154,10 +154,10 @@ def test_iter_keyed_batches_selects_key_groups(tmp_path: Path) -> None:
 
 def test_out_of_range_and_unsorted_stream_are_refused(tmp_path: Path) -> None:
     data = _rows(50, KeyGroupRange(0, 9))
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         write_keyed_file(tmp_path / "k", data, key_type="string", key_groups=KeyGroupRange(0, 4))
     assert info.value.code == "KEY_GROUP_OUT_OF_RANGE" and not (tmp_path / "k").exists()
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         write_keyed_file(
             tmp_path / "k",
             iter([data]),
@@ -208,6 +208,6 @@ def test_corrupt_file_reads_as_invalid_snapshot(tmp_path: Path) -> None:
     entry = write_keyed_file(
         tmp_path / "ok", _rows(5, KeyGroupRange(0, 0)), key_type="string", key_groups=KeyGroupRange(0, 0)
     ).keyed_file(0, "k", KeyGroupRange(0, 0))
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         read_keyed_file(_snapshot(tmp_path), entry)
     assert info.value.code == "FILE_UNREADABLE" and "k:" in info.value.message

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import FINDING_CODES, Severity
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.checksums import file_digest
@@ -199,7 +199,7 @@ def test_replicated_marker_only_on_union_state(snap: Path) -> None:
     manifest = _manifest(snap)
     manifest["operators"][0]["states"][0]["replicated"] = True
     _save(snap, manifest)
-    with pytest.raises(InvalidSnapshotError, match="'replicated' must be a boolean on an operator-union"):
+    with pytest.raises(InvalidInputError, match="'replicated' must be a boolean on an operator-union"):
         open_snapshot(snap)
 
 
@@ -215,5 +215,5 @@ def test_operator_id_not_uid_hash_is_a_warning(snap: Path) -> None:
 
 def test_invalid_manifest_raises(snap: Path) -> None:
     (snap / "_manifest.json").write_text("{")
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         verify_snapshot(snap)

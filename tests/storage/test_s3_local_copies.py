@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.download import copy_savepoint, readable_savepoint
 from keygroup_cli.snapshot.download import copy_snapshot, is_snapshot_at, readable_snapshot
 from keygroup_cli.storage.locations import location
@@ -56,7 +56,7 @@ def test_a_savepoint_copy_reports_its_files(bucket, tmp_path):
 
 
 def test_nothing_at_the_uri_is_an_invalid_input(bucket, tmp_path):
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         copy_savepoint(location(f"{bucket}/savepoints/missing"), tmp_path / "copy")
     assert not (tmp_path / "copy" / "_metadata").exists()
 

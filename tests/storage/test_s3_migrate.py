@@ -15,7 +15,7 @@ from tests.conftest import FIXTURES
 from tests.execution.snapshots import tree_digest
 
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "uid-heap-canonical-p3"
-SURGERY = ("--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string")
+MIGRATION_ARGS = ("--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string")
 
 
 def test_migrate_s3_to_s3_copies_server_side_and_writes_what_a_local_run_writes(
@@ -23,14 +23,14 @@ def test_migrate_s3_to_s3_copies_server_side_and_writes_what_a_local_run_writes(
 ) -> None:
     bucket = s3_server.bucket("kg-migrate")
     source = s3_server.upload(SAVEPOINT, f"{bucket}/savepoints/sp-1")
-    local = kg("migrate", SAVEPOINT, "--out", tmp_path / "local", *SURGERY)
+    local = kg("migrate", SAVEPOINT, "--out", tmp_path / "local", *MIGRATION_ARGS)
     assert local.exit_code == 0, local.stderr
     for origin, target, mode in (
         (source, f"{bucket}/migrated/from-s3", "copied server-side"),
         (str(SAVEPOINT), f"{bucket}/migrated/from-disk", "uploaded"),
     ):
         start = s3_server.log.stat().st_size
-        r = kg("migrate", origin, "--out", target, *SURGERY, "--json")
+        r = kg("migrate", origin, "--out", target, *MIGRATION_ARGS, "--json")
         assert r.exit_code == 0, r.stderr
         assert r.json()["copy"] == mode
         # The copies are server-side (the output is checked against the local run below); the input's
@@ -72,6 +72,6 @@ def test_migrate_to_s3_of_an_input_verify_rejects_writes_nothing(kg, s3_server: 
     source = s3_server.upload(damaged, f"{bucket}/savepoints/sp-1")
     for origin in (source, str(damaged)):
         target = f"{bucket}/migrated/{'s3' if origin == source else 'disk'}"
-        r = kg("migrate", origin, "--out", target, *SURGERY, "--json")
+        r = kg("migrate", origin, "--out", target, *MIGRATION_ARGS, "--json")
         assert r.exit_code == 3 and r.json()["error"]["code"] == "INPUT_FAILS_VERIFY", r.stdout
         assert s3_server.keys(target) == {}

@@ -60,7 +60,7 @@ def test_failure_before_the_commit_leaves_no_object(
         checked.append(s3_server.keys(f"{bucket}/out"))
         raise ExecutionError("output verification failed: injected", code="OUTPUT_VERIFICATION_FAILED")
 
-    monkeypatch.setattr(savepoint_route, "check_output", failing)
+    monkeypatch.setattr(savepoint_route, "require_streams_decode", failing)
     with pytest.raises(ExecutionError, match="injected"):
         rescale(source, f"{bucket}/out", 4, new_max_parallelism=1024, engine="local")
     assert checked and len(checked[0]) > 4 and "_metadata" not in checked[0]

@@ -43,7 +43,7 @@ def test_an_object_store_rescale_reads_each_input_object_once(
     [
         # Read in place, keyed files written straight to the store (re-hashed keys).
         ("2.3/uid-heap-canonical-p3", 4, 256),
-        # A heap checkpoint: downloaded, rewritten canonically; the surgery applies to the local copy.
+        # A heap checkpoint: downloaded, rewritten canonically; the migration applies to the local copy.
         ("2.3/uid-heap-checkpoint-p3", 2, None),
     ],
 )
@@ -55,17 +55,17 @@ def test_a_rescale_with_surgery_on_an_object_store_reads_each_input_object_once(
     from keygroup_cli.flink.metadata.locate import read_flink_metadata
     from keygroup_cli.planning.migration import MigrationRequest
 
-    bucket = s3_server.bucket("kg-spine-surgery")
+    bucket = s3_server.bucket("kg-spine-migration")
     name = f"{case.replace('/', '-')}-{to}-{max_parallelism}"
     source = s3_server.upload(FIXTURES / case, f"{bucket}/in/{name}")
     dest = f"{bucket}/out/{name}"
     dropped = operator_id_for_uid("keyed-string")
-    surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
+    migration = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
     # A heap checkpoint is downloaded whole (each object once, the dropped operator's with it).
     without = frozenset() if "checkpoint" in case else frozenset({dropped})
     files, _, names = state_files(FIXTURES / case, without)
     _, kept_streams, _ = state_files(FIXTURES / case, frozenset({dropped}))
-    counts = count_rescale(monkeypatch, source, dest, to, max_parallelism, names, surgery)
+    counts = count_rescale(monkeypatch, source, dest, to, max_parallelism, names, migration)
     # Only the kept operators' operator-state streams are decoded.
     assert_each_once(counts, state_files=files, operator_streams=kept_streams)
     copy = s3_server.download(dest, tmp_path / "out")

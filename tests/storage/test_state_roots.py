@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.storage.containment import contain, contain_file, input_roots, outside_error
 from keygroup_cli.storage.locations import Location
 
@@ -28,7 +28,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _refused(reference: str, directory: Path | Location, **kw: object) -> str:
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         contain(reference, directory, **kw)  # type: ignore[arg-type]
     assert info.value.code == "STATE_FILE_OUTSIDE"
     return info.value.message
@@ -61,7 +61,7 @@ def test_links_are_followed_then_judged(tree: Path) -> None:
     _refused("out", sp, relative=True)
     _refused("dir/shared/s", sp, relative=True)
     (sp / "_metadata").symlink_to(tree / "secret")
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         contain_file(sp / "_metadata")
     assert info.value.code == "STATE_FILE_OUTSIDE"
 
@@ -127,7 +127,7 @@ def test_an_object_store_input_reads_under_its_own_prefix(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("reference", ["a\0b", "/sp/\0", "s3://[bucket/x"])
 def test_a_name_no_file_can_have_is_one_error_not_a_crash(tree: Path, reference: str) -> None:
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         contain(reference, tree / "sp", relative=reference == "a\0b")
     assert info.value.code == "STATE_FILE_UNREADABLE"
 
@@ -140,7 +140,7 @@ def test_a_checkpoint_picked_from_a_job_root_may_not_be_a_link_elsewhere(tree: P
     (tree / "other" / "chk-9").mkdir(parents=True)
     (tree / "other" / "chk-9" / "_metadata").write_bytes(b"x")
     (tree / "job" / "chk-9").symlink_to(tree / "other" / "chk-9")
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         find_metadata(tree / "job")
     assert info.value.code == "STATE_FILE_OUTSIDE"
     assert find_metadata(tree / "job" / "chk-9") == tree / "job" / "chk-9" / "_metadata"  # named itself

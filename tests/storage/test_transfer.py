@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidInputError
 from keygroup_cli.storage import location
 from keygroup_cli.storage.transfer import commit_upload, in_flight, require_empty, retrying
 
@@ -43,10 +43,10 @@ def test_unordered_in_flight_yields_every_result_once():
 def test_in_flight_raises_the_first_failure():
     def work(i: int) -> int:
         if i == 7:
-            raise InvalidSnapshotError("boom", code="X")
+            raise InvalidInputError("boom", code="X")
         return i
 
-    with pytest.raises(InvalidSnapshotError, match="boom"):
+    with pytest.raises(InvalidInputError, match="boom"):
         list(in_flight(work, range(50), capacity=3))
 
 
@@ -65,9 +65,9 @@ def test_retrying_retries_throttling_and_not_refusals():
 
     def missing() -> None:
         refused.append(1)
-        raise InvalidSnapshotError("x: no such file or object", code="OBJECT_NOT_FOUND")
+        raise InvalidInputError("x: no such file or object", code="OBJECT_NOT_FOUND")
 
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         retrying(missing, "get", base=0.001)
     assert len(refused) == 1
 

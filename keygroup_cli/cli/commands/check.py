@@ -11,7 +11,7 @@ import click
 
 from keygroup_cli.assess.matching import MigrationSuggestion, suggest_migration
 from keygroup_cli.assess.restore import RestorePlan, check_restore
-from keygroup_cli.assess.summary import OperatorSummary, SnapshotSummary, count_operators, summarize
+from keygroup_cli.assess.summary import OperatorSummary, InputSummary, count_operators, summarize
 from keygroup_cli.assess.upgrade import parse_target, upgrade_findings
 from keygroup_cli.cli.check_render import print_findings
 from keygroup_cli.cli.inputs import job_option, resolve_input
@@ -153,7 +153,7 @@ def command(
     ctx.exit(int(code))
 
 
-def _modelled(summary: SnapshotSummary, p_all: int | None, p_for: dict[str, int]) -> str:
+def _modelled(summary: InputSummary, p_all: int | None, p_for: dict[str, int]) -> str:
     """Return how the verdict line names the parallelism it judged: -p's, or the operators' current one."""
     named = ", ".join(f"{key}={value}" for key, value in p_for.items())
     if p_all is not None:
@@ -165,7 +165,7 @@ def _modelled(summary: SnapshotSummary, p_all: int | None, p_for: dict[str, int]
 
 
 def _suggestion(
-    summary: SnapshotSummary, uids: list[str] | None, path: str, new_job: Sequence[OperatorSummary] | None
+    summary: InputSummary, uids: list[str] | None, path: str, new_job: Sequence[OperatorSummary] | None
 ) -> MigrationSuggestion | None:
     """Return the candidates for the unmapped stateful operators, and the kg migrate command (#26)."""
     if uids is None:
@@ -175,7 +175,7 @@ def _suggestion(
 
 
 def _findings(
-    summary: SnapshotSummary, plan: RestorePlan, target: Any, deep: bool
+    summary: InputSummary, plan: RestorePlan, target: Any, deep: bool
 ) -> tuple[list[Finding], list[Finding]]:
     """Return every finding of the restore, upgrade and state-file checks, and the damage among them."""
     findings = check_restore(summary.operators, plan, snapshot=str(summary.path))
@@ -188,7 +188,7 @@ def _findings(
     return [*findings, *damage], damage
 
 
-def _document(summary: SnapshotSummary, typed: str, findings: list[Finding], *, ok: bool) -> dict[str, Any]:
+def _document(summary: InputSummary, typed: str, findings: list[Finding], *, ok: bool) -> dict[str, Any]:
     """Return ``kg check --json``'s document (without ``migrate``): the input, operators counted, findings."""
     operators, with_state = count_operators(summary.operators, lambda op: op.has_state)
     return {

@@ -13,13 +13,13 @@ from keygroup_cli.assess.summary import is_kg_snapshot
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import counted, format_bytes, format_count, output_for
-from keygroup_cli.convert.from_savepoint import check_destination, is_flink_savepoint, savepoint_to_snapshot
+from keygroup_cli.convert.from_savepoint import require_destination_absent, is_flink_savepoint, savepoint_to_snapshot
 from keygroup_cli.convert.inputs import readable
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.remote import remote_output
-from keygroup_cli.storage.staging import refuse_inside_input
+from keygroup_cli.storage.staging import require_outside_input
 
 EPILOG = """\b
 Examples:
@@ -71,7 +71,7 @@ def command(
     [rocksdb] extra) are read too; with --to-flink, --format native writes NATIVE keyed state.
     """
     out = output_for(ctx)
-    _refuse(source, dest, to_flink, compression, output_format)
+    _require_applicable(source, dest, to_flink, compression, output_format)
     commit_file = "_metadata" if to_flink else "_manifest.json"
     with progress(out) as on_progress, contextlib.ExitStack() as stack:
         # An object-store DEST is checked empty first, written locally, then uploaded metadata last.
@@ -115,7 +115,7 @@ def command(
     out.result("convert", document, text)
 
 
-def _refuse(
+def _require_applicable(
     source: str, dest: str, to_flink: bool, compression: bool | None, output_format: str | None
 ) -> None:
     """Refuse a conversion in the wrong direction, options that do not apply, and a DEST kg cannot write.
@@ -137,6 +137,6 @@ def _refuse(
         raise click.UsageError("--compression/--no-compression only applies with --to-flink")
     if output_format is not None and not to_flink:
         raise click.UsageError("--format only applies with --to-flink")
-    refuse_inside_input(source, dest)
+    require_outside_input(source, dest)
     if not is_remote(dest):
-        check_destination(dest)
+        require_destination_absent(dest)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from keygroup_cli.assess.summary import SnapshotSummary, summarize, summary_document
+from keygroup_cli.assess.summary import InputSummary, summarize, summary_document
 from keygroup_cli.cli.inputs import Input, ha_document, job_option, resolve_input, with_ha
 from keygroup_cli.cli.inspect_render import print_summary
 from keygroup_cli.cli.options import operator_option, output_options
@@ -16,7 +16,7 @@ from keygroup_cli.core.errors import UnsupportedFormatError
 
 if TYPE_CHECKING:
     from keygroup_cli.assess.sizes import KeyGroupSizes
-    from keygroup_cli.flink import FlinkSnapshot, KafkaSinkState, KafkaSourceState
+    from keygroup_cli.flink import FlinkCheckpoint, KafkaSinkState, KafkaSourceState
 
 EPILOG = """\b
 Examples:
@@ -111,15 +111,16 @@ def command(
     document = _document(summary, path, source, sizes, kafka, (bool(kafka_sources), bool(kafka_sinks)))
     if html is not None:
         from keygroup_cli import __version__
-        from keygroup_cli.cli.skew_html import skew_page, write_page
+        from keygroup_cli.cli.skew_html import report_written, skew_page, write_page
 
         keyed = [sizes[op.operator_id] for op in summary.operators if op.operator_id in sizes]
         write_page(html, skew_page(path, summary.format, keyed, __version__))
+        report_written(out, html, len(keyed))
     text = with_ha(source, lambda console: print_summary(console, summary, subtasks, sizes, kafka, path))
     out.result("inspect", document, text)
 
 
-def _summarize(out: Output, path: str, operators: tuple[str, ...]) -> SnapshotSummary:
+def _summarize(out: Output, path: str, operators: tuple[str, ...]) -> InputSummary:
     """Summarise ``path`` (a bar on a terminal), keep the ``--operator`` ones, warn what kg could not read."""
     if out.progress_enabled:
         # rich.progress is imported only when a bar can be drawn: inspect must stay fast in CI.
@@ -140,7 +141,7 @@ def _summarize(out: Output, path: str, operators: tuple[str, ...]) -> SnapshotSu
 
 
 def _document(
-    summary: SnapshotSummary,
+    summary: InputSummary,
     typed: str,
     source: Input,
     sizes: dict[str, KeyGroupSizes],
@@ -166,14 +167,14 @@ def _document(
 
 
 def _kafka_states(
-    summary: SnapshotSummary, sources: tuple[str, ...], sinks: tuple[str, ...]
+    summary: InputSummary, sources: tuple[str, ...], sinks: tuple[str, ...]
 ) -> list[KafkaSourceState | KafkaSinkState]:
     """Return the KafkaSource and KafkaSink states of the operators named (of a Flink savepoint)."""
     if not sources and not sinks:
         return []
-    from keygroup_cli.flink import FlinkSnapshot, Savepoint, kafka_sink_state, kafka_source_state
+    from keygroup_cli.flink import FlinkCheckpoint, Savepoint, kafka_sink_state, kafka_source_state
 
-    if not isinstance(summary.savepoint, FlinkSnapshot):
+    if not isinstance(summary.savepoint, FlinkCheckpoint):
         raise UnsupportedFormatError(
             "--kafka-source and --kafka-sink read a Flink savepoint or checkpoint, not a kg snapshot",
             code="CONNECTOR_STATE_UNKNOWN",
@@ -184,13 +185,13 @@ def _kafka_states(
 
 
 def _key_group_sizes(
-    out: Output, summary: SnapshotSummary, minimum: int | None, maximum: int | None
+    out: Output, summary: InputSummary, minimum: int | None, maximum: int | None
 ) -> dict[str, KeyGroupSizes]:
     """Return the key-group sizes by operator id; fail (exit 4) when no keyed operator has any."""
     # Deferred: the sizes need planning (numpy, pyarrow), which plain inspect does without.
     from keygroup_cli.assess.sizes import key_group_sizes
 
-    path: str | FlinkSnapshot = summary.savepoint or str(summary.path)
+    path: str | FlinkCheckpoint = summary.savepoint or str(summary.path)
     report = key_group_sizes(path, minimum=minimum, maximum=maximum)
     if report.operators and not report.available:
         reason = report.operators[0].unavailable_reason or ""

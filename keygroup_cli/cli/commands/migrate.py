@@ -1,11 +1,11 @@
-"""``kg migrate``: operator surgery on a savepoint: rename a uid, give a hashed operator a uid, drop state."""
+"""``kg migrate``: operator migration on a savepoint: rename a uid, give a hashed operator a uid, drop state."""
 
 from __future__ import annotations
 
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import output_options, surgery_options, surgery_request
+from keygroup_cli.cli.options import output_options, migration_options, migration_request
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 
@@ -28,7 +28,7 @@ OPERATOR_NOT_IN_SAVEPOINT, OPERATOR_ID_TAKEN, OPERATOR_HAS_UID or OPERATOR_CHANG
 @click.command(epilog=EPILOG)
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--out", "dest", required=True, metavar="DEST", help="The new savepoint (must not exist).")
-@surgery_options
+@migration_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the plan; write nothing.")
 @job_option
 @output_options
@@ -48,7 +48,7 @@ def command(
 
     out = output_for(ctx)
     source = resolve_input(out, path, job, refuse_live_leader=not dry_run).path
-    request = surgery_request(rename, assign_uid, drop)
+    request = migration_request(rename, assign_uid, drop)
     with progress(out) as on_progress:
         result = run_migration(source, dest, request, dry_run=dry_run, on_progress=on_progress)
     from keygroup_cli.cli.migrate_render import migrate_document, render_migrate

@@ -8,6 +8,9 @@ as ``kg rescale --dry-run`` does.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,12 +24,13 @@ from keygroup_cli.cli.options import (
     require_bounds,
     savepoint_format_option,
     subtasks_option,
-    surgery_options,
-    surgery_request,
+    migration_options,
+    migration_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan
 from keygroup_cli.cli.render import Output, output_for
+from keygroup_cli.core.errors import KgError
 from keygroup_cli.planning import plan as planning
 
 if TYPE_CHECKING:
@@ -39,7 +43,7 @@ Examples:
   kg plan snapshot/ --to 4                 # rows and bytes moved, from the manifest (no data read)
   kg plan snapshot/ --to 4 --operator counter --max-parallelism 256 --json
   kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
-  kg plan savepoint-1a2b/ --to 8 --rename counter=counter-v2   # with kg rescale's operator surgery
+  kg plan savepoint-1a2b/ --to 8 --rename counter=counter-v2   # with kg rescale's operator migration
   kg plan savepoint-1a2b/ --to 4 --format native   # the plan of kg rescale ... --format native
 
 With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
@@ -55,7 +59,7 @@ def show_snapshot_plan(
 
     The library decides (``execution.routes.plan.plan_rescale_input``: the route, the gate, the plan and every
     refusal, the rescale's own) and this prints what it returns: ``--format`` names the output the plan
-    leads to, the surgery comes first, then the operators as it leaves them. ``typed`` is the input as
+    leads to, the migration comes first, then the operators as it leaves them. ``typed`` is the input as
     the user typed it (``input``).
     """
     # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
@@ -63,7 +67,7 @@ def show_snapshot_plan(
     from keygroup_cli.cli.rescale_render import operator_names, planned_document, render_snapshot_plan
     from keygroup_cli.execution.routes.plan import plan_rescale_input
 
-    with progress(out) as on_progress:
+    with progress(out) as on_progress, from_hint(snapshot, request):
         planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
     document = planned_document(typed, planned)
     for warning in document["warnings"]:
@@ -76,6 +80,34 @@ def show_snapshot_plan(
     )
 
 
+@contextmanager
+def from_hint(snapshot: str | Path, request: RescaleRequest) -> Iterator[None]:
+    """Add the ``--from`` that would work to a ``--from P`` no operator with state runs at.
+
+    ``kg rescale --from 5`` on a savepoint at 3 is refused by the planner (``PARALLELISM_MISMATCH``);
+    the refusal then names the parallelism most operators with state run at (the higher on a tie), as
+    the rescale's warning about mixed parallelisms does.
+    """
+    try:
+        yield
+    except KgError as exc:
+        if exc.code != "PARALLELISM_MISMATCH" or request.from_parallelism is None or request.operators:
+            raise
+        from keygroup_cli.assess.summary import summarize
+
+        try:
+            operators = summarize(snapshot, read_states=False).operators
+        except KgError:
+            raise exc from None
+        at = Counter(op.parallelism for op in operators if op.has_state)
+        if not at or request.from_parallelism in at:
+            raise
+        common = max(at, key=lambda p: (at[p], p))
+        raise type(exc)(
+            f"{exc.message}; --from {common} selects the operators at {common}", code=exc.code
+        ) from None
+
+
 @click.command(epilog=EPILOG)
 @click.argument("snapshot", required=False, type=click.Path(path_type=str))
 @job_option
@@ -85,7 +117,7 @@ def show_snapshot_plan(
     required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
 )
 @operator_option()
-@surgery_options
+@migration_options
 @savepoint_format_option()
 @subtasks_option("With SNAPSHOT: also each operator's transfer table and every new subtask's load.")
 @output_options
@@ -109,7 +141,7 @@ def command(
     SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (planned from its _metadata).
     """
     out = output_for(ctx)
-    surgery = surgery_request(rename, assign_uid, drop)
+    migration = migration_request(rename, assign_uid, drop)
     if snapshot is not None:
         from keygroup_cli.planning.request import RescaleRequest  # deferred: pure math needs no reader
 
@@ -120,7 +152,7 @@ def command(
             operators=operators,
             new_max_parallelism=max_parallelism,
             output_format=output_format,
-            surgery=surgery,
+            migration=migration,
         )
         show_snapshot_plan(out, snapshot, request, typed, subtasks)
         return
@@ -129,7 +161,7 @@ def command(
         or max_parallelism is None
         or operators
         or output_format != "canonical"
-        or not surgery.empty
+        or not migration.empty
     ):
         raise click.UsageError(
             "Without SNAPSHOT, give --from and --max-parallelism (and no --operator, --format, --rename, "

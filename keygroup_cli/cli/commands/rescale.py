@@ -15,8 +15,8 @@ from keygroup_cli.cli.options import (
     output_options,
     savepoint_format_option,
     subtasks_option,
-    surgery_options,
-    surgery_request,
+    migration_options,
+    migration_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.progress import progress
@@ -55,9 +55,9 @@ state, never keyed state.
 --format native writes the keyed state of a savepoint's output as one RocksDB database per subtask, in
 the layout of Flink's NATIVE savepoints, which RocksDB and ForSt jobs (Flink 2.x) restore by ingesting
 the files (needs the [rocksdb] extra); the default, canonical, is what every backend restores.
---rename, --assign-uid and --drop are kg migrate's operator surgery, done in the same pass on a savepoint
+--rename, --assign-uid and --drop are kg migrate's operator migration, done in the same pass on a savepoint
 (same refusals, exit 2; the checkpoint id is kept); --operator names an operator by its uid before or
-after it; --dry-run prints the surgery above the plan.
+after it; --dry-run prints the migration above the plan.
 DEST must not exist; the result is committed by an atomic rename, and on any failure nothing is left there.
 SNAPSHOT and DEST may be object-store URIs (s3://, s3a://, s3p://, gs://, abfs://, hdfs://). A savepoint
 or checkpoint in the canonical format is read in place, by ranged reads; one in the HashMap backend's own
@@ -127,7 +127,7 @@ spark.pyspark.python=... choose another (on a cluster, the executors' Python).
     "about 27 MiB each. [default: the machine's cores, at most 4]",
 )
 @savepoint_format_option()
-@surgery_options
+@migration_options
 @subtasks_option()
 @click.option("--verbose", is_flag=True, help="Show Spark's own log output.")
 @click.option(
@@ -169,12 +169,12 @@ def command(
         operators=operators,
         new_max_parallelism=max_parallelism,
         output_format=output_format,
-        surgery=surgery_request(rename, assign_uid, drop),
+        migration=migration_request(rename, assign_uid, drop),
     )
     if dry_run:
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
-        refuse_destination(snapshot, dest)
+        require_free_destination(snapshot, dest)
         show_snapshot_plan(out, snapshot, request, typed, subtasks)
         return
     from keygroup_cli.execution.options import EngineOptions
@@ -203,7 +203,9 @@ def _run(
 
     typed, snapshot = source
     started = time.monotonic()
-    with progress(out) as on_progress:
+    from keygroup_cli.cli.commands.plan import from_hint
+
+    with progress(out) as on_progress, from_hint(snapshot, request):
         # run_rescale() plans as kg plan does and refuses an input that kg verify rejects (its gate runs
         # inside the library), then executes that plan.
         result = run_rescale(snapshot, dest, request, options, on_progress)
@@ -231,7 +233,7 @@ def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
     return conf
 
 
-def refuse_destination(source: str, dest: str) -> None:
+def require_free_destination(source: str, dest: str) -> None:
     """Refuse a DEST the rescale would refuse, writing nothing: inside the input, existing, occupied.
 
     Raises:
@@ -239,12 +241,12 @@ def refuse_destination(source: str, dest: str) -> None:
             DEST that holds objects.
     """
     from keygroup_cli.storage import is_remote
-    from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input
+    from keygroup_cli.storage.staging import require_absent, require_outside_input
 
     local = dest if is_remote(dest) else Path(dest).absolute()
-    refuse_inside_input(source if is_remote(source) else Path(source).absolute(), local)
+    require_outside_input(source if is_remote(source) else Path(source).absolute(), local)
     if isinstance(local, Path):
-        refuse_existing(local)
+        require_absent(local)
         return
     from keygroup_cli.storage import transfer
     from keygroup_cli.storage.locations import location

@@ -125,7 +125,7 @@ class Executor(Protocol):
 
         Raises:
             ExecutionError: A task failed or rows were lost on the way.
-            InvalidSnapshotError: A read task found its input corrupt.
+            InvalidInputError: A read task found its input corrupt.
         """
         ...
 

@@ -95,7 +95,7 @@ class LocalExecutor:
             )
             files.append(file)
             rows += read
-        return pipeline.check_counts(job, rows, files)
+        return pipeline.checked_written(job, rows, files)
 
     def _shuffled(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
         """Route every read task's rows into spill files, one per (new subtask, bucket); then write them.
@@ -130,7 +130,7 @@ class LocalExecutor:
             for out in outs.values():
                 out.close()
             shutil.rmtree(spill, ignore_errors=True)
-        return pipeline.check_counts(job, routed, files)
+        return pipeline.checked_written(job, routed, files)
 
     def _shuffled_parts(self, job: KeyedJob[W], spill: Path, progress: Progress) -> list[W]:
         """The byte route's shuffle: read tasks, then new subtasks, each ``self.workers`` at a time.
@@ -166,7 +166,7 @@ class LocalExecutor:
             parts.close()
             parts.settle()
             shutil.rmtree(spill, ignore_errors=True)
-        return pipeline.check_counts(job, routed, files)
+        return pipeline.checked_written(job, routed, files)
 
 
 def _spill_parts(

@@ -138,7 +138,7 @@ def spill_read_task(
 
     Raises:
         ExecutionError: ``path``'s directory does not exist on this executor (``SPILL_MISSING``).
-        InvalidSnapshotError: The read task found its input corrupt.
+        InvalidInputError: The read task found its input corrupt.
     """
     if not os.path.isdir(os.path.dirname(path)):
         raise ExecutionError(

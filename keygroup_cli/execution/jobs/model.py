@@ -84,7 +84,7 @@ class ReadTask(Protocol):
         """Yield the task's rows in kg's keyed schema with their new key group, key groups ascending.
 
         Raises:
-            InvalidSnapshotError: A missing or corrupt file, or a key stored in the wrong key group.
+            InvalidInputError: A missing or corrupt file, or a key stored in the wrong key group.
         """
         ...
 
@@ -98,7 +98,7 @@ class PartReadTask(ReadTask, Protocol):
         """Yield ``(new subtask, bucket, part, entries)``, buckets ascending per batch, in input order.
 
         Raises:
-            InvalidSnapshotError: A missing or corrupt file, or a key stored in the wrong key group.
+            InvalidInputError: A missing or corrupt file, or a key stored in the wrong key group.
         """
         ...
 
@@ -321,7 +321,7 @@ def stream(
     return written, received
 
 
-def check_counts(job: KeyedJob[W], rows_read: int, written: Iterable[W]) -> list[W]:
+def checked_written(job: KeyedJob[W], rows_read: int, written: Iterable[W]) -> list[W]:
     """Return the written files in subtask order after checking that every row read was written once.
 
     Raises:
@@ -388,7 +388,7 @@ __all__ = [
     "bucket_count",
     "bucket_of",
     "buckets_for",
-    "check_counts",
+    "checked_written",
     "rekeyed",
     "route",
     "route_parts",

@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
@@ -43,7 +43,7 @@ from keygroup_cli.core.keygroups import (
 from keygroup_cli.execution.jobs.model import KeyedJob, Rows, rekeyed
 from keygroup_cli.flink import (
     Entries,
-    FlinkSnapshot,
+    FlinkCheckpoint,
     KeyedLayout,
     KeyedReadTask,
     KeyedStateHeader,
@@ -90,7 +90,7 @@ class FlinkKeyedRead(KeyedReadTask):
         """Yield the range's rows with their new key group (see ``pipeline.ReadTask``).
 
         Raises:
-            InvalidSnapshotError: A missing or corrupt file, or a key stored in a key group Flink would
+            InvalidInputError: A missing or corrupt file, or a key stored in a key group Flink would
                 not assign it to.
         """
         rehash = job.rehash
@@ -119,7 +119,7 @@ class FlinkEntryRead(FlinkKeyedRead):
         """Yield the range's entries as bytes with their new key group (``keyed_entries.ENTRY_SCHEMA``).
 
         Raises:
-            InvalidSnapshotError: As ``FlinkKeyedRead.read``.
+            InvalidInputError: As ``FlinkKeyedRead.read``.
         """
         yield from read_entries_task(self, job.state_names, job.new_max_parallelism, batch_rows)
 
@@ -139,7 +139,7 @@ class FlinkPartRead(FlinkKeyedRead):
         """Yield ``(new subtask, bucket, part, entries)`` (see ``pipeline.PartReadTask``).
 
         Raises:
-            InvalidSnapshotError: As ``FlinkKeyedRead.read``.
+            InvalidInputError: As ``FlinkKeyedRead.read``.
         """
         target = (job.new_max_parallelism, job.new_parallelism, job.buckets)
         yield from read_parts_task(self, job.state_names, target, batch_rows)
@@ -156,7 +156,7 @@ class FlinkPartWrite(KeyedWriteTask):
         """Frame ``rows`` (each a bucket's parts, back to back) into ``root/name``; return its handle.
 
         Raises:
-            InvalidSnapshotError: Entries outside the range, out of order, or of a state the header lacks.
+            InvalidInputError: Entries outside the range, out of order, or of a state the header lacks.
         """
         return write_parts_task(self, self.state_names, rows)
 
@@ -169,7 +169,7 @@ class FlinkKeyedWrite(KeyedWriteTask):
         """Encode ``rows`` into ``root/name``; return its handle, size and rows.
 
         Raises:
-            InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
+            InvalidInputError: Rows outside the range, unsorted, or of a state the header lacks.
         """
         return write_keyed_task(self, rows)
 
@@ -182,7 +182,7 @@ class FlinkEntryWrite(KeyedWriteTask):
         """Frame ``rows`` (entry batches) into ``root/name``'s blocks; return its handle, size and entries.
 
         Raises:
-            InvalidSnapshotError: Entries outside the range, unsorted, or of a state the header lacks.
+            InvalidInputError: Entries outside the range, unsorted, or of a state the header lacks.
         """
         return write_keyed_task(self, rows, Entries)
 
@@ -200,7 +200,7 @@ class FlinkNativeWrite(KeyedWriteTask):
         """Encode ``rows`` into ``root/name``, build the database from it, remove it; return the handle.
 
         Raises:
-            InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
+            InvalidInputError: Rows outside the range, unsorted, or of a state the header lacks.
             MissingDependencyError: ``rocksdict`` is not installed where the task runs.
             UnsupportedFormatError: The binding cannot build the database.
         """
@@ -224,7 +224,7 @@ def byte_route_applies(streams: list[KeyedStream], layout: KeyedLayout) -> bool:
 
 
 def plan_keyed_jobs(
-    savepoint: FlinkSnapshot,
+    savepoint: FlinkCheckpoint,
     targets: Mapping[str, tuple[int, int]],
     output_root: str,
     *,
@@ -251,7 +251,7 @@ def plan_keyed_jobs(
             narrow jobs; None: canonical keyed files.
 
     Raises:
-        InvalidSnapshotError: Subtasks disagree on the key serializer, or no header declares every state.
+        InvalidInputError: Subtasks disagree on the key serializer, or no header declares every state.
     """
     root = source_root or str(savepoint.directory)
     opened = Savepoint.of(savepoint)
@@ -274,17 +274,17 @@ def _operator_header(where: str, streams: list[KeyedStream]) -> _Header:
     """Return the header the new files carry: the first (key-group order) that declares every state.
 
     Raises:
-        InvalidSnapshotError: Subtasks disagree on the key serializer, or no header declares every state.
+        InvalidInputError: Subtasks disagree on the key serializer, or no header declares every state.
     """
     if len({s.layout.codec.key_type for s in streams}) != 1:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: subtasks disagree on the key serializer", code="FLINK_STATE_INCONSISTENT"
         )
     needed = {state.name for s in streams for state in s.layout.states}
     for s in streams:
         if needed <= {state.name for state in s.layout.states}:
             return s.raw_header, s.header, s.layout
-    raise InvalidSnapshotError(
+    raise InvalidInputError(
         f"{where}: no keyed-state header declares all of {sorted(needed)}", code="FLINK_STATE_UNKNOWN"
     )
 

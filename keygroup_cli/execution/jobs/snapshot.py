@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.javahash import hash_codes
 from keygroup_cli.core.keygroups import KeyGroupRange, even_runs
 from keygroup_cli.execution.jobs.model import CopyJob, Job, KeyedJob, Rows, rekeyed
@@ -94,7 +94,7 @@ class ParquetKeyedRead:
         """Yield the rows; under a new maxParallelism conformed to the keyed schema and re-keyed.
 
         Raises:
-            InvalidSnapshotError: The file cannot be read.
+            InvalidInputError: The file cannot be read.
         """
         for batch in self._batches(batch_rows):
             if not job.rehash:
@@ -114,7 +114,7 @@ class ParquetKeyedRead:
             pf = pq.ParquetFile(path, pre_buffer=False)
             yield from pf.iter_batches(batch_size=batch_rows, row_groups=list(self.row_groups))
         except (OSError, pa.ArrowException) as exc:
-            raise InvalidSnapshotError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
+            raise InvalidInputError(f"{path}: cannot read: {exc}", code="FILE_UNREADABLE") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,7 @@ class ParquetKeyedWrite:
         """Write ``rows`` (ascending by key group); a subtask without rows has no keyed file.
 
         Raises:
-            InvalidSnapshotError: Rows outside the range or unsorted.
+            InvalidInputError: Rows outside the range or unsorted.
         """
         path = Path(self.root) / self.name
         path.parent.mkdir(parents=True, exist_ok=True)

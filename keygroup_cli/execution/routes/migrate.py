@@ -1,4 +1,4 @@
-"""Run an operator surgery (``kg migrate``): open, plan (``planning.migration.plan_migration``), gate, copy, commit.
+"""Run an operator migration (``kg migrate``): open, plan (``planning.migration.plan_migration``), gate, copy, commit.
 
 The spine of every write: ``open_savepoint`` reads ``_metadata`` once; the plan is complete before anything
 is written; nothing is written from an input ``kg verify`` rejects; then the state files the kept
@@ -17,7 +17,7 @@ is written last, after it was encoded once and parsed back. The input is only re
   ``CopyObject``), uploaded otherwise; ``flink.write.commit.seal_in_place`` writes ``_metadata`` last. On any
   failure what was written is deleted.
 
-Damage in the input is exit 3 (``InvalidSnapshotError``, ``INPUT_FAILS_VERIFY`` or the reader's own code);
+Damage in the input is exit 3 (``InvalidInputError``, ``INPUT_FAILS_VERIFY`` or the reader's own code);
 exit 5 (``ExecutionError``) is left to writing that fails.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from keygroup_cli.assess.integrity import require_intact, verify_input
 from keygroup_cli.assess.summary import is_kg_snapshot
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError, KgError, UnsupportedFormatError
 from keygroup_cli.core.findings import first_error
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.flink import Savepoint, local_path, open_savepoint, seal_in_place, seal_savepoint
@@ -40,7 +40,7 @@ from keygroup_cli.planning.migration import FileCopy, MigrationPlan, MigrationRe
 from keygroup_cli.storage import transfer
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.remote import scratch_root
-from keygroup_cli.storage.staging import refuse_existing, refuse_inside_input, staged_directory
+from keygroup_cli.storage.staging import require_absent, require_outside_input, staged_directory
 
 #: How state files reached DEST (``MigrationResult.copy_mode``).
 LOCAL_COPY = "copied locally"
@@ -76,7 +76,7 @@ def run_migration(
     Raises:
         InvalidArgumentError: A change the savepoint refuses (``planning.migration.plan_migration``), or DEST exists,
             holds objects, or lies inside the input; nothing written.
-        InvalidSnapshotError: Not a savepoint or checkpoint, a state file is missing, or the input fails
+        InvalidInputError: Not a savepoint or checkpoint, a state file is missing, or the input fails
             ``kg verify`` (``INPUT_FAILS_VERIFY``); nothing written.
         UnsupportedFormatError: A kg snapshot (``MIGRATE_KG_SNAPSHOT``), or state in file-merging segments.
         ExecutionError: A copy or the output's verification failed; nothing committed.
@@ -86,12 +86,12 @@ def run_migration(
         source = Path(source).absolute()
     if not is_remote(dest):
         dest = Path(dest).absolute()
-    refuse_inside_input(source, dest)
+    require_outside_input(source, dest)
     remote = location(str(dest)) if is_remote(dest) else None
     if remote is not None:
         transfer.require_empty(remote, METADATA)
     else:
-        refuse_existing(Path(dest))
+        require_absent(Path(dest))
     if is_kg_snapshot(source):
         # A kg snapshot names operators in its manifest; Flink never reads it: migrate the savepoint.
         raise UnsupportedFormatError(
@@ -153,16 +153,16 @@ def _commit_local(
             else:
                 shutil.copyfile(source, target)
                 written = target.stat().st_size
-            _check_size(source, written, copy, label)
+            _require_recorded_size(source, written, copy, label)
             report("copy state files", done, total)
         seal_savepoint(
             staging,
             plan.metadata,
-            verify=lambda staged: _verify_staged(savepoint, plan, staged, label, report),
+            verify=lambda staged: _require_staged_intact(savepoint, plan, staged, label, report),
         )
 
 
-def _verify_staged(
+def _require_staged_intact(
     savepoint: Savepoint, plan: MigrationPlan, staging: Path, label: str, report: OnProgress
 ) -> None:
     """Verify the staged copy as ``kg verify`` would; a finding fails the input its bytes came from.
@@ -170,7 +170,7 @@ def _verify_staged(
     The findings name the staged files; the message names the input's files instead.
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, the first error finding in one line.
+        InvalidInputError: ``INPUT_FAILS_VERIFY``, the first error finding in one line.
     """
     problem = first_error(verify_input(staging, on_progress=staged(report, "verify")).findings)
     if problem is None:
@@ -178,7 +178,7 @@ def _verify_staged(
     for copy in plan.files:
         problem = problem.replace(str(staging / copy.target), str(_source(savepoint, copy)))
     problem = problem.replace(str(staging), str(savepoint.directory))
-    raise InvalidSnapshotError(f"{label}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+    raise InvalidInputError(f"{label}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
 
 
 def _commit_remote(
@@ -202,7 +202,7 @@ def _commit_remote(
                 transfer.retrying(lambda: target.upload_from(local), str(target))
         else:
             transfer.retrying(lambda: target.upload_from(source), str(target))
-        _check_size(source, transfer.retrying(target.size, str(target)), copy, label)
+        _require_recorded_size(source, transfer.retrying(target.size, str(target)), copy, label)
 
     total = len(plan.files)
     report("copy state files", 0, total)
@@ -221,20 +221,20 @@ def _commit_remote(
 def _existing(savepoint: Savepoint, copy: FileCopy) -> Path | Location:
     source = _source(savepoint, copy)
     if not source.is_file():
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: state file is missing (named in {savepoint.metadata_path})", code="FILE_MISSING"
         )
     return source
 
 
-def _check_size(source: Path | Location, written: int, copy: FileCopy, label: str) -> None:
+def _require_recorded_size(source: Path | Location, written: int, copy: FileCopy, label: str) -> None:
     """Refuse a copy of other than the size its handle records: the input's fault if the file has it."""
     if written == copy.size:
         return
     actual = source.stat().st_size if isinstance(source, Path) else source.size()
     if actual != copy.size:
         # kg verify's FLINK_STATE_FILE_SIZE: the input's file is not what its _metadata says.
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{label}: input fails kg verify: FLINK_STATE_FILE_SIZE: {source}: {actual} bytes, its handle "
             f"records {copy.size}",
             code="INPUT_FAILS_VERIFY",

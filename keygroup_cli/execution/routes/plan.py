@@ -1,6 +1,6 @@
 """The plan of a rescale, made in one place: what ``kg plan`` and ``--dry-run`` print and ``kg rescale`` runs.
 
-``plan_rescale_input(source, request)`` opens the input once, applies the operator surgery, runs the gate,
+``plan_rescale_input(source, request)`` opens the input once, applies the operator migration, runs the gate,
 chooses the route and plans; it returns a ``PlannedRescale``, a frozen value. ``execution.routes.rescale``'s
 ``run_rescale`` calls the same two steps, ``open_rescale_input`` (the route) and ``plan_input`` (the gate
 and the plan), and then executes what they return; ``kg plan SNAPSHOT`` and ``kg rescale --dry-run`` print
@@ -24,20 +24,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from keygroup_cli.assess.integrity import require_intact
-from keygroup_cli.convert.from_savepoint import refuse_channel_state
+from keygroup_cli.convert.from_savepoint import require_no_channel_state
 from keygroup_cli.convert.inputs import readable
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.execution.routes.savepoint import OpenedInput, open_input
 from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
 from keygroup_cli.flink import Savepoint, needs_canonical_view, try_open_savepoint
-from keygroup_cli.planning.migration import MigrationRequest, apply_changes, operate, refuse_kg_snapshot
+from keygroup_cli.planning.migration import MigrationRequest, apply_changes, apply_migration, require_savepoint_for_migration
 from keygroup_cli.planning.plan import RescalePlan, plan_snapshot
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot import open_snapshot
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
-from keygroup_cli.storage.staging import refuse_inside_input
+from keygroup_cli.storage.staging import require_outside_input
 
 #: A savepoint read where it is.
 IN_PLACE = "in-place"
@@ -58,7 +58,7 @@ class RescaleInput:
     source: Path | str | Snapshot
     #: How the input is named in messages (as the user named it).
     label: str
-    #: The opened Flink savepoint or checkpoint, before any surgery; None for a kg snapshot.
+    #: The opened Flink savepoint or checkpoint, before any migration; None for a kg snapshot.
     savepoint: Savepoint | None
     #: ``IN_PLACE``, ``DOWNLOAD`` or ``SNAPSHOT``.
     route: str
@@ -69,11 +69,11 @@ class PlannedRescale:
     """A rescale decided, before anything is written: the plan ``kg plan`` prints and the run executes."""
 
     #: Every operator's new parallelism and maxParallelism, key-group moves, estimates, operator state;
-    #: operator surgery in ``plan.surgery``. What the request refuses was refused making it.
+    #: operator migration in ``plan.migration``. What the request refuses was refused making it.
     plan: RescalePlan
     #: What was opened and the route it takes.
     input: RescaleInput
-    #: The request as planned: ``operators`` name operators as the surgery left them.
+    #: The request as planned: ``operators`` name operators as the migration left them.
     request: RescaleRequest
     #: A savepoint's: the operator state redistributed, the targets, the timers placed; else None.
     savepoint: SavepointPlan | None = None
@@ -111,7 +111,7 @@ def plan(
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
     output_format: str = "canonical",
-    surgery: MigrationRequest | None = None,
+    migration: MigrationRequest | None = None,
     dest: Path | str | None = None,
     on_progress: OnProgress | None = None,
 ) -> PlannedRescale:
@@ -122,9 +122,9 @@ def plan(
     ``kg plan SNAPSHOT --json`` prints; the refusals are the rescale's, word for word.
 
     Raises:
-        InvalidArgumentError: Bad arguments, bounds, ``--from``, unknown operators, surgery refused.
+        InvalidArgumentError: Bad arguments, bounds, ``--from``, unknown operators, migration refused.
         UnsupportedFormatError: A layout or a key change kg does not rescale.
-        InvalidSnapshotError: The input is invalid (``INPUT_FAILS_VERIFY``) or cannot be read.
+        InvalidInputError: The input is invalid (``INPUT_FAILS_VERIFY``) or cannot be read.
         MissingDependencyError: ``native`` without ``rocksdict``.
     """
     request = RescaleRequest.of(
@@ -133,7 +133,7 @@ def plan(
         operators=operators,
         new_max_parallelism=new_max_parallelism,
         output_format=output_format,
-        surgery=surgery,
+        migration=migration,
     )
     return plan_rescale_input(source, request, dest=dest, on_progress=on_progress)
 
@@ -159,31 +159,31 @@ def open_rescale_input(
     """Open the input once (``_metadata`` only) and choose its route; refuse what needs no more than that.
 
     Refused here, before anything is downloaded, staged or read beyond ``_metadata``: DEST inside the
-    input, the surgery (``planning.migration.apply_changes``), surgery or ``--format native`` for a kg snapshot.
+    input, the migration (``planning.migration.apply_changes``), migration or ``--format native`` for a kg snapshot.
     A local input is named by its absolute path (tasks may run elsewhere, in their own directories).
 
     Raises:
-        InvalidArgumentError: DEST inside the input, a change the surgery refuses, ``native`` for a kg
+        InvalidArgumentError: DEST inside the input, a change the migration refuses, ``native`` for a kg
             snapshot.
-        UnsupportedFormatError: Surgery on a kg snapshot.
-        InvalidSnapshotError: A ``_metadata`` kg cannot read.
+        UnsupportedFormatError: Migration on a kg snapshot.
+        InvalidInputError: A ``_metadata`` kg cannot read.
     """
     if isinstance(source, Snapshot):
-        refuse_kg_snapshot(request.surgery, str(source.path))
+        require_savepoint_for_migration(request.migration, str(source.path))
         require_savepoint_for(request.output_format, "the input")
         return RescaleInput(source, str(source.path), None, SNAPSHOT)
     label = str(source)
     if not is_remote(source):
         source = Path(source).absolute()
     if dest is not None:
-        refuse_inside_input(source, dest)
+        require_outside_input(source, dest)
     savepoint = try_open_savepoint(source)  # _metadata read once, here
     if savepoint is None:
-        refuse_kg_snapshot(request.surgery, label)
+        require_savepoint_for_migration(request.migration, label)
         require_savepoint_for(request.output_format, label)
-    elif request.surgery is not None:
+    elif request.migration is not None:
         # Refused before anything is downloaded or staged; the plan applies it to this opened savepoint.
-        apply_changes(savepoint.metadata, request.surgery)
+        apply_changes(savepoint.metadata, request.migration)
     remote_dest = dest is not None and is_remote(dest)
     native_upload = request.output_format == "native" and remote_dest  # staged locally, then uploaded
     if (
@@ -210,7 +210,7 @@ def plan_input(
     """Gate and plan an opened input: a savepoint by ``plan_savepoint``, a kg snapshot by ``plan_rescale``.
 
     A savepoint's gate (``kg verify``'s, blocks left to the reader) runs on it opened once, after the
-    surgery (``savepoint.open_input``). With ``scratch`` (a run) a heap or RocksDB layout is rewritten in
+    migration (``savepoint.open_input``). With ``scratch`` (a run) a heap or RocksDB layout is rewritten in
     the canonical layout there first and planned as it will be read; without (a plan) it is planned as
     named, reading no keyed state. ``on_opened`` is called with the opened input before it is planned (a
     run starts its engine then). A kg snapshot's gate reads every file (its checksums): a run calls it
@@ -243,13 +243,13 @@ def _open(
         # that were would fail, not write).
         where = scratch if scratch is not None else _NO_SCRATCH
         return open_input(savepoint, where, request, report, label, copy=copy)
-    # A plan of a heap or RocksDB layout: open_input's surgery and gate, without its canonical rewrite.
-    operated = operate(savepoint, request.surgery, request.operators)
-    origin = operated.savepoint
+    # A plan of a heap or RocksDB layout: open_input's migration and gate, without its canonical rewrite.
+    migrated = apply_migration(savepoint, request.migration, request.operators)
+    origin = migrated.savepoint
     require_intact(origin, blocks=False, label=label, on_progress=staged(report, "verify input"))
-    refuse_channel_state(origin)
+    require_no_channel_state(origin)
     name = label or str(origin.directory)
-    return OpenedInput(origin, origin, None, name, operated.changes, operated.operators)
+    return OpenedInput(origin, origin, None, name, migrated.changes, migrated.operators)
 
 
 def _plan_snapshot(rescale_input: RescaleInput, request: RescaleRequest) -> PlannedRescale:

@@ -42,8 +42,8 @@ from keygroup_cli.execution.routes.snapshot import (
     RescaleResult,
     build_manifest,
     execute_snapshot_plan,
-    verify_input,
-    verify_output,
+    require_input_files_intact,
+    require_output_intact,
 )
 from keygroup_cli.flink import try_open_savepoint
 from keygroup_cli.planning.migration import MigrationRequest
@@ -51,7 +51,7 @@ from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot.model import Snapshot
 from keygroup_cli.storage import is_remote
 from keygroup_cli.storage.remote import remote_output
-from keygroup_cli.storage.staging import refuse_existing
+from keygroup_cli.storage.staging import require_absent
 
 
 def rescale(
@@ -63,7 +63,7 @@ def rescale(
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
     output_format: str = "canonical",
-    surgery: MigrationRequest | None = None,
+    migration: MigrationRequest | None = None,
     engine: str | EngineChoice | None = None,
     master: str | None = None,
     spark: Any = None,
@@ -89,7 +89,7 @@ def rescale(
         new_max_parallelism: Change maxParallelism too (keys are re-hashed, SQL jobs' row keys too;
             refused for binary keys).
         output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases).
-        surgery: Operator surgery (rename, assign a uid, drop) applied in the same pass, as ``kg migrate``
+        migration: Operator migration (rename, assign a uid, drop) applied in the same pass, as ``kg migrate``
             plans it; a Flink savepoint or checkpoint only. ``operators`` may name an operator by its uid
             before or after it.
         engine: ``spark``, ``local``, or None: Spark where pyspark is installed, else local
@@ -105,7 +105,7 @@ def rescale(
 
     Raises:
         InvalidArgumentError: Bad arguments or DEST exists (nothing written).
-        InvalidSnapshotError: The input is invalid or a file fails its checksum (nothing written).
+        InvalidInputError: The input is invalid or a file fails its checksum (nothing written).
         UnsupportedFormatError: A maxParallelism change for binary keys (nothing written).
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
@@ -116,7 +116,7 @@ def rescale(
         operators=operators,
         new_max_parallelism=new_max_parallelism,
         output_format=output_format,
-        surgery=surgery,
+        migration=migration,
     )
     options = EngineOptions(engine, master, spark, spark_conf, verbose, executor, workers)
     return run_rescale(source, dest, request, options, on_progress)
@@ -200,7 +200,7 @@ def _rescale_remote(
     report = on_progress or no_progress
     savepoint, label = rescale_input.savepoint, rescale_input.label
     if not is_remote(dest):
-        refuse_existing(Path(dest))  # before the download, not after it
+        require_absent(Path(dest))  # before the download, not after it
     commit_file = "_metadata" if savepoint is not None else "_manifest.json"
     with contextlib.ExitStack() as stack:
         if is_remote(dest):
@@ -231,7 +231,7 @@ def _snapshot_route(
 ) -> RescaleResult:
     """Check DEST, plan the kg snapshot's rescale (``plan_input``) and execute that plan."""
     started = time.monotonic()
-    refuse_existing(Path(dest))
+    require_absent(Path(dest))
     planned = plan_input(rescale_input, request)
     assert planned.snapshot is not None
     return execute_snapshot_plan(planned.snapshot, planned.plan, dest, options, on_progress, started=started)
@@ -243,6 +243,6 @@ __all__ = [
     "require_savepoint_for",
     "rescale",
     "run_rescale",
-    "verify_input",
-    "verify_output",
+    "require_input_files_intact",
+    "require_output_intact",
 ]

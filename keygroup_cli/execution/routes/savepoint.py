@@ -2,7 +2,7 @@
 
 ``kg rescale SAVEPOINT --to Q [--max-parallelism M2] --out NEW_SAVEPOINT``:
 
-1. **Validate first, from ``_metadata`` and the keyed headers alone** (``preflight``): DEST absent, a
+1. **Validate first, from ``_metadata`` and the keyed headers alone** (``require_rescalable``): DEST absent, a
    canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
    and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
    nothing. The plan is ``execution.routes.savepoint_plan.plan_savepoint``'s, made through ``execution.routes.plan``
@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli import __version__
 from keygroup_cli.assess.integrity import require_intact
 from keygroup_cli.convert.from_savepoint import (
-    check_convertible,
-    check_destination,
-    refuse_channel_state,
+    require_convertible,
+    require_destination_absent,
+    require_no_channel_state,
 )
 from keygroup_cli.core.errors import InvalidArgumentError, KgError, UnsupportedFormatError
 from keygroup_cli.core.progress import OnProgress, staged
@@ -58,7 +58,7 @@ from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.execution.routes.snapshot import RescaleResult, SavepointRescaleResult, rescale_origin
 from keygroup_cli.flink import (
     CheckpointMetadata,
-    FlinkSnapshot,
+    FlinkCheckpoint,
     KeyedStateHeader,
     OperatorStateHandle,
     RegroupedFile,
@@ -69,7 +69,7 @@ from keygroup_cli.flink import (
     WrittenState,
     as_native,
     canonical_view,
-    check_output,
+    require_streams_decode,
     needs_canonical_view,
     open_savepoint,
     regroup_keyed_state,
@@ -78,8 +78,8 @@ from keygroup_cli.flink import (
     write_raw_timers,
     write_rescaled,
 )
-from keygroup_cli.planning.migration import OperatorChange, operate
-from keygroup_cli.planning.plan import operator_target, select_operators, validate_operator_request
+from keygroup_cli.planning.migration import OperatorChange, apply_migration
+from keygroup_cli.planning.plan import operator_target, select_operators, checked_new_max_parallelism
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot.model import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.storage import transfer
@@ -93,8 +93,8 @@ if TYPE_CHECKING:
 METADATA = "_metadata"
 
 
-def preflight(
-    savepoint: FlinkSnapshot, request: RescaleRequest, *, types: Mapping[str, str] | None = None
+def require_rescalable(
+    savepoint: FlinkCheckpoint, request: RescaleRequest, *, types: Mapping[str, str] | None = None
 ) -> None:
     """Refuse ``request`` on a savepoint if it cannot succeed, reading only ``_metadata`` and keyed headers.
 
@@ -106,7 +106,7 @@ def preflight(
         UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
         InvalidArgumentError: An unknown operator, ``--from`` mismatch, or bounds violated.
     """
-    check_convertible(savepoint, raw_keyed=True)  # timers in raw keyed state: flink.write.raw_timers
+    require_convertible(savepoint, raw_keyed=True)  # timers in raw keyed state: flink.write.raw_timers
     all_operators = savepoint.metadata.operators
     with_state = set(Savepoint.of(savepoint).with_state)
     operators, new_max_parallelism = request.operators, request.new_max_parallelism
@@ -118,7 +118,7 @@ def preflight(
     for op in all_operators:
         target = operator_target(op, selected, operators, request.new_parallelism, new_max_parallelism)
         if target is not None:
-            validate_operator_request(
+            checked_new_max_parallelism(
                 op,
                 types.get(op.operator_id),
                 target,
@@ -139,9 +139,9 @@ class OpenedInput:
     copy_headers: dict[str, bytes] | None
     #: How the input is named in messages (a copied block that fails the check names it so).
     label: str = ""
-    #: The operator surgery applied to ``origin`` (``planning.migration.operate``): what the plan reports.
+    #: The operator migration applied to ``origin`` (``planning.migration.apply_migration``): what the plan reports.
     changes: tuple[OperatorChange, ...] = ()
-    #: ``--operator`` as it names operators after the surgery (None: every operator).
+    #: ``--operator`` as it names operators after the migration (None: every operator).
     operators: tuple[str, ...] | None = None
 
 
@@ -156,9 +156,9 @@ def open_input(
 ) -> OpenedInput:
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
 
-    The request's operator surgery (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
-    savepoint first, in memory (``planning.migration.operate``): what follows reads, plans and writes the
-    operators as the surgery leaves them, from the same files, in the same pass. ``copy=False``: never
+    The request's operator migration (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
+    savepoint first, in memory (``planning.migration.apply_migration``): what follows reads, plans and writes the
+    operators as the migration leaves them, from the same files, in the same pass. ``copy=False``: never
     copy key groups as bytes (``--format native``: the engine's tasks write every subtask), so
     ``copy_headers`` is None.
 
@@ -168,22 +168,22 @@ def open_input(
     read from there.
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
+        InvalidInputError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
         UnsupportedFormatError: A format kg does not read, or channel state at a parallelism change.
-        InvalidArgumentError: A change the surgery refuses (``planning.migration.apply_changes``); nothing read
+        InvalidArgumentError: A change the migration refuses (``planning.migration.apply_changes``); nothing read
             beyond ``_metadata``.
     """
     origin = source if isinstance(source, Savepoint) else open_savepoint(source)
-    operated = operate(origin, request.surgery, request.operators)
-    origin = operated.savepoint
+    migrated = apply_migration(origin, request.migration, request.operators)
+    origin = migrated.savepoint
     new_max_parallelism = request.new_max_parallelism
-    changes, operators = operated.changes, operated.operators
+    changes, operators = migrated.changes, migrated.operators
     canonical = not needs_canonical_view(origin)
     headers = _copyable(origin, new_max_parallelism) if canonical and copy else None
     verify = staged(report, "verify input")
     # A layout kg rewrites has its headers checked in the rewrite (below), so each is read once.
     require_intact(origin, blocks=False, label=label, on_progress=verify, layout_headers=canonical)
-    refuse_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
+    require_no_channel_state(origin)  # before a heap checkpoint's rewrite, naming the input
     name = label or str(origin.directory)
     if canonical:
         return OpenedInput(origin, origin, headers, name, changes, operators)
@@ -238,7 +238,7 @@ def savepoint_output(dest: Path | str, output_format: str = "canonical") -> Iter
             )
         transfer.require_empty(remote, METADATA)
     else:
-        check_destination(dest)
+        require_destination_absent(dest)
     with _scratch(dest) as scratch:
         yield SavepointOutput(str(dest) if remote is not None else Path(dest), remote, scratch)
 
@@ -261,7 +261,7 @@ def execute_savepoint_plan(
     of it) and ``savepoint`` what was written.
 
     Raises:
-        InvalidSnapshotError: Missing or corrupt state files (nothing committed).
+        InvalidInputError: Missing or corrupt state files (nothing committed).
         MissingDependencyError: Spark/Java missing or broken (nothing committed).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
@@ -282,7 +282,7 @@ def execute_savepoint_plan(
     )
 
 
-def refuse_v2_state_in_canonical(headers: Mapping[str, KeyedStateHeader], where: str) -> None:
+def require_no_v2_state_in_canonical(headers: Mapping[str, KeyedStateHeader], where: str) -> None:
     """Refuse a canonical output of state written through the async state API (``KEY_VALUE_V2``).
 
     ``headers``: one keyed header per operator, by its label. No Flink 2.3 backend restores such state
@@ -336,7 +336,7 @@ def _commit(
             raw_keyed = write_raw_timers(planned.raw_timers, staging)
             written = write_rescaled(
                 keyed.opened.savepoint,
-                rescaled_operators(planned),
+                rescaled_savepoint_operators(planned),
                 keyed.files,
                 staging,
                 raw_keyed=raw_keyed,
@@ -483,7 +483,7 @@ def _written(
     )
 
 
-def rescaled_operators(planned: SavepointPlan) -> list[RescaledOperator]:
+def rescaled_savepoint_operators(planned: SavepointPlan) -> list[RescaledOperator]:
     """Return every operator of the new savepoint as the plan leaves it, for ``flink.write.rescaled``."""
     return list(planned.operators)
 
@@ -552,13 +552,13 @@ def _upload(
     """Upload the staged savepoint beside the keyed files already at ``remote``; ``_metadata`` last.
 
     Before ``_metadata`` is written every operator-state stream of the output is decoded where it now is
-    (``flink.write.commit.check_output``); the keyed files' blocks were checked by the write tasks as they
+    (``flink.write.commit.require_streams_decode``); the keyed files' blocks were checked by the write tasks as they
     encoded them, their sizes by ``flink.write.commit.seal_savepoint``. ``metadata`` is what was sealed: nothing
     is read back.
     """
 
     def check() -> None:
-        check_output(FlinkSnapshot(remote / METADATA, metadata), remote)
+        require_streams_decode(FlinkCheckpoint(remote / METADATA, metadata), remote)
 
     transfer.commit_upload(
         staged, remote, METADATA, report, written_elsewhere=written_there, before_commit=check
@@ -630,6 +630,6 @@ __all__ = [
     "SavepointOutput",
     "execute_savepoint_plan",
     "open_input",
-    "preflight",
+    "require_rescalable",
     "savepoint_output",
 ]

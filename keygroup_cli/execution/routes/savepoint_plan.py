@@ -7,7 +7,7 @@ state placed in the new key groups. Everything the rescale refuses before writin
 order:
 
 1. ``--format native`` without the ``rocksdict`` binding (exit 6);
-2. ``preflight``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it can
+2. ``require_rescalable``: a layout kg rescales, the operators named, ``--from``, Flink's bounds, keys it can
    re-hash, ``CHAIN_AMBIGUOUS``;
 3. operator state (small, decoded once when the savepoint was opened, every stream checked as ``kg verify``
    checks it) planned on the savepoint's own handles (``planning.savepoint.plan_savepoint_operators``) and
@@ -19,7 +19,7 @@ order:
 
 The rescale calls it on the input as it reads it; a heap or RocksDB layout has then been rewritten in the
 canonical layout (``savepoint.open_input``). ``kg plan`` and ``--dry-run`` call it on the input as named,
-never rewritten (the rewrite reads every key group): ``preflight`` then judges a view of ``_metadata`` in
+never rewritten (the rewrite reads every key group): ``require_rescalable`` then judges a view of ``_metadata`` in
 which those keyed handles stand as canonical ones, with the key types read from their own headers.
 
 Managed keyed state is never read here. Each keyed operator's mode (copy, move, rehash) follows from its old
@@ -40,11 +40,11 @@ from keygroup_cli.execution.routes.operator_state import redistribute_savepoint_
 from keygroup_cli.execution.routes.savepoint import (
     OpenedInput,
     keyed_headers,
-    preflight,
-    refuse_v2_state_in_canonical,
+    require_rescalable,
+    require_no_v2_state_in_canonical,
 )
 from keygroup_cli.flink import (
-    FlinkSnapshot,
+    FlinkCheckpoint,
     IncrementalKeyedHandle,
     KeyedLayout,
     KeyedStateHeader,
@@ -91,22 +91,22 @@ def plan_savepoint(
 ) -> SavepointPlan:
     """Plan the rescale of the opened savepoint completely, reading no keyed state (steps: module docstring).
 
-    ``request.operators`` names operators as the surgery left them (``opened.operators``).
+    ``request.operators`` names operators as the migration left them (``opened.operators``).
 
     Raises:
-        InvalidArgumentError: What ``preflight`` or the plan refuses: bounds, ``--from``, unknown
+        InvalidArgumentError: What ``require_rescalable`` or the plan refuses: bounds, ``--from``, unknown
             operators, ``CHAIN_AMBIGUOUS``, ``FINISHED_SUBTASK_NOT_KEPT``.
         UnsupportedFormatError: A layout kg does not rescale, a maxParallelism change of keys kg cannot
             re-hash, raw keyed state that is not timers (``FLINK_RAW_STATE``), async state in a canonical
             output (``FLINK_V2_STATE_CANONICAL``).
-        InvalidSnapshotError: A header or an operator stream kg cannot read.
+        InvalidInputError: A header or an operator stream kg cannot read.
         MissingDependencyError: ``native`` without ``rocksdict`` (``ROCKSDB_BINDING_MISSING``).
     """
     savepoint = opened.savepoint
     native = request.output_format == "native"
     if native:
         load_binding()  # MissingDependencyError (exit 6) before anything is read or staged
-    types = _validated(savepoint, request)
+    types = _checked_key_types(savepoint, request)
     # Operator state (small) was decoded once when the input was opened: planned on the savepoint's own
     # handles and streams, then redistributed in memory on the driver.
     held = read_operator_state(
@@ -121,7 +121,7 @@ def plan_savepoint(
     require_finished_kept(savepoint.metadata.operators, targets, new_rows)
     if not native:
         headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
-        refuse_v2_state_in_canonical(headers, opened.label or str(opened.origin.metadata_path))
+        require_no_v2_state_in_canonical(headers, opened.label or str(opened.origin.metadata_path))
     # Timers in raw keyed state (async state on ForSt, heap timers): read from the input as named (a
     # rewritten layout's view does not carry them), refused or placed before anything is staged.
     timers = plan_raw_timers(opened.origin, targets)
@@ -131,28 +131,28 @@ def plan_savepoint(
         _with_keyed(op_plan, by_id[op_plan.operator_id], opened.origin, types.get(op_plan.operator_id))
         for op_plan in plan.operators
     )
-    plan = replace(plan, operators=planned, surgery=opened.changes)
+    plan = replace(plan, operators=planned, migration=opened.changes)
     return SavepointPlan(plan, rescaled, held, targets, timers, native)
 
 
-def _validated(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
-    """Refuse what the rescale refuses before writing (``preflight``); return the key types by operator id.
+def _checked_key_types(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
+    """Refuse what the rescale refuses before writing (``require_rescalable``); return the key types by operator id.
 
     A heap or RocksDB layout not rewritten yet (a plan) is judged from its own headers, as the canonical
     view the rescale reads.
     """
     if needs_canonical_view(savepoint):
         types = _layout_key_types(savepoint)
-        checked: FlinkSnapshot = _canonical_stand_in(savepoint)
+        checked: FlinkCheckpoint = _canonical_stand_in(savepoint)
     else:
         types = dict(savepoint.key_types)
         checked = savepoint
-    preflight(checked, request, types=types)
+    require_rescalable(checked, request, types=types)
     return types
 
 
 def _with_keyed(
-    op_plan: OperatorPlan, op: OperatorState, savepoint: FlinkSnapshot, key_type: str | None
+    op_plan: OperatorPlan, op: OperatorState, savepoint: FlinkCheckpoint, key_type: str | None
 ) -> OperatorPlan:
     """Return ``op_plan`` (operator state only) with the keyed part planned from ``_metadata``."""
     if not op.has_keyed_state:
@@ -185,7 +185,7 @@ def _with_keyed(
     )
 
 
-def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
+def _layout_key_types(savepoint: FlinkCheckpoint) -> dict[str, str]:
     """Return the key type of every keyed operator of a heap or RocksDB layout, from its own header.
 
     The heap layout's streams begin with the same ``KeyedBackendSerializationProxy`` header as canonical
@@ -195,13 +195,13 @@ def _layout_key_types(savepoint: FlinkSnapshot) -> dict[str, str]:
     return {op_id: layout.codec.key_type for op_id, (_header, layout) in _layout_parsed(savepoint).items()}
 
 
-def _layout_headers(savepoint: FlinkSnapshot) -> dict[str, KeyedStateHeader]:
+def _layout_headers(savepoint: FlinkCheckpoint) -> dict[str, KeyedStateHeader]:
     """Return the first keyed header of every keyed operator of a heap or RocksDB layout, by its label."""
     labels = {op.operator_id: op.label for op in savepoint.metadata.operators}
     return {labels[op_id]: header for op_id, (header, _layout) in _layout_parsed(savepoint).items()}
 
 
-def _layout_parsed(savepoint: FlinkSnapshot) -> dict[str, tuple[KeyedStateHeader, KeyedLayout]]:
+def _layout_parsed(savepoint: FlinkCheckpoint) -> dict[str, tuple[KeyedStateHeader, KeyedLayout]]:
     """Return each keyed operator's first header and its layout, by operator id."""
     found: dict[str, tuple[KeyedStateHeader, KeyedLayout]] = {}
     for op in savepoint.metadata.operators:
@@ -222,11 +222,11 @@ def _layout_parsed(savepoint: FlinkSnapshot) -> dict[str, tuple[KeyedStateHeader
     return found
 
 
-def _canonical_stand_in(savepoint: FlinkSnapshot) -> FlinkSnapshot:
-    """Return ``savepoint``'s metadata as its canonical rewrite will have it, for ``preflight`` to judge.
+def _canonical_stand_in(savepoint: FlinkCheckpoint) -> FlinkCheckpoint:
+    """Return ``savepoint``'s metadata as its canonical rewrite will have it, for ``require_rescalable`` to judge.
 
     The rescale rewrites every keyed handle of a heap or RocksDB layout as a canonical key-groups handle
-    over the same range; nothing else changes that ``preflight`` looks at (operators, parallelism,
+    over the same range; nothing else changes that ``require_rescalable`` looks at (operators, parallelism,
     maxParallelism, which subtasks hold state, raw state). The stand-in handles point at no stream: the
     key types come from the real headers (``_layout_key_types``).
     """

@@ -38,7 +38,7 @@ from keygroup_cli.execution.jobs import snapshot as tasks
 from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES
 from keygroup_cli.execution.options import EngineOptions
 from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
-from keygroup_cli.snapshot.checksums import file_digest, verify_file
+from keygroup_cli.snapshot.checksums import file_digest, require_file_intact
 from keygroup_cli.snapshot.manifest import write_manifest
 from keygroup_cli.snapshot.model import (
     KeyedFile,
@@ -122,7 +122,7 @@ def execute_snapshot_plan(
     the staging directory renamed to DEST. ``started`` (``time.monotonic()``) is when the rescale began.
 
     Raises:
-        InvalidSnapshotError: A file fails its checksum (nothing written).
+        InvalidInputError: A file fails its checksum (nothing written).
         MissingDependencyError: Spark/Java missing or broken (nothing written).
         ExecutionError: Writing or verifying failed (nothing committed).
     """
@@ -136,12 +136,12 @@ def execute_snapshot_plan(
         )
     else:
         executor = options.executor
-        verify_input(snapshot, report)
+        require_input_files_intact(snapshot, report)
         reason = engine.reason if isinstance(engine, EngineChoice) else "executor given by the caller"
     with staged_directory(dest) as staging:
         result = execute(executor, plan, snapshot, staging, report)
         manifest = build_manifest(snapshot.manifest, plan, result)
-        verify_output(staging, snapshot, plan, manifest, report)
+        require_output_intact(staging, snapshot, plan, manifest, report)
         write_manifest(staging, manifest)
     return RescaleResult(plan, manifest, dest, executor.name, time.monotonic() - started, reason)
 
@@ -160,7 +160,7 @@ def _start_engine(
     pending = PendingExecutor(
         choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
     )
-    verify_input(snapshot, report)
+    require_input_files_intact(snapshot, report)
     return pending.result(), choice.reason
 
 
@@ -192,18 +192,18 @@ def execute(
     return ExecutionResult(executor.name, tuple(written))
 
 
-def verify_input(snapshot: Snapshot, report: OnProgress) -> None:
+def require_input_files_intact(snapshot: Snapshot, report: OnProgress) -> None:
     """Check every input file against its manifest entry (size, xxh64) before anything is read."""
     files = _all_files(snapshot.manifest)
     report("verify input", 0, len(files))
     for i, f in enumerate(files, 1):
-        verify_file(snapshot.path, f)
+        require_file_intact(snapshot.path, f)
         report("verify input", i, len(files))
 
 
 def build_manifest(source: Manifest, plan: RescalePlan, result: ExecutionResult) -> Manifest:
     """Return the manifest of the rescaled ``source``; ``origin`` records what was done to which input."""
-    operators = rescaled_operators(source.operators, plan, result)
+    operators = rescaled_manifest_operators(source.operators, plan, result)
     origin = rescale_origin(source.snapshot_id, source.origin, result.engine, plan)
     return replace(
         source,
@@ -237,7 +237,7 @@ def rescale_origin(
     }
 
 
-def rescaled_operators(
+def rescaled_manifest_operators(
     source: Sequence[Operator], plan: RescalePlan, result: ExecutionResult
 ) -> tuple[Operator, ...]:
     """Return the operators of the rescaled ``source``: the plan's parallelism, the files written."""
@@ -269,7 +269,7 @@ def _mark_replicated(state: StateDescriptor) -> StateDescriptor:
     return replace(state, extensions={**state.extensions, "replicated": True})
 
 
-def verify_output(
+def require_output_intact(
     directory: Path, source: Snapshot, plan: RescalePlan, manifest: Manifest, report: OnProgress
 ) -> None:
     """Check what the engine wrote before committing it.
@@ -293,10 +293,10 @@ def verify_output(
         if footer_rows != f.rows:
             _fail(f"{f.path}: the Parquet footer holds {footer_rows} rows; the writer recorded {f.rows}")
         report("verify output", i, len(files))
-    check_row_counts(source.manifest.operators, plan, manifest.operators)
+    require_row_counts_match(source.manifest.operators, plan, manifest.operators)
 
 
-def check_row_counts(source: Sequence[Operator], plan: RescalePlan, rescaled: Sequence[Operator]) -> None:
+def require_row_counts_match(source: Sequence[Operator], plan: RescalePlan, rescaled: Sequence[Operator]) -> None:
     """Check the rows the ``rescaled`` operators record against ``source``'s and the plan.
 
     Raises:
@@ -305,11 +305,11 @@ def check_row_counts(source: Sequence[Operator], plan: RescalePlan, rescaled: Se
     by_id = {op.operator_id: op for op in source}
     for op_plan, new in zip(plan.operators, rescaled, strict=True):
         old = by_id[op_plan.operator_id]
-        _check_keyed_counts(op_plan, old, new)
-        _check_operator_counts(op_plan, old, new)
+        _require_keyed_counts_match(op_plan, old, new)
+        _require_operator_counts_match(op_plan, old, new)
 
 
-def _check_keyed_counts(plan: OperatorPlan, old: Operator, new: Operator) -> None:
+def _require_keyed_counts_match(plan: OperatorPlan, old: Operator, new: Operator) -> None:
     # Under a maxParallelism change key groups are renumbered (and operators without keyed state are not
     # in "rehash" mode), so only the totals are comparable.
     if plan.keyed_mode == "rehash" or new.max_parallelism != old.max_parallelism:
@@ -328,7 +328,7 @@ def _rows_per_key_group(files: Sequence[KeyedFile], max_parallelism: int) -> lis
     return rows
 
 
-def _check_operator_counts(plan: OperatorPlan, old: Operator, new: Operator) -> None:
+def _require_operator_counts_match(plan: OperatorPlan, old: Operator, new: Operator) -> None:
     expected: Sequence[int]
     if plan.operator_state is None:
         # Not rescaled (same parallelism), or no operator state at all (all zeros).
@@ -362,11 +362,11 @@ __all__ = [
     "RescaleResult",
     "SavepointRescaleResult",
     "build_manifest",
-    "check_row_counts",
+    "require_row_counts_match",
     "execute",
     "execute_snapshot_plan",
     "rescale_origin",
-    "rescaled_operators",
-    "verify_input",
-    "verify_output",
+    "rescaled_manifest_operators",
+    "require_input_files_intact",
+    "require_output_intact",
 ]

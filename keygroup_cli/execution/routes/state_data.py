@@ -11,7 +11,7 @@ from typing import Any
 
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.flink import BatchReader, Savepoint, state_batches
-from keygroup_cli.flink import read_state as read_local
+from keygroup_cli.flink import state_table as read_local
 
 #: The engines state is read with; unlike a rescale, local is the default (no JVM for a look at state).
 STATE_ENGINES = ("local", "spark")
@@ -44,7 +44,7 @@ def read_state(
         UnsupportedFormatError: The operator holds no keyed state, or a layout kg reads only locally.
         MissingDependencyError: ``spark``: pyspark or Java is missing.
     """
-    _check(engine)
+    _require_engine(engine)
     if engine == "local":
         return read_local(path, operator, state)
     from keygroup_cli.execution.engines.spark import spark_session, state_dataframe
@@ -60,7 +60,7 @@ def state_reader(engine: str = "local", spark: Any = None, master: str | None = 
         InvalidArgumentError: An unknown engine.
         MissingDependencyError: ``spark``: pyspark or Java is missing.
     """
-    _check(engine)
+    _require_engine(engine)
     if engine == "local":
         return state_batches
     from keygroup_cli.execution.engines.spark import spark_context
@@ -70,7 +70,7 @@ def state_reader(engine: str = "local", spark: Any = None, master: str | None = 
     return spark_reader(spark.sparkContext if spark is not None else spark_context(master))
 
 
-def _check(engine: str) -> None:
+def _require_engine(engine: str) -> None:
     if engine not in STATE_ENGINES:
         raise InvalidArgumentError(
             f"unknown engine {engine!r}; expected one of {', '.join(STATE_ENGINES)}", code="UNKNOWN_ENGINE"

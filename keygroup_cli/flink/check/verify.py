@@ -16,7 +16,7 @@ map, and returns one ``Finding`` per problem instead of raising:
 - every snappy frame's masked CRC32C holds;
 - every operator-state element lies inside its stream and decodes.
 
-A ``_metadata`` that does not parse still raises (``InvalidSnapshotError``), as every command does.
+A ``_metadata`` that does not parse still raises (``InvalidInputError``), as every command does.
 
 The cheap part alone (files, sizes, offsets) is ``flink.metadata.state_files.state_file_findings``,
 ``kg check``'s gate; both word the same problem alike.
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.findings import Finding, Severity, VerifyReport
 from keygroup_cli.core.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import key_group_range_for_operator_index, key_groups_for_hashes
@@ -45,7 +45,7 @@ from keygroup_cli.flink.keyed.entries import check_entries
 from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.keyed.layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.metadata.state_files import offsets_finding, size_finding
 from keygroup_cli.flink.operator.streams import class_finding, finding, raw_class_finding, stream_finding
@@ -69,7 +69,7 @@ class _Corrupt(Exception):
 
 
 def verify_flink(
-    path: str | Path | Location | FlinkSnapshot,
+    path: str | Path | Location | FlinkCheckpoint,
     *,
     on_progress: OnProgress | None = None,
     blocks: bool = True,
@@ -86,13 +86,13 @@ def verify_flink(
     rewrite's headers (a rescale), so each header is read once.
 
     Raises:
-        InvalidSnapshotError: ``_metadata`` is missing or does not parse.
+        InvalidInputError: ``_metadata`` is missing or does not parse.
         UnsupportedFormatError: Its version is one kg does not read.
 
     ``path`` may be an opened savepoint: what it read already is not read again.
     """
-    savepoint = Savepoint.of(path) if isinstance(path, FlinkSnapshot) else open_savepoint(path)
-    subject = str(savepoint.directory) if isinstance(path, FlinkSnapshot) else str(path)
+    savepoint = Savepoint.of(path) if isinstance(path, FlinkCheckpoint) else open_savepoint(path)
+    subject = str(savepoint.directory) if isinstance(path, FlinkCheckpoint) else str(path)
     report = on_progress or (lambda _s, _d, _t: None)
     from keygroup_cli.flink.layouts.heap import needs_canonical_view
 
@@ -122,7 +122,7 @@ def verify_flink(
 
 
 def _verify_canonical_view(
-    savepoint: FlinkSnapshot, subject: str, findings: list[Finding], report: OnProgress
+    savepoint: FlinkCheckpoint, subject: str, findings: list[Finding], report: OnProgress
 ) -> tuple[int, int] | None:
     """Verify a heap checkpoint or RocksDB files in the canonical layout kg rewrites them into.
 
@@ -134,7 +134,7 @@ def _verify_canonical_view(
     with tempfile.TemporaryDirectory(prefix="kg-verify-") as scratch:
         try:
             view = canonical_view(savepoint, Path(scratch) / "canonical")
-        except InvalidSnapshotError as exc:
+        except InvalidInputError as exc:
             # A damaged database file keeps its own code; anything else the rewrite refuses is unreadable.
             code = exc.code if exc.code == "FLINK_DATABASE_CORRUPT" else "FLINK_KEYED_STATE_UNREADABLE"
             findings.append(_finding(code, subject, exc.message))
@@ -145,7 +145,7 @@ def _verify_canonical_view(
         return _verify_streams(view, findings, report)
 
 
-def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]:
+def _layout_findings(savepoint: FlinkCheckpoint, *, ranges: bool) -> list[Finding]:
     """What verifying a heap or RocksDB layout through its canonical rewrite leaves out.
 
     Every state file's existence, size and offsets as ``_metadata`` records them (``kg check``'s gate,
@@ -178,7 +178,7 @@ def _layout_findings(savepoint: FlinkSnapshot, *, ranges: bool) -> list[Finding]
     return found
 
 
-def _layout_header_findings(savepoint: FlinkSnapshot) -> list[Finding]:
+def _layout_header_findings(savepoint: FlinkCheckpoint) -> list[Finding]:
     """The serializer classes a heap or RocksDB layout's keyed headers name that Flink does not have.
 
     A heap layout's file starts with its ``KeyedBackendSerializationProxy`` (up to the first key group's
@@ -202,12 +202,12 @@ def _layout_header_findings(savepoint: FlinkSnapshot) -> list[Finding]:
                         raw, where = src.read(0, src.size), src.source
                 else:
                     continue
-            except (InvalidSnapshotError, UnsupportedFormatError):
+            except (InvalidInputError, UnsupportedFormatError):
                 continue
             try:
                 header = read_keyed_header(raw, where, len(raw))
                 misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
-            except (InvalidSnapshotError, UnsupportedFormatError):
+            except (InvalidInputError, UnsupportedFormatError):
                 misnamed = None
             # Snapshots kg cannot delimit hide their nested classes: their strings are checked as bytes.
             misnamed = misnamed or raw_class_finding(raw, where, subject)
@@ -217,7 +217,7 @@ def _layout_header_findings(savepoint: FlinkSnapshot) -> list[Finding]:
 
 
 def verify_streams(
-    savepoint: FlinkSnapshot, *, keyed: bool = True, on_progress: OnProgress | None = None
+    savepoint: FlinkCheckpoint, *, keyed: bool = True, on_progress: OnProgress | None = None
 ) -> VerifyReport:
     """Verify every keyed and operator-state stream an already parsed ``_metadata`` references.
 
@@ -232,7 +232,7 @@ def verify_streams(
 
 
 def _verify_streams(
-    savepoint: FlinkSnapshot,
+    savepoint: FlinkCheckpoint,
     findings: list[Finding],
     report: OnProgress,
     *,
@@ -274,7 +274,7 @@ def _verify_streams(
                             found.append(item)
                         else:
                             rows += item
-            except (UnsupportedFormatError, InvalidSnapshotError) as exc:
+            except (UnsupportedFormatError, InvalidInputError) as exc:
                 found.append(stream_finding(exc, subject))
         findings.extend(_capped(found, subject))
         report("verify", done, len(work))
@@ -310,7 +310,7 @@ def _known_headers(opened: Savepoint) -> dict[tuple[str, int], bytes]:
     if known is None:
         try:
             known = opened.keyed_streams
-        except (UnsupportedFormatError, InvalidSnapshotError):
+        except (UnsupportedFormatError, InvalidInputError):
             return {}
     return {(s.operator_id, s.subtask): s.raw_header for streams in known.values() for s in streams}
 
@@ -383,7 +383,7 @@ def _keyed_header(
         raw = known_header if known_header is not None else src.read(0, header_end)
         header = read_keyed_header(raw, where, header_end)
         layout = KeyedLayout.from_header(header, op.max_parallelism, where)
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         yield _finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)
         return None
     misnamed = class_finding(header.key_serializer, header.states or (), where, subject)
@@ -428,7 +428,7 @@ def _keyed_block(
         # block that path refuses is walked entry by entry, for the finding that names the problem.
         batch = decode_block_columns(block, group, layout, whole=True)
         entries = batch.num_rows if batch is not None else _walk_block(block, group, layout)
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
         yield _finding(code, subject, exc.message)
         return
@@ -442,7 +442,7 @@ def _keyed_block(
             yield _finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
             yield entries
             return
-        except InvalidSnapshotError as exc:
+        except InvalidInputError as exc:
             yield _finding("FLINK_KEY_GROUP_BLOCK_CORRUPT", subject, exc.message)
             return
     misplaced = _misplaced_key(batch, group, layout.codec.key_type, max_parallelism, where, subject)
@@ -470,7 +470,7 @@ def block_finding(
     """
     try:
         block = decode_frames(raw, f"{where} key group {group}", verify=True) if compressed else raw
-    except InvalidSnapshotError:
+    except InvalidInputError:
         block = None
     if block is not None and check_entries(block, group, layout, max_parallelism) is not None:
         return None

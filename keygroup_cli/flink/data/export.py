@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidInputError
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.data.lookup import find_operator
 from keygroup_cli.flink.data.tables import (
@@ -34,7 +34,7 @@ from keygroup_cli.storage import background
 from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.staging import (
     fsync_directory,
-    refuse_existing,
+    require_absent,
     scratch_directory,
     staged_directory,
 )
@@ -86,7 +86,7 @@ def export_states(
 
     Raises:
         InvalidArgumentError: ``out`` exists or is on an object store, no such operator or state.
-        InvalidSnapshotError: The input fails ``kg verify`` (``INPUT_FAILS_VERIFY``) or cannot be read.
+        InvalidInputError: The input fails ``kg verify`` (``INPUT_FAILS_VERIFY``) or cannot be read.
         UnsupportedFormatError: The operator holds no keyed state, a state kg cannot decode, or a layout
             kg reads only locally.
         ExecutionError: A file written does not read back; nothing is committed.
@@ -97,12 +97,12 @@ def export_states(
             code="DESTINATION_NOT_LOCAL",
         )
     dest = Path(out)
-    refuse_existing(dest)
+    require_absent(dest)
     with open_canonical(source) as savepoint:
         typed = _chosen_states(savepoint, operator, state)
         # Nothing is exported from an input kg verify rejects: the other operators' blocks are checked
         # too (the exported operator's are checked as they are read, in ``state_batches``).
-        _check_other_operators(
+        _require_other_operators_intact(
             savepoint, operator, str(source.directory if isinstance(source, Savepoint) else source)
         )
         staging_context = scratch_directory(dest) if state is not None else staged_directory(dest)
@@ -152,7 +152,7 @@ def _write_states(
     """Write each state's batches, as ``reader`` yields them, into its Parquet file; return its rows.
 
     Raises:
-        InvalidSnapshotError: Keyed files disagree on a state's serializers (``FLINK_STATE_INCONSISTENT``).
+        InvalidInputError: Keyed files disagree on a state's serializers (``FLINK_STATE_INCONSISTENT``).
     """
     wanted = frozenset(t.name for t in typed)
     schemas = {t.name: t.schema for t in typed}
@@ -161,7 +161,7 @@ def _write_states(
     try:
         for name, batch in reader(savepoint, operator, wanted, on_progress):
             if not batch.schema.equals(schemas[name]):
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{savepoint.metadata_path}: operator {operator!r}: subtasks disagree on state "
                     f"{name!r}'s serializers (its keyed files' headers differ)",
                     code="FLINK_STATE_INCONSISTENT",
@@ -177,16 +177,16 @@ def _write_states(
 def _commit_file(path: Path, dest: Path) -> None:
     """Rename a single state's file, made durable, to ``dest`` (still absent), and make that durable too."""
     background.fsync_file(path)
-    refuse_existing(dest)
+    require_absent(dest)
     os.rename(path, dest)
     fsync_directory(dest.parent)
 
 
-def _check_other_operators(savepoint: Savepoint, operator: str, label: str) -> None:
+def _require_other_operators_intact(savepoint: Savepoint, operator: str, label: str) -> None:
     """Check every key-group block of the operators not exported as ``kg verify`` does (read once each).
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, the first problem found.
+        InvalidInputError: ``INPUT_FAILS_VERIFY``, the first problem found.
     """
     from keygroup_cli.flink.check.verify import block_finding
 
@@ -206,7 +206,7 @@ def _check_other_operators(savepoint: Savepoint, operator: str, label: str) -> N
                         raw, group, compressed, stream.layout, op.max_parallelism, src.source, subject
                     )
                     if problem is not None:
-                        raise InvalidSnapshotError(
+                        raise InvalidInputError(
                             f"{label}: input fails kg verify: {problem.code}: {problem.message}",
                             code="INPUT_FAILS_VERIFY",
                         )

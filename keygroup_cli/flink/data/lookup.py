@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.findings import Finding
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.core.keygroups import (
@@ -50,9 +50,9 @@ from keygroup_cli.flink.types.binary_row import (
     row_hash_code,
     serialized_row,
 )
-from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
 from keygroup_cli.flink.types.values import NotDecodable, StateCodecs
-from keygroup_cli.flink.write.keyed_tasks import check_key_groups, keyed_header
+from keygroup_cli.flink.write.keyed_tasks import require_keys_in_groups, keyed_header
 from keygroup_cli.storage.locations import Location
 
 
@@ -194,11 +194,11 @@ def checked_batches(
 
     The check is the read itself, not a second pass: ``decode_keyed_file(strict=True)`` proves every block's
     structure (key-group prefix, lengths, END_OF_KEY_GROUP, nothing after it, snappy CRCs) and every key is
-    hashed against the key group it is stored in (``check_key_groups``, Flink's
+    hashed against the key group it is stored in (``require_keys_in_groups``, Flink's
     ``KeyGroupRangeAssignment``). ``label`` names the input in the error (default: its directory).
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``: the first problem, in one line; nothing after it is
+        InvalidInputError: ``INPUT_FAILS_VERIFY``: the first problem, in one line; nothing after it is
             yielded.
     """
     key_type = stream.layout.codec.key_type
@@ -212,12 +212,12 @@ def checked_batches(
                 key_groups=key_groups,
                 strict=True,
             ):
-                check_key_groups(batch, key_type, op.max_parallelism, src.source)
+                require_keys_in_groups(batch, key_type, op.max_parallelism, src.source)
                 yield batch
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         if exc.code == "INPUT_FAILS_VERIFY":
             raise
-        raise refused(label or str(savepoint.directory), exc) from None
+        raise fails_verify_error(label or str(savepoint.directory), exc) from None
 
 
 def require_verified(savepoint: Savepoint, label: str | None = None) -> None:
@@ -229,21 +229,21 @@ def require_verified(savepoint: Savepoint, label: str | None = None) -> None:
     it reads; the gate of ``assess.integrity.require_intact``, at this layer.
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``: the first error finding, in one line.
+        InvalidInputError: ``INPUT_FAILS_VERIFY``: the first error finding, in one line.
     """
     from keygroup_cli.core.findings import first_error
     from keygroup_cli.flink.check.verify import verify_flink
 
     problem = first_error(verify_flink(savepoint, blocks=False).findings)
     if problem is not None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{label or savepoint.directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
         )
 
 
-def refused(label: str, exc: InvalidSnapshotError) -> InvalidSnapshotError:
+def fails_verify_error(label: str, exc: InvalidInputError) -> InvalidInputError:
     """Return the one-line error of a reader that met what ``kg verify`` rejects (``INPUT_FAILS_VERIFY``)."""
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{label}: input fails kg verify: {exc.code}: {exc.message}", code="INPUT_FAILS_VERIFY"
     )
 
@@ -329,23 +329,23 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
         # A canonical savepoint's key is a few ranged reads: the gate is kg verify's check of what is read,
         # this file's size and header here (as ``verify._keyed_stream`` judges them) and its blocks in
         # ``checked_batches``.
-        _refuse(savepoint, size_finding(handle.delegate, src.size, src.source, op.label))
+        _raise_finding(savepoint, size_finding(handle.delegate, src.size, src.source, op.label))
         try:
             raw, header = keyed_header(src, handle)
         except UnsupportedFormatError:
             # A header kg cannot delimit: a misspelt Flink class in it is damage (kg verify's exit 3).
             end = min((o for o in handle.offsets if o > 0), default=src.size)
-            _refuse(savepoint, raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label))
+            _raise_finding(savepoint, raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label))
             raise
-        _refuse(savepoint, class_finding(header.key_serializer, header.states or (), src.source, op.label))
+        _raise_finding(savepoint, class_finding(header.key_serializer, header.states or (), src.source, op.label))
         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
     return KeyedStream(op.operator_id, index, handle, raw, header, layout)
 
 
-def _refuse(savepoint: Savepoint, problem: Finding | None) -> None:
+def _raise_finding(savepoint: Savepoint, problem: Finding | None) -> None:
     """Raise ``INPUT_FAILS_VERIFY`` for ``problem``, a finding of kg verify's on what ``kg get`` read."""
     if problem is not None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{savepoint.directory}: input fails kg verify: {problem.code}: {problem.message}",
             code="INPUT_FAILS_VERIFY",
         )
@@ -416,7 +416,7 @@ def _lookup(
 def _sql_key_fields(stream: KeyedStream, label: str, serializer: str) -> RowFields:
     """Return the fields of a SQL job's key rows, or refuse a key serializer kg cannot hash."""
     snapshot = stream.header.key_serializer
-    if snapshot is None or snapshot.class_name != ROW_DATA_SNAPSHOT:
+    if snapshot is None or snapshot.class_name != ROW_DATA_SERIALIZER_SNAPSHOT:
         raise UnsupportedFormatError(
             f"operator {label!r}: kg cannot compute the key group of keys written by {serializer} "
             "(it hashes String, Long, Integer and Boolean keys, and SQL jobs' BinaryRowData keys)",
@@ -445,7 +445,7 @@ __all__ = [
     "checked_batches",
     "find_operator",
     "lookup_keys",
-    "refused",
+    "fails_verify_error",
     "require_verified",
     "state_codecs",
     "state_types",

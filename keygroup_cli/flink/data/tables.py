@@ -15,7 +15,7 @@ state converted to that state's typed schema (``state_schema``):
 | ``undecoded`` | the raw bytes of an entry that did not decode (a POJO subclass, say); null otherwise |
 
 A part kg cannot decode at all (Kryo, Avro, an unknown serializer) is a ``binary`` column of the raw bytes.
-``read_state(path, operator, state)`` returns one state as a ``pyarrow.Table``.
+``state_table(path, operator, state)`` returns one state as a ``pyarrow.Table``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.core.errors import InvalidArgumentError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.data.lookup import (
     checked_batches,
@@ -111,7 +111,7 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
                 key = codecs.key.to_arrow(codecs.key.decode(key))
             except NotDecodable as exc:
                 # A key its own serializer cannot read: Flink's heap backend could not restore it either.
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"state {codecs.name!r}: a key in key group {row['key_group']} does not decode ({exc})",
                     code="FLINK_KEY_UNDECODABLE",
                 ) from None
@@ -313,7 +313,7 @@ def state_batches(
 
     Raises:
         InvalidArgumentError: No such operator, or a state in ``states`` it does not have.
-        InvalidSnapshotError: A block ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
+        InvalidInputError: A block ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
         UnsupportedFormatError: The operator holds no keyed state, or a state kg cannot decode.
     """
     op = find_operator(savepoint, operator)
@@ -362,7 +362,7 @@ class open_canonical:  # noqa: N801 - used as a context manager, like ``open``
     own layout is rewritten as key groups first (local disk only), which reads every keyed file.
 
     Raises:
-        InvalidSnapshotError: ``INPUT_FAILS_VERIFY``, or the input cannot be opened.
+        InvalidInputError: ``INPUT_FAILS_VERIFY``, or the input cannot be opened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | Savepoint) -> None:
@@ -394,7 +394,7 @@ class open_canonical:  # noqa: N801 - used as a context manager, like ``open``
             self._scratch.cleanup()
 
 
-def read_state(path: str | os.PathLike[str] | Savepoint, operator: str, state: str) -> pa.Table:
+def state_table(path: str | os.PathLike[str] | Savepoint, operator: str, state: str) -> pa.Table:
     """Return one keyed state of ``operator`` as a typed ``pyarrow.Table`` (columns: module docstring).
 
     Raises:
@@ -412,7 +412,7 @@ __all__ = [
     "TypedState",
     "keyed_file_count",
     "open_canonical",
-    "read_state",
+    "state_table",
     "state_batches",
     "state_schema",
     "typed_states",

@@ -2,7 +2,7 @@
 
 Mirrors ``java.io.DataInputStream`` / ``DataOutputStream`` (and Flink's ``DataInputView``): every integer
 is big-endian two's complement, booleans are one byte, and strings are ``writeUTF``'s *modified* UTF-8
-with an unsigned 16-bit byte length. Running past the end of the buffer raises ``InvalidSnapshotError``
+with an unsigned 16-bit byte length. Running past the end of the buffer raises ``InvalidInputError``
 naming the source and the offset, so callers never see ``struct.error`` or ``IndexError``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
@@ -86,7 +86,7 @@ class DataInput:
     def _need(self, n: int) -> int:
         pos = self.pos
         if n < 0 or pos + n > len(self._data):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{self.source}: truncated or corrupt at byte {self.base + pos} "
                 f"(needed {n} bytes, {len(self._data) - pos} left)",
                 code="FLINK_TRUNCATED",
@@ -151,7 +151,7 @@ class DataInput:
         try:
             return decode_modified_utf8(raw)
         except ValueError as exc:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{self.source}: malformed modified UTF-8 string at byte {self.base + start}: {exc}",
                 code="FLINK_MALFORMED_STRING",
             ) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     EmptySegmentFileHandle,
@@ -90,7 +90,7 @@ def read_stream_prefix(
     fetches headers concurrently first, then reads them in order).
 
     Raises:
-        InvalidSnapshotError: The state file is missing or unreadable.
+        InvalidInputError: The state file is missing or unreadable.
         UnsupportedFormatError: The state lives on a file system kg does not know.
     """
     if handle is None or isinstance(handle, EmptySegmentFileHandle) or limit <= 0:
@@ -110,10 +110,10 @@ def read_stream_prefix(
             return cache[key]
         try:
             data = path.read_range(start, limit)
-        except InvalidSnapshotError as exc:
+        except InvalidInputError as exc:
             if exc.code != "OBJECT_NOT_FOUND":
                 raise
-            raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+            raise InvalidInputError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
         if cache is not None:
             cache[key] = data
         return data
@@ -122,7 +122,7 @@ def read_stream_prefix(
             actual = os.fstat(fh.fileno()).st_size
             if isinstance(handle, FileHandle | RelativeFileHandle) and actual != handle.size:
                 # Flink records every state file's size in its handle: another size is another file.
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{path}: state file has {actual} bytes, its handle records {handle.size}",
                     code="STATE_FILE_SIZE_MISMATCH",
                 )
@@ -130,8 +130,8 @@ def read_stream_prefix(
                 fh.seek(start)
             return fh.read(limit)
     except FileNotFoundError:
-        raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+        raise InvalidInputError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
     except OSError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
         ) from None

@@ -25,7 +25,7 @@ import cramjam
 import google_crc32c
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 
 #: The stream-identifier chunk every framed stream starts with.
 STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
@@ -91,7 +91,7 @@ def _uncompressed_length(block: bytes, source: str) -> int:
         if not b & 0x80:
             return value
         shift += 7
-    raise InvalidSnapshotError(f"{source}: corrupt snappy block (bad length varint)", code="SNAPPY_CORRUPT")
+    raise InvalidInputError(f"{source}: corrupt snappy block (bad length varint)", code="SNAPPY_CORRUPT")
 
 
 def decompress_raw(block: bytes, source: str = "<snappy>") -> bytes:
@@ -100,7 +100,7 @@ def decompress_raw(block: bytes, source: str = "<snappy>") -> bytes:
     try:
         out = cramjam.snappy.decompress_raw(block)
     except cramjam.DecompressionError as exc:
-        raise InvalidSnapshotError(f"{source}: corrupt snappy block: {exc}", code="SNAPPY_CORRUPT") from None
+        raise InvalidInputError(f"{source}: corrupt snappy block: {exc}", code="SNAPPY_CORRUPT") from None
     return bytes(out)
 
 
@@ -121,32 +121,32 @@ def decode_frames(data: bytes | memoryview, source: str = "<snappy>", *, verify:
         verify: Check each chunk's CRC (Flink does not).
 
     Raises:
-        InvalidSnapshotError: Truncated or malformed chunks, or a CRC mismatch when ``verify`` is set.
+        InvalidInputError: Truncated or malformed chunks, or a CRC mismatch when ``verify`` is set.
     """
     view = memoryview(data)
     out = bytearray()
     pos, end = 0, len(view)
     while pos < end:
         if pos + 4 > end:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: truncated snappy chunk header at byte {pos}", code="SNAPPY_CORRUPT"
             )
         header = _CHUNK_HEADER.unpack_from(view, pos)[0]
         kind, length = header & 0xFF, header >> 8
         body = pos + 4
         if body + length > end:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: truncated snappy chunk at byte {pos}", code="SNAPPY_CORRUPT"
             )
         if kind in (_COMPRESSED, _UNCOMPRESSED):
             out += _data_chunk(view, kind, pos, length, source, verify)
         elif kind == _IDENTIFIER:
             if bytes(view[pos : body + length]) != STREAM_IDENTIFIER:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{source}: bad snappy stream identifier at byte {pos}", code="SNAPPY_CORRUPT"
                 )
         elif 0x02 <= kind <= 0x7F:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: reserved unskippable snappy chunk type {kind:#04x} at byte {pos}",
                 code="SNAPPY_CORRUPT",
             )
@@ -159,20 +159,20 @@ def _data_chunk(view: memoryview, kind: int, pos: int, length: int, source: str,
     """Return the uncompressed bytes of the data chunk at ``pos`` (body ``length`` bytes), checked."""
     body = pos + 4
     if length < 4:
-        raise InvalidSnapshotError(f"{source}: snappy chunk too short at byte {pos}", code="SNAPPY_CORRUPT")
+        raise InvalidInputError(f"{source}: snappy chunk too short at byte {pos}", code="SNAPPY_CORRUPT")
     payload = bytes(view[body + 4 : body + length])
     # The framing format caps a chunk's uncompressed data at 65536 bytes (xerial's reader refuses
     # more): the claim is checked before a decompressor allocates for it.
     claimed = _uncompressed_length(payload, source) if kind == _COMPRESSED else len(payload)
     if claimed > BLOCK_SIZE:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: snappy chunk at byte {pos} claims {claimed} uncompressed bytes, more than "
             f"the framing format's {BLOCK_SIZE}",
             code="SNAPPY_CORRUPT",
         )
     chunk = decompress_raw(payload, source) if kind == _COMPRESSED else payload
     if verify and masked_crc32c(chunk) != _CHUNK_HEADER.unpack_from(view, body)[0]:
-        raise InvalidSnapshotError(f"{source}: snappy CRC mismatch at byte {pos}", code="SNAPPY_CRC")
+        raise InvalidInputError(f"{source}: snappy CRC mismatch at byte {pos}", code="SNAPPY_CRC")
     return chunk
 
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, SegmentFileHandle, StreamHandle
 from keygroup_cli.storage.locations import Location, storage_errors
@@ -50,11 +50,11 @@ class StreamSource:
             try:
                 self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
             except FileNotFoundError:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{path}: state file is missing", code="STATE_FILE_MISSING"
                 ) from None
             except OSError as exc:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
                 ) from None
             # Read with pread, not a memory map: a mapping's touched pages count towards the process's
@@ -89,12 +89,12 @@ class StreamSource:
         """Return the bytes ``[start, end)`` of the stream (clipped to its end; empty if ``end <= start``).
 
         Raises:
-            InvalidSnapshotError: ``start`` is negative (``FLINK_STATE_OFFSET_INVALID``): every offset kg
+            InvalidInputError: ``start`` is negative (``FLINK_STATE_OFFSET_INVALID``): every offset kg
                 reads at comes from ``_metadata`` or a state file, and a negative one is damage (a
                 ``pread`` would fail with EINVAL, a slice of inline bytes would count from their end).
         """
         if start < 0:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{self.source}: negative offset {start} into the stream", code="FLINK_STATE_OFFSET_INVALID"
             )
         end = min(end, self.size)

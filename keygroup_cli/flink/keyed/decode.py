@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.schema import STATE_TYPE, keyed_schema
 from keygroup_cli.flink.io.snappy import decode_frames
@@ -109,14 +109,14 @@ def _split_key(
         # Opaque key, fixed namespace: the key is everything up to the namespace.
         end = len(key) - ns_size
         if end < start:
-            raise InvalidSnapshotError(f"{source}: composite key too short", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError(f"{source}: composite key too short", code="FLINK_STATE_CORRUPT")
         return codec.decode(key[start:end]), key[end:], None
     else:
         raise _unsplittable(source, state, codec, "the key serializer is not self-delimiting")
     if ns_size is not None:
         ns_end = pos + ns_size
         if ns_end > len(key):
-            raise InvalidSnapshotError(f"{source}: composite key too short", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError(f"{source}: composite key too short", code="FLINK_STATE_CORRUPT")
         return value, key[pos:ns_end], (key[ns_end:] if is_map else None)
     if is_map:
         raise _unsplittable(source, state, codec, "map state with a variable-length namespace")
@@ -126,7 +126,7 @@ def _split_key(
         for n in range(len(rest), -1, -1):
             if rest[n:] == variable_int_bytes(n):
                 return value, rest[:n], None
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: bad namespace length in composite key", code="FLINK_STATE_CORRUPT"
         )
     return value, rest, None
@@ -137,7 +137,7 @@ def _split_timer(
 ) -> tuple[object, bytes, int]:
     """Split a timer element (``TimerSerializer``: flipped timestamp, key, namespace) after the prefix."""
     if start + 8 > len(key):
-        raise InvalidSnapshotError(f"{source}: timer element too short", code="FLINK_STATE_CORRUPT")
+        raise InvalidInputError(f"{source}: timer element too short", code="FLINK_STATE_CORRUPT")
     timestamp = flip_sign_bit(_LONG.unpack_from(key, start)[0])
     pos = start + 8
     if codec.self_delimiting:
@@ -154,7 +154,7 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
     """Decode one key group's (uncompressed) block into ``columns``; return where its END mark ends.
 
     Raises:
-        InvalidSnapshotError: Truncated entries, an unknown state id, or a key whose prefix names another
+        InvalidInputError: Truncated entries, an unknown state id, or a key whose prefix names another
             key group.
     """
     states = layout.states
@@ -165,7 +165,7 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
         pos = 2
         while True:
             if state_id >= len(states):
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{source}: key group {key_group}: unknown state id {state_id}",
                     code="FLINK_STATE_CORRUPT",
                 )
@@ -175,7 +175,7 @@ def decode_block(block: bytes, key_group: int, layout: KeyedLayout, columns: _Co
             if state_id == END_OF_KEY_GROUP_MARK:
                 return int(pos)
     except struct.error:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: key group {key_group}: block ends before its END_OF_KEY_GROUP mark",
             code="FLINK_STATE_CORRUPT",
         ) from None
@@ -207,12 +207,12 @@ def _decode_run(
         value = block[pos : pos + vlen]
         pos += vlen
         if pos > n or klen < nprefix or vlen < 0:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: key group {key_group}: truncated entry", code="FLINK_STATE_CORRUPT"
             )
         last = key[0] & FIRST_BIT_IN_BYTE_MASK
         if (bytes((key[0] & 0x7F,)) + key[1:nprefix]) != expected_prefix:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: an entry in key group {key_group}'s block has another key group's prefix",
                 code="FLINK_STATE_CORRUPT",
             )
@@ -789,7 +789,7 @@ def decode_block_batch(
     rows in the same order.
 
     Raises:
-        InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
+        InvalidInputError: As ``decode_block``; with ``whole``, bytes after the END mark
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
     batch = decode_block_columns(block, key_group, layout, whole=whole)
@@ -871,7 +871,7 @@ def decode_block_batches(
     key, say), the rest of the block comes from it. With ``whole`` bytes after the END mark are refused.
 
     Raises:
-        InvalidSnapshotError: As ``decode_block``; with ``whole``, bytes after the END mark
+        InvalidInputError: As ``decode_block``; with ``whole``, bytes after the END mark
             (``FLINK_KEY_GROUP_OFFSETS``).
     """
     cut = ROWS if cutter is None else cutter
@@ -899,7 +899,7 @@ def _per_entry(
     columns = _Columns()
     end = decode_block(block, key_group, layout, columns, source)
     if whole and end != len(block):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: key group {key_group}: {len(block) - end} byte(s) after the END_OF_KEY_GROUP mark, "
             "before the next block",
             code="FLINK_KEY_GROUP_OFFSETS",

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.flink.io.snappy import encode_frames
 from keygroup_cli.flink.keyed.decode import check_block, decode_block_batch
@@ -61,7 +61,7 @@ def _entries_of_group(
         name: str = rows["state"][r]
         sid = state_ids.get(name)
         if sid is None:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
             )
         state = layout.states[sid]
@@ -70,7 +70,7 @@ def _entries_of_group(
         if state.kind == "timer":
             ts = rows["timestamp"][r]
             if ts is None:
-                raise InvalidSnapshotError(f"timer row of {name!r} without timestamp", code="KG_ROW_INVALID")
+                raise InvalidInputError(f"timer row of {name!r} without timestamp", code="KG_ROW_INVALID")
             out.append((sid, _LONG.pack(flip_sign_bit(int(ts))) + key_bytes + namespace, b""))
             continue
         both_variable = codec.variable and state.namespace_size is None
@@ -84,12 +84,12 @@ def _entries_of_group(
         if state.kind == "map":
             user_key: bytes | None = rows["user_key"][r]
             if user_key is None:
-                raise InvalidSnapshotError(f"map row of {name!r} without user_key", code="KG_ROW_INVALID")
+                raise InvalidInputError(f"map row of {name!r} without user_key", code="KG_ROW_INVALID")
             parts.append(user_key)
             # MapSerializer entry value: boolean isNull, then the value when present.
             value = b"\x01" if value is None else b"\x00" + value
         elif value is None:
-            raise InvalidSnapshotError(f"{state.kind} row of {name!r} without value", code="KG_ROW_INVALID")
+            raise InvalidInputError(f"{state.kind} row of {name!r} without value", code="KG_ROW_INVALID")
         out.append((sid, b"".join(parts), value))
     # Each state's entries must form one run; runs keep their first-appearance order and rows their order
     # (heap backends do not write states in id order, so sorting by id would change Flink's bytes).
@@ -142,7 +142,7 @@ def write_keyed_file(
             (default), or entries' bytes (``keyed_entries.Entries``, the byte-level re-key route).
 
     Raises:
-        InvalidSnapshotError: A row outside the range, unsorted input, or a state missing from the header.
+        InvalidInputError: A row outside the range, unsorted input, or a state missing from the header.
     """
     head = bytearray(header)
     head[4] = 1 if compressed else 0
@@ -167,7 +167,7 @@ def write_keyed_file(
     for batch in _nonempty_batches(batches):
         rows = kind.of(batch, state_ids)
         groups = rows.groups
-        _check_groups(groups, key_groups, last_group)
+        _require_groups_in_range(groups, key_groups, last_group)
         rows_total += len(groups)
         carry = _carry_over(kind, carry, rows, last_group, flush)
         last_group = int(groups[-1])
@@ -185,19 +185,19 @@ def _nonempty_batches(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[
             yield batch
 
 
-def _check_groups(groups: np.ndarray, key_groups: KeyGroupRange, last_group: int) -> None:
+def _require_groups_in_range(groups: np.ndarray, key_groups: KeyGroupRange, last_group: int) -> None:
     """Refuse a batch whose key groups leave ``key_groups``, descend, or start below ``last_group``.
 
     Raises:
-        InvalidSnapshotError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
+        InvalidInputError: ``KEY_GROUP_OUT_OF_RANGE`` or ``ROWS_NOT_SORTED``.
     """
     if int(groups.min()) < key_groups.start or int(groups.max()) > key_groups.end:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"a row's key group is outside the file's range [{key_groups.start}, {key_groups.end}]",
             code="KEY_GROUP_OUT_OF_RANGE",
         )
     if int(groups[0]) < last_group or bool(np.any(groups[1:] < groups[:-1])):
-        raise InvalidSnapshotError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
+        raise InvalidInputError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
 
 
 def _carry_over(
@@ -260,7 +260,7 @@ def header_state_ids(state: pa.Array | pa.ChunkedArray, state_ids: dict[str, int
     """Return each row's state id in the header (int32) for a column of state names.
 
     Raises:
-        InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+        InvalidInputError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
     """
     if isinstance(state, pa.ChunkedArray):
         state = state.combine_chunks()
@@ -272,7 +272,7 @@ def header_state_ids(state: pa.Array | pa.ChunkedArray, state_ids: dict[str, int
     states = lookup[indices] if len(names) else np.zeros(0, dtype=np.int32)
     if bool((states < 0).any()):
         name = names[int(indices[int(np.argmax(states < 0))])]
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"state {name!r} is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
         )
     return states
@@ -296,7 +296,7 @@ class _Rows:
         """Take a batch of the kg keyed schema apart; state names become the header's state ids.
 
         Raises:
-            InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+            InvalidInputError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
         """
         states = header_state_ids(batch.column("state"), state_ids)
         ordered = tuple(sorted(state_ids, key=state_ids.__getitem__))
@@ -356,7 +356,7 @@ class _Rows:
     def blocks(self, layout: KeyedLayout) -> Iterator[_Block]:
         """Yield the blocks of the rows' key groups, each proven to read back as its rows."""
         for encoded in _encode_rows(self, layout):
-            _check_encoded(encoded, layout)
+            _require_reads_back(encoded, layout)
             yield encoded
 
     def to_pydict(self) -> dict[str, list[Any]]:
@@ -391,7 +391,7 @@ class _Block:
     run_end: np.ndarray | None = None
 
 
-def _check_encoded(encoded: _Block, layout: KeyedLayout) -> None:
+def _require_reads_back(encoded: _Block, layout: KeyedLayout) -> None:
     """Refuse a block that does not read back as the entries it was encoded from, before it is written.
 
     A column-wise block is checked against the encoder's own entry boundaries, all entries at once
@@ -409,7 +409,7 @@ def _check_encoded(encoded: _Block, layout: KeyedLayout) -> None:
     else:
         try:
             found = decode_block_batch(bytes(encoded.block), group, layout, "encoded", whole=True).num_rows
-        except InvalidSnapshotError:
+        except InvalidInputError:
             found = None
     if found != encoded.rows:
         raise ExecutionError(

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_codes, string_hash_code, unit_run_hash_codes
 from keygroup_cli.core.keygroups import key_groups_for_hashes, key_groups_for_murmurs, murmur_hash_array
 from keygroup_cli.core.schema import STATE_TYPE
@@ -109,7 +109,7 @@ class Rekey:
         """Return ``found``'s entries re-keyed; None where a key cannot be read from its bytes.
 
         Raises:
-            InvalidSnapshotError: A key stored in a key group Flink would not assign it to
+            InvalidInputError: A key stored in a key group Flink would not assign it to
                 (``KEY_GROUP_MISMATCH``).
         """
         columns = self.rekeyed(block, found, key_group, layout)
@@ -133,7 +133,7 @@ class Rekey:
         """Return ``found``'s new key groups and state positions (in ``state_names``); None as ``cut``.
 
         Raises:
-            InvalidSnapshotError: As ``cut``.
+            InvalidInputError: As ``cut``.
         """
         hashed = _hashed(block, found, layout)
         if hashed is None:
@@ -148,7 +148,7 @@ class Rekey:
             key, _end = layout.codec.read(
                 bytes(block[int(key_at[i]) : int(found.key_ends[i])]), 0, self.where
             )
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{self.where}: key {key!r} is stored in key group {key_group} but Flink assigns it to "
                 f"{int(stored[i])} (wrong key serializer or maxParallelism?)",
                 code="KEY_GROUP_MISMATCH",
@@ -163,14 +163,14 @@ class Rekey:
         """Re-key a block the proofs did not take: read as the reference decoder reads it, then cut.
 
         Raises:
-            InvalidSnapshotError: What ``keyed_decode.decode_block`` raises for the block.
+            InvalidInputError: What ``keyed_decode.decode_block`` raises for the block.
         """
         # The reference decoder names what is wrong with the block, exactly as the row route would.
         ROWS.per_entry(block, key_group, layout, source, whole=whole)
         found = _walk(block)
         batch = self.cut(block, found, key_group, layout)
         if batch is None:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: key group {key_group}: a key cannot be read from its bytes",
                 code="FLINK_STATE_CORRUPT",
             )
@@ -390,7 +390,7 @@ def check_entries_in_windows(
             entries += next(walk).num_rows
     except StopIteration as done:
         return entries if done.value is None else None
-    except InvalidSnapshotError:
+    except InvalidInputError:
         return None
 
 
@@ -435,7 +435,7 @@ def _key_hash_codes(
         key = bytes(block[int(key_at[i]) : int(key_ends[i])])
         try:
             text, end = codec.read(key, 0)
-        except InvalidSnapshotError:
+        except InvalidInputError:
             return None
         if end > len(key):
             return None
@@ -513,7 +513,7 @@ class Entries:
         """Take an entry batch apart; state names become the header's state ids.
 
         Raises:
-            InvalidSnapshotError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
+            InvalidInputError: A state the header does not hold (``FLINK_STATE_UNKNOWN``).
         """
         states = header_state_ids(batch.column("state"), state_ids)
         return cls(

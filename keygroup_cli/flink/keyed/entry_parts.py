@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.keygroups import operator_indexes_for_key_groups
 from keygroup_cli.flink.kernels.native import DEFER, Kernels, kernels, state_mask
 from keygroup_cli.flink.keyed.decode import _Structure, check_block
@@ -128,7 +128,7 @@ class PartCutter(Rekey):
         """Return ``found``'s entries re-keyed; None where a key cannot be read from its bytes.
 
         Raises:
-            InvalidSnapshotError: As ``Rekey.cut`` (``KEY_GROUP_MISMATCH``).
+            InvalidInputError: As ``Rekey.cut`` (``KEY_GROUP_MISMATCH``).
         """
         columns = self.rekeyed(block, found, key_group, layout)
         if columns is None:
@@ -302,7 +302,7 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
     The entries' bytes stay where they are in ``buf`` (``at``: each one's position there).
 
     Raises:
-        InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
+        InvalidInputError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``).
     """
     columns: list[list[np.ndarray]] = [[], [], [], []]
     data_at: list[int] = []  # where each part's entries' bytes begin in buf
@@ -310,12 +310,12 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
     pos, size = 0, len(buf)
     while pos < size:
         if pos + 8 > size:
-            raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
         n, data = _HEAD.unpack_from(buf, pos)
         head = pos + 8
         end = head + _COLUMNS * n + data
         if end > size:
-            raise InvalidSnapshotError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError("a spilled entry part is truncated", code="FLINK_STATE_CORRUPT")
         lengths = np.frombuffer(buf, dtype="<i4", count=n, offset=head + 4 * n)
         columns[0].append(np.frombuffer(buf, dtype="<i4", count=n, offset=head))
         columns[1].append(lengths)
@@ -326,7 +326,7 @@ def _unpack(buf: bytes | bytearray | memoryview) -> _Unpacked:
         if int(lengths.sum(dtype=np.int64)) != data or bool((lengths < 0).any()):
             # A negative length could add up with the others and would have the framing copy before its
             # entry: corrupt either way.
-            raise InvalidSnapshotError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError("a spilled entry part is corrupt", code="FLINK_STATE_CORRUPT")
         pos = end + (-end % 4)
     lengths = np.concatenate(columns[1]).astype(np.int64) if columns[1] else np.zeros(0, dtype=np.int64)
     if len(lengths) == 0:
@@ -358,7 +358,7 @@ def frame_bucket(
     left to ``frame_bucket_reference``, which words the error.
 
     Raises:
-        InvalidSnapshotError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``), a state the
+        InvalidInputError: A part that does not fit the buffer (``FLINK_STATE_CORRUPT``), a state the
             header does not hold (``FLINK_STATE_UNKNOWN``).
     """
     native = kernels()
@@ -381,7 +381,7 @@ def frame_checked_bucket(
     defers is framed by ``frame_bucket_reference``.
 
     Raises:
-        InvalidSnapshotError: As ``frame_bucket``.
+        InvalidInputError: As ``frame_bucket``.
     """
     native = kernels()
     check = state_mask(states) if states else _NO_CHECK
@@ -455,14 +455,14 @@ def frame_bucket_reference(
     The framing itself is ``frame_entries_reference`` (or its kernel, when ``KG_NATIVE`` allows).
 
     Raises:
-        InvalidSnapshotError: As ``frame_bucket``.
+        InvalidInputError: As ``frame_bucket``.
     """
     got = _unpack(buf)
     count = len(got.groups)
     if count == 0:
         return []
     if int(got.states.max()) >= len(state_ids) or bool((state_ids[got.states] < 0).any()):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             "an entry's state is not in the savepoint's keyed-state header", code="FLINK_STATE_UNKNOWN"
         )
     order = _entry_order(got.groups, got.states, max(len(state_ids), 1))

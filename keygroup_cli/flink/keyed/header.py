@@ -1,6 +1,6 @@
 """The header of a keyed-state stream: ``KeyedBackendSerializationProxy.read`` (Flink 2.3).
 
-The serializer snapshots and meta infos inside it are parsed by ``flink.types.snapshots``.
+The serializer snapshots and meta infos inside it are parsed by ``flink.types.serializer_snapshots``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
-from keygroup_cli.flink.types.snapshots import (
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
+from keygroup_cli.flink.types.serializer_snapshots import (
     KEYED_STATE_TYPES,
     PLAUSIBLE_VERSIONS,
     TYPE_OPTION,
@@ -18,7 +18,7 @@ from keygroup_cli.flink.types.snapshots import (
     Grammar,
     SerializerSnapshot,
     StateMetaInfo,
-    check_unique,
+    require_unique,
     first_alternative,
     implausible_version,
     invalid_enum,
@@ -53,10 +53,10 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
 
     Raises:
         UnsupportedFormatError: A proxy version below 6 (Flink < 1.8; Flink 1.17+ refuses them too).
-        InvalidSnapshotError: The bytes are not a keyed-state header.
+        InvalidInputError: The bytes are not a keyed-state header.
     """
     if len(data) < 5:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: keyed-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
         )
     version = _INT.unpack_from(data, 0)[0]
@@ -84,16 +84,16 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
     except GiveUp:
         return KeyedStateHeader(version, compressed, None, None, end)
     if found is None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: cannot parse the keyed-state header (KeyedBackendSerializationProxy)",
             code="FLINK_STATE_HEADER_CORRUPT",
         )
     (key, states), pos = found
-    _check_keyed_states(states, source)
+    _require_keyed_states_valid(states, source)
     return KeyedStateHeader(version, compressed, key, states, pos)
 
 
-def _check_keyed_states(states: tuple[StateMetaInfo, ...], source: str) -> None:
+def _require_keyed_states_valid(states: tuple[StateMetaInfo, ...], source: str) -> None:
     """Refuse what Flink's restore refuses in a keyed header's meta infos (the enums it ``valueOf``s).
 
     A keyed backend restores ``KEY_VALUE`` (``KEY_VALUE_V2``) and ``PRIORITY_QUEUE`` states only, and
@@ -101,7 +101,7 @@ def _check_keyed_states(states: tuple[StateMetaInfo, ...], source: str) -> None:
     a name that is not one (a flipped byte: ``VALUF``, ``vALUE``) or none at all fails there.
 
     Raises:
-        InvalidSnapshotError: ``FLINK_STATE_META_INFO_INVALID``.
+        InvalidInputError: ``FLINK_STATE_META_INFO_INVALID``.
     """
     for info in states:
         backend = info.backend_type_name
@@ -119,7 +119,7 @@ def _check_keyed_states(states: tuple[StateMetaInfo, ...], source: str) -> None:
                     f"keyed state {info.name!r} has no {required} (its serializers: "
                     f"{', '.join(k for k, _ in info.serializers) or 'none'})",
                 )
-    check_unique([i.name for i in states], source)
+    require_unique([i.name for i in states], source)
 
 
 #: The serializer snapshots Flink's restore requires of a keyed state (``CommonSerializerKeys``):

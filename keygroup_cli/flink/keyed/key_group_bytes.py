@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
@@ -111,7 +111,7 @@ def operator_key_group_bytes(op: OperatorState, directory: Path | Location) -> O
         directory: The directory of ``_metadata``; relative handles resolve against it.
 
     Raises:
-        InvalidSnapshotError: A state file is missing, or an offset lies beyond its stream.
+        InvalidInputError: A state file is missing, or an offset lies beyond its stream.
     """
     handles = []
     warnings: list[str] = []
@@ -127,7 +127,7 @@ def operator_key_group_bytes(op: OperatorState, directory: Path | Location) -> O
             unavailable = unavailable or "CHANGELOG_STATE"
             continue
         if keyed.key_group_end >= op.max_parallelism:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"operator {op.label!r} subtask {sub.index}: key groups {keyed.key_group_start}-"
                 f"{keyed.key_group_end} exceed maxParallelism {op.max_parallelism}",
                 code="KEY_GROUP_RANGE_MISMATCH",
@@ -158,7 +158,7 @@ def _bytes_of(handle: KeyGroupsHandle, size: int, source: str) -> tuple[int, ...
     for group, start, end in key_group_extents(handle, size):
         # An offset at or past the end of the stream means a truncated file or a corrupt _metadata.
         if start >= end:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: key group {group} starts at offset {start}, but its block ends at {end} "
                 f"(stream of {size} bytes); the state file is truncated or _metadata is corrupt",
                 code="FLINK_STATE_CORRUPT",
@@ -171,7 +171,7 @@ def _stream_bytes(handle: StreamHandle | None, directory: Path | Location) -> tu
     """Return ``(size, source, warning)`` of a keyed handle's stream, using ``stat`` for files.
 
     Raises:
-        InvalidSnapshotError: The state file is missing or cannot be stat'ed.
+        InvalidInputError: The state file is missing or cannot be stat'ed.
     """
     if handle is None or isinstance(handle, EmptySegmentFileHandle):
         return 0, "empty", None
@@ -191,15 +191,15 @@ def _stream_bytes(handle: StreamHandle | None, directory: Path | Location) -> tu
     try:
         actual = path.size() if isinstance(path, Location) else os.stat(path).st_size
     except FileNotFoundError:
-        raise InvalidSnapshotError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
+        raise InvalidInputError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
     except OSError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{path}: cannot stat state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"
         ) from None
     if isinstance(handle, SegmentFileHandle):
         # A file-merging segment is the byte range [start_pos, start_pos + size) of a shared file.
         if handle.start_pos + handle.size > actual:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{path}: file has {actual} bytes, shorter than the segment "
                 f"[{handle.start_pos}, {handle.start_pos + handle.size}) _metadata names",
                 code="STATE_FILE_TRUNCATED",

@@ -23,7 +23,7 @@ from keygroup_cli.flink.types.serializers import (
     key_codec,
     namespace_size,
 )
-from keygroup_cli.flink.types.snapshots import StateMetaInfo
+from keygroup_cli.flink.types.serializer_snapshots import StateMetaInfo
 
 #: ``FullSnapshotUtil.END_OF_KEY_GROUP_MARK``.
 END_OF_KEY_GROUP_MARK = 0xFFFF

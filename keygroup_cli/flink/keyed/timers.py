@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from keygroup_cli.core.errors import UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8, encode_modified_utf8
 from keygroup_cli.flink.types.serializers import key_codec, value_end
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot, read_versioned_snapshot
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot, read_serializer_snapshot
 
 #: ``PostVersionedIOReadableWritable.VERSIONED_IDENTIFIER``.
 MAGIC = bytes((0xF1, 0xCD, 0x85, 0x9F))
@@ -92,8 +92,8 @@ def read_timer_section(data: bytes, source: str) -> tuple[TimerService, ...]:
             n = _USHORT.unpack_from(data, pos)[0]
             name = decode_modified_utf8(data[pos + 2 : pos + 2 + n])
             pos += 2 + n
-            key, pos = _snapshot(data, pos, source)
-            namespace, pos = _snapshot(data, pos, source)
+            key, pos = _serializer_snapshot(data, pos, source)
+            namespace, pos = _serializer_snapshot(data, pos, source)
             event, event_keys, pos = _timers(data, pos, key, namespace, source)
             processing, processing_keys, pos = _timers(data, pos, key, namespace, source)
             services.append(
@@ -120,8 +120,8 @@ def write_timer_section(services: tuple[TimerService, ...]) -> bytes:
     return bytes(out)
 
 
-def _snapshot(data: bytes, pos: int, source: str) -> tuple[SerializerSnapshot, int]:
-    found = read_versioned_snapshot(data, pos, len(data))
+def _serializer_snapshot(data: bytes, pos: int, source: str) -> tuple[SerializerSnapshot, int]:
+    found = read_serializer_snapshot(data, pos, len(data))
     if found is None:
         raise NotTimers(f"{source}: a timer serializer snapshot kg cannot find the end of (at byte {pos})")
     return found
@@ -161,7 +161,7 @@ def timer_keys(services: tuple[TimerService, ...]) -> Iterator[object]:
         yield from service.processing_keys
 
 
-def refuse(message: str) -> UnsupportedFormatError:
+def raw_state_error(message: str) -> UnsupportedFormatError:
     """Return the one-line refusal of raw keyed state kg does not redistribute (``FLINK_RAW_STATE``)."""
     return UnsupportedFormatError(message, code="FLINK_RAW_STATE")
 
@@ -172,7 +172,7 @@ __all__ = [
     "NotTimers",
     "TimerService",
     "read_timer_section",
-    "refuse",
+    "raw_state_error",
     "timer_keys",
     "write_timer_section",
 ]

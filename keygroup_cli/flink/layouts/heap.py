@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import key_group_prefix_bytes
 from keygroup_cli.flink.io.paths import local_path, view_directory
 from keygroup_cli.flink.io.snappy import decode_frames
@@ -44,7 +44,7 @@ from keygroup_cli.flink.keyed.encode import encode_block
 from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
 from keygroup_cli.flink.keyed.layout import kg_kind
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import (
     CheckpointMetadata,
     OperatorState,
@@ -53,28 +53,28 @@ from keygroup_cli.flink.metadata.reader import (
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.types.avro import AvroDecodeError, AvroSchemaError, avro_reader, read_value
-from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SNAPSHOT, read_string, variable_int_bytes
-from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SERIALIZER_SNAPSHOT, read_string, variable_int_bytes
+from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT, SerializerSnapshot
 from keygroup_cli.storage.locations import Location
 
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
-LIST_SNAPSHOT = f"{_BASE}ListSerializerSnapshot"
-MAP_SNAPSHOT = f"{_BASE}MapSerializerSnapshot"
-TIMER_SNAPSHOT = "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot"
-TTL_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
-BYTES_SNAPSHOT = f"{_BASE}array.BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot"
+LIST_SERIALIZER_SNAPSHOT = f"{_BASE}ListSerializerSnapshot"
+MAP_SERIALIZER_SNAPSHOT = f"{_BASE}MapSerializerSnapshot"
+TIMER_SERIALIZER_SNAPSHOT = "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot"
+TTL_SERIALIZER_SNAPSHOT = "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot"
+BYTES_SERIALIZER_SNAPSHOT = f"{_BASE}array.BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot"
 #: Serializers written as their nested serializers one after the other (``CompositeSerializer``).
-_SEQUENCES = frozenset({TTL_SNAPSHOT})
+_SEQUENCES = frozenset({TTL_SERIALIZER_SNAPSHOT})
 
 #: Key-group handle tags whose stream may be in the heap layout (``KeyGroupsStateHandle``).
 HEAP_TAGS = (3, 12)
 
 
-def _corrupt(source: str, what: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_STATE_CORRUPT")
+def _corrupt(source: str, what: str) -> InvalidInputError:
+    return InvalidInputError(f"{source}: {what}", code="FLINK_STATE_CORRUPT")
 
 
 def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str) -> int:
@@ -86,28 +86,28 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
 
     Raises:
         UnsupportedFormatError: A serializer kg cannot walk.
-        InvalidSnapshotError: The bytes end inside the value.
+        InvalidInputError: The bytes end inside the value.
     """
     name = snap.class_name
     try:
-        if name == STRING_SNAPSHOT:
+        if name == STRING_SERIALIZER_SNAPSHOT:
             return read_string(data, pos, source)[1]
         size = FIXED_SIZES.get(name)
         if size is not None:
             end = pos + size
-        elif name == BYTES_SNAPSHOT:
+        elif name == BYTES_SERIALIZER_SNAPSHOT:
             length = _INT.unpack_from(data, pos)[0]
             if length < 0:
                 # A negative length would move the walk backwards: an entry count of 2^31 would then
                 # loop (and append entries) without ever reaching the end of the block.
                 raise _corrupt(source, f"a {snap.serializer_name} value has negative length {length}")
             end = pos + 4 + length
-        elif name == LIST_SNAPSHOT and len(snap.nested) == 1:
+        elif name == LIST_SERIALIZER_SNAPSHOT and len(snap.nested) == 1:
             count = _INT.unpack_from(data, pos)[0]
             end = pos + 4
             for _ in range(count):
                 end = skip_serialized(snap.nested[0], data, end, source)
-        elif name == MAP_SNAPSHOT and len(snap.nested) == 2:
+        elif name == MAP_SERIALIZER_SNAPSHOT and len(snap.nested) == 2:
             count = _INT.unpack_from(data, pos)[0]
             end = pos + 4
             for _ in range(count):
@@ -116,11 +116,11 @@ def skip_serialized(snap: SerializerSnapshot, data: bytes, pos: int, source: str
                 end += 1
                 if not is_null:
                     end = skip_serialized(snap.nested[1], data, end, source)
-        elif name == TIMER_SNAPSHOT and len(snap.nested) == 2:
+        elif name == TIMER_SERIALIZER_SNAPSHOT and len(snap.nested) == 2:
             end = skip_serialized(
                 snap.nested[1], data, skip_serialized(snap.nested[0], data, pos + 8, source), source
             )
-        elif name == AVRO_SNAPSHOT:
+        elif name == AVRO_SERIALIZER_SNAPSHOT:
             end = _skip_avro(snap, data, pos, source)
         elif name in _SEQUENCES and snap.nested:
             end = pos
@@ -243,7 +243,7 @@ class _StateWalker:
             pos = end
 
 
-def heap_layout_handles(snapshot: FlinkSnapshot) -> bool:
+def heap_layout_handles(snapshot: FlinkCheckpoint) -> bool:
     """Return whether any keyed handle of ``snapshot`` is a ``KeyGroupsStateHandle`` in the heap layout.
 
     Tags 3/12 are also written by full (non-incremental) RocksDB checkpoints, in the canonical layout; the
@@ -257,7 +257,7 @@ def heap_layout_handles(snapshot: FlinkSnapshot) -> bool:
     return False
 
 
-def is_heap_layout(snapshot: FlinkSnapshot, handle: KeyGroupsHandle) -> bool:
+def is_heap_layout(snapshot: FlinkCheckpoint, handle: KeyGroupsHandle) -> bool:
     """Return whether one key-groups handle's stream is in the heap layout (see ``heap_layout_handles``)."""
     if handle.tag not in HEAP_TAGS or not handle.offsets or 0 in handle.offsets:
         return False
@@ -276,7 +276,7 @@ def transcode_keyed_file(
 
     Raises:
         UnsupportedFormatError: The header or a serializer kg cannot walk.
-        InvalidSnapshotError: Corrupt blocks (a wrong key group id, an unknown state id, truncated data).
+        InvalidInputError: Corrupt blocks (a wrong key group id, an unknown state id, truncated data).
     """
     first = min(handle.offsets)
     raw_header = src.read(0, first)
@@ -333,7 +333,7 @@ def _group_entries(data: bytes, walkers: list[_StateWalker], where: str) -> list
     return [entry for run in runs for entry in run]
 
 
-def needs_canonical_view(snapshot: FlinkSnapshot) -> bool:
+def needs_canonical_view(snapshot: FlinkCheckpoint) -> bool:
     """Return whether ``snapshot``'s keyed state must be rewritten (``canonical_view``) before kg reads it.
 
     True for the heap layout and for RocksDB database files (``keygroup_cli.flink.layouts.rocksdb``).
@@ -347,7 +347,7 @@ def needs_canonical_view(snapshot: FlinkSnapshot) -> bool:
     return heap_layout_handles(snapshot)
 
 
-def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
+def canonical_view(snapshot: FlinkCheckpoint, target: Path) -> FlinkCheckpoint:
     """Write ``snapshot`` (heap layout or RocksDB files) as a canonical savepoint in the new ``target``.
 
     Keyed files are rewritten into ``target``; every other file stays where it is, referenced by an absolute
@@ -356,7 +356,7 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
 
     Raises:
         UnsupportedFormatError: A serializer kg cannot walk, or a handle on an object store.
-        InvalidSnapshotError: Corrupt keyed blocks or missing files.
+        InvalidInputError: Corrupt keyed blocks or missing files.
     """
     target.mkdir(parents=True)
     directory = snapshot.directory
@@ -402,7 +402,7 @@ def canonical_view(snapshot: FlinkSnapshot, target: Path) -> FlinkSnapshot:
     )
     # The view is read through this object alone: no _metadata is written for it (nor encoded, nor read).
     # Its directory may read where the original may: its absolute handles name the original's files.
-    return FlinkSnapshot(target / "_metadata", canonical, view=view_directory(target, directory))
+    return FlinkCheckpoint(target / "_metadata", canonical, view=view_directory(target, directory))
 
 
 def _with_handles(
@@ -419,7 +419,7 @@ def _with_handles(
 
 
 def _transcode(
-    snapshot: FlinkSnapshot, op: OperatorState, handle: KeyGroupsHandle, target: Path
+    snapshot: FlinkCheckpoint, op: OperatorState, handle: KeyGroupsHandle, target: Path
 ) -> KeyGroupsHandle:
     name = str(uuid.uuid4())
     with StreamSource(handle.delegate, snapshot.directory) as src, open(target / name, "wb") as out:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from keygroup_cli.core.allocator import is_memory_failure, not_enough_memory, require_address_space
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import RelativeFileHandle
 from keygroup_cli.flink.keyed.header import read_keyed_header
@@ -80,7 +80,7 @@ def iter_block_entries(block: bytes, where: str) -> Iterator[tuple[int, bytes, b
                 if state == _END_OF_KEY_GROUP:
                     return
     except struct.error:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: key-group block truncated", code="FLINK_STATE_CORRUPT"
         ) from None
 
@@ -112,7 +112,7 @@ def build_native_handle(
         UnsupportedFormatError: The binding refuses what it is asked to write (``ROCKSDB_UNWRITABLE``).
         OSError: No space left (``ENOSPC``, also inside RocksDB), or another refusal of the file system.
         ExecutionError: Not enough memory (``NOT_ENOUGH_MEMORY``), or another I/O error of RocksDB.
-        InvalidSnapshotError: A block is truncated or names a state the header lacks.
+        InvalidInputError: A block is truncated or names a state the header lacks.
     """
     rocksdict = load_binding()
     data = keyed_file.read_bytes()
@@ -159,7 +159,7 @@ def _collect_columns(
                 block = decode_frames(block, str(keyed_file))
             for state, key, value in iter_block_entries(block, str(keyed_file)):
                 if state >= len(names):
-                    raise InvalidSnapshotError(
+                    raise InvalidInputError(
                         f"{keyed_file}: state id {state} beyond the header's {len(names)}",
                         code="FLINK_STATE_CORRUPT",
                     )
@@ -199,7 +199,7 @@ def _build_database(
                 entries.sort(key=lambda e: e[0])
                 for (a, _), (b, _) in zip(entries, entries[1:], strict=False):
                     if a == b:
-                        raise InvalidSnapshotError(
+                        raise InvalidInputError(
                             f"state {name!r} holds the key {a!r} twice", code="FLINK_STATE_CORRUPT"
                         )
                 sst = work / f"{index}.sst"
@@ -247,7 +247,7 @@ def _build_error(exc: Exception) -> BaseException:
     error = rocksdb_status_error(text, "rocksdict cannot build the NATIVE database")
     if isinstance(error, UnsupportedFormatError):
         return UnsupportedFormatError(error.message, code="ROCKSDB_UNWRITABLE")
-    if isinstance(error, InvalidSnapshotError):  # what kg writes is no input: its damage is a failed write
+    if isinstance(error, InvalidInputError):  # what kg writes is no input: its damage is a failed write
         return ExecutionError(
             f"rocksdict cannot build the NATIVE database: {text}", code="ROCKSDB_UNWRITABLE"
         )

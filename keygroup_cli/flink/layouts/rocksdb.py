@@ -54,7 +54,7 @@ from typing import Any
 from keygroup_cli.core.allocator import is_memory_failure, not_enough_memory, require_address_space
 from keygroup_cli.core.errors import (
     ExecutionError,
-    InvalidSnapshotError,
+    InvalidInputError,
     KgError,
     MissingDependencyError,
     UnsupportedFormatError,
@@ -67,7 +67,7 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed.encode import encode_block
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.storage.locations import Location
 
@@ -158,7 +158,7 @@ def rocksdb_status_error(status: str, where: str, files: dict[str, str] | None =
         return not_enough_memory(f"{where}: RocksDB ({text})")
     if kind in _DAMAGED or (kind == "IO error" and "no such file or directory" in lowered):
         file = f"its file {named}" if named else "its files"
-        return InvalidSnapshotError(
+        return InvalidInputError(
             f"{where}: the RocksDB database is damaged, {file}: {text}", code="FLINK_DATABASE_CORRUPT"
         )
     if kind == "IO error":
@@ -205,13 +205,13 @@ def _status_text(exc: BaseException) -> str:
     return text
 
 
-def _check_current(handle: IncrementalKeyedHandle, where: str, files: dict[str, str], db_dir: Path) -> None:
+def _require_current_valid(handle: IncrementalKeyedHandle, where: str, files: dict[str, str], db_dir: Path) -> None:
     """Refuse a database whose ``CURRENT`` is not ``MANIFEST-<number>`` + newline naming a listed MANIFEST.
 
     RocksDB's own message for it names a file it could not open; this one names the savepoint's file.
     """
     if "CURRENT" not in files:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: the RocksDB database has no CURRENT file (its handle does not list one)",
             code="FLINK_DATABASE_CORRUPT",
         )
@@ -223,7 +223,7 @@ def _check_current(handle: IncrementalKeyedHandle, where: str, files: dict[str, 
     text = current.decode("ascii", "replace")
     if re.fullmatch(r"MANIFEST-\d+\n", text) is None or text[:-1] not in names:
         shown = text if len(text) <= 40 else f"{text[:40]}..."
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: the RocksDB database is damaged, its file CURRENT ({files['CURRENT']}) holds "
             f"{shown!r}, not the name of a MANIFEST its handle lists",
             code="FLINK_DATABASE_CORRUPT",
@@ -272,7 +272,7 @@ def log_damage(data: bytes) -> str | None:
     return None
 
 
-def _check_manifest(where: str, files: dict[str, str], db_dir: Path) -> None:
+def _require_manifest_intact(where: str, files: dict[str, str], db_dir: Path) -> None:
     """Refuse a database whose MANIFEST (the one ``CURRENT`` names) has a damaged record."""
     try:
         manifest = (db_dir / "CURRENT").read_text(encoding="ascii").strip()
@@ -281,14 +281,14 @@ def _check_manifest(where: str, files: dict[str, str], db_dir: Path) -> None:
         return  # the open says what is wrong with it
     damage = log_damage(data)
     if damage is not None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: the RocksDB database is damaged, its file {manifest} ({files.get(manifest)}): "
             f"{damage}",
             code="FLINK_DATABASE_CORRUPT",
         )
 
 
-def _check_live_tables(db: Any, handle: IncrementalKeyedHandle, where: str, files: dict[str, str]) -> None:
+def _require_live_tables(db: Any, handle: IncrementalKeyedHandle, where: str, files: dict[str, str]) -> None:
     """Refuse a database in which a table its handle lists is not live (its MANIFEST lost it)."""
     try:
         live = {str(f["name"]).lstrip("/") for f in db.live_files()}
@@ -297,7 +297,7 @@ def _check_live_tables(db: Any, handle: IncrementalKeyedHandle, where: str, file
     listed = sorted(e.local_path for e in (*handle.shared, *handle.private) if e.local_path.endswith(".sst"))
     lost = [name for name in listed if name not in live]
     if lost:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: the RocksDB database is damaged, its MANIFEST does not hold {lost[0]} "
             f"({files.get(lost[0])}) that its handle lists"
             + (f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""),
@@ -305,7 +305,7 @@ def _check_live_tables(db: Any, handle: IncrementalKeyedHandle, where: str, file
         )
 
 
-def has_rocksdb_files(snapshot: FlinkSnapshot) -> bool:
+def has_rocksdb_files(snapshot: FlinkCheckpoint) -> bool:
     """Return whether any keyed handle of ``snapshot`` holds RocksDB database files (tag 11/5)."""
     return any(
         isinstance(sub.managed_keyed_state, IncrementalKeyedHandle)
@@ -314,7 +314,7 @@ def has_rocksdb_files(snapshot: FlinkSnapshot) -> bool:
     )
 
 
-def _materialize(snapshot: FlinkSnapshot, handle: IncrementalKeyedHandle, db_dir: Path) -> dict[str, str]:
+def _materialize(snapshot: FlinkCheckpoint, handle: IncrementalKeyedHandle, db_dir: Path) -> dict[str, str]:
     """Put every database file under its RocksDB name in ``db_dir``: inline ones written, others linked.
 
     Returns ``db_dir`` (key ``""``) and each RocksDB name mapped to the savepoint's file, for messages.
@@ -324,7 +324,7 @@ def _materialize(snapshot: FlinkSnapshot, handle: IncrementalKeyedHandle, db_dir
     for entry in (*handle.shared, *handle.private):
         name = entry.local_path
         if "/" in name or name in ("", ".", ".."):
-            raise InvalidSnapshotError(f"bad RocksDB file name {name!r}", code="FLINK_STATE_CORRUPT")
+            raise InvalidInputError(f"bad RocksDB file name {name!r}", code="FLINK_STATE_CORRUPT")
         if isinstance(entry.handle, ByteStreamHandle):
             (db_dir / name).write_bytes(entry.handle.data)
             files[name] = f"inline in {snapshot.metadata_path}"
@@ -333,7 +333,7 @@ def _materialize(snapshot: FlinkSnapshot, handle: IncrementalKeyedHandle, db_dir
         if isinstance(path, Location):
             path = path.local_path
         if path is None or not Path(path).is_file():
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{snapshot.metadata_path}: RocksDB file {name} ({entry.handle!r}) is missing",
                 code="STATE_FILE_MISSING",
             )
@@ -402,7 +402,7 @@ def _read_rocksdict(
         raise _binding_error(exc, where, files) from None
     columns: list[list[tuple[bytes, bytes]]] = []
     try:
-        _check_live_tables(db, handle, where, files)
+        _require_live_tables(db, handle, where, files)
         for name in names:
             entries: list[tuple[bytes, bytes]] = []
             columns.append(entries)
@@ -476,7 +476,7 @@ def _read_aimrocks(
 
 
 def transcode_incremental(
-    snapshot: FlinkSnapshot, op: OperatorState, handle: IncrementalKeyedHandle, target: Path
+    snapshot: FlinkCheckpoint, op: OperatorState, handle: IncrementalKeyedHandle, target: Path
 ) -> KeyGroupsHandle:
     """Write one subtask's RocksDB database as a canonical keyed file in ``target``; return its handle.
 
@@ -484,7 +484,7 @@ def transcode_incremental(
         MissingDependencyError: ``rocksdict`` is not installed.
         UnsupportedFormatError: What the binding cannot read (merge operands without ``aimrocks``, an option
             or format RocksDB's binding does not support).
-        InvalidSnapshotError: Missing files, a damaged database (``FLINK_DATABASE_CORRUPT``), or an entry
+        InvalidInputError: Missing files, a damaged database (``FLINK_DATABASE_CORRUPT``), or an entry
             whose key-group prefix is out of range.
         ExecutionError: No space, no memory, or another I/O error reading the files.
     """
@@ -510,7 +510,7 @@ def transcode_incremental(
 
 def _read_columns(
     rocksdict: Any,
-    snapshot: FlinkSnapshot,
+    snapshot: FlinkCheckpoint,
     handle: IncrementalKeyedHandle,
     db_dir: Path,
     names: list[str],
@@ -521,8 +521,8 @@ def _read_columns(
     With merge operands rocksdict cannot read, ``aimrocks`` reads it where installed.
     """
     files = _materialize(snapshot, handle, db_dir)
-    _check_current(handle, where, files, db_dir)
-    _check_manifest(where, files, db_dir)
+    _require_current_valid(handle, where, files, db_dir)
+    _require_manifest_intact(where, files, db_dir)
     try:
         return _read_rocksdict(rocksdict, db_dir, names, where, files, handle)
     except _MergeOperands as exc:

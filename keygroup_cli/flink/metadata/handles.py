@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.binary import DataInput
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
@@ -252,8 +252,8 @@ AnyChannelHandle: TypeAlias = ChannelStateHandle | MergedChannelStateHandle
 # -- readers -----------------------------------------------------------------------------------------------
 
 
-def _corrupt(reader: DataInput, message: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(f"{reader.source}: {message}", code="FLINK_METADATA_CORRUPT")
+def _corrupt(reader: DataInput, message: str) -> InvalidInputError:
+    return InvalidInputError(f"{reader.source}: {message}", code="FLINK_METADATA_CORRUPT")
 
 
 def _count(reader: DataInput, what: str) -> int:

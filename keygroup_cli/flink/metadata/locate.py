@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keygroup_cli.core.errors import InvalidSnapshotError, no_snapshot_error
+from keygroup_cli.core.errors import InvalidInputError, no_input_error
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.storage.containment import contain_file, input_roots, outside_error
 from keygroup_cli.storage.locations import Location, is_remote, location
@@ -21,7 +21,7 @@ _CHECKPOINT_DIR = re.compile(r"chk-(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
-class FlinkSnapshot:
+class FlinkCheckpoint:
     """A parsed Flink savepoint or checkpoint: where its ``_metadata`` is, and what it says."""
 
     metadata_path: Path | Location
@@ -52,13 +52,13 @@ def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
     single job-id directory with ``chk-N`` inside is accepted too.
 
     Raises:
-        InvalidSnapshotError: Nothing there, or no completed checkpoint.
+        InvalidInputError: Nothing there, or no completed checkpoint.
     """
     p: Path | Location = location(path) if isinstance(path, Location) or is_remote(path) else Path(path)
     if p.is_file():
         return p
     if not p.is_dir():
-        raise InvalidSnapshotError(f"{p}: no such file or directory", code="SNAPSHOT_NOT_FOUND")
+        raise InvalidInputError(f"{p}: no such file or directory", code="SNAPSHOT_NOT_FOUND")
     if (p / METADATA_FILE).is_file():
         return p / METADATA_FILE
     latest = _latest_completed(p)
@@ -72,18 +72,18 @@ def find_metadata(path: str | os.PathLike[str] | Location) -> Path | Location:
         if latest is not None:
             return _below(latest, p)
     if any(_CHECKPOINT_DIR.fullmatch(c.name) for c in _subdirs(p)) or roots:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{p}: no completed checkpoint (no chk-N directory with a _metadata file)",
             code="NO_COMPLETED_CHECKPOINT",
         )
-    raise no_snapshot_error(p)
+    raise no_input_error(p)
 
 
 def _below(found: Path | Location, named: Path | Location) -> Path | Location:
     """Return the ``_metadata`` found below the directory the user named, if no link leads it elsewhere.
 
     Raises:
-        InvalidSnapshotError: ``STATE_FILE_OUTSIDE`` (``storage.containment``).
+        InvalidInputError: ``STATE_FILE_OUTSIDE`` (``storage.containment``).
     """
     if isinstance(found, Path) and isinstance(named, Path) and not input_roots(named).admits_local(found):
         raise outside_error(found, os.path.realpath(found))
@@ -106,15 +106,15 @@ def _latest_completed(root: Path | Location) -> Path | Location | None:
     return max(completed)[1] if completed else None
 
 
-def read_flink_metadata(path: str | os.PathLike[str] | Location) -> FlinkSnapshot:
+def read_flink_metadata(path: str | os.PathLike[str] | Location) -> FlinkCheckpoint:
     """Find and parse the ``_metadata`` of a savepoint or checkpoint (see ``find_metadata``).
 
     Raises:
-        InvalidSnapshotError: Missing, truncated or corrupt metadata.
+        InvalidInputError: Missing, truncated or corrupt metadata.
         UnsupportedFormatError: A metadata version kg does not read.
     """
     metadata_path = find_metadata(path)
-    return FlinkSnapshot(
+    return FlinkCheckpoint(
         metadata_path, parse_metadata(read_metadata_bytes(metadata_path), str(metadata_path))
     )
 
@@ -123,14 +123,14 @@ def read_metadata_bytes(metadata_path: Path | Location) -> bytes:
     """Return the bytes of a ``_metadata`` file (one read from storage).
 
     Raises:
-        InvalidSnapshotError: It cannot be read (``SNAPSHOT_UNREADABLE``), or it is a link that leads
+        InvalidInputError: It cannot be read (``SNAPSHOT_UNREADABLE``), or it is a link that leads
             outside its directory (``STATE_FILE_OUTSIDE``, ``storage.containment``).
     """
     contain_file(metadata_path)
     try:
         return metadata_path.read_bytes()
     except OSError as exc:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{metadata_path}: cannot read: {exc.strerror}", code="SNAPSHOT_UNREADABLE"
         ) from None
 
@@ -148,7 +148,7 @@ def flink_metadata_file(path: str | Path | Location) -> Path | Location | None:
         return None
     try:
         return find_metadata(p)
-    except InvalidSnapshotError:
+    except InvalidInputError:
         return None
 
 

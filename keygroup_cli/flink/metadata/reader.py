@@ -4,14 +4,14 @@ Mirrors ``Checkpoints.loadCheckpointMetadata`` and ``MetadataV3Serializer`` … 
 (Flink 2.3). Versions 3–6 are parsed completely and losslessly (master states, coordinator state,
 finished markers, channel state and the raw Java-serialized ``CheckpointProperties`` trailer are kept) so a
 writer can reproduce the file byte for byte. Versions 1, 2 and anything newer than 6 are refused with
-``UnsupportedFormatError``; a wrong magic number or broken bytes raise ``InvalidSnapshotError``.
+``UnsupportedFormatError``; a wrong magic number or broken bytes raise ``InvalidInputError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import DataInput
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle
 from keygroup_cli.flink.metadata.handles import (
@@ -155,18 +155,18 @@ def parse_metadata(data: bytes, source: str = "_metadata") -> CheckpointMetadata
         source: The file's path, for error messages.
 
     Raises:
-        InvalidSnapshotError: Wrong magic number, truncated or corrupt bytes.
+        InvalidInputError: Wrong magic number, truncated or corrupt bytes.
         UnsupportedFormatError: A metadata version other than 3–6.
     """
     reader = DataInput(data, source)
     if len(data) < 8:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: not a Flink _metadata file ({len(data)} bytes, too short for the header)",
             code="FLINK_METADATA_TRUNCATED",
         )
     magic = reader.read_uint()
     if magic != HEADER_MAGIC_NUMBER:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: Unexpected magic number 0x{magic:08x} (expected 0x{HEADER_MAGIC_NUMBER:08x}): not a "
             "Flink savepoint or checkpoint _metadata file, or a corrupted one",
             code="FLINK_BAD_MAGIC",
@@ -186,8 +186,8 @@ def parse_metadata(data: bytes, source: str = "_metadata") -> CheckpointMetadata
     return _parse_body(reader, version)
 
 
-def _corrupt(reader: DataInput, message: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(f"{reader.source}: {message}", code="FLINK_METADATA_CORRUPT")
+def _corrupt(reader: DataInput, message: str) -> InvalidInputError:
+    return InvalidInputError(f"{reader.source}: {message}", code="FLINK_METADATA_CORRUPT")
 
 
 def _parse_body(reader: DataInput, version: int) -> CheckpointMetadata:
@@ -275,12 +275,12 @@ def _read_operator_state(reader: DataInput, version: int) -> OperatorState:
             )
         subtask = SubtaskState(index, finished=True) if finished else _read_subtask(reader, index, version)
         for handle in (subtask.managed_keyed_state, subtask.raw_keyed_state):
-            _check_key_group_range(reader, operator_id, max_parallelism, handle)
+            _require_key_group_range_inside(reader, operator_id, max_parallelism, handle)
         subtasks.append(subtask)
     return OperatorState(operator_id, parallelism, max_parallelism, name, uid, coordinator, tuple(subtasks))
 
 
-def _check_key_group_range(
+def _require_key_group_range_inside(
     reader: DataInput, operator_id: str, max_parallelism: int, handle: KeyedHandle | None
 ) -> None:
     """Refuse a keyed handle whose key-group range is not inside ``[0, max_parallelism)``.
@@ -300,7 +300,7 @@ def _check_key_group_range(
         )
     if isinstance(handle, ChangelogBackendHandle):
         for nested in (*handle.materialized, *handle.non_materialized):
-            _check_key_group_range(reader, operator_id, max_parallelism, nested)
+            _require_key_group_range_inside(reader, operator_id, max_parallelism, nested)
 
 
 def _read_subtask(reader: DataInput, index: int, version: int) -> SubtaskState:
@@ -374,7 +374,7 @@ def _read_properties(reader: DataInput) -> bytes:
     (as after a V3 file's last operator): a ``_metadata`` that is not exactly one metadata is corrupt.
 
     Raises:
-        InvalidSnapshotError: ``FLINK_METADATA_TRUNCATED`` (the trailer ends early),
+        InvalidInputError: ``FLINK_METADATA_TRUNCATED`` (the trailer ends early),
             ``FLINK_METADATA_CORRUPT`` (not a CheckpointProperties stream, or bytes after it).
     """
     start = reader.base + reader.pos
@@ -391,7 +391,7 @@ def _read_properties(reader: DataInput) -> bytes:
     inner.read_bytes(len(JAVA_SERIALIZATION_MAGIC))
     try:
         top = _JavaWalk(inner).read_object(0)
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         if exc.code != "FLINK_TRUNCATED":
             raise
         raise _truncated_trailer(reader, start, len(trailer)) from None
@@ -407,14 +407,14 @@ def _read_properties(reader: DataInput) -> bytes:
     return trailer
 
 
-def _truncated_trailer(reader: DataInput, start: int, length: int) -> InvalidSnapshotError:
+def _truncated_trailer(reader: DataInput, start: int, length: int) -> InvalidInputError:
     where = (
         f"the file ends at byte {start}, where its CheckpointProperties trailer starts"
         if length == 0
         else f"the CheckpointProperties trailer from byte {start} ends after {length} bytes, inside its "
         "serialized object"
     )
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{reader.source}: truncated: {where} (Flink's restore fails with an EOFException)",
         code="FLINK_METADATA_TRUNCATED",
     )
@@ -439,7 +439,7 @@ class _JavaWalk:
         self.r = reader
         self.handles: list[object] = []
 
-    def _bad(self, message: str) -> InvalidSnapshotError:
+    def _bad(self, message: str) -> InvalidInputError:
         return _corrupt(self.r, f"properties trailer, byte {self.r.base + self.r.pos}: {message}")
 
     def _assign(self, value: object) -> int:

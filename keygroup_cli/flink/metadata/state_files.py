@@ -16,7 +16,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.findings import Finding, Severity
 from keygroup_cli.flink.io.paths import handle_reference, local_path
 from keygroup_cli.flink.io.stream_handles import (
@@ -29,7 +29,7 @@ from keygroup_cli.flink.io.stream_handles import (
 )
 from keygroup_cli.flink.metadata import handles as h
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, SubtaskState
 from keygroup_cli.storage.containment import contain, input_roots
 from keygroup_cli.storage.locations import Location
@@ -71,7 +71,7 @@ def offsets_finding(
     )
 
 
-def state_file_findings(savepoint: FlinkSnapshot) -> list[Finding]:
+def state_file_findings(savepoint: FlinkCheckpoint) -> list[Finding]:
     """Check every file ``_metadata`` references without reading it: ``kg check``'s gate.
 
     Each file must exist, be a regular file kg can open, and have the size its handle records (a segment:
@@ -105,7 +105,7 @@ def contain_references(metadata: CheckpointMetadata, directory: Path | Location)
     file outside it alike, whether or not that command would read the file.
 
     Raises:
-        InvalidSnapshotError: ``STATE_FILE_OUTSIDE``, for the first reference that leads outside.
+        InvalidInputError: ``STATE_FILE_OUTSIDE``, for the first reference that leads outside.
     """
     roots = input_roots(directory)
     for op in metadata.operators:
@@ -173,7 +173,7 @@ def _stream_findings(
             path = local_path(stream, directory)
         except UnsupportedFormatError as exc:
             return [_finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)]
-        except InvalidSnapshotError as exc:  # a handle leading outside the savepoint
+        except InvalidInputError as exc:  # a handle leading outside the savepoint
             return [_finding("FLINK_STATE_FILE_UNREADABLE", subject, exc.message)]
         assert path is not None  # only inline and empty handles have none
         where = str(path)

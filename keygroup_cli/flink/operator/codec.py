@@ -21,18 +21,18 @@ from typing import BinaryIO
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.schema import OPERATOR_SCHEMA
 from keygroup_cli.flink.io.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateEntry, OperatorStateHandle
-from keygroup_cli.flink.operator.header import OperatorStateHeader, check_handle_states, mode_ordinal
+from keygroup_cli.flink.operator.header import OperatorStateHeader, require_states_declared, mode_ordinal
 from keygroup_cli.flink.types.serializers import value_end
-from keygroup_cli.flink.types.snapshots import MODE_OPTION, StateMetaInfo
+from keygroup_cli.flink.types.serializer_snapshots import MODE_OPTION, StateMetaInfo
 
 _INT = struct.Struct(">i")
 #: ``BytePrimitiveArraySerializer``'s snapshot: an int length, then the bytes (source readers' split state).
-BYTE_ARRAY_SNAPSHOT = (
+BYTE_ARRAY_SERIALIZER_SNAPSHOT = (
     "org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer"
     "$BytePrimitiveArraySerializerSnapshot"
 )
@@ -52,10 +52,10 @@ def decode_operator_file(
     """Return every element of one operator-state stream as a table in the kg operator schema.
 
     Raises:
-        InvalidSnapshotError: Offsets outside the stream, a broadcast blob that does not parse, or states
-            other than the header's (``check_handle_states``).
+        InvalidInputError: Offsets outside the stream, a broadcast blob that does not parse, or states
+            other than the header's (``require_states_declared``).
     """
-    check_handle_states(handle, header, source.source)
+    require_states_declared(handle, header, source.source)
     broadcast_infos = {i.name: i for i in header.broadcast_states or ()}
     element_classes = {i.name: _serializer_class(i, "VALUE_SERIALIZER") for i in header.states or ()}
     ends = _element_ends(handle, source.size)
@@ -65,14 +65,14 @@ def decode_operator_file(
         for j, off in enumerate(entry.offsets):
             end = ends[(n, j)]
             if not 0 < off <= end <= source.size:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{source.source}: state {entry.name!r} element {j} has offset {off} outside the stream",
                     code="FLINK_STATE_CORRUPT",
                 )
             raw = source.read(off, end)
             data = decode_frames(raw, where) if header.compressed else raw
             if entry.mode_name != "BROADCAST":
-                _check_element(data, element_classes.get(entry.name), where, j)
+                _require_one_value(data, element_classes.get(entry.name), where, j)
                 rows.add(entry.name, j, None, data)
                 continue
             info = broadcast_infos.get(entry.name)
@@ -121,7 +121,7 @@ class _OperatorRows:
         )
 
 
-def _check_element(data: bytes, serializer_class: str | None, source: str, index: int) -> None:
+def _require_one_value(data: bytes, serializer_class: str | None, source: str, index: int) -> None:
     """Refuse a list element whose bytes are not exactly one value of its serializer (where kg knows it).
 
     ``PartitionableListState.write`` records one offset per element and serializes it there, so the next
@@ -130,11 +130,11 @@ def _check_element(data: bytes, serializer_class: str | None, source: str, index
     ``byte[]``), that is found here, as ``kg verify`` finds it. Others are kept as opaque bytes.
 
     Raises:
-        InvalidSnapshotError: ``FLINK_STATE_CORRUPT``.
+        InvalidInputError: ``FLINK_STATE_CORRUPT``.
     """
-    if serializer_class == BYTE_ARRAY_SNAPSHOT:
+    if serializer_class == BYTE_ARRAY_SERIALIZER_SNAPSHOT:
         if len(data) < 4:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: element {index} has {len(data)} bytes, no byte[] length",
                 code="FLINK_STATE_CORRUPT",
             )
@@ -143,7 +143,7 @@ def _check_element(data: bytes, serializer_class: str | None, source: str, index
     else:
         end = value_end(serializer_class, data, 0, source) if data else -1
     if end is not None and end != len(data):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: element {index} has {len(data)} bytes, its value serializer's value "
             f"{'has a negative length' if end < 0 else f'ends at byte {end}'}",
             code="FLINK_STATE_CORRUPT",
@@ -155,7 +155,7 @@ def _split_broadcast(data: bytes, info: StateMetaInfo, source: str) -> list[tupl
     key_class = _serializer_class(info, "KEY_SERIALIZER")
     value_class = _serializer_class(info, "VALUE_SERIALIZER")
     if len(data) < 4:
-        raise InvalidSnapshotError(f"{source}: broadcast state truncated", code="FLINK_STATE_CORRUPT")
+        raise InvalidInputError(f"{source}: broadcast state truncated", code="FLINK_STATE_CORRUPT")
     size = _INT.unpack_from(data, 0)[0]
     pos = 4
     pairs = []
@@ -169,7 +169,7 @@ def _split_broadcast(data: bytes, info: StateMetaInfo, source: str) -> list[tupl
         pairs.append((data[pos:k_end], data[k_end:v_end]))
         pos = v_end
     if pos != len(data):
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: trailing bytes after broadcast entries", code="FLINK_STATE_CORRUPT"
         )
     return pairs
@@ -189,14 +189,14 @@ def header_state_order(
     """Return ``(name, mode ordinal)`` of every state in the header, lists first, as Flink writes data.
 
     Raises:
-        InvalidSnapshotError: A list state's mode is not ``SPLIT_DISTRIBUTE`` or ``UNION``
+        InvalidInputError: A list state's mode is not ``SPLIT_DISTRIBUTE`` or ``UNION``
             (``FLINK_STATE_META_INFO_INVALID``; ``read_operator_header`` refuses such a header already).
     """
     out = []
     for info in header.states or ():
         mode = mode_ordinal(info.option(MODE_OPTION), source, info.name)
         if mode == MODE_ORDINALS["BROADCAST"]:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{source}: list state {info.name!r} has distribution mode BROADCAST",
                 code="FLINK_STATE_META_INFO_INVALID",
             )
@@ -223,14 +223,14 @@ def write_operator_file(
         compressed: Write the elements inside one snappy framed stream, one chunk run per element.
 
     Raises:
-        InvalidSnapshotError: A row names a state the header does not declare.
+        InvalidInputError: A row names a state the header does not declare.
     """
     head = bytearray(header_bytes)
     version = _INT.unpack_from(head, 0)[0]
     if version >= 6:
         head[4] = 1 if compressed else 0
     elif compressed:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             "operator-state proxy version 5 has no compression flag", code="FLINK_COMPRESSION_UNSUPPORTED"
         )
     order = header_state_order(header)
@@ -258,7 +258,7 @@ def _elements_by_state(
     """Group rows in the kg operator schema by state: ``(position, entry key, value)`` each.
 
     Raises:
-        InvalidSnapshotError: A row names a state not in ``names`` (``FLINK_STATE_UNKNOWN``).
+        InvalidInputError: A row names a state not in ``names`` (``FLINK_STATE_UNKNOWN``).
     """
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=OPERATOR_SCHEMA)
     by_state: dict[str, list[tuple[int, bytes | None, bytes]]] = {name: [] for name in names}
@@ -270,7 +270,7 @@ def _elements_by_state(
         strict=True,
     ):
         if name not in by_state:
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"operator state {name!r} is not in the savepoint's operator-state header",
                 code="FLINK_STATE_UNKNOWN",
             )

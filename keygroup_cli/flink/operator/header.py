@@ -1,6 +1,6 @@
 """The header of an operator-state stream: ``OperatorBackendSerializationProxy.read`` (Flink 2.3).
 
-The serializer snapshots and meta infos inside it are parsed by ``flink.types.snapshots``.
+The serializer snapshots and meta infos inside it are parsed by ``flink.types.serializer_snapshots``.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.metadata.handles import DISTRIBUTION_MODES, OperatorStateHandle
-from keygroup_cli.flink.types.snapshots import (
+from keygroup_cli.flink.types.serializer_snapshots import (
     LIST_DISTRIBUTION_MODES,
     MODE_OPTION,
     PLAUSIBLE_VERSIONS,
     GiveUp,
     Grammar,
     StateMetaInfo,
-    check_unique,
+    require_unique,
     first_alternative,
     implausible_version,
     invalid_enum,
@@ -49,10 +49,10 @@ def read_operator_header(data: bytes, source: str, end: int | None = None) -> Op
 
     Raises:
         UnsupportedFormatError: A proxy version below 5.
-        InvalidSnapshotError: The bytes are not an operator-state header.
+        InvalidInputError: The bytes are not an operator-state header.
     """
     if len(data) < 4:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: operator-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
         )
     version = _INT.unpack_from(data, 0)[0]
@@ -85,16 +85,16 @@ def read_operator_header(data: bytes, source: str, end: int | None = None) -> Op
     except GiveUp:
         return OperatorStateHeader(version, compressed, None, None, end)
     if found is None:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{source}: cannot parse the operator-state header (OperatorBackendSerializationProxy)",
             code="FLINK_STATE_HEADER_CORRUPT",
         )
     (states, broadcast), pos = found
-    _check_operator_states(states, broadcast, source)
+    _require_operator_states_valid(states, broadcast, source)
     return OperatorStateHeader(version, compressed, states, broadcast, pos)
 
 
-def _check_operator_states(
+def _require_operator_states_valid(
     states: tuple[StateMetaInfo, ...], broadcast: tuple[StateMetaInfo, ...], source: str
 ) -> None:
     """Refuse what Flink's restore refuses in an operator-state header's meta infos.
@@ -104,7 +104,7 @@ def _check_operator_states(
     mode, broadcast states ``BROADCAST`` states in ``BROADCAST`` mode, every name once.
 
     Raises:
-        InvalidSnapshotError: ``FLINK_STATE_META_INFO_INVALID``.
+        InvalidInputError: ``FLINK_STATE_META_INFO_INVALID``.
     """
     for infos, backend, modes in (
         (states, "OPERATOR", LIST_DISTRIBUTION_MODES),
@@ -123,7 +123,7 @@ def _check_operator_states(
                     f"operator state {info.name!r} has distribution mode {info.option(MODE_OPTION)!r} "
                     f"(expected {' or '.join(modes)})",
                 )
-    check_unique([i.name for i in (*states, *broadcast)], source)
+    require_unique([i.name for i in (*states, *broadcast)], source)
 
 
 #: The snappy framing-format stream identifier chunk a compressed operator-state stream starts with.
@@ -148,14 +148,14 @@ def mode_ordinal(mode: str | None, source: str, name: str) -> int:
     """Return the ``OperatorStateHandle.Mode`` ordinal of a mode name, as Flink's ``Mode.valueOf`` reads it.
 
     Raises:
-        InvalidSnapshotError: Not one of the three names, exactly (``FLINK_STATE_META_INFO_INVALID``).
+        InvalidInputError: Not one of the three names, exactly (``FLINK_STATE_META_INFO_INVALID``).
     """
     if mode not in DISTRIBUTION_MODES:
         raise invalid_enum(source, f"operator state {name!r} has distribution mode {mode!r}")
     return DISTRIBUTION_MODES.index(mode)
 
 
-def check_handle_states(handle: OperatorStateHandle, header: OperatorStateHeader, source: str) -> None:
+def require_states_declared(handle: OperatorStateHandle, header: OperatorStateHeader, source: str) -> None:
     """Refuse a handle whose states are not exactly those its stream's header declares, in the same modes.
 
     Flink writes one handle entry per state of the header (``DefaultOperatorStateBackendSnapshotStrategy``),
@@ -165,7 +165,7 @@ def check_handle_states(handle: OperatorStateHandle, header: OperatorStateHeader
     in the wrong mode. A header kg could not resolve (``states`` None) is not compared.
 
     Raises:
-        InvalidSnapshotError: ``FLINK_OPERATOR_STATE_INCONSISTENT``.
+        InvalidInputError: ``FLINK_OPERATOR_STATE_INCONSISTENT``.
     """
     if header.states is None or header.broadcast_states is None:
         return
@@ -194,5 +194,5 @@ def check_handle_states(handle: OperatorStateHandle, header: OperatorStateHeader
         )
 
 
-def _inconsistent(source: str, what: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_OPERATOR_STATE_INCONSISTENT")
+def _inconsistent(source: str, what: str) -> InvalidInputError:
+    return InvalidInputError(f"{source}: {what}", code="FLINK_OPERATOR_STATE_INCONSISTENT")

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, KgError, UnsupportedFormatError
 from keygroup_cli.core.findings import Finding, Severity
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -21,10 +21,10 @@ from keygroup_cli.flink.metadata.state_files import offsets_finding, size_findin
 from keygroup_cli.flink.operator.codec import decode_operator_file
 from keygroup_cli.flink.operator.header import OperatorStateHeader, operator_header_end, read_operator_header
 from keygroup_cli.flink.types.classes import near_miss
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot, StateMetaInfo
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot, StateMetaInfo
 
 
-def stream_finding(exc: UnsupportedFormatError | InvalidSnapshotError, subject: str) -> Finding:
+def stream_finding(exc: UnsupportedFormatError | InvalidInputError, subject: str) -> Finding:
     """Return the finding for a stream kg cannot read at all (missing, unreadable, or a format it lacks)."""
     if isinstance(exc, UnsupportedFormatError):
         return finding("FLINK_NOT_VERIFIED", subject, exc.message, severity=Severity.WARNING)
@@ -68,7 +68,7 @@ def check_operator_stream(
     raw = prefix[: end or first]
     try:
         header = read_operator_header(raw, where, end)
-    except InvalidSnapshotError as exc:
+    except InvalidInputError as exc:
         return OperatorStreamCheck(
             None, None, (*findings, finding("FLINK_STATE_HEADER_INVALID", subject, exc.message)), None
         )
@@ -81,7 +81,7 @@ def check_operator_stream(
             stop = starts[j + 1] if j + 1 < len(starts) else src.size
             try:
                 decode_frames(src.read(start, stop), f"{where} element at byte {start}", verify=True)
-            except InvalidSnapshotError as exc:
+            except InvalidInputError as exc:
                 code = "FLINK_SNAPPY_CRC" if exc.code == "SNAPPY_CRC" else "FLINK_SNAPPY_CORRUPT"
                 return OperatorStreamCheck(
                     raw, header, (*findings, finding(code, subject, exc.message)), None

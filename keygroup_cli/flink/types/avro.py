@@ -3,7 +3,7 @@
 ``AvroSerializerSnapshot`` (the serializer snapshot in a state file's header) holds the writer schema: its
 body is the runtime class name and the schema's JSON (``schema.toString(false)``): version 1 the schema
 (or, in some 1.7-era code, both), version 2 both as ``writeUTF`` strings, version 3 both as
-``StringValue.writeString`` strings (``avro_snapshot``).
+``StringValue.writeString`` strings (``avro_serializer_snapshot``).
 
 ``AvroSerializer.serialize`` is Avro's ``GenericDatumWriter`` (or its specific / reflect variants, which
 write the same bytes for a schema) over Flink's own ``DataOutputEncoder``, with no framing of its own. That
@@ -44,10 +44,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.types.serializers import read_string
-from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT
+from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -66,7 +66,7 @@ class AvroDecodeError(ValueError):
     """Bytes that do not hold a value of the writer schema."""
 
 
-def avro_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
+def avro_serializer_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
     """Return (runtime class, schema JSON) of an ``AvroSerializerSnapshot``'s raw bytes (name, version, body).
 
     Raises:
@@ -93,7 +93,7 @@ def avro_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
             raise AvroSchemaError(f"AvroSerializerSnapshot version {version} is not one kg knows (1-3)")
     except AvroSchemaError:
         raise
-    except (struct.error, IndexError, ValueError, InvalidSnapshotError) as exc:
+    except (struct.error, IndexError, ValueError, InvalidInputError) as exc:
         raise AvroSchemaError(f"AvroSerializerSnapshot: the body does not read ({exc})") from None
     if pos != len(raw):
         raise AvroSchemaError(f"AvroSerializerSnapshot: {len(raw) - pos} byte(s) after the schema")
@@ -262,7 +262,7 @@ def _count(data: bytes, pos: int) -> tuple[int, int]:
 _MAX_EMPTY_ITEMS = 1 << 20
 
 
-def _check_count(count: int, items: Node | None, left: int) -> None:
+def _require_count_fits(count: int, items: Node | None, left: int) -> None:
     """Refuse a block count its bytes cannot hold (each map entry and non-empty item takes a byte or more)."""
     width = 4 if items is None else items.min_size
     if (width and count * width > left) or count > max(left, _MAX_EMPTY_ITEMS):
@@ -280,7 +280,7 @@ class _Array(Node):
         out = []
         count, pos = _count(data, pos)
         while count:
-            _check_count(count, self.items, len(data) - pos)
+            _require_count_fits(count, self.items, len(data) - pos)
             for _ in range(count):
                 item, pos = self.items.read(data, pos)
                 out.append(item)
@@ -303,7 +303,7 @@ class _Map(Node):
         out: dict[str, Any] = {}
         count, pos = _count(data, pos)
         while count:
-            _check_count(count, None, len(data) - pos)
+            _require_count_fits(count, None, len(data) - pos)
             for _ in range(count):
                 key, pos = self._key.read(data, pos)
                 out[key], pos = self.values.read(data, pos)
@@ -552,7 +552,7 @@ def avro_reader(raw: bytes, version: int) -> Node:
     Raises:
         AvroSchemaError: A snapshot or schema kg cannot read.
     """
-    return parse_schema(avro_snapshot(raw, version)[1])
+    return parse_schema(avro_serializer_snapshot(raw, version)[1])
 
 
 def read_value(node: Node, data: bytes, pos: int) -> tuple[Any, int]:
@@ -570,13 +570,13 @@ def read_value(node: Node, data: bytes, pos: int) -> tuple[Any, int]:
 
 
 __all__ = [
-    "AVRO_SNAPSHOT",
+    "AVRO_SERIALIZER_SNAPSHOT",
     "AvroDecodeError",
     "AvroInstant",
     "AvroSchemaError",
     "Node",
     "avro_reader",
-    "avro_snapshot",
+    "avro_serializer_snapshot",
     "parse_schema",
     "read_value",
 ]

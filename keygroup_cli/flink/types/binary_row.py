@@ -44,8 +44,8 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import InvalidArgumentError
-from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
 
 if TYPE_CHECKING:
     from keygroup_cli.core.keys import KeyLocations
@@ -70,7 +70,7 @@ FIELD_KINDS: dict[str, tuple[str, str | None]] = {
     # Parameterised fields (``RowFields.params``): precision and scale; precision; the nested fields.
     f"{_TABLE}DecimalDataSerializer$DecimalSerializerSnapshot": ("decimal", None),
     f"{_TABLE}TimestampDataSerializer$TimestampDataSerializerSnapshot": ("timestamp", None),
-    ROW_DATA_SNAPSHOT: ("row", None),
+    ROW_DATA_SERIALIZER_SNAPSHOT: ("row", None),
 }
 #: ``DecimalData.MAX_COMPACT_PRECISION`` and ``TimestampData``'s compact precision.
 MAX_COMPACT_DECIMAL = 18
@@ -198,7 +198,7 @@ class RowFields:
     @classmethod
     def of(cls, snapshot: SerializerSnapshot) -> RowFields:
         """Read the fields from a ``RowDataSerializerSnapshot`` (its nested snapshots, one per field)."""
-        if snapshot.class_name != ROW_DATA_SNAPSHOT:
+        if snapshot.class_name != ROW_DATA_SERIALIZER_SNAPSHOT:
             raise ValueError(f"not a RowDataSerializer snapshot: {snapshot.class_name}")
         kinds = tuple(
             FIELD_KINDS.get(n.class_name, ("?" + n.serializer_name, None))[0] for n in snapshot.nested
@@ -346,13 +346,13 @@ def locate_row_keys(
     import pyarrow as pa
 
     from keygroup_cli.core.keygroups import (
-        check_parallelism_bounds,
+        require_parallelism_in_bounds,
         key_groups_for_hashes,
         operator_indexes_for_key_groups,
     )
     from keygroup_cli.core.keys import KeyLocations
 
-    check_parallelism_bounds(max_parallelism, parallelism or 1)
+    require_parallelism_in_bounds(max_parallelism, parallelism or 1)
     shown, codes = [], []
     for text in texts:
         values = parse_row_key(text, fields)

@@ -21,49 +21,49 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
-STRING_SNAPSHOT = f"{_BASE}StringSerializer$StringSerializerSnapshot"
-LONG_SNAPSHOT = f"{_BASE}LongSerializer$LongSerializerSnapshot"
-INT_SNAPSHOT = f"{_BASE}IntSerializer$IntSerializerSnapshot"
-BOOLEAN_SNAPSHOT = f"{_BASE}BooleanSerializer$BooleanSerializerSnapshot"
-VOID_NAMESPACE_SNAPSHOT = (
+STRING_SERIALIZER_SNAPSHOT = f"{_BASE}StringSerializer$StringSerializerSnapshot"
+LONG_SERIALIZER_SNAPSHOT = f"{_BASE}LongSerializer$LongSerializerSnapshot"
+INT_SERIALIZER_SNAPSHOT = f"{_BASE}IntSerializer$IntSerializerSnapshot"
+BOOLEAN_SERIALIZER_SNAPSHOT = f"{_BASE}BooleanSerializer$BooleanSerializerSnapshot"
+VOID_NAMESPACE_SERIALIZER_SNAPSHOT = (
     "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot"
 )
-TIME_WINDOW_SNAPSHOT = (
+TIME_WINDOW_SERIALIZER_SNAPSHOT = (
     "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot"
 )
-GLOBAL_WINDOW_SNAPSHOT = (
+GLOBAL_WINDOW_SERIALIZER_SNAPSHOT = (
     "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot"
 )
 
 #: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): ``row`` keys, bytes to this module (self-
 #: delimiting: an int length, big-endian, then the row's bytes) that ``javahash`` hashes as Flink does.
-ROW_DATA_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
+ROW_DATA_SERIALIZER_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
 
 #: kg key type per key-serializer snapshot class; any other class is carried as ``binary``.
-KEY_TYPE_BY_SNAPSHOT = {
-    STRING_SNAPSHOT: "string",
-    LONG_SNAPSHOT: "long",
-    INT_SNAPSHOT: "int",
-    BOOLEAN_SNAPSHOT: "boolean",
+KEY_TYPE_BY_SERIALIZER_SNAPSHOT = {
+    STRING_SERIALIZER_SNAPSHOT: "string",
+    LONG_SERIALIZER_SNAPSHOT: "long",
+    INT_SERIALIZER_SNAPSHOT: "int",
+    BOOLEAN_SERIALIZER_SNAPSHOT: "boolean",
 }
 
 #: Bytes written per value, by serializer snapshot class, for serializers of fixed size.
 #: VoidNamespace and GlobalWindow report ``getLength() == 0`` (fixed) yet write one byte.
 FIXED_SIZES = {
-    LONG_SNAPSHOT: 8,
-    INT_SNAPSHOT: 4,
-    BOOLEAN_SNAPSHOT: 1,
+    LONG_SERIALIZER_SNAPSHOT: 8,
+    INT_SERIALIZER_SNAPSHOT: 4,
+    BOOLEAN_SERIALIZER_SNAPSHOT: 1,
     f"{_BASE}ShortSerializer$ShortSerializerSnapshot": 2,
     f"{_BASE}ByteSerializer$ByteSerializerSnapshot": 1,
     f"{_BASE}CharSerializer$CharSerializerSnapshot": 2,
     f"{_BASE}DoubleSerializer$DoubleSerializerSnapshot": 8,
     f"{_BASE}FloatSerializer$FloatSerializerSnapshot": 4,
-    VOID_NAMESPACE_SNAPSHOT: 1,
-    GLOBAL_WINDOW_SNAPSHOT: 1,
-    TIME_WINDOW_SNAPSHOT: 16,
+    VOID_NAMESPACE_SERIALIZER_SNAPSHOT: 1,
+    GLOBAL_WINDOW_SERIALIZER_SNAPSHOT: 1,
+    TIME_WINDOW_SERIALIZER_SNAPSHOT: 16,
 }
 
 _LONG = struct.Struct(">q")
@@ -71,8 +71,8 @@ _INT = struct.Struct(">i")
 _FLIP = 1 << 63
 
 
-def _corrupt(source: str, what: str) -> InvalidSnapshotError:
-    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_STATE_CORRUPT")
+def _corrupt(source: str, what: str) -> InvalidInputError:
+    return InvalidInputError(f"{source}: {what}", code="FLINK_STATE_CORRUPT")
 
 
 # -- StringValue --------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def read_string(data: bytes, pos: int, source: str = "<bytes>") -> tuple[str | N
     """Decode a ``StringValue.writeString`` string at ``pos``; return it (None for null) and the end position.
 
     Raises:
-        InvalidSnapshotError: The bytes end inside the string.
+        InvalidInputError: The bytes end inside the string.
     """
     try:
         length, pos = _read_varint(data, pos)
@@ -186,7 +186,7 @@ class KeyCodec:
     @property
     def length_prefixed(self) -> bool:
         """Return whether each key starts with its byte length (``RowDataSerializer``'s int)."""
-        return self.serializer_class == ROW_DATA_SNAPSHOT
+        return self.serializer_class == ROW_DATA_SERIALIZER_SNAPSHOT
 
     def read(self, data: bytes, pos: int, source: str = "<bytes>") -> tuple[object, int]:
         """Decode the key at ``pos``; return the value and the end position (self-delimiting codecs only)."""
@@ -241,11 +241,11 @@ class KeyCodec:
 
 def key_codec(serializer_class: str) -> KeyCodec:
     """Return the codec for a key serializer snapshot class (opaque ``binary`` for unknown classes)."""
-    if serializer_class == STRING_SNAPSHOT:
+    if serializer_class == STRING_SERIALIZER_SNAPSHOT:
         return KeyCodec("string", None, serializer_class)
-    if serializer_class == ROW_DATA_SNAPSHOT:
+    if serializer_class == ROW_DATA_SERIALIZER_SNAPSHOT:
         return KeyCodec("row", None, serializer_class)
-    key_type = KEY_TYPE_BY_SNAPSHOT.get(serializer_class, "binary")
+    key_type = KEY_TYPE_BY_SERIALIZER_SNAPSHOT.get(serializer_class, "binary")
     return KeyCodec(key_type, FIXED_SIZES.get(serializer_class), serializer_class)
 
 
@@ -266,7 +266,7 @@ def value_end(serializer_class: str | None, data: bytes, pos: int, source: str =
 
     Known for the fixed-size serializers and ``StringSerializer``; anything else is opaque to kg.
     """
-    if serializer_class == STRING_SNAPSHOT:
+    if serializer_class == STRING_SERIALIZER_SNAPSHOT:
         return read_string(data, pos, source)[1]
     size = FIXED_SIZES.get(serializer_class or "")
     if size is None:
@@ -298,7 +298,7 @@ def flip_sign_bit(value: int) -> int:
 
 __all__ = [
     "FIXED_SIZES",
-    "KEY_TYPE_BY_SNAPSHOT",
+    "KEY_TYPE_BY_SERIALIZER_SNAPSHOT",
     "KeyCodec",
     "flip_sign_bit",
     "key_codec",

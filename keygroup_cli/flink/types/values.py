@@ -39,17 +39,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.types.avro import AvroSchemaError, Node, avro_reader, read_value
 from keygroup_cli.flink.types.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
-from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT, read_string
-from keygroup_cli.flink.types.snapshots import (
-    AVRO_SNAPSHOT,
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string
+from keygroup_cli.flink.types.serializer_snapshots import (
+    AVRO_SERIALIZER_SNAPSHOT,
     OPTIONAL_MAP_HEADER,
     SerializerSnapshot,
     StateMetaInfo,
-    parse_snapshot,
+    parse_serializer_snapshot,
 )
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
@@ -171,7 +171,7 @@ class Codec:
         """Decode a whole serialized value (every byte must belong to it)."""
         try:
             value, end = self.read(data, 0)
-        except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidSnapshotError) as exc:
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidInputError) as exc:
             raise NotDecodable(f"{self.type_name}: the bytes do not decode ({exc})") from None
         if end != len(data):
             raise NotDecodable(f"{self.type_name}: {len(data) - end} byte(s) left after the value")
@@ -665,7 +665,7 @@ def _pojo(snapshot: SerializerSnapshot) -> Codec:
         if frame is None:
             return Opaque(f"Pojo {class_name}", f"field {name!r} has no serializer snapshot")
         names.append(name)
-        codecs.append(type_codec(parse_snapshot(frame, f"POJO field {name}")))
+        codecs.append(type_codec(parse_serializer_snapshot(frame, f"POJO field {name}")))
     return _Fields(f"Pojo {class_name}", names, codecs, "pojo")
 
 
@@ -728,15 +728,15 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
             return _Fields(
                 f"Row<{', '.join(c.type_name for c in nested)}>", names, nested, _row_layout(snapshot)
             )
-        if name == ROW_DATA_SNAPSHOT:
+        if name == ROW_DATA_SERIALIZER_SNAPSHOT:
             return _RowData(RowFields.of(snapshot), as_key=False)
         if name == VOID_NAMESPACE or name == GLOBAL_WINDOW:
             return _VoidNamespace()
         if name == TIME_WINDOW:
             return _TimeWindow()
-        if name == AVRO_SNAPSHOT:
+        if name == AVRO_SERIALIZER_SNAPSHOT:
             return _avro(snapshot)
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidSnapshotError) as exc:
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidInputError) as exc:
         return Opaque(_short(name), f"{_short(name)}: kg cannot read its serializer snapshot ({exc})")
     short = _short(name)
     if "kryo" in name.lower():
@@ -748,7 +748,7 @@ def type_codec(snapshot: SerializerSnapshot) -> Codec:
 
 def key_type_codec(snapshot: SerializerSnapshot) -> Codec:
     """Return the decoder of keys a key serializer snapshot describes: a SQL key row as its field list."""
-    if snapshot.class_name == ROW_DATA_SNAPSHOT:
+    if snapshot.class_name == ROW_DATA_SERIALIZER_SNAPSHOT:
         try:
             return _RowData(RowFields.of(snapshot), as_key=True)
         except (struct.error, ValueError) as exc:
@@ -837,7 +837,7 @@ class StateCodecs:
                     if raw[pos] != LIST_DELIMITER:
                         raise NotDecodable(f"{element.type_name}: no ',' between list elements at {pos}")
                     pos += 1
-        except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidSnapshotError) as exc:
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, InvalidInputError) as exc:
             raise NotDecodable(f"{element.type_name}: the list does not decode ({exc})") from None
         return out
 

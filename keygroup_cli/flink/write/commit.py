@@ -33,7 +33,7 @@ from keygroup_cli.core.keygroups import key_group_range_for_operator_index
 from keygroup_cli.flink.check.verify import verify_streams
 from keygroup_cli.flink.io.stream_handles import ByteStreamHandle, KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
-from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import METADATA_FILE, FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import CheckpointMetadata, parse_metadata
 from keygroup_cli.flink.metadata.writer import write_metadata
 from keygroup_cli.storage.locations import Location, location
@@ -64,7 +64,7 @@ def seal_savepoint(
         keyed_root: Where the keyed files are when not in ``staging``: an object-store prefix that write
             tasks wrote to directly.
         check_streams: Decode every operator-state stream now; an upload checks them where they will be
-            instead (``check_output``), once beside the keyed files.
+            instead (``require_streams_decode``), once beside the keyed files.
         verify: Called with ``staging`` once ``_metadata`` is written there, before anything else is
             checked: it verifies the whole staged savepoint and raises on a finding (``kg migrate``'s
             copied bytes). Operator-state streams are then not decoded again.
@@ -78,11 +78,11 @@ def seal_savepoint(
     if verify is not None:
         (staging / METADATA_FILE).write_bytes(encoded)
         verify(staging)
-        _check_handles(parsed, staging, keyed_root, where)
+        _require_handles_match(parsed, staging, keyed_root, where)
         return SealedSavepoint(staging, encoded, parsed)
-    _check_handles(parsed, staging, keyed_root, where)
+    _require_handles_match(parsed, staging, keyed_root, where)
     if check_streams:
-        check_output(FlinkSnapshot(staging / METADATA_FILE, parsed), staging)
+        require_streams_decode(FlinkCheckpoint(staging / METADATA_FILE, parsed), staging)
     (staging / METADATA_FILE).write_bytes(encoded)
     return SealedSavepoint(staging, encoded, parsed)
 
@@ -100,7 +100,7 @@ def seal_in_place(target: Location, metadata: CheckpointMetadata) -> CheckpointM
     """
     metadata_at = target / METADATA_FILE
     encoded, parsed = _encode_checked(metadata, f"output verification failed: {metadata_at}")
-    check_output(FlinkSnapshot(metadata_at, parsed), target)
+    require_streams_decode(FlinkCheckpoint(metadata_at, parsed), target)
     metadata_at.write_bytes(encoded)
     return parsed
 
@@ -115,7 +115,7 @@ def _encode_checked(metadata: CheckpointMetadata, where: str) -> tuple[bytes, Ch
     return encoded, parsed
 
 
-def check_output(savepoint: FlinkSnapshot, where: Path | Location) -> None:
+def require_streams_decode(savepoint: FlinkCheckpoint, where: Path | Location) -> None:
     """Decode every operator-state stream of a new savepoint where it is (``_metadata`` may not be yet).
 
     Raises:
@@ -128,7 +128,7 @@ def check_output(savepoint: FlinkSnapshot, where: Path | Location) -> None:
         )
 
 
-def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str) -> None:
+def _require_handles_match(metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str) -> None:
     """Check every handle against Flink's key-group ranges and the files written."""
     for op in metadata.operators:
         for sub in op.subtasks:
@@ -142,7 +142,7 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
                         f"not [{want.start}, {want.end}]",
                         code="OUTPUT_VERIFICATION_FAILED",
                     )
-                _check_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
+                _require_written_file(keyed_root or staging, keyed.delegate, keyed.offsets, subject)
             if isinstance(keyed, IncrementalKeyedHandle):
                 want = key_group_range_for_operator_index(op.max_parallelism, op.parallelism, sub.index)
                 if (keyed.key_group_start, keyed.key_group_end) != (want.start, want.end):
@@ -152,7 +152,7 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
                         code="OUTPUT_VERIFICATION_FAILED",
                     )
                 for file in (keyed.metadata, *(f.handle for f in keyed.private)):
-                    _check_written_file(staging, file, [], subject)
+                    _require_written_file(staging, file, [], subject)
             raw = sub.raw_keyed_state
             if isinstance(raw, KeyGroupsHandle):
                 # Timers in raw keyed state (flink.write.raw_timers), written into the staging directory.
@@ -163,14 +163,14 @@ def _check_handles(metadata: CheckpointMetadata, staging: Path, keyed_root: str 
                         f"{raw.key_group_end}], not [{want.start}, {want.end}]",
                         code="OUTPUT_VERIFICATION_FAILED",
                     )
-                _check_written_file(staging, raw.delegate, raw.offsets, subject)
+                _require_written_file(staging, raw.delegate, raw.offsets, subject)
             op_handle = sub.managed_operator_state
             if isinstance(op_handle, OperatorStateHandle):
                 offsets = [o for e in op_handle.states for o in e.offsets]
-                _check_written_file(staging, op_handle.delegate, offsets, subject)
+                _require_written_file(staging, op_handle.delegate, offsets, subject)
 
 
-def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], subject: str) -> None:
+def _require_written_file(root: Path | str, file: object, offsets: Sequence[int], subject: str) -> None:
     if isinstance(file, ByteStreamHandle):
         # Inline state (kept as Flink wrote it by ``kg migrate``): its offsets fall inside its bytes.
         if any(not 0 <= o < file.size for o in offsets):
@@ -193,4 +193,4 @@ def _check_written_file(root: Path | str, file: object, offsets: Sequence[int], 
         )
 
 
-__all__ = ["SealedSavepoint", "check_output", "seal_in_place", "seal_savepoint"]
+__all__ = ["SealedSavepoint", "require_streams_decode", "seal_in_place", "seal_savepoint"]

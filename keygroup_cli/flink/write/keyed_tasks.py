@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, cast
 import numpy as np
 import pyarrow as pa
 
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError
 from keygroup_cli.core.javahash import HASHABLE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import KeyGroupRange, even_runs, key_groups_for_hashes
 from keygroup_cli.core.schema import STATE_TYPE
@@ -189,7 +189,7 @@ def read_keyed_task(
     every key anyway checks them itself).
 
     Raises:
-        InvalidSnapshotError: A missing or corrupt file, or a key stored in a key group Flink would not
+        InvalidInputError: A missing or corrupt file, or a key stored in a key group Flink would not
             assign it to (``KEY_GROUP_MISMATCH``).
     """
     with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
@@ -202,7 +202,7 @@ def read_keyed_task(
         lookup = {name: i for i, name in enumerate(state_names)}
         remap = np.asarray([lookup.get(s.name, -1) for s in layout.states], dtype=np.int32)
         if bool((remap < 0).any()):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{src.source}: its header declares states the operator's chosen header lacks",
                 code="FLINK_STATE_INCONSISTENT",
             )
@@ -219,7 +219,7 @@ def read_keyed_task(
         )
         for batch in batches:
             if check:
-                check_key_groups(batch, key_type, task.max_parallelism, src.source)
+                require_keys_in_groups(batch, key_type, task.max_parallelism, src.source)
             yield _with_states(batch, state_names)
 
 
@@ -236,7 +236,7 @@ def read_parts_task(
     becomes parts (``entry_parts.parts``): no Arrow array is made.
 
     Raises:
-        InvalidSnapshotError: As ``read_keyed_task``.
+        InvalidInputError: As ``read_keyed_task``.
     """
     new_max, new_parallelism, buckets = target
     expect(task.bytes)
@@ -264,7 +264,7 @@ def _entry_layout(
     """Return a read task's layout, whether its blocks are compressed, and its state ids' positions.
 
     Raises:
-        InvalidSnapshotError: The file declares a state the operator's chosen header lacks.
+        InvalidInputError: The file declares a state the operator's chosen header lacks.
     """
     if task.header is not None:
         header = read_keyed_header(task.header, src.source, len(task.header))
@@ -274,7 +274,7 @@ def _entry_layout(
     lookup = {name: i for i, name in enumerate(state_names)}
     remap = tuple(lookup.get(s.name, -1) for s in layout.states)
     if min(remap, default=0) < 0:
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{src.source}: its header declares states the operator's chosen header lacks",
             code="FLINK_STATE_INCONSISTENT",
         )
@@ -291,7 +291,7 @@ def write_parts_task(
     one kernel call per bucket with the native kernels.
 
     Raises:
-        InvalidSnapshotError: Entries outside the range, out of bucket order, or of a state the header lacks.
+        InvalidInputError: Entries outside the range, out of bucket order, or of a state the header lacks.
         ExecutionError: ``OUTPUT_VERIFICATION_FAILED``: a block does not read back as its entries.
     """
     where = f"{task.root}/{task.name}"
@@ -314,12 +314,12 @@ def write_parts_task(
             for encoded, proven in framed:
                 group = encoded.key_group
                 if group not in span:
-                    raise InvalidSnapshotError(
+                    raise InvalidInputError(
                         f"a row's key group is outside the file's range [{span.start}, {span.end}]",
                         code="KEY_GROUP_OUT_OF_RANGE",
                     )
                 if group <= last:
-                    raise InvalidSnapshotError(
+                    raise InvalidInputError(
                         "keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
                     )
                 if proven != encoded.rows:
@@ -353,7 +353,7 @@ def read_entries_task(
     ``state`` over ``state_names``). Entries keep the order rows would have.
 
     Raises:
-        InvalidSnapshotError: As ``read_keyed_task``.
+        InvalidInputError: As ``read_keyed_task``.
     """
     with StreamSource(task.handle.delegate, directory_of(task.root)) as src:
         layout, compressed, remap = _entry_layout(task, src, state_names)
@@ -387,7 +387,7 @@ def _with_states(batch: pa.RecordBatch, state_names: tuple[str, ...]) -> pa.Reco
     return batch.set_column(index, pa.field("state", STATE_TYPE, nullable=False), recoded)
 
 
-def check_key_groups(batch: pa.RecordBatch, key_type: str, max_parallelism: int, where: str) -> None:
+def require_keys_in_groups(batch: pa.RecordBatch, key_type: str, max_parallelism: int, where: str) -> None:
     """Check that every decoded key hashes to the key group whose prefix it was stored under."""
     if key_type not in HASHABLE_KEY_TYPES or batch.num_rows == 0:
         return
@@ -399,13 +399,13 @@ def require_stored_key_groups(batch: pa.RecordBatch | pa.Table, expected: np.nda
     """Refuse rows whose stored ``key_group`` is not ``expected`` (the group Flink assigns their key).
 
     Raises:
-        InvalidSnapshotError: ``KEY_GROUP_MISMATCH``, naming the first such key.
+        InvalidInputError: ``KEY_GROUP_MISMATCH``, naming the first such key.
     """
     stored = np.asarray(batch.column("key_group").to_numpy())
     bad = np.flatnonzero(expected != stored)
     if bad.size:
         i = int(bad[0])
-        raise InvalidSnapshotError(
+        raise InvalidInputError(
             f"{where}: key {batch.column('key')[i].as_py()!r} is stored in key group {int(stored[i])} but "
             f"Flink assigns it to {int(expected[i])} (wrong key serializer or maxParallelism?)",
             code="KEY_GROUP_MISMATCH",
@@ -422,7 +422,7 @@ def write_keyed_task(
     ``encoding``: what the batches are (default rows; ``keyed_entries.Entries`` for entry batches).
 
     Raises:
-        InvalidSnapshotError: Rows outside the range, unsorted, or of a state the header lacks.
+        InvalidInputError: Rows outside the range, unsorted, or of a state the header lacks.
     """
     where = f"{task.root}/{task.name}"
     header = read_keyed_header(task.header, where, len(task.header))
@@ -456,7 +456,7 @@ __all__ = [
     "KeyedReadTask",
     "KeyedWriteTask",
     "WrittenKeyedFile",
-    "check_key_groups",
+    "require_keys_in_groups",
     "directory_of",
     "intersecting_tasks",
     "keyed_header",

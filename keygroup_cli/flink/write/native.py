@@ -65,7 +65,7 @@ def write_native_task(
     and the file removed: only the database's files (UUID names) and its metadata stream stay.
 
     Raises:
-        InvalidSnapshotError: As ``write_keyed_task``.
+        InvalidInputError: As ``write_keyed_task``.
         MissingDependencyError: ``rocksdict`` is not installed where the task runs.
         UnsupportedFormatError: The binding refuses what it is asked to write, or ``root`` is not a local
             directory.

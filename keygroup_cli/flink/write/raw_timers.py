@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.javahash import HASHABLE_KEY_TYPES, hash_code
 from keygroup_cli.core.keygroups import key_group_for_hash, subtask_ranges
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
@@ -32,7 +32,7 @@ from keygroup_cli.flink.keyed.timers import (
     NotTimers,
     TimerService,
     read_timer_section,
-    refuse,
+    raw_state_error,
     timer_keys,
     write_timer_section,
 )
@@ -62,7 +62,7 @@ def plan_raw_timers(savepoint: Savepoint, targets: Mapping[str, tuple[int, int]]
     Raises:
         UnsupportedFormatError: ``FLINK_RAW_STATE``: raw keyed state that is not timers, or timers whose
             keys or namespaces kg cannot split or hash at a maxParallelism change.
-        InvalidSnapshotError: A timer stored under a key group its key does not hash to, or unreadable
+        InvalidInputError: A timer stored under a key group its key does not hash to, or unreadable
             bytes.
     """
     planned = {}
@@ -82,17 +82,17 @@ def _plan_operator(savepoint: Savepoint, op: OperatorState, new_p: int, new_max:
         if handle is None:
             continue
         if not isinstance(handle, KeyGroupsHandle):
-            raise refuse(f"{where} subtask {sub.index}: raw keyed state in a {type(handle).__name__}")
+            raise raw_state_error(f"{where} subtask {sub.index}: raw keyed state in a {type(handle).__name__}")
         for group, section in _sections(savepoint, handle):
             source = f"{where} subtask {sub.index} key group {group}"
             try:
                 old[group] = read_timer_section(section, source)
             except NotTimers as exc:
-                raise refuse(
+                raise raw_state_error(
                     f"{exc}: raw keyed state that is not Flink's timers, which kg does not redistribute"
                 ) from None
             raw[group] = section
-            _check_stored(old[group], group, op.max_parallelism, source)
+            _require_stored_groups(old[group], group, op.max_parallelism, source)
     template = _template(old, where)
     moved = sum(1 for services in old.values() for _ in timer_keys(services))
     if new_max == op.max_parallelism:
@@ -112,14 +112,14 @@ def _sections(savepoint: Savepoint, handle: KeyGroupsHandle) -> list[tuple[int, 
     return [(group, data[offset:end]) for (offset, group), end in zip(present, ends, strict=True)]
 
 
-def _check_stored(services: tuple[TimerService, ...], group: int, max_parallelism: int, source: str) -> None:
+def _require_stored_groups(services: tuple[TimerService, ...], group: int, max_parallelism: int, source: str) -> None:
     for service in services:
         if service.key_type not in HASHABLE_KEY_TYPES:
             continue
         for key in (*service.event_keys, *service.processing_keys):
             found = key_group_for_hash(hash_code(key, service.key_type), max_parallelism)
             if found != group:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{source}: a timer of key {key!r} ({service.name}) belongs to key group {found}",
                     code="FLINK_STATE_CORRUPT",
                 )
@@ -131,7 +131,7 @@ def _template(old: Mapping[int, tuple[TimerService, ...]], where: str) -> tuple[
         tuple((s.name, s.key_serializer.raw, s.namespace_serializer.raw) for s in v) for v in old.values()
     }
     if len(shapes) > 1:
-        raise refuse(f"{where}: its key groups declare different timer services, which kg does not merge")
+        raise raw_state_error(f"{where}: its key groups declare different timer services, which kg does not merge")
     first = next(iter(old.values()), ())
     return tuple(s.empty() for s in first)
 
@@ -145,7 +145,7 @@ def _rekeyed(
     for group in sorted(old):
         for index, service in enumerate(old[group]):
             if (service.event or service.processing) and service.key_type not in HASHABLE_KEY_TYPES:
-                raise refuse(
+                raise raw_state_error(
                     f"{where}: timers of keys written by {service.key_serializer.class_name}, which kg "
                     "cannot re-hash for a new maxParallelism"
                 )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.findings import Finding
 from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.core.workers import ordered_map
@@ -36,7 +36,7 @@ from keygroup_cli.flink.keyed.entries import check_entries_in_windows
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint
 from keygroup_cli.flink.metadata.reader import OperatorState
 from keygroup_cli.flink.savepoint import Savepoint
 from keygroup_cli.storage.staging import flush_soon
@@ -68,7 +68,7 @@ def keyed_handles(op: OperatorState) -> list[KeyGroupsHandle]:
     return [s.managed_keyed_state for s in op.subtasks if isinstance(s.managed_keyed_state, KeyGroupsHandle)]
 
 
-def shared_keyed_header(savepoint: FlinkSnapshot, op: OperatorState) -> bytes | None:
+def shared_keyed_header(savepoint: FlinkCheckpoint, op: OperatorState) -> bytes | None:
     """Return the header every old keyed file of ``op`` starts with, or None if they differ.
 
     The headers are the opened savepoint's (``Savepoint.keyed_streams``): read once, not again here.
@@ -78,7 +78,7 @@ def shared_keyed_header(savepoint: FlinkSnapshot, op: OperatorState) -> bytes | 
 
 
 def regroup_keyed_state(
-    savepoint: FlinkSnapshot,
+    savepoint: FlinkCheckpoint,
     op: OperatorState,
     header: bytes,
     new_parallelism: int,
@@ -101,7 +101,7 @@ def regroup_keyed_state(
         workers: Threads writing new subtasks' files at once (``keygroup_cli.core.workers``).
 
     Raises:
-        InvalidSnapshotError: A state file is missing or shorter than its offsets say; with ``check``, a
+        InvalidInputError: A state file is missing or shorter than its offsets say; with ``check``, a
             block ``kg verify`` refuses (``INPUT_FAILS_VERIFY``, its first finding).
     """
     old = sorted(keyed_handles(op), key=lambda h: h.key_group_start)
@@ -134,7 +134,7 @@ def regroup_keyed_state(
 
 
 def _copy_handle(
-    savepoint: FlinkSnapshot,
+    savepoint: FlinkCheckpoint,
     op: OperatorState,
     handle: KeyGroupsHandle,
     subtasks: dict[int, int],
@@ -158,7 +158,7 @@ def _copy_handle(
         for run in _contiguous_runs(extents):
             run_start, run_end = run[0][1], run[-1][2]
             if run_end > src.size:
-                raise InvalidSnapshotError(
+                raise InvalidInputError(
                     f"{src.source}: ends at byte {src.size}, before key group {run[-1][0]}'s "
                     f"block (offset {run[-1][1]})",
                     code="FLINK_STATE_CORRUPT",
@@ -188,7 +188,7 @@ def _copy_handle(
                             raw, group, compressed, layout, op.max_parallelism, src.source, subject
                         )
                         if problem is not None:
-                            raise _refused(check or "", problem)
+                            raise _fails_verify_error(check or "", problem)
                         out.write(raw)
                         del raw
             position += run_end - run_start
@@ -227,9 +227,9 @@ class _ReadOnceInto:
         return self.tail[start - self.tail_at : end - self.tail_at]
 
 
-def _refused(name: str, problem: Finding) -> InvalidSnapshotError:
+def _fails_verify_error(name: str, problem: Finding) -> InvalidInputError:
     """Return the error the gate (``assess.integrity.require_intact``) raises for ``problem``."""
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{name}: input fails kg verify: {problem.code}: {problem.message}", code="INPUT_FAILS_VERIFY"
     )
 

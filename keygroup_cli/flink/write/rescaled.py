@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.progress import OnProgress, no_progress
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle
 from keygroup_cli.flink.metadata.handles import IncrementalKeyedHandle, OperatorStateHandle
@@ -94,7 +94,7 @@ def write_rescaled(
         on_progress: ``(stage, completed, total)`` callback.
 
     Raises:
-        InvalidSnapshotError: Rows that name a state no input header declares.
+        InvalidInputError: Rows that name a state no input header declares.
         InvalidArgumentError: ``FINISHED_SUBTASK_NOT_KEPT`` (``flink.write.finished``).
     """
     report = on_progress or no_progress
@@ -252,12 +252,12 @@ def pick_header(
     operator that declares every state its rows name serves (they differ only in what each subtask held).
 
     Raises:
-        InvalidSnapshotError: No header declares them all (``FLINK_STATE_UNKNOWN``).
+        InvalidInputError: No header declares them all (``FLINK_STATE_UNKNOWN``).
     """
     for raw, header in candidates:
         if needed <= names(header):
             return raw, header
-    raise InvalidSnapshotError(
+    raise InvalidInputError(
         f"{where}: no saved state header declares all of {sorted(needed)}", code="FLINK_STATE_UNKNOWN"
     )
 
@@ -272,7 +272,7 @@ def keep_one_union_copy(
     copy restores exactly the list every subtask held.
 
     Raises:
-        InvalidSnapshotError: A replicated state's copies differ (``UNION_REPLICAS_DIFFER``).
+        InvalidInputError: A replicated state's copies differ (``UNION_REPLICAS_DIFFER``).
     """
     if not replicated or len(tables) < 2:
         return dict(tables)
@@ -284,7 +284,7 @@ def keep_one_union_copy(
         holders = {i: rows for i, t in sorted(tables.items()) if (rows := _state_rows(t, name))}
         copies = list(holders.values())
         if any(rows != copies[0] for rows in copies[1:]):
-            raise InvalidSnapshotError(
+            raise InvalidInputError(
                 f"{where}: union state {name!r} is marked replicated but its subtasks hold different lists",
                 code="UNION_REPLICAS_DIFFER",
             )

@@ -15,7 +15,7 @@ from keygroup_cli.convert.from_savepoint import savepoint_to_snapshot
 from keygroup_cli.core.errors import (
     ExecutionError,
     InvalidArgumentError,
-    InvalidSnapshotError,
+    InvalidInputError,
 )
 from keygroup_cli.core.keygroups import key_group_range_for_operator_index
 from keygroup_cli.execution.routes.rescale import rescale
@@ -191,7 +191,7 @@ def test_a_corrupt_state_file_is_refused_and_nothing_is_left(tmp_path):
     state_files = [p for p in source.iterdir() if p.name != "_metadata" and p.suffix != ".json"]
     victim = max(state_files, key=lambda p: p.stat().st_size)
     victim.write_bytes(victim.read_bytes()[:100])
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         rescale(source, tmp_path / "sp", 4, engine="local")
     assert "Traceback" not in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
@@ -266,21 +266,21 @@ def test_surgery_in_the_pass_is_the_same_on_spark_and_local(spark, tmp_path):
     from keygroup_cli.planning.migration import MigrationRequest
 
     source = FIXTURES / "uid-heap-canonical-p3"
-    surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
+    migration = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
     runs = {
         engine: rescale(
             source,
             tmp_path / engine,
             4,
             new_max_parallelism=256,
-            surgery=surgery,
+            migration=migration,
             engine=engine,
             spark=session,
         )  # fmt: skip
         for engine, session in (("local", None), ("spark", spark))
     }
     assert runs["spark"].engine == "spark"
-    assert [c.action for c in runs["spark"].plan.surgery] == ["drop", "rename"]
+    assert [c.action for c in runs["spark"].plan.migration] == ["drop", "rename"]
     for engine in runs:
         ops = read_flink_metadata(tmp_path / engine).metadata.operators
         assert {o.uid for o in ops if o.has_state} == {"uid-source", "keyed-long-v2"}

@@ -111,8 +111,8 @@ def test_every_command_reads_the_input_metadata_once(argv, monkeypatch, tmp_path
     assert all(n == 1 for n in counts.operator_decodes.values()), counts.operator_decodes
 
 
-SURGERY_ROUTES = [
-    # Operator surgery in the rescale's pass, on each route: copy as bytes, re-hash, a layout rewritten.
+MIGRATION_ROUTES = [
+    # Operator migration in the rescale's pass, on each route: copy as bytes, re-hash, a layout rewritten.
     ("2.3/uid-heap-canonical-p3", 4, None),
     ("2.3/uid-heap-canonical-p3", 4, 256),
     ("2.3/uid-heap-checkpoint-p3", 2, 64),
@@ -120,7 +120,7 @@ SURGERY_ROUTES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "to", "max_parallelism"), SURGERY_ROUTES)
+@pytest.mark.parametrize(("case", "to", "max_parallelism"), MIGRATION_ROUTES)
 def test_a_rescale_with_surgery_reads_the_input_once_and_a_dropped_operator_never(
     case, to, max_parallelism, tmp_path, monkeypatch
 ):
@@ -131,9 +131,9 @@ def test_a_rescale_with_surgery_reads_the_input_once_and_a_dropped_operator_neve
     source = FIXTURES / case
     dropped = operator_id_for_uid("keyed-string")
     files, streams, names = state_files(source, without=frozenset({dropped}))
-    surgery = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
+    migration = MigrationRequest(renames=(("keyed-long", "keyed-long-v2"),), drops=("keyed-string",))
     dest = str(tmp_path / "out")
-    counts = count_rescale(monkeypatch, str(source), dest, to, max_parallelism, names, surgery)
+    counts = count_rescale(monkeypatch, str(source), dest, to, max_parallelism, names, migration)
     assert_each_once(counts, state_files=files, operator_streams=streams)
     kept = {n.rsplit("/", 1)[-1] for n in counts.header_reads}
     assert not kept & _files_of(source, dropped), "a dropped operator's state is never read"

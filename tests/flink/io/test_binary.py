@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.binary import DataInput, DataOutput, decode_modified_utf8, encode_modified_utf8
 
 
@@ -41,12 +41,12 @@ def test_primitives_round_trip(values: list[tuple[int, int, str]]) -> None:
 
 def test_reading_past_the_end_names_the_source_and_offset() -> None:
     reader = DataInput(b"\x00\x00", "some/_metadata", base=100)
-    with pytest.raises(InvalidSnapshotError, match=r"some/_metadata: truncated or corrupt at byte 100"):
+    with pytest.raises(InvalidInputError, match=r"some/_metadata: truncated or corrupt at byte 100"):
         reader.read_int()
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         DataInput(b"\x00\x00\x00\x02").read_longs(2**30)
 
 
 def test_malformed_utf_is_invalid_snapshot() -> None:
-    with pytest.raises(InvalidSnapshotError, match="malformed modified UTF-8"):
+    with pytest.raises(InvalidInputError, match="malformed modified UTF-8"):
         DataInput(b"\x00\x01\xff").read_utf()

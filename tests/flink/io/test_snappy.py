@@ -8,7 +8,7 @@ import random
 import pytest
 from kg_fixture_state import FLINK_FIXTURES
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.snappy import (
     BLOCK_SIZE,
     STREAM_IDENTIFIER,
@@ -44,9 +44,9 @@ def test_library_crc32c_equals_the_pure_python_reference() -> None:
 
 
 def test_corrupt_raw_block_is_a_clear_error() -> None:
-    with pytest.raises(InvalidSnapshotError, match="corrupt snappy block"):
+    with pytest.raises(InvalidInputError, match="corrupt snappy block"):
         decompress_raw(b"\x10" + bytes(range(20)), "f")
-    with pytest.raises(InvalidSnapshotError, match="bad length varint"):
+    with pytest.raises(InvalidInputError, match="bad length varint"):
         decompress_raw(b"\xff" * 6, "f")
 
 
@@ -96,12 +96,12 @@ def test_compressible_block_is_compressed() -> None:
 
 def test_corrupt_streams_are_clear_errors() -> None:
     framed = encode_frames(b"hello world" * 10)
-    with pytest.raises(InvalidSnapshotError, match="truncated snappy chunk"):
+    with pytest.raises(InvalidInputError, match="truncated snappy chunk"):
         decode_frames(framed[:-3], "f")
-    with pytest.raises(InvalidSnapshotError, match="reserved unskippable"):
+    with pytest.raises(InvalidInputError, match="reserved unskippable"):
         decode_frames(b"\x05\x01\x00\x00\x00", "f")
     bad = bytearray(framed)
     bad[14] ^= 0xFF  # inside the CRC of the first data chunk
-    with pytest.raises(InvalidSnapshotError, match="CRC mismatch"):
+    with pytest.raises(InvalidInputError, match="CRC mismatch"):
         decode_frames(bytes(bad), "f", verify=True)
     assert decode_frames(bytes(bad), "f") == b"hello world" * 10  # Flink does not verify either

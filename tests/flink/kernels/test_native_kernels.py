@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keygroup_cli.core import javahash, keygroups
-from keygroup_cli.core.errors import InvalidSnapshotError, KgError, MissingDependencyError
+from keygroup_cli.core.errors import InvalidInputError, KgError, MissingDependencyError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -547,9 +547,9 @@ def test_auto_loads_the_kernels_only_once_the_walks_pay_for_them() -> None:
         "from keygroup_cli.flink.keyed import decode as keyed_decode, entries as keyed_entries\n"
         "from keygroup_cli.flink.kernels import native as native_kernels\n"
         "from keygroup_cli.flink.keyed.layout import KeyedLayout\n"
-        "from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT, key_codec\n"
+        "from keygroup_cli.flink.types.serializers import LONG_SERIALIZER_SNAPSHOT, key_codec\n"
         "window = bytes(1 << 20)\n"
-        "layout = KeyedLayout(key_codec(LONG_SNAPSHOT), 1, ())\n"
+        "layout = KeyedLayout(key_codec(LONG_SERIALIZER_SNAPSHOT), 1, ())\n"
         "for _ in range(20):\n"
         "    assert keyed_entries.walk_window(window, None, 0, layout, 128, 256, ()) is None\n"
         "    keyed_decode._scan_window(window, frozenset({0}), None)\n"
@@ -710,7 +710,7 @@ def test_a_part_with_a_negative_entry_length_is_refused_both_ways(monkeypatch: p
     assert (
         native
         == reference
-        == (InvalidSnapshotError, "a spilled entry part is corrupt", "FLINK_STATE_CORRUPT")
+        == (InvalidInputError, "a spilled entry part is corrupt", "FLINK_STATE_CORRUPT")
     )
 
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES
 
-from keygroup_cli.core.errors import ExecutionError, InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import ExecutionError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.keyed.decode import _scan_block, check_block, decode_block_batches
-from keygroup_cli.flink.keyed.encode import _Block, _check_encoded, _encode_columns, _Rows
+from keygroup_cli.flink.keyed.encode import _Block, _require_reads_back, _encode_columns, _Rows
 from keygroup_cli.flink.keyed.layout import KeyedLayout, _vector_states
 from tests.flink.keyed.test_keyed_state_columns import _blocks, _mixed_rows, _reference
 
@@ -123,21 +123,21 @@ def test_an_accepted_claim_is_what_the_sequential_read_finds(
 
 
 def test_a_block_that_does_not_read_back_is_not_written() -> None:
-    from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT
+    from keygroup_cli.flink.types.serializers import LONG_SERIALIZER_SNAPSHOT
     from tests.flink.keyed.test_keyed_state_columns import STATES, _layout, _rows
 
-    layout = _layout(LONG_SNAPSHOT, 1, *STATES)
+    layout = _layout(LONG_SERIALIZER_SNAPSHOT, 1, *STATES)
     [one] = _encoded(layout, _rows("long", list(range(6)), [3] * 6))
-    _check_encoded(one, layout)
+    _require_reads_back(one, layout)
     bad = _Block(one.key_group, _flip(bytes(one.block), 5, 0x01), one.rows, one.value_ends, one.run_end)
     with pytest.raises(ExecutionError, match="does not read back") as info:
-        _check_encoded(bad, layout)
+        _require_reads_back(bad, layout)
     assert info.value.code == "OUTPUT_VERIFICATION_FAILED"
     # The reference encoder's blocks (no claim) are decoded again instead.
     plain = _Block(one.key_group, bytes(one.block), one.rows)
-    _check_encoded(plain, layout)
+    _require_reads_back(plain, layout)
     with pytest.raises(ExecutionError, match="7 entries"):
-        _check_encoded(_Block(one.key_group, bytes(one.block), 7), layout)
+        _require_reads_back(_Block(one.key_group, bytes(one.block), 7), layout)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -153,7 +153,7 @@ def test_a_damaged_block_read_in_windows_is_refused_or_read_as_the_reference_rea
             windows = pa.Table.from_batches(
                 list(decode_block_batches(block, one.key_group, layout, "w", window, whole=True))
             )
-        except (InvalidSnapshotError, UnsupportedFormatError):
+        except (InvalidInputError, UnsupportedFormatError):
             continue
         # Accepted window by window: exactly the rows of the per-entry read of the whole block.
         assert windows == pa.Table.from_batches([_reference(block, one.key_group, layout)])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES, expected
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -103,7 +103,7 @@ def test_each_size_is_exactly_one_decodable_block(case: str) -> None:
                 block = decode_frames(raw) if header.compressed else raw
                 decode_block(block, group, layout, _Columns(), case)
                 assert block.endswith(b"\xff\xff")
-                with pytest.raises(InvalidSnapshotError):
+                with pytest.raises(InvalidInputError):
                     short = decode_frames(raw[:-1]) if header.compressed else raw[:-1]
                     decode_block(short, group, layout, _Columns(), case)
                 blocks += 1
@@ -163,7 +163,7 @@ def test_missing_state_file_names_the_file(tmp_path: Path) -> None:
     directory = _copy("heap-files-p3-maxp128-long", tmp_path)
     victim = _keyed_file(directory)
     victim.unlink()
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         _measured(directory)
     assert info.value.code == "STATE_FILE_MISSING"
     assert str(victim) in info.value.message
@@ -174,7 +174,7 @@ def test_truncated_state_file_is_invalid(tmp_path: Path) -> None:
     victim = _keyed_file(directory)
     data = victim.read_bytes()
     victim.write_bytes(data[:1900])  # past the header, before the last blocks' offsets
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         _measured(directory)
     assert info.value.code == "FLINK_STATE_CORRUPT"
     assert str(victim) in info.value.message

@@ -29,20 +29,20 @@ from keygroup_cli.flink.keyed.encode import _Rows, write_keyed_file
 from keygroup_cli.flink.keyed.entries import ENTRY_SCHEMA, Entries, Rekey, check_entries
 from keygroup_cli.flink.keyed.layout import KeyedLayout
 from keygroup_cli.flink.types.serializers import (
-    BOOLEAN_SNAPSHOT,
-    INT_SNAPSHOT,
-    LONG_SNAPSHOT,
-    STRING_SNAPSHOT,
+    BOOLEAN_SERIALIZER_SNAPSHOT,
+    INT_SERIALIZER_SNAPSHOT,
+    LONG_SERIALIZER_SNAPSHOT,
+    STRING_SERIALIZER_SNAPSHOT,
 )
 from keygroup_cli.flink.write.keyed_tasks import require_stored_key_groups
 from tests.flink.keyed.test_block_check import _damage
 from tests.flink.keyed.test_keyed_state_columns import STATES, _layout
 
 _KEYS = {
-    "string": (STRING_SNAPSHOT, st.text(max_size=300)),
-    "long": (LONG_SNAPSHOT, st.integers(-(2**63), 2**63 - 1)),
-    "int": (INT_SNAPSHOT, st.integers(-(2**31), 2**31 - 1)),
-    "boolean": (BOOLEAN_SNAPSHOT, st.booleans()),
+    "string": (STRING_SERIALIZER_SNAPSHOT, st.text(max_size=300)),
+    "long": (LONG_SERIALIZER_SNAPSHOT, st.integers(-(2**63), 2**63 - 1)),
+    "int": (INT_SERIALIZER_SNAPSHOT, st.integers(-(2**31), 2**31 - 1)),
+    "boolean": (BOOLEAN_SERIALIZER_SNAPSHOT, st.booleans()),
 }
 NAMES = tuple(s.name for s in STATES)
 HEADER = bytes(8)  # write_keyed_file patches byte 4 (compression); the layout is given apart
@@ -167,7 +167,7 @@ def test_damaged_blocks_are_refused_as_the_row_route_refuses_them(
 
 
 def test_a_key_in_the_wrong_key_group_is_named_as_the_row_route_names_it() -> None:
-    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, *STATES)
     keys = ["alpha", "beta", "gamma"]
     groups = key_groups_for_hashes(hash_codes(pa.array(keys), "string"), 128)
     rows = {c: [] for c in keyed_schema("string").names}  # type: dict[str, list[Any]]

@@ -14,7 +14,7 @@ from keygroup_cli.core.errors import KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import DataOutput
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.operator.header import read_operator_header
-from keygroup_cli.flink.types.snapshots import COMPOSITE_MAGIC, NESTED_MAGIC
+from keygroup_cli.flink.types.serializer_snapshots import COMPOSITE_MAGIC, NESTED_MAGIC
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CASES = sorted(p.parent for p in FLINK_FIXTURES.glob("*/*/expected-state.json"))

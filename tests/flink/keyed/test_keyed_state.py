@@ -14,7 +14,7 @@ from kg_fixture_state import (
     logical_keyed_state,
 )
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
@@ -23,7 +23,7 @@ from keygroup_cli.flink.keyed.encode import encode_block, write_keyed_file
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.keyed.layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.types.serializers import VOID_NAMESPACE_SNAPSHOT, key_codec
+from keygroup_cli.flink.types.serializers import VOID_NAMESPACE_SERIALIZER_SNAPSHOT, key_codec
 
 
 def _keyed_files(case: str) -> list[tuple[str, int, KeyGroupsHandle, bytes, KeyedLayout, bool]]:
@@ -146,7 +146,7 @@ def test_prefix_width_follows_max_parallelism() -> None:
     layout1 = KeyedLayout(
         key_codec("org.apache.flink.api.common.typeutils.base.LongSerializer$LongSerializerSnapshot"),
         1,
-        (StateLayout("v", "value", VOID_NAMESPACE_SNAPSHOT),),
+        (StateLayout("v", "value", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),),
     )
     layout2 = KeyedLayout(layout1.codec, 2, layout1.states)
     entries = [(0, b"\x00" * 7 + b"\x05" + b"\x00", b"\x00" * 8)]
@@ -172,19 +172,19 @@ def test_truncated_block_is_a_clear_error() -> None:
     layout = KeyedLayout(
         key_codec("org.apache.flink.api.common.typeutils.base.LongSerializer$LongSerializerSnapshot"),
         1,
-        (StateLayout("v", "value", VOID_NAMESPACE_SNAPSHOT),),
+        (StateLayout("v", "value", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),),
     )
     block = encode_block(3, [(0, b"\x00" * 8 + b"\x00", b"\x00" * 8)], 1)
-    with pytest.raises(InvalidSnapshotError, match="END_OF_KEY_GROUP|truncated"):
+    with pytest.raises(InvalidInputError, match="END_OF_KEY_GROUP|truncated"):
         decode_block(block[:-3], 3, layout, _cols(), "file-x")
-    with pytest.raises(InvalidSnapshotError, match="another key group.s prefix"):
+    with pytest.raises(InvalidInputError, match="another key group.s prefix"):
         decode_block(block, 4, layout, _cols(), "file-x")
 
 
 def test_opaque_key_map_state_is_refused_clearly() -> None:
     codec = key_codec("com.example.PojoSerializerSnapshot")
     assert codec.key_type == "binary"
-    layout = KeyedLayout(codec, 1, (StateLayout("m", "map", VOID_NAMESPACE_SNAPSHOT),))
+    layout = KeyedLayout(codec, 1, (StateLayout("m", "map", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),))
     block = encode_block(1, [(0, b"abc" + b"\x00" + b"uk", b"\x00v")], 1)
     with pytest.raises(UnsupportedFormatError, match="cannot split the composite key"):
         decode_block(block, 1, layout, _cols(), "f")
@@ -194,7 +194,7 @@ def test_opaque_key_value_state_keeps_key_bytes() -> None:
     layout = KeyedLayout(
         key_codec("com.example.PojoSerializerSnapshot"),
         1,
-        (StateLayout("v", "value", VOID_NAMESPACE_SNAPSHOT),),
+        (StateLayout("v", "value", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),),
     )
     block = encode_block(1, [(0, b"abc" + b"\x00", b"val")], 1)
     cols = _cols()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.flink.io.snappy import decode_frames
@@ -36,12 +36,12 @@ from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.keyed.layout import KeyedLayout, StateLayout
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.types.serializers import (
-    BOOLEAN_SNAPSHOT,
-    INT_SNAPSHOT,
-    LONG_SNAPSHOT,
-    STRING_SNAPSHOT,
-    TIME_WINDOW_SNAPSHOT,
-    VOID_NAMESPACE_SNAPSHOT,
+    BOOLEAN_SERIALIZER_SNAPSHOT,
+    INT_SERIALIZER_SNAPSHOT,
+    LONG_SERIALIZER_SNAPSHOT,
+    STRING_SERIALIZER_SNAPSHOT,
+    TIME_WINDOW_SERIALIZER_SNAPSHOT,
+    VOID_NAMESPACE_SERIALIZER_SNAPSHOT,
     key_codec,
 )
 
@@ -131,12 +131,12 @@ def _layout(key_serializer: str, max_parallelism_prefix: int, *states: StateLayo
 
 
 STATES = (
-    StateLayout("v", "value", VOID_NAMESPACE_SNAPSHOT),
-    StateLayout("m", "map", VOID_NAMESPACE_SNAPSHOT),
-    StateLayout("l", "list", VOID_NAMESPACE_SNAPSHOT),
-    StateLayout("w", "value", TIME_WINDOW_SNAPSHOT),
-    StateLayout("t", "timer", VOID_NAMESPACE_SNAPSHOT),
-    StateLayout("tw", "timer", TIME_WINDOW_SNAPSHOT),
+    StateLayout("v", "value", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),
+    StateLayout("m", "map", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),
+    StateLayout("l", "list", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),
+    StateLayout("w", "value", TIME_WINDOW_SERIALIZER_SNAPSHOT),
+    StateLayout("t", "timer", VOID_NAMESPACE_SERIALIZER_SNAPSHOT),
+    StateLayout("tw", "timer", TIME_WINDOW_SERIALIZER_SNAPSHOT),
 )
 #: Timer timestamps, the extremes included (the sign bit is flipped on the wire).
 TIMESTAMPS = (0, -1, 1, -(2**63), 2**63 - 1, 1_700_000_000_000, -1_700_000_000_000)
@@ -166,10 +166,10 @@ def _rows(key_type: str, keys: list[Any], groups: list[int]) -> pa.RecordBatch:
 @pytest.mark.parametrize(
     ("serializer", "key_type", "keys"),
     [
-        (STRING_SNAPSHOT, "string", [f"user-{i}" for i in range(40)] + ["", "x" * 126]),
-        (LONG_SNAPSHOT, "long", [(i - 20) * 1_000_000_007 for i in range(40)] + [-(2**63), 2**63 - 1]),
-        (INT_SNAPSHOT, "int", [(i - 20) * 100_003 for i in range(40)] + [-(2**31), 2**31 - 1]),
-        (BOOLEAN_SNAPSHOT, "boolean", [i % 3 == 0 for i in range(42)]),
+        (STRING_SERIALIZER_SNAPSHOT, "string", [f"user-{i}" for i in range(40)] + ["", "x" * 126]),
+        (LONG_SERIALIZER_SNAPSHOT, "long", [(i - 20) * 1_000_000_007 for i in range(40)] + [-(2**63), 2**63 - 1]),
+        (INT_SERIALIZER_SNAPSHOT, "int", [(i - 20) * 100_003 for i in range(40)] + [-(2**31), 2**31 - 1]),
+        (BOOLEAN_SERIALIZER_SNAPSHOT, "boolean", [i % 3 == 0 for i in range(42)]),
     ],
 )
 @pytest.mark.parametrize("prefix_bytes", [1, 2])
@@ -217,7 +217,7 @@ class _Bytes:
 
 
 def test_keys_the_column_paths_do_not_cover_fall_back_to_the_reference() -> None:
-    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, *STATES)
     for keys in (["é-non-ascii"] * 6, ["y" * 127] * 6):
         batch = _rows("string", keys, [5] * 6)
         rows = _Rows.of(batch, layout.state_ids())
@@ -231,7 +231,7 @@ def test_keys_the_column_paths_do_not_cover_fall_back_to_the_reference() -> None
 
 
 def test_corrupt_blocks_are_left_to_the_reference_decoder() -> None:
-    layout = _layout(LONG_SNAPSHOT, 1, *STATES)
+    layout = _layout(LONG_SERIALIZER_SNAPSHOT, 1, *STATES)
     batch = _rows("long", list(range(6)), [3] * 6)
     [(group, block)] = _pairs(_encode_per_entry(_Rows.of(batch, layout.state_ids()), layout))
     assert decode_block_columns(block, group, layout) is not None
@@ -242,7 +242,7 @@ def test_corrupt_blocks_are_left_to_the_reference_decoder() -> None:
 
 
 def test_timer_rows_the_reference_rejects_or_ignores() -> None:
-    layout = _layout(LONG_SNAPSHOT, 1, *STATES)
+    layout = _layout(LONG_SERIALIZER_SNAPSHOT, 1, *STATES)
     batch = _rows("long", list(range(9)), [4] * 9)
     # A timer's value is not written (valueLen 0), as in the reference.
     values = batch.column("value").to_pylist()
@@ -262,23 +262,23 @@ def test_timer_rows_the_reference_rejects_or_ignores() -> None:
     )
     rows = _Rows.of(without, layout.state_ids())
     assert _encode_columns(rows, layout) is None
-    with pytest.raises(InvalidSnapshotError, match="without timestamp"):
+    with pytest.raises(InvalidInputError, match="without timestamp"):
         list(_encode_per_entry(rows, layout))
 
 
 def test_truncated_timers_are_left_to_the_reference_decoder() -> None:
-    layout = _layout(STRING_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SNAPSHOT))
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SERIALIZER_SNAPSHOT))
     # keyLen 5: prefix and 4 bytes of an 8-byte timestamp.
     block = b"\x00\x00" + (5).to_bytes(4, "big") + b"\x83" + b"\x80\x00\x00\x00" + b"\x00" * 4 + b"\xff\xff"
     assert decode_block_columns(block, 3, layout) is None
-    with pytest.raises(InvalidSnapshotError, match="timer element too short"):
+    with pytest.raises(InvalidInputError, match="timer element too short"):
         decode_block(block, 3, layout, _Columns(), "ref")
 
 
 _KEYS = {
-    "string": (STRING_SNAPSHOT, st.text(alphabet=st.characters(max_codepoint=127), max_size=126)),
-    "long": (LONG_SNAPSHOT, st.integers(-(2**63), 2**63 - 1)),
-    "int": (INT_SNAPSHOT, st.integers(-(2**31), 2**31 - 1)),
+    "string": (STRING_SERIALIZER_SNAPSHOT, st.text(alphabet=st.characters(max_codepoint=127), max_size=126)),
+    "long": (LONG_SERIALIZER_SNAPSHOT, st.integers(-(2**63), 2**63 - 1)),
+    "int": (INT_SERIALIZER_SNAPSHOT, st.integers(-(2**31), 2**31 - 1)),
 }
 
 
@@ -344,7 +344,7 @@ def test_windows_of_a_block_are_its_rows_in_order(case: str, batch_rows: int) ->
 
 
 def test_a_window_that_needs_the_reference_decoder_takes_the_rest_of_the_block_from_it() -> None:
-    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, *STATES)
     # Row 15's state ("tw") forms the block's last run, so its non-ASCII key is the block's last entry but 1.
     keys = [f"k{i}" for i in range(15)] + ["ключ", "z0", "z1"]
     batch = _rows("string", keys, [7] * len(keys))
@@ -360,7 +360,7 @@ def test_a_window_that_needs_the_reference_decoder_takes_the_rest_of_the_block_f
 
 @pytest.mark.parametrize("column_wise", [True, False])
 def test_whole_refuses_bytes_after_the_end_mark(column_wise: bool) -> None:
-    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, *STATES)
     keys = [f"k{i}" for i in range(9)] if column_wise else [f"k{i}" for i in range(8)] + ["ключ"]
     [(group, block)] = _pairs(
         _encode_per_entry(_Rows.of(_rows("string", keys, [5] * len(keys)), layout.state_ids()), layout)
@@ -371,6 +371,6 @@ def test_whole_refuses_bytes_after_the_end_mark(column_wise: bool) -> None:
     rows = pa.Table.from_batches(list(decode_block_batches(padded, group, layout, "p", 4)))
     assert rows.num_rows == len(keys)
     # ... kg verify (and a strict read) refuses the bytes after it.
-    with pytest.raises(InvalidSnapshotError, match="2 byte"):
+    with pytest.raises(InvalidInputError, match="2 byte"):
         list(decode_block_batches(padded, group, layout, "p", 4, whole=True))
     assert pa.Table.from_batches(list(decode_block_batches(block, group, layout, "p", 4, whole=True))) == rows

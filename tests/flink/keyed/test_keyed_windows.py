@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kg_fixture_state import CANONICAL_CASES, FLINK_FIXTURES
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed.decode import _windowed_block, decode_block_batches, decode_keyed_file
@@ -95,7 +95,7 @@ def _outcome(read: Any, *args: Any) -> pa.Table | tuple[type, str]:
     try:
         table: pa.Table = read(*args)
         return table
-    except (InvalidSnapshotError, UnsupportedFormatError) as exc:
+    except (InvalidInputError, UnsupportedFormatError) as exc:
         return type(exc), exc.code
 
 
@@ -126,10 +126,10 @@ def test_a_string_key_with_a_lone_surrogate_is_refused_in_one_line() -> None:
     # Java strings may hold an unpaired UTF-16 surrogate, and StringValue writes it (0xD800 as the
     # varint 80 B0 03); kg's String keys are UTF-8 text, so the block is refused, not a traceback.
     from keygroup_cli.flink.keyed.decode import decode_block_batch
-    from keygroup_cli.flink.types.serializers import STRING_SNAPSHOT
+    from keygroup_cli.flink.types.serializers import STRING_SERIALIZER_SNAPSHOT
     from tests.flink.keyed.test_keyed_state_columns import STATES, _layout
 
-    layout = _layout(STRING_SNAPSHOT, 1, *STATES)
+    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, *STATES)
     key = bytes([0x80 | 5, 0x02, 0x80, 0xB0, 0x03, 0x00])  # prefix (key group 5, last entry), "\ud800", void
     value = b"\x07"
     block = (

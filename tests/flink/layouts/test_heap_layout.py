@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.paths import local_path
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle
 from keygroup_cli.flink.layouts.heap import (
-    LIST_SNAPSHOT,
-    MAP_SNAPSHOT,
+    LIST_SERIALIZER_SNAPSHOT,
+    MAP_SERIALIZER_SNAPSHOT,
     canonical_view,
     heap_layout_handles,
     is_heap_layout,
     skip_serialized,
 )
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.types.serializers import LONG_SNAPSHOT, STRING_SNAPSHOT, write_string
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializers import LONG_SERIALIZER_SNAPSHOT, STRING_SERIALIZER_SNAPSHOT, write_string
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CHECKPOINT = FLINK / "2.3" / "heap-checkpoint-p2-maxp128-string"
@@ -31,15 +31,15 @@ def _snap(name: str, *nested: SerializerSnapshot) -> SerializerSnapshot:
     return SerializerSnapshot(name, 3, b"", nested)
 
 
-LONG = _snap(LONG_SNAPSHOT)
-STRING = _snap(STRING_SNAPSHOT)
+LONG = _snap(LONG_SERIALIZER_SNAPSHOT)
+STRING = _snap(STRING_SERIALIZER_SNAPSHOT)
 
 
 def test_skip_walks_lists_and_maps_with_null_values() -> None:
     values = struct.pack(">i", 2) + struct.pack(">qq", 1, 2)
-    assert skip_serialized(_snap(LIST_SNAPSHOT, LONG), values + b"tail", 0, "t") == len(values)
+    assert skip_serialized(_snap(LIST_SERIALIZER_SNAPSHOT, LONG), values + b"tail", 0, "t") == len(values)
     entries = struct.pack(">i", 2) + write_string("a") + b"\x01" + write_string("bé") + b"\x00" + b"\x00" * 8
-    assert skip_serialized(_snap(MAP_SNAPSHOT, STRING, LONG), entries + b"x", 0, "t") == len(entries)
+    assert skip_serialized(_snap(MAP_SERIALIZER_SNAPSHOT, STRING, LONG), entries + b"x", 0, "t") == len(entries)
 
 
 def test_skip_refuses_what_it_cannot_walk_and_what_is_cut_short() -> None:
@@ -47,8 +47,8 @@ def test_skip_refuses_what_it_cannot_walk_and_what_is_cut_short() -> None:
     with pytest.raises(UnsupportedFormatError) as info:
         skip_serialized(pojo, b"\x00" * 8, 0, "t")
     assert info.value.code == "FLINK_HEAP_SERIALIZER_UNKNOWN"
-    with pytest.raises(InvalidSnapshotError):
-        skip_serialized(_snap(LIST_SNAPSHOT, LONG), struct.pack(">i", 3) + b"\x00" * 16, 0, "t")
+    with pytest.raises(InvalidInputError):
+        skip_serialized(_snap(LIST_SERIALIZER_SNAPSHOT, LONG), struct.pack(">i", 3) + b"\x00" * 16, 0, "t")
 
 
 def test_heap_checkpoint_is_told_apart_from_canonical_key_groups() -> None:
@@ -104,5 +104,5 @@ def test_a_corrupt_block_is_refused(tmp_path: Path) -> None:
     second = handle.offsets[1]
     data[second + 4 : second + 6] = b"\x00\x63"  # an unknown state id in key group start+1
     Path(str(path)).write_bytes(bytes(data))
-    with pytest.raises(InvalidSnapshotError, match="unexpected state id 99"):
+    with pytest.raises(InvalidInputError, match="unexpected state id 99"):
         canonical_view(snap, tmp_path / "view")

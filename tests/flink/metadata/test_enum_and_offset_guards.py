@@ -4,7 +4,7 @@ Issue #27: a flipped byte in an operator state's distribution-mode name (``SPLIT
 ``SpLIT_DISTRIBUTE``) made ``kg rescale`` end with ``KeyError`` (exit 70), a negative key-group offset
 reached ``os.pread`` (``OSError: [Errno 22]``, exit 70), and a broadcast state renamed in its stream's
 header (or its mode ordinal flipped in ``_metadata``) was rescaled as if nothing were wrong. Each is now an
-``InvalidSnapshotError`` with a stable code, found by ``kg verify`` and refused by every rescale route.
+``InvalidInputError`` with a stable code, found by ``kg verify`` and refused by every rescale route.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink.check.verify import verify_flink
 from keygroup_cli.flink.io.binary import DataInput, DataOutput
@@ -33,7 +33,7 @@ from keygroup_cli.flink.metadata.handles import (
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.flink.operator.codec import header_state_order
 from keygroup_cli.flink.operator.header import OperatorStateHeader, read_operator_header
-from keygroup_cli.flink.types.snapshots import StateMetaInfo
+from keygroup_cli.flink.types.serializer_snapshots import StateMetaInfo
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"
 FILES = FLINK / "heap-files-p3-maxp10-long"  # split, union and broadcast states in files
@@ -93,7 +93,7 @@ def _refused_by_every_rescale(savepoint: Path, tmp_path: Path, kg: object, code:
         assert not dest.exists()
     for new_max in (None, 256):
         dest = tmp_path / f"api{new_max}"
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             rescale(savepoint, dest, 2, new_max_parallelism=new_max, engine="local")
         assert caught.value.code == code, caught.value.message
         assert not dest.exists()
@@ -110,7 +110,7 @@ def test_a_flipped_mode_name_in_an_operator_state_file_is_refused(
     _handle, path = _operator_file(savepoint, "split-ids")
     at = path.read_bytes().index(_utf("SPLIT_DISTRIBUTE")) + 2
     _flip(path, at + 1, mask)  # SpLIT_DISTRIBUTE, SQLIT_DISTRIBUTE
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         read_operator_header(path.read_bytes(), str(path))
     assert caught.value.code == "FLINK_STATE_META_INFO_INVALID"
     assert "distribution mode" in caught.value.message
@@ -133,7 +133,7 @@ def test_a_flipped_mode_name_is_refused_in_every_layout(tmp_path: Path, kg: obje
 def test_the_writer_refuses_a_mode_name_it_does_not_know() -> None:
     info = StateMetaInfo("ids", 1, (("OPERATOR_STATE_DISTRIBUTION_MODE", "SpLIT_DISTRIBUTE"),), ())
     header = OperatorStateHeader(6, False, (info,), (), 10)
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         header_state_order(header, "header")
     assert caught.value.code == "FLINK_STATE_META_INFO_INVALID"
 
@@ -155,7 +155,7 @@ def test_a_keyed_state_type_that_is_no_flink_type_is_refused(tmp_path: Path, at:
         data.index(_utf("KEYED_STATE_TYPE") + _utf("VALUE")) + len(_utf("KEYED_STATE_TYPE")) + 2 + at,
         mask,
     )
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         read_keyed_header(path.read_bytes()[:first], str(path), first)
     assert caught.value.code == "FLINK_STATE_META_INFO_INVALID"
     assert "FLINK_STATE_HEADER_INVALID" in _codes(savepoint)
@@ -205,7 +205,7 @@ def test_a_negative_offset_never_reaches_pread(tmp_path: Path) -> None:
         with StreamSource(handle, tmp_path) as src:
             assert src.read(4, 8) == bytes(range(4, 8))
             assert src.read(8, 4) == b""  # an end before the start is empty, not a slice from the end
-            with pytest.raises(InvalidSnapshotError) as caught:
+            with pytest.raises(InvalidInputError) as caught:
                 src.read(-2, 4)
             assert caught.value.code == "FLINK_STATE_OFFSET_INVALID"
 
@@ -240,7 +240,7 @@ def test_a_file_segment_with_a_negative_start_or_size_is_corrupt_metadata() -> N
         out.write_int(0)
         out.write_utf("file:/shared/merged")
         out.write_utf("logical")
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             read_stream_handle(DataInput(out.getvalue(), "_metadata"))
         assert caught.value.code == "FLINK_METADATA_CORRUPT"
 
@@ -260,7 +260,7 @@ def test_a_file_size_below_minus_one_is_corrupt_metadata(tag: int) -> None:
         if ok:
             assert read_stream_handle(reader).size == size  # type: ignore[union-attr]
             continue
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             read_stream_handle(reader)
         assert caught.value.code == "FLINK_METADATA_CORRUPT"
 
@@ -292,7 +292,7 @@ def test_the_python_rescale_checks_operator_streams_as_kg_verify_does(tmp_path: 
     path.write_bytes(bytes(data))
     assert _codes(savepoint, blocks=False) == ["FLINK_SNAPPY_CRC"]
     dest = tmp_path / "out"
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         rescale(savepoint, dest, 2, new_max_parallelism=256, engine="local")
     assert caught.value.code == "INPUT_FAILS_VERIFY" and "FLINK_SNAPPY_CRC" in caught.value.message
     assert not dest.exists()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli.core.errors import InvalidSnapshotError, KgError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, KgError, UnsupportedFormatError
 from keygroup_cli.flink.io.stream_handles import (
     ByteStreamHandle,
     FileHandle,
@@ -184,15 +184,15 @@ def test_checkpoint_root_picks_latest_completed_chk(tmp_path: Path) -> None:
 
 def test_checkpoint_root_without_completed_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "chk-1").mkdir()
-    with pytest.raises(InvalidSnapshotError) as info:
+    with pytest.raises(InvalidInputError) as info:
         find_metadata(tmp_path)
     assert info.value.code == "NO_COMPLETED_CHECKPOINT"
 
 
 def test_not_a_savepoint(tmp_path: Path) -> None:
-    with pytest.raises(InvalidSnapshotError, match="not a Flink savepoint"):
+    with pytest.raises(InvalidInputError, match="not a Flink savepoint"):
         find_metadata(tmp_path)
-    with pytest.raises(InvalidSnapshotError, match="no such file"):
+    with pytest.raises(InvalidInputError, match="no such file"):
         find_metadata(tmp_path / "missing")
 
 
@@ -202,7 +202,7 @@ def _sample() -> bytes:
 
 
 def test_wrong_magic_is_invalid() -> None:
-    with pytest.raises(InvalidSnapshotError, match="Unexpected magic number") as info:
+    with pytest.raises(InvalidInputError, match="Unexpected magic number") as info:
         parse_metadata(b"PK\x03\x04" + _sample()[4:])
     assert info.value.exit_code == 3
 
@@ -226,7 +226,7 @@ def test_version_1_is_refused_with_flinks_message() -> None:
 def test_truncations_are_invalid_snapshot_errors() -> None:
     raw = _sample()
     for cut in (0, 3, 8, 15, 100, len(raw) // 2, len(raw) - 746):
-        with pytest.raises(InvalidSnapshotError):
+        with pytest.raises(InvalidInputError):
             parse_metadata(raw[:cut])
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keygroup_cli.core.errors import InvalidSnapshotError, KgError
+from keygroup_cli.core.errors import InvalidInputError, KgError
 from keygroup_cli.flink.metadata.reader import JAVA_SERIALIZATION_MAGIC, PROPERTIES_CLASS, parse_metadata
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
 
@@ -55,7 +55,7 @@ def test_a_cut_trailer_is_refused_in_every_v4_plus_fixture(cut: int) -> None:
     for path in paths:
         raw = path.read_bytes()
         assert cut < _trailer_length(raw)
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             parse_metadata(raw[:-cut], str(path))
         assert caught.value.code == "FLINK_METADATA_TRUNCATED", path
         assert caught.value.exit_code == 3
@@ -69,7 +69,7 @@ def test_every_cut_length_of_the_trailer_is_refused() -> None:
     assert length == 745
     start = len(raw) - length
     for cut in range(1, 601):
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             parse_metadata(raw[:-cut], "sp/_metadata")
         assert caught.value.code == "FLINK_METADATA_TRUNCATED", cut
         assert caught.value.message == (
@@ -78,13 +78,13 @@ def test_every_cut_length_of_the_trailer_is_refused() -> None:
         )
     # Cut to within its stream header, or exactly where it starts: still a truncation.
     for cut in range(length - 3, length + 1):
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             parse_metadata(raw[:-cut])
         assert caught.value.code == "FLINK_METADATA_TRUNCATED", cut
-    with pytest.raises(InvalidSnapshotError, match="where its CheckpointProperties trailer starts"):
+    with pytest.raises(InvalidInputError, match="where its CheckpointProperties trailer starts"):
         parse_metadata(raw[:start])
     # One byte more and the last operator is cut: the body's own truncation error.
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         parse_metadata(raw[: start - 1])
     assert caught.value.code == "FLINK_TRUNCATED"
 
@@ -92,7 +92,7 @@ def test_every_cut_length_of_the_trailer_is_refused() -> None:
 @pytest.mark.parametrize("extra", [b"\x00", b"\xac\xed\x00\x05", b"x" * 300])
 def test_bytes_after_the_trailer_are_refused(extra: bytes) -> None:
     raw = HEAP_P3.read_bytes()
-    with pytest.raises(InvalidSnapshotError) as caught:
+    with pytest.raises(InvalidInputError) as caught:
         parse_metadata(raw + extra, "sp/_metadata")
     assert caught.value.code == "FLINK_METADATA_CORRUPT"
     assert caught.value.message == (
@@ -105,14 +105,14 @@ def test_v3_needs_no_trailer_and_refuses_extra_bytes() -> None:
     raw = (FLINK_FIXTURES / "1.15" / "uid-heap-canonical-p3" / "_metadata").read_bytes()
     meta = parse_metadata(raw)
     assert meta.version == 3 and meta.properties_bytes is None
-    with pytest.raises(InvalidSnapshotError, match="unexpected trailing bytes after the last operator"):
+    with pytest.raises(InvalidInputError, match="unexpected trailing bytes after the last operator"):
         parse_metadata(raw + CANONICAL_SAVEPOINT_PROPERTIES)
 
 
 def test_a_trailer_that_is_not_a_java_stream_is_corrupt() -> None:
     raw = HEAP_P3.read_bytes()
     start = len(raw) - _trailer_length(raw)
-    with pytest.raises(InvalidSnapshotError, match="is not a Java serialization stream") as caught:
+    with pytest.raises(InvalidInputError, match="is not a Java serialization stream") as caught:
         parse_metadata(raw[:start] + b"PK\x03\x04" + raw[start + 4 :])
     assert caught.value.code == "FLINK_METADATA_CORRUPT"
 
@@ -121,7 +121,7 @@ def test_a_trailer_holding_another_object_is_corrupt() -> None:
     # A serialized java.lang.String: Flink's cast to CheckpointProperties fails.
     raw = HEAP_P3.read_bytes()
     start = len(raw) - _trailer_length(raw)
-    with pytest.raises(InvalidSnapshotError, match=f"holds no {PROPERTIES_CLASS}") as caught:
+    with pytest.raises(InvalidInputError, match=f"holds no {PROPERTIES_CLASS}") as caught:
         parse_metadata(raw[:start] + JAVA_SERIALIZATION_MAGIC + b"t\x00\x03abc")
     assert caught.value.code == "FLINK_METADATA_CORRUPT"
 
@@ -167,7 +167,7 @@ def test_the_walk_follows_writeobject_data_arrays_and_resets() -> None:
     meta = parse_metadata(body + trailer)
     assert meta.properties_bytes == trailer
     for cut in range(1, len(trailer)):
-        with pytest.raises(InvalidSnapshotError) as caught:
+        with pytest.raises(InvalidInputError) as caught:
             parse_metadata(body + trailer[:-cut])
         assert caught.value.code == "FLINK_METADATA_TRUNCATED", cut
 
@@ -175,7 +175,7 @@ def test_the_walk_follows_writeobject_data_arrays_and_resets() -> None:
 def test_a_reference_to_an_unknown_handle_is_corrupt() -> None:
     raw = HEAP_P3.read_bytes()
     body = raw[: len(raw) - _trailer_length(raw)]
-    with pytest.raises(InvalidSnapshotError, match="invalid handle value") as caught:
+    with pytest.raises(InvalidInputError, match="invalid handle value") as caught:
         parse_metadata(body + JAVA_SERIALIZATION_MAGIC + b"\x71\x00\x7e\x00\x05")
     assert caught.value.code == "FLINK_METADATA_CORRUPT"
 

@@ -23,7 +23,7 @@ from keygroup_cli.core.findings import Finding, Severity
 from keygroup_cli.flink.check.verify import verify_flink
 from keygroup_cli.flink.io.stream_handles import FileHandle, KeyGroupsHandle, SegmentFileHandle, StreamHandle
 from keygroup_cli.flink.metadata import handles as h
-from keygroup_cli.flink.metadata.locate import FlinkSnapshot, read_flink_metadata
+from keygroup_cli.flink.metadata.locate import FlinkCheckpoint, read_flink_metadata
 from keygroup_cli.flink.metadata.state_files import state_file_findings
 
 FLINK_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
@@ -184,7 +184,7 @@ def test_a_missing_shared_file_of_an_incremental_checkpoint(tmp_path: Path) -> N
     assert findings[0].message.endswith(f"{name}: state file is missing")
 
 
-def _with_keyed_delegate(snapshot: FlinkSnapshot, delegate: StreamHandle) -> FlinkSnapshot:
+def _with_keyed_delegate(snapshot: FlinkCheckpoint, delegate: StreamHandle) -> FlinkCheckpoint:
     """Return the snapshot with keyed-state subtask 2's keyed handle pointing at ``delegate``."""
     operators = []
     for op in snapshot.metadata.operators:
@@ -198,7 +198,7 @@ def _with_keyed_delegate(snapshot: FlinkSnapshot, delegate: StreamHandle) -> Fli
             subtasks.append(sub)
         operators.append(dataclasses.replace(op, subtasks=tuple(subtasks)))
     metadata = dataclasses.replace(snapshot.metadata, operators=tuple(operators))
-    return FlinkSnapshot(snapshot.metadata_path, metadata)
+    return FlinkCheckpoint(snapshot.metadata_path, metadata)
 
 
 def test_a_segment_must_lie_inside_its_file(tmp_path: Path) -> None:

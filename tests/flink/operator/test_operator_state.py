@@ -14,7 +14,7 @@ from kg_fixture_state import (
     logical_operator_state,
 )
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateHandle
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
@@ -94,7 +94,7 @@ def test_unknown_state_is_refused() -> None:
     _name, _i, _handle, data, header, _table = _operator_files("heap-files-p3-maxp128-long")[0]
     assert header.end is not None
     rows = [{"state": "nope", "position": 0, "entry_key": None, "value": b"x"}]
-    with pytest.raises(InvalidSnapshotError, match="'nope' is not in the savepoint"):
+    with pytest.raises(InvalidInputError, match="'nope' is not in the savepoint"):
         write_operator_file(io.BytesIO(), data[: header.end], header, rows, compressed=False)
 
 

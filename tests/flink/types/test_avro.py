@@ -1,7 +1,7 @@
 """Avro values (flink/types/avro.py): the writer schema from AvroSerializerSnapshot, values as flink-avro's
 DataOutputEncoder writes them; and, for every avro-* fixture (real Flink 1.20 and 2.3, HashMap and RocksDB,
 canonical and NATIVE; HashMap NATIVE's layout is walked value by value with the writer schema), kg's values
-(the ``kg get`` and ``read_state`` paths) equal the job's own dump.
+(the ``kg get`` and ``state_table`` paths) equal the job's own dump.
 
 The byte builders below follow DataOutputEncoder (fixed-width big-endian numbers, int-length strings and
 bytes, varint block counts, int union and enum indexes); the fixtures show that real Flink writes the same.
@@ -20,14 +20,14 @@ import pyarrow as pa
 import pytest
 
 from keygroup_cli.cli.get_render import lookup_document, plain
-from keygroup_cli.core.errors import InvalidSnapshotError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.data.lookup import lookup_keys
-from keygroup_cli.flink.data.tables import open_canonical, read_state, state_batches, typed_states
+from keygroup_cli.flink.data.tables import open_canonical, state_table, state_batches, typed_states
 from keygroup_cli.flink.layouts.heap import skip_serialized
 from keygroup_cli.flink.savepoint import open_savepoint
-from keygroup_cli.flink.types.avro import AvroInstant, AvroSchemaError, avro_snapshot, parse_schema
+from keygroup_cli.flink.types.avro import AvroInstant, AvroSchemaError, avro_serializer_snapshot, parse_schema
 from keygroup_cli.flink.types.serializers import write_string
-from keygroup_cli.flink.types.snapshots import AVRO_SNAPSHOT, SerializerSnapshot, parse_snapshot
+from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT, SerializerSnapshot, parse_serializer_snapshot
 from keygroup_cli.flink.types.values import NotDecodable, type_codec
 from tests.kg_fixture_state import FLINK_FIXTURES
 
@@ -82,12 +82,12 @@ def _snapshot(version: int, schema: str, runtime: str = "org.apache.avro.generic
         body = _utf(runtime) + _utf(schema)
     else:
         body = write_string(runtime) + write_string(schema)
-    return _utf(AVRO_SNAPSHOT) + _int(version) + body
+    return _utf(AVRO_SERIALIZER_SNAPSHOT) + _int(version) + body
 
 
 def _codec(schema: Any, version: int = 3) -> Any:
     raw = _snapshot(version, json.dumps(schema))
-    return type_codec(SerializerSnapshot(AVRO_SNAPSHOT, version, raw))
+    return type_codec(SerializerSnapshot(AVRO_SERIALIZER_SNAPSHOT, version, raw))
 
 
 EVERY_TYPE = {
@@ -233,17 +233,17 @@ def test_dates_and_instants_beyond_datetime_keep_their_count() -> None:
 def test_each_snapshot_version_gives_the_schema_and_parses_in_a_header(version: int) -> None:
     schema = json.dumps(EVERY_TYPE)
     raw = _snapshot(version, schema)
-    runtime, text = avro_snapshot(raw, version)
+    runtime, text = avro_serializer_snapshot(raw, version)
     assert text == schema
     assert runtime == (None if version == 1 else "org.apache.avro.generic.GenericRecord")
     if version == 1:  # also written with the runtime class first
-        with_class = _utf(AVRO_SNAPSHOT) + _int(1) + _utf("a.B") + _utf(schema)
-        assert avro_snapshot(with_class, 1) == ("a.B", schema)
-        assert parse_snapshot(with_class, "test").raw == with_class
+        with_class = _utf(AVRO_SERIALIZER_SNAPSHOT) + _int(1) + _utf("a.B") + _utf(schema)
+        assert avro_serializer_snapshot(with_class, 1) == ("a.B", schema)
+        assert parse_serializer_snapshot(with_class, "test").raw == with_class
     # The header grammar finds the body's end from the strings (v2, v3: known, not backtracked).
-    parsed = parse_snapshot(raw, "test")
+    parsed = parse_serializer_snapshot(raw, "test")
     assert (parsed.class_name, parsed.version, parsed.known, parsed.raw) == (
-        AVRO_SNAPSHOT,
+        AVRO_SERIALIZER_SNAPSHOT,
         version,
         version > 1,
         raw,
@@ -289,13 +289,13 @@ def test_a_schema_kg_cannot_type_stays_bytes_with_a_note() -> None:
     assert codec.reason is not None and "recursive" in codec.reason
     with pytest.raises(AvroSchemaError, match="unknown type name"):
         parse_schema('{"type": "array", "items": "Nope"}')
-    bad = type_codec(SerializerSnapshot(AVRO_SNAPSHOT, 9, _snapshot(3, '"int"')))
+    bad = type_codec(SerializerSnapshot(AVRO_SERIALIZER_SNAPSHOT, 9, _snapshot(3, '"int"')))
     assert bad.reason is not None and "version 9" in bad.reason
     for version in (1, 2, 3):  # a body cut short, or with bytes after the schema
         raw = _snapshot(version, '"int"')
         for damaged in (raw[:-1], raw + b"\x00"):
             with pytest.raises(AvroSchemaError, match="AvroSerializerSnapshot"):
-                avro_snapshot(damaged, version)
+                avro_serializer_snapshot(damaged, version)
 
 
 def test_named_types_resolve_through_namespaces() -> None:
@@ -402,7 +402,7 @@ def test_read_state_tables_equal_the_jobs_own_dump(case: str) -> None:
         for name, batch in state_batches(savepoint, "avro-state"):
             batches.setdefault(name, []).append(batch)
         if case == AVRO_CASES[0]:
-            reading = read_state(savepoint, "avro-state", "reading")
+            reading = state_table(savepoint, "avro-state", "reading")
     tables = {
         s: pa.Table.from_batches(batches[s], schema=schemas[s]) for s in ("reading", "events", "event-map")
     }
@@ -422,12 +422,12 @@ def test_read_state_tables_equal_the_jobs_own_dump(case: str) -> None:
 
 def test_the_heap_layout_walks_avro_values_and_refuses_what_it_cannot_read() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "string"}]}
-    snap = parse_snapshot(_snapshot(3, json.dumps(schema)), "test")
+    snap = parse_serializer_snapshot(_snapshot(3, json.dumps(schema)), "test")
     value = _str("abc")
     assert skip_serialized(snap, value + b"rest", 0, "f") == len(value)
-    with pytest.raises(InvalidSnapshotError, match="Avro value does not read"):
+    with pytest.raises(InvalidInputError, match="Avro value does not read"):
         skip_serialized(snap, value[:-1], 0, "f")
     recursive = {"type": "record", "name": "N", "fields": [{"name": "n", "type": ["null", "N"]}]}
     with pytest.raises(UnsupportedFormatError) as refused:
-        skip_serialized(parse_snapshot(_snapshot(2, json.dumps(recursive)), "test"), b"", 0, "f")
+        skip_serialized(parse_serializer_snapshot(_snapshot(2, json.dumps(recursive)), "test"), b"", 0, "f")
     assert refused.value.code == "FLINK_HEAP_SERIALIZER_UNKNOWN"

@@ -196,15 +196,15 @@ def test_bad_keys_are_named(text: str, kinds: tuple[str, ...], code: str, messag
 
 
 def test_a_key_rows_length_prefix_delimits_it() -> None:
-    from keygroup_cli.core.errors import InvalidSnapshotError
-    from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT, key_codec
+    from keygroup_cli.core.errors import InvalidInputError
+    from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, key_codec
 
-    codec = key_codec(ROW_DATA_SNAPSHOT)
+    codec = key_codec(ROW_DATA_SERIALIZER_SNAPSHOT)
     row = encode_row(_fields("int"), [7])
     data = struct.pack(">i", len(row)) + row + b"\x00namespace"
     assert (codec.key_type, codec.self_delimiting) == ("row", True)
     assert codec.read(data, 0) == (data[: 4 + len(row)], 4 + len(row))
-    with pytest.raises(InvalidSnapshotError, match="runs past"):
+    with pytest.raises(InvalidInputError, match="runs past"):
         codec.read(struct.pack(">i", 64) + row, 0)
 
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.types.serializers import (
-    LONG_SNAPSHOT,
-    STRING_SNAPSHOT,
+    LONG_SERIALIZER_SNAPSHOT,
+    STRING_SERIALIZER_SNAPSHOT,
     flip_sign_bit,
     key_codec,
     read_string,
@@ -40,7 +40,7 @@ def test_string_round_trip(text: str) -> None:
 
 
 def test_truncated_string_is_an_error() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidInputError):
         read_string(b"\x05ab", 0)
 
 
@@ -60,9 +60,9 @@ def test_variable_int_bytes() -> None:
 
 
 def test_key_codecs() -> None:
-    string = key_codec(STRING_SNAPSHOT)
+    string = key_codec(STRING_SERIALIZER_SNAPSHOT)
     assert (string.key_type, string.variable, string.self_delimiting) == ("string", True, True)
-    long_ = key_codec(LONG_SNAPSHOT)
+    long_ = key_codec(LONG_SERIALIZER_SNAPSHOT)
     assert (long_.key_type, long_.fixed_size) == ("long", 8)
     assert long_.read(struct.pack(">q", -7) + b"z", 0) == (-7, 8)
     assert long_.encoder()(-7) == struct.pack(">q", -7)
@@ -78,6 +78,6 @@ def test_key_codecs() -> None:
 
 
 def test_value_end() -> None:
-    assert value_end(STRING_SNAPSHOT, b"\x03ab!", 0) == 3
-    assert value_end(LONG_SNAPSHOT, bytes(9), 1) == 9
+    assert value_end(STRING_SERIALIZER_SNAPSHOT, b"\x03ab!", 0) == 3
+    assert value_end(LONG_SERIALIZER_SNAPSHOT, bytes(9), 1) == 9
     assert value_end("com.example.Unknown", b"x", 0) is None

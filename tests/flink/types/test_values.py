@@ -23,7 +23,7 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed.decode import decode_keyed_file
 from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
 from keygroup_cli.flink.savepoint import Savepoint, open_savepoint
-from keygroup_cli.flink.types.snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
 from keygroup_cli.flink.types.values import NotDecodable, StateCodecs, TtlValue, to_plain, type_codec
 from tests.kg_fixture_state import FLINK_FIXTURES, expected
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.core.keygroups import key_group_range_for_operator_index
 from keygroup_cli.execution.routes import savepoint as savepoint_rescale
 from keygroup_cli.execution.routes.rescale import rescale
@@ -228,7 +228,7 @@ def test_a_damaged_large_block_is_refused_as_a_whole_block_check_refuses_it(tmp_
         monkeypatch.setattr(regroup, "CHECK_WINDOW_BYTES", window)
         try:
             rescale(source, tmp_path / f"out-{window}", 4, engine="local")
-        except InvalidSnapshotError as error:
+        except InvalidInputError as error:
             errors.append((error.code, str(error)))
         else:
             errors.append(None)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from keygroup_cli.execution.engines.spark.jvm import (
         INSTALL_JAVA,
         cache_directory,
-        check_java,
+        require_java,
         class_data_sharing_option,
         keep_console_log,
     )
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         spark_context,
         spark_session,
     )
-    from keygroup_cli.execution.engines.spark.workers import WORKER_MODULES, check_workers, worker_python
+    from keygroup_cli.execution.engines.spark.workers import WORKER_MODULES, require_workers, worker_python
 
 #: Public name → the module of this package that defines it, imported on first access.
 _LAZY = {
@@ -60,11 +60,11 @@ _LAZY = {
     "spark_session": "keygroup_cli.execution.engines.spark.session",
     "INSTALL_JAVA": "keygroup_cli.execution.engines.spark.jvm",
     "cache_directory": "keygroup_cli.execution.engines.spark.jvm",
-    "check_java": "keygroup_cli.execution.engines.spark.jvm",
+    "require_java": "keygroup_cli.execution.engines.spark.jvm",
     "class_data_sharing_option": "keygroup_cli.execution.engines.spark.jvm",
     "keep_console_log": "keygroup_cli.execution.engines.spark.jvm",
     "WORKER_MODULES": "keygroup_cli.execution.engines.spark.workers",
-    "check_workers": "keygroup_cli.execution.engines.spark.workers",
+    "require_workers": "keygroup_cli.execution.engines.spark.workers",
     "worker_python": "keygroup_cli.execution.engines.spark.workers",
     "SparkExecutor": "keygroup_cli.execution.engines.spark.jobs",
     "state_dataframe": "keygroup_cli.execution.engines.spark.data",
@@ -92,8 +92,8 @@ __all__ = [
     "SparkExecutor",
     "WORKER_MODULES",
     "cache_directory",
-    "check_java",
-    "check_workers",
+    "require_java",
+    "require_workers",
     "class_data_sharing_option",
     "keep_console_log",
     "require_pyspark",

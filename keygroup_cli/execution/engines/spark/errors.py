@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from keygroup_cli.core.errors import (
     ExecutionError,
     InvalidArgumentError,
-    InvalidSnapshotError,
+    InvalidInputError,
     KgError,
     MissingDependencyError,
     UnsupportedFormatError,
@@ -36,7 +36,7 @@ TASK_ERROR = "kg-task-error"
 TASK_ERRORS: dict[str, type[KgError]] = {
     cls.__name__: cls
     for cls in (
-        InvalidSnapshotError,
+        InvalidInputError,
         UnsupportedFormatError,
         InvalidArgumentError,
         ExecutionError,
@@ -50,7 +50,7 @@ TASK_ERRORS: dict[str, type[KgError]] = {
 def naming_kg_errors() -> Iterator[None]:
     """Turn a kg error inside a task into one Spark passes on with its class, code and message.
 
-    A read task that finds a corrupt block raises ``InvalidSnapshotError``; Spark reports any task failure
+    A read task that finds a corrupt block raises ``InvalidInputError``; Spark reports any task failure
     as a py4j error carrying the worker's traceback, from which ``spark_failures`` recovers the original
     (exit 3 for a corrupt input, not 5 for "a task failed").
     """

@@ -50,7 +50,7 @@ from keygroup_cli.execution.engines.spark.tasks import (
     stream_task,
     write_task,
 )
-from keygroup_cli.execution.engines.spark.workers import check_workers
+from keygroup_cli.execution.engines.spark.workers import require_workers
 from keygroup_cli.execution.engines.spill import SpilledTask, subtask_stretches
 from keygroup_cli.execution.jobs import model as pipeline
 from keygroup_cli.execution.jobs.model import CopyJob, KeyedJob, Progress, W
@@ -111,7 +111,7 @@ class SparkExecutor:
             else spark_context(master, verbose=verbose, config=config)
         )
         self.batch_rows = batch_rows
-        check_workers(self.context, master)
+        require_workers(self.context, master)
         #: How the byte route's parts go from read to write tasks: ``shared`` (spill files in a directory
         #: every executor reaches) or ``shuffle`` (Spark's shuffle); see ``exchange_mode``.
         self.exchange = exchange_mode(self.context, exchange)
@@ -175,7 +175,7 @@ class SparkExecutor:
             for index, job in enumerate(together):
                 mine = [(f, rows) for i, f, rows in results if i == index]
                 routed = sum(rows for _, rows in mine)
-                written[job.operator_id] = pipeline.check_counts(job, routed, [f for f, _ in mine])
+                written[job.operator_id] = pipeline.checked_written(job, routed, [f for f, _ in mine])
             progress.advance(stage, weight)
         return written
 
@@ -217,7 +217,7 @@ class SparkExecutor:
         root.mkdir(parents=True)
         reads = [(k, r) for k, i in enumerate(chosen) for r in range(len(jobs[i].reads))]
         spill = functools.partial(spill_task, jobs, tuple(chosen), self.batch_rows, str(root))
-        sc.setJobDescription("kg: read tasks spill parts (shared-store exchange)")
+        sc.setJobDescription("kg rescale: read tasks spill into the shared store")
         try:
             described = sc.parallelize(reads, max(1, len(reads))).map(spill).collect()
         finally:

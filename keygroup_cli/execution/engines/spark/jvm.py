@@ -65,7 +65,7 @@ def _remove_console_log() -> None:
             path.unlink()
 
 
-def check_java() -> None:
+def require_java() -> None:
     """Raise ``MissingDependencyError`` unless a ``java`` launcher can be found the way Spark looks for it."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
@@ -167,7 +167,7 @@ __all__ = [
     "INSTALL_JAVA",
     "KEPT_LOGS",
     "cache_directory",
-    "check_java",
+    "require_java",
     "class_data_sharing_option",
     "gateway_message",
     "keep_console_log",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines.spark.jvm import (
-    check_java,
+    require_java,
     class_data_sharing_option,
     gateway_message,
     keep_console_log,
@@ -119,7 +119,7 @@ def spark_context(
         active = SparkContext._active_spark_context
         if active is not None:
             return active
-        check_java()
+        require_java()
         context = _launch(_session_conf(master, config), verbose)
         python = worker_python(context.master, config)
         if python is not None:

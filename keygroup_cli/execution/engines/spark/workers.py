@@ -4,7 +4,7 @@ Which Python runs the tasks: in local mode kg's own interpreter (``sys.executabl
 an unactivated venv works whatever ``python3`` is first on PATH. ``spark.pyspark.python`` (``--conf``) and
 ``PYSPARK_PYTHON`` win when set; on a cluster, where executors have their own Python, Spark's default
 applies unless one of them is set. Before any work, one tiny task per core checks that the workers start
-and import kg and its dependencies (``check_workers``), so a broken worker environment is one line and
+and import kg and its dependencies (``require_workers``), so a broken worker environment is one line and
 exit 6.
 """
 
@@ -58,7 +58,7 @@ def worker_python(master: str | None, config: dict[str, str] | None = None) -> s
     return None
 
 
-def check_workers(sc: SparkContext, master: str | None = None) -> None:
+def require_workers(sc: SparkContext, master: str | None = None) -> None:
     """Run one tiny task per core that starts a Python worker and imports what kg's tasks need.
 
     One per core, so that every executor starts its Python workers and imports kg here, all at once,
@@ -129,7 +129,7 @@ def pythonpath_config() -> dict[str, str]:
 __all__ = [
     "MAX_PROBES",
     "WORKER_MODULES",
-    "check_workers",
+    "require_workers",
     "pythonpath_config",
     "worker_python",
 ]

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from keygroup_cli.core.errors import InvalidSnapshotError
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
-from keygroup_cli.flink.types.serializers import ROW_DATA_SNAPSHOT, read_string
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string
 
 #: ``CompositeTypeSerializerSnapshot.MAGIC_NUMBER``.
 COMPOSITE_MAGIC = 911108
@@ -35,11 +35,11 @@ NESTED_MAGIC = 1333245
 
 
 #: ``TypeSerializerSnapshotSerializationUtil``'s proxy version (1, the pre-1.7 config snapshot, is refused).
-SNAPSHOT_PROXY_VERSION = 2
+SERIALIZER_SNAPSHOT_PROXY_VERSION = 2
 
 
 #: flink-avro's ``AvroSerializerSnapshot`` (runtime class and writer schema; ``flink/types/avro.py``).
-AVRO_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
+AVRO_SERIALIZER_SNAPSHOT = "org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot"
 
 
 #: ``LinkedOptionalMapSerializer.HEADER``: starts each of the three maps of a POJO serializer snapshot.
@@ -47,18 +47,18 @@ OPTIONAL_MAP_HEADER = 0x4F2C69A3D70
 
 
 #: The POJO serializer's snapshot: not composite, but its nested snapshots are length-framed.
-POJO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
+POJO_SERIALIZER_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSerializerSnapshot"
 
 
 #: The Kryo serializer's snapshot (``GenericTypeInfo``), in Flink 1.x (Kryo 2) and 2.x (Kryo 5) alike.
-KRYO_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
+KRYO_SERIALIZER_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
 
 
-#: ``ROW_DATA_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows), is
+#: ``ROW_DATA_SERIALIZER_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows), is
 #: not composite, but its nested snapshots follow the fields' logical types (``writeSnapshot``: int arity,
 #: each ``LogicalType`` Java-serialized, then ``NestedSerializersSnapshotDelegate``).
 #: Snapshots whose body starts with the serialized type's class name (``writeUTF``).
-TYPE_CLASS_FIRST = frozenset((POJO_SNAPSHOT, KRYO_SNAPSHOT))
+TYPE_CLASS_FIRST = frozenset((POJO_SERIALIZER_SNAPSHOT, KRYO_SERIALIZER_SNAPSHOT))
 
 
 #: ``StateMetaInfoSnapshot.BackendStateType`` by ordinal.
@@ -75,7 +75,7 @@ LIST_DISTRIBUTION_MODES = ("SPLIT_DISTRIBUTE", "UNION")
 
 
 #: Snapshot classes whose body is empty (``SimpleTypeSerializerSnapshot`` and similar).
-SIMPLE_SNAPSHOTS = frozenset(
+SIMPLE_SERIALIZER_SNAPSHOTS = frozenset(
     f"org.apache.flink.api.common.typeutils.base.{name}Serializer${name}SerializerSnapshot"
     for name in (
         "String",
@@ -292,7 +292,7 @@ class Grammar:
     def top_snapshot(self, pos: int) -> Iterator[tuple[SerializerSnapshot, int]]:
         """Yield the serializer snapshots a header can hold at ``pos`` (``writeSerializerSnapshot``)."""
         # TypeSerializerSnapshotSerializationUtil.readSerializerSnapshot: proxy version, then the snapshot.
-        if self.int_at(pos) != SNAPSHOT_PROXY_VERSION:
+        if self.int_at(pos) != SERIALIZER_SNAPSHOT_PROXY_VERSION:
             raise _Fail
         yield from self.versioned(pos + 4)
 
@@ -306,16 +306,16 @@ class Grammar:
             raise _Fail
         version = self.int_at(p)
         p += 4
-        if name in SIMPLE_SNAPSHOTS:
+        if name in SIMPLE_SERIALIZER_SNAPSHOTS:
             yield SerializerSnapshot(name, version, self.data[pos:p]), p
             return
-        if name == POJO_SNAPSHOT:
+        if name == POJO_SERIALIZER_SNAPSHOT:
             # The frames make a POJO snapshot's end certain: the only alternative (backtracking over it would
             # also accept a split inside it, its field snapshots read as the next serializers).
             for (nested, names), q in self._pojo(p):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested, nested_names=names), q
             return
-        if name == KRYO_SNAPSHOT:
+        if name == KRYO_SERIALIZER_SNAPSHOT:
             # Kryo's own maps give its end first; a body that is not them (inside a POJO field's frame,
             # which bounds it) falls through to the alternatives below.
             for q in self._kryo(p):
@@ -326,7 +326,7 @@ class Grammar:
             q = delimited(self, p)
             yield SerializerSnapshot(name, version, self.data[pos:q]), q
             return
-        if name == ROW_DATA_SNAPSHOT:
+        if name == ROW_DATA_SERIALIZER_SNAPSHOT:
             # The arity bounds the search for the nested snapshots after the Java-serialized logical types.
             for nested, q in self._nested_after(p + 4, self.int_at(p)):
                 yield SerializerSnapshot(name, version, self.data[pos:q], nested), q
@@ -519,7 +519,7 @@ class Grammar:
             for _ in range(2):
                 try:
                     _text, pos = read_string(self.data, pos)
-                except InvalidSnapshotError:
+                except InvalidInputError:
                     raise _Fail from None
             if pos > self.limit:
                 raise _Fail
@@ -559,7 +559,7 @@ _DELIMITED: dict[tuple[str, int], Callable[[Grammar, int], int]] = {
     ): lambda _g, p: p + 4,
     # flink-avro's snapshot: its strings give its end (the writer schema is the last of them). Version 1
     # bodies were written both with and without the runtime class: found by backtracking instead.
-    **{(AVRO_SNAPSHOT, v): functools.partial(lambda v, g, p: g.avro_end(p, v), v) for v in (2, 3)},
+    **{(AVRO_SERIALIZER_SNAPSHOT, v): functools.partial(lambda v, g, p: g.avro_end(p, v), v) for v in (2, 3)},
 }
 
 
@@ -576,21 +576,21 @@ def first_alternative(alternatives: Iterator[tuple[_G, int]], end: int | None) -
 PLAUSIBLE_VERSIONS = 1 << 16
 
 
-def implausible_version(source: str, what: str, version: int) -> InvalidSnapshotError:
+def implausible_version(source: str, what: str, version: int) -> InvalidInputError:
     """Return the error for a header version no Flink writes (``FLINK_STATE_HEADER_CORRUPT``)."""
-    return InvalidSnapshotError(
+    return InvalidInputError(
         f"{source}: {what} header version {version} is one no Flink writes (damaged bytes)",
         code="FLINK_STATE_HEADER_CORRUPT",
     )
 
 
-def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
+def parse_serializer_snapshot(data: bytes, source: str) -> SerializerSnapshot:
     """Parse one ``writeVersionedSnapshot`` (class name, version, body) that fills ``data`` exactly.
 
     For snapshots framed with their length, e.g. a POJO field's in ``PojoSerializerSnapshotData``.
 
     Raises:
-        InvalidSnapshotError: The bytes are not one serializer snapshot.
+        InvalidInputError: The bytes are not one serializer snapshot.
     """
     grammar = Grammar(data, len(data))
     try:
@@ -598,11 +598,11 @@ def parse_snapshot(data: bytes, source: str) -> SerializerSnapshot:
     except GiveUp:
         found = None
     if found is None:
-        raise InvalidSnapshotError(f"{source}: not a serializer snapshot", code="FLINK_STATE_HEADER_CORRUPT")
+        raise InvalidInputError(f"{source}: not a serializer snapshot", code="FLINK_STATE_HEADER_CORRUPT")
     return found[0]
 
 
-def read_versioned_snapshot(data: bytes, pos: int, end: int) -> tuple[SerializerSnapshot, int] | None:
+def read_serializer_snapshot(data: bytes, pos: int, end: int) -> tuple[SerializerSnapshot, int] | None:
     """Parse one ``writeVersionedSnapshot`` at ``pos`` whose end its own bytes give, or return None.
 
     For snapshots that are not framed by a length (a timer section's key and namespace serializers): only a
@@ -628,12 +628,12 @@ TYPE_OPTION = "KEYED_STATE_TYPE"
 MODE_OPTION = "OPERATOR_STATE_DISTRIBUTION_MODE"
 
 
-def invalid_enum(source: str, what: str) -> InvalidSnapshotError:
+def invalid_enum(source: str, what: str) -> InvalidInputError:
     """Return the error for a meta info Flink's restore refuses (``FLINK_STATE_META_INFO_INVALID``)."""
-    return InvalidSnapshotError(f"{source}: {what}", code="FLINK_STATE_META_INFO_INVALID")
+    return InvalidInputError(f"{source}: {what}", code="FLINK_STATE_META_INFO_INVALID")
 
 
-def check_unique(names: list[str], source: str) -> None:
+def require_unique(names: list[str], source: str) -> None:
     """Refuse a header that declares a state name twice (``FLINK_STATE_META_INFO_INVALID``)."""
     seen: set[str] = set()
     for name in names:

@@ -1,7 +1,7 @@
-"""``kg rescale --rename/--assign-uid/--drop``: operator surgery in the rescale's own pass (no JVM here).
+"""``kg rescale --rename/--assign-uid/--drop``: operator migration in the rescale's own pass (no JVM here).
 
 The output of one pass must hold the state ``kg migrate`` followed by ``kg rescale`` gives (compared as kg
-snapshots, key by key), with the operators named as the surgery leaves them and the checkpoint id kept.
+snapshots, key by key), with the operators named as the migration leaves them and the checkpoint id kept.
 Real Flink restoring these outputs is ``tests/restore/test_migrate_restores.py``.
 """
 
@@ -47,7 +47,7 @@ CASES = {
 }
 
 
-def _surgery_args(args: list[str]) -> list[str]:
+def _migration_args(args: list[str]) -> list[str]:
     keep, it = [], iter(args)
     for a in it:
         if a in ("--rename", "--assign-uid", "--drop"):
@@ -78,9 +78,9 @@ def test_one_pass_writes_what_migrate_then_rescale_writes(kg, tmp_path: Path, ca
     assert tree_digest(source) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one-pass"]  # no intermediate savepoint
     doc = r.json()
-    assert sorted(c["action"] for c in doc["surgery"]) == sorted(a[2:] for a in _surgery_args(args)[::2])
+    assert sorted(c["action"] for c in doc["migration"]) == sorted(a[2:] for a in _migration_args(args)[::2])
     migrated, two = tmp_path / "migrated", tmp_path / "two-pass"
-    assert kg("migrate", source, "--out", migrated, *_surgery_args(args)).exit_code == 0
+    assert kg("migrate", source, "--out", migrated, *_migration_args(args)).exit_code == 0
     r2 = kg("rescale", migrated, "--out", two, "--engine", "local", *_rescale_args(args))
     assert r2.exit_code == 0, r2.stderr
     ours, theirs = read_flink_metadata(one).metadata, read_flink_metadata(two).metadata
@@ -107,7 +107,7 @@ def test_dry_run_prints_the_surgery_above_the_plan_and_writes_nothing(kg, tmp_pa
     assert not any(line.startswith("keyed-string") for line in lines)
     j = kg("--json", "rescale", V6, *args, "--from", "3", "--dry-run").json()
     assert j["command"] == "plan"
-    assert j["surgery"][1] == {
+    assert j["migration"][1] == {
         "action": "rename",
         "operator_id": LONG,
         "uid": "keyed-long",
@@ -118,9 +118,9 @@ def test_dry_run_prints_the_surgery_above_the_plan_and_writes_nothing(kg, tmp_pa
     }
     assert STRING not in {op["operator_id"] for op in j["operators"]}
     assert not dest.exists()
-    # Without surgery the document says so (the key is always there for a savepoint).
+    # Without migration the document says so (the key is always there for a savepoint).
     plain = kg("--json", "rescale", V6, "--to", "4", "--out", dest, "--from", "3", "--dry-run").json()
-    assert plain["surgery"] == []
+    assert plain["migration"] == []
 
 
 @pytest.mark.parametrize(
@@ -162,12 +162,12 @@ def test_a_kg_snapshot_takes_no_surgery(kg, tmp_path: Path, dry_run: bool) -> No
 
 
 def test_kg_plan_takes_the_surgery_and_prints_what_the_dry_run_prints(kg, tmp_path: Path) -> None:
-    surgery = ["--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string"]
-    plan = kg("--json", "plan", V6, "--from", "3", "--to", "4", *surgery)
+    migration = ["--rename", "keyed-long=keyed-long-v2", "--drop", "keyed-string"]
+    plan = kg("--json", "plan", V6, "--from", "3", "--to", "4", *migration)
     dry = kg(
-        "--json", "rescale", V6, "--from", "3", "--to", "4", "--out", tmp_path / "o", *surgery, "--dry-run"
+        "--json", "rescale", V6, "--from", "3", "--to", "4", "--out", tmp_path / "o", *migration, "--dry-run"
     )
     assert plan.exit_code == dry.exit_code == 0, plan.stderr + dry.stderr
-    assert plan.json() == dry.json() and [c["action"] for c in plan.json()["surgery"]] == ["drop", "rename"]
+    assert plan.json() == dry.json() and [c["action"] for c in plan.json()["migration"]] == ["drop", "rename"]
     pure = kg("plan", "--from", "3", "--to", "4", "-m", "128", "--drop", "keyed-string")
     assert pure.exit_code == 2 and "--drop" in pure.stderr
