@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 # Off a terminal kg prints one line per stage on stderr (cli/progress.py); the tests of other output turn
-# that off, in process and in every kg they start. tests/cli/test_progress.py turns it back on.
+# those lines off, in process and in every kg they start (bars on a pty stay). tests/cli/test_progress.py
+# turns them back on.
 os.environ.setdefault("KG_PROGRESS", "off")
 
 

@@ -39,6 +39,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     base["PATH"] = os.pathsep.join([str(decoy), *path])
     base["KG_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     base["COLUMNS"] = "100"
+    # Off a terminal kg prints a line per stage; tests/cli/test_progress.py holds those, these the rest.
+    base["KG_PROGRESS"] = "off"
     return base
 
 

@@ -48,12 +48,19 @@ def _named_by_tests() -> set[str]:
     import ast
     import re
 
-    init = ast.parse((PACKAGE / "flink" / "__init__.py").read_text(encoding="utf-8"))
-    lazy = next(
-        ast.literal_eval(n.value)
-        for n in init.body
-        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_LAZY"
-    )
+    def lazy_table(init: Path) -> dict[str, str]:
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        return next(
+            ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_LAZY"
+        )
+
+    # The entry modules load names lazily: importing one of those names imports the module behind it.
+    lazy = {
+        "keygroup_cli": lazy_table(PACKAGE / "__init__.py"),
+        "keygroup_cli.flink": lazy_table(PACKAGE / "flink" / "__init__.py"),
+    }
     named: set[str] = set()
     commands: set[str] = set()
     for path in TESTS.rglob("*.py"):
@@ -64,8 +71,8 @@ def _named_by_tests() -> set[str]:
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keygroup_cli"):
                 named.update(f"{node.module}.{a.name}" for a in node.names)
-                if node.module == "keygroup_cli.flink":
-                    named.update(lazy[a.name] for a in node.names if a.name in lazy)
+                table = lazy.get(node.module or "", {})
+                named.update(table[a.name] for a in node.names if a.name in table)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and path.parent.name == "cli":
                 commands.add(node.value)
         if '"-m", "keygroup_cli"' in text:

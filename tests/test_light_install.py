@@ -69,7 +69,8 @@ def light(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     assert installed.returncode == 0, installed.stderr[-3000:]
     decoy = write_decoys(home / "decoy")
     env = {k: v for k, v in os.environ.items() if k in {"HOME", "LANG", "TMPDIR", "USER", "JAVA_HOME"}}
-    env.update(PATH=os.pathsep.join([str(decoy), "/usr/bin", "/bin"]), COLUMNS="100")
+    # KG_PROGRESS=off: the stage lines off a terminal are tests/cli/test_progress.py's.
+    env.update(PATH=os.pathsep.join([str(decoy), "/usr/bin", "/bin"]), COLUMNS="100", KG_PROGRESS="off")
     return home / "venv" / "bin" / "kg", env
 
 

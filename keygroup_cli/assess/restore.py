@@ -349,8 +349,8 @@ def fix_hint(finding: Finding, snapshot: str) -> str | None:
         suggest = max(DEFAULT_MAX_PARALLELISM, 1 << (new_p - 1).bit_length())
         return (
             f"kg rescale {snapshot} --to {new_p} -m {suggest} --out NEW/ writes state that restores at "
-            f"parallelism {new_p} (then set maxParallelism {suggest} in the job), or deploy at -p {state_max} "
-            "or less"
+            f"parallelism {new_p} (then set maxParallelism {suggest} in the job), or deploy at "
+            f"-p {state_max} or less"
         )
     if finding.code == "MAX_PARALLELISM_MISMATCH" and (m := _MISMATCH.search(finding.message)):
         state_max, new_max = int(m[1]), int(m[2])

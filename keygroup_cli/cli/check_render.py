@@ -46,11 +46,12 @@ def print_findings(
         for group in _grouped(findings):
             f = group[0]
             subjects = [shorten_ids(g.subject, ids) for g in group]
-            head = Text.assemble(
-                (f"{f.severity.value.upper():7}", styles[f.severity]), " ", f.code, " ", (_subjects(subjects), "bold")
-            )
+            severity = (f"{f.severity.value.upper():7}", styles[f.severity])
+            head = Text.assemble(severity, " ", f.code, " ", (_subjects(subjects), "bold"))
             console.print(head, soft_wrap=False)
-            message = HEX_ID.sub("<operator id>", f.message) if len(group) > 1 else shorten_ids(f.message, ids)
+            # One message for many operators: the id in Flink's sentence is each one's (--json has them).
+            many = len(group) > 1
+            message = HEX_ID.sub("<operator id>", f.message) if many else shorten_ids(f.message, ids)
             console.print(Padding(Text(message), (0, 0, 0, 8), expand=False))
             hint = fix_hint(f, snapshot)
             if hint is not None:

@@ -52,7 +52,7 @@ def print_kafka(console: Console, state: KafkaSourceState, names: Names | None =
     """Print a KafkaSource's splits (one line per partition) and its enumerator's partitions."""
 
     def line(text: str) -> None:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        console.print(text, markup=False, highlight=False)
 
     line(f"\n{_label(state, names or {})} (KafkaSource)")
     for s in state.splits:
@@ -92,7 +92,7 @@ def print_kafka_sink(console: Console, state: KafkaSinkState, names: Names | Non
     """Print a KafkaSink's transactional id prefix and each writer's precommitted transactions."""
 
     def line(text: str) -> None:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        console.print(text, markup=False, highlight=False)
 
     line(f"\n{_label(state, names or {})} (KafkaSink)")
     if not state.writers:

@@ -113,7 +113,7 @@ def print_lookup(console: Console, lookup: KeyLookup, name: str | None = None) -
     """Print each key's states: one line per value, list, map entry or timer (``name``: the operator's)."""
 
     def line(text: str) -> None:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        console.print(text, markup=False, highlight=False)
 
     notes = {s.name: s.notes for s in lookup.states}
     label = operator_label(lookup.operator_uid, name, lookup.operator_id)

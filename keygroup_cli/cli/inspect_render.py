@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from keygroup_cli.assess.summary import (
-    OperatorSummary,
     InputSummary,
+    OperatorSummary,
     count_operators,
     key_group_histogram,
 )
@@ -115,7 +115,9 @@ def _operator_text(console: Console, op: OperatorSummary, subtasks: bool, short:
         # A SQL job's key: its fields' SQL types say what to give kg get --key.
         key = f", SQL key {RowFields.of(snapshot).type_name}"
     operator_id = short.get(op.operator_id, op.operator_id)
-    title = op.label if op.uid else shorten_ids(f"{op.label} [{operator_id}]", short)
+    title = op.label if op.uid else shorten_ids(op.label, short)
+    if not op.uid and op.label != op.operator_id:
+        title += f" [{operator_id}]"
     kind = op.handle_kind or ("keyed state" if op.keyed_bytes else "operator state")
     if op.has_channel_state and not (op.handle_kind or op.keyed_bytes or op.operator_state_bytes):
         kind = "channel state"

@@ -84,7 +84,7 @@ def render_key_group_sizes(console: Console, sizes: KeyGroupSizes) -> None:
     print_table(console, table, indent=2)
     lo, hi = sizes.advice[0].parallelism, sizes.advice[-1].parallelism
     ranked = ", ".join(f"{a.parallelism} ({a.byte_skew:.2f})" for a in best)
-    console.print(f"    best (most even by bytes) in {lo}-{hi}: {ranked}", soft_wrap=True)
+    console.print(f"    best (most even by bytes) in {lo}-{hi}: {ranked}")
     render_skew_charts(console, sizes)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from keygroup_cli.assess.summary import count_operators
-from keygroup_cli.cli.render import counted, format_bytes, operators_counted
+from keygroup_cli.cli.render import counted, format_bytes, operators_counted, shorten_ids
 from keygroup_cli.execution.routes.migrate import MigrationResult
 from keygroup_cli.planning.migration import OperatorChange
 
@@ -41,7 +41,8 @@ def render_changes(console: Console, changes: Iterable[dict[str, Any]]) -> None:
             line = f"{c['action']:<11} {old} -> {c['new_uid']} ({c['new_operator_id']}){state}"
             if c["replaces"]:
                 line += f", replacing the stateless entry {c['replaces']}"
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        # Ids as git shortens hashes (--json: whole).
+        console.print(shorten_ids(line), markup=False, highlight=False)
 
 
 def migrate_document(result: MigrationResult, typed_input: str, typed_output: str) -> dict[str, Any]:
@@ -73,5 +74,4 @@ def render_migrate(console: Console, doc: dict[str, Any]) -> None:
         f"({format_bytes(doc['bytes'])}, {doc['copy']})",
         markup=False,
         highlight=False,
-        soft_wrap=True,
     )

@@ -59,7 +59,7 @@ def render_plan(console: Console, plan: planning.KeyGroupPlan, title: str = "") 
     ``--table tsv``, whose tables carry no title, so each operator's rows stay under its name.
     """
     if title and table_style(console) == "tsv":
-        console.print(title, markup=False, highlight=False, soft_wrap=True)
+        console.print(title, markup=False, highlight=False)
     weighted = any(t.rows is not None for t in plan.transfers)
     # A Flink savepoint's plan knows bytes per key group (from _metadata's offsets) but no rows.
     sized = weighted or any(t.bytes is not None for t in plan.transfers)

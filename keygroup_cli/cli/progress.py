@@ -9,8 +9,11 @@ ends, with its size and its wall time (``kg: verify input: 12/12 files in 0.4 s`
 line is a JSON object (``{"stage": ..., "completed": ..., "total": ..., "unit": ..., "seconds": ...}``),
 so a CI log stays parseable. A stage ends when it reports ``completed == total``; one still open when
 the command ends (no total, or stopped short) is printed then, if the command succeeded. ``--quiet``
-prints none, and so does ``KG_PROGRESS=off`` (bars and lines; warnings stay). The core's notices (``logging`` records of the ``keygroup_cli`` logger, e.g. "pyspark is not
-installed: using the local engine") are printed on stderr as ``kg: note: ...`` unless ``--quiet``.
+prints none (nor bars); ``KG_PROGRESS=off`` prints no stage line and keeps the warnings (the bars on a
+terminal stay).
+
+The core's notices (``logging`` records of the ``keygroup_cli`` logger, e.g. "pyspark is not installed:
+using the local engine") are printed on stderr as ``kg: note: ...`` unless ``--quiet``.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ def progress_bars(console: Console) -> Progress:
 
 
 def switched_off() -> bool:
-    """Return whether ``KG_PROGRESS=off`` (or ``0``, ``no``, ``none``) asks for no progress at all."""
+    """Return whether ``KG_PROGRESS=off`` (``0``, ``no``, ``none``) asks for no stage line off a terminal."""
     return os.environ.get("KG_PROGRESS", "").strip().lower() in ("off", "0", "no", "none")
 
 
@@ -135,7 +138,7 @@ def progress(out: Output) -> Iterator[OnProgress]:
     Off a terminal (or under ``--json``) it prints one line per stage as it ends instead (``StageLines``).
     Notices of the core are shown on stderr for the duration too (see ``notices``).
     """
-    if out.quiet or switched_off():
+    if out.quiet or (not out.progress_enabled and switched_off()):
         with notices(out):
             yield no_progress
         return
@@ -188,9 +191,11 @@ def stage_unit(stage: str) -> str | None:
 class StageLines:
     """``on_progress`` off a terminal: one line on stderr per stage when it ends, no bars.
 
-    A stage starts at its first report and ends when it reports ``completed == total`` (a known total).
-    The same name reported again after it ended, from 0, is a second run of it and prints again. Reports
-    may come from several threads.
+    A stage ends when it reports ``completed == total`` (a known total). It starts at its first report if
+    that is 0, else when the stage before it ended (or the command started): a step that reports only
+    once it has done something is timed from when it could start. After a stage ended, a report of it
+    from 0, or with another total, is a second run that prints again; any other is a late report from a
+    slower thread and is dropped. Reports may come from several threads.
     """
 
     def __init__(self, *, as_json: bool, clock: Any = time.monotonic) -> None:
@@ -199,8 +204,10 @@ class StageLines:
         self.lock = threading.Lock()
         #: Open stages: name -> [start, completed, total], in the order they started.
         self.open: dict[str, list[Any]] = {}
-        #: Stages that ended, with their last count (to tell a late report from a new run).
-        self.ended: dict[str, int] = {}
+        #: Stages that ended, with the total they ended at (to tell a late report from a new run).
+        self.ended: dict[str, int | None] = {}
+        #: When the last stage ended (or the command started).
+        self.mark = clock()
 
     def report(self, stage: str, completed: int, total: int | None) -> None:
         """Record one report of ``stage``; print its line if this ends it."""
@@ -208,14 +215,15 @@ class StageLines:
             now = self.clock()
             state = self.open.get(stage)
             if state is None:
-                if stage in self.ended and completed >= self.ended[stage]:
+                if stage in self.ended and completed != 0 and total == self.ended[stage]:
                     return  # a late report of a stage already printed (another thread's)
-                state = self.open[stage] = [now, completed, total]
+                state = self.open[stage] = [now if completed == 0 else self.mark, completed, total]
             elif completed >= state[1] or total != state[2]:
                 state[1], state[2] = completed, total
             if state[2] is not None and state[1] >= state[2]:
                 del self.open[stage]
-                self.ended[stage] = state[1]
+                self.ended[stage] = state[2]
+                self.mark = now
                 self._print(stage, state[1], state[2], now - state[0])
 
     def close(self) -> None:
@@ -231,7 +239,13 @@ class StageLines:
         unit = stage_unit(stage)
         if self.as_json:
             line = json.dumps(
-                {"stage": stage, "completed": completed, "total": total, "unit": unit, "seconds": round(seconds, 3)},
+                {
+                    "stage": stage,
+                    "completed": completed,
+                    "total": total,
+                    "unit": unit,
+                    "seconds": round(seconds, 3),
+                },
                 ensure_ascii=False,
             )
         else:
@@ -243,6 +257,8 @@ class StageLines:
 def _size(completed: int, total: int | None, unit: str | None) -> str:
     """Return ``12/12 files``, ``3.1 MiB/3.1 MiB`` or ``5`` (no total): how big a stage was."""
     if unit == "bytes":
-        return format_bytes(completed) if total is None else f"{format_bytes(completed)}/{format_bytes(total)}"
+        return (
+            format_bytes(completed) if total is None else f"{format_bytes(completed)}/{format_bytes(total)}"
+        )
     count = f"{completed:,}" if total is None else f"{completed:,}/{total:,}"
     return f"{count} {unit}" if unit else count

@@ -125,15 +125,8 @@ def plan_snapshot_document(
 
 
 def operator_names(planned: PlannedRescale) -> dict[str, str | None]:
-    """Return the names of a planned rescale's input operators by id (none known for a remote kg snapshot)."""
-    operators: Sequence[Any] = ()
-    if planned.input.savepoint is not None:
-        operators = planned.input.savepoint.metadata.operators
-    elif planned.snapshot is not None:
-        operators = planned.snapshot.manifest.operators
-    elif hasattr(planned.input.source, "manifest"):
-        operators = planned.input.source.manifest.operators  # type: ignore[union-attr]
-    return {op.operator_id: op.name for op in operators}
+    """Return the names of a planned rescale's operators by id, as the plan carries them."""
+    return {op.operator_id: op.name for op in planned.plan.operators}
 
 
 def planned_document(typed: str, planned: PlannedRescale) -> dict[str, Any]:
@@ -180,7 +173,7 @@ def render_snapshot_plan(
     if folded:
         console.print("--subtasks lists every transfer and new subtask")
     if document is not None:
-        console.print(f"output: {_PLANNED[document['savepoint_format']]}", soft_wrap=True)
+        console.print(f"output: {_PLANNED[document['savepoint_format']]}")
 
 
 #: New subtasks whose loads a plan lists one by one without ``--subtasks``; more are summed up.
@@ -224,8 +217,9 @@ def _render_operator_plan(console: Console, op: OperatorPlan, label: str, subtas
             plan = op.key_groups
             console.print(
                 f"  {counted(len(plan.transfers), 'transfer')}: {format_count(plan.moved_key_groups)} of "
-                f"{format_count(plan.max_parallelism)} key groups change subtask ({plan.moved_fraction:.1%}); "
-                f"key groups per subtask skew {plan.old_skew:.2f} -> {plan.new_skew:.2f}"
+                f"{format_count(plan.max_parallelism)} key groups change subtask "
+                f"({plan.moved_fraction:.1%}); key groups per subtask skew {plan.old_skew:.2f} -> "
+                f"{plan.new_skew:.2f}"
             )
     if op.keyed_mode != "none":
         folded |= _render_keyed(console, op, subtasks)
@@ -452,7 +446,7 @@ def render_rescale(console: Console, document: dict[str, Any], subtasks: bool = 
         f"{moved}; engine {document['engine']} ({document['engine_reason']}), "
         f"{document['wall_seconds']:.1f} s"
     )
-    console.print(f"wrote {what} {document['output']}", soft_wrap=True)
+    console.print(f"wrote {what} {document['output']}")
 
 
 def _operator_table(document: dict[str, Any]) -> Table:
@@ -466,7 +460,8 @@ def _operator_table(document: dict[str, Any]) -> Table:
             continue  # a savepoint lists every operator of the job; most hold no state
         label = operator_label(op["uid"], op["name"], op["operator_id"])
         if not op["rescaled"]:
-            table.add_row(label, f"{op['from_parallelism']} (kept)", format_count(op["keyed_rows"]), "", "", "")
+            kept = f"{op['from_parallelism']} (kept)"
+            table.add_row(label, kept, format_count(op["keyed_rows"]), "", "", "")
             continue
         rows = [s["keyed_rows"] for s in op["subtasks"]]
         sizes = [s["keyed_file_bytes"] for s in op["subtasks"]]

@@ -15,13 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from keygroup_cli.cli.render import counted, format_bytes, format_count
 
 if TYPE_CHECKING:
-    from keygroup_cli.assess.sizes import KeyGroupSizes
+    from keygroup_cli.assess.sizes import KeyGroupBin, KeyGroupSizes
     from keygroup_cli.cli.render import Output
+
+#: An axis: its end in bytes and its ticks, ``(bytes, label)`` (``byte_axis``).
+ByteAxis = tuple[float, list[tuple[float, str]]]
 
 #: Width of every chart's drawing area, in CSS pixels (the SVGs scale down on narrow screens).
 CHART_WIDTH = 720
@@ -64,7 +67,7 @@ def subtask_fill(subtask: int) -> str:
     return SUBTASK_FILLS[subtask % len(SUBTASK_FILLS)]
 
 
-def byte_axis(top: float, ticks: int = 4) -> tuple[float, list[tuple[float, str]]]:
+def byte_axis(top: float, ticks: int = 4) -> ByteAxis:
     """Return an axis for values up to ``top`` bytes: its end (>= top) and its ``(bytes, label)`` ticks.
 
     The ticks are round numbers of one unit (``0``, ``0.5 KiB``, ``1 KiB`` …), about ``ticks`` of them.
@@ -82,6 +85,7 @@ def byte_axis(top: float, ticks: int = 4) -> tuple[float, list[tuple[float, str]
     count = math.ceil(top / size / step - 1e-9)
     marks = [(i * step * size, "0" if i == 0 else f"{i * step:g} {_UNITS[power]}") for i in range(count + 1)]
     return count * step * size, marks
+
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; margin: 24px;
@@ -181,9 +185,12 @@ def _legend(parallelism: int) -> str:
             shown = ", ".join(str(i) for i in same[:3]) + (", …" if len(same) > 3 else "")
             items.append((fill, f"subtask {shown}" if len(same) == 1 else f"subtasks {shown}"))
     entries = "".join(
-        f'<li><span class="swatch" style="background:{fill}"></span>{escape(text)}</li>' for fill, text in items
+        f'<li><span class="swatch" style="background:{fill}"></span>{escape(text)}</li>'
+        for fill, text in items
     )
-    return f'<ul class="legend" aria-label="colour of each subtask at parallelism {parallelism}">{entries}</ul>'
+    return (
+        f'<ul class="legend" aria-label="colour of each subtask at parallelism {parallelism}">{entries}</ul>'
+    )
 
 
 def _key_group_figure(sizes: KeyGroupSizes) -> str:
@@ -218,14 +225,14 @@ def _key_group_figure(sizes: KeyGroupSizes) -> str:
         )
     count = len(sizes.bytes)
     items.append(
-        f'<line class="axis" x1="{left}" y1="{top_pad}" x2="{left}" y2="{base}" stroke="{AXIS_STROKE}"/>'
-        f'<line class="axis" x1="{left}" y1="{base}" x2="{left + plot_width}" y2="{base}" stroke="{AXIS_STROKE}"/>'
+        _line("axis", left, top_pad, left, base, AXIS_STROKE)
+        + _line("axis", left, base, left + plot_width, base, AXIS_STROKE)
     )
     for group in _key_group_ticks(count):
         x = left + plot_width * (group + 0.5) / max(1, count)
         items.append(
-            f'<line class="axis" x1="{x:.2f}" y1="{base}" x2="{x:.2f}" y2="{base + 4}" stroke="{AXIS_STROKE}"/>'
-            f'<text class="tick x" x="{x:.2f}" y="{base + 15}" text-anchor="middle">{group}</text>'
+            _line("axis", x, base, x, base + 4, AXIS_STROKE)
+            + f'<text class="tick x" x="{x:.2f}" y="{base + 15}" text-anchor="middle">{group}</text>'
         )
     items.append(
         f'<text class="axis-title x" x="{left + plot_width / 2:.2f}" y="{base + 30}" text-anchor="middle">'
@@ -256,7 +263,9 @@ def _key_group_ticks(count: int, ticks: int = 8) -> list[int]:
     return [*marks, count - 1] if marks else [0, count - 1]
 
 
-def _subtask_figure(runs: Sequence[Any], parallelism: int, what: str, caption: str, scale: Any) -> str:
+def _subtask_figure(
+    runs: Sequence[KeyGroupBin], parallelism: int, what: str, caption: str, scale: ByteAxis
+) -> str:
     end, marks = scale
     room = CHART_WIDTH - LABEL_WIDTH - VALUE_WIDTH
     rows = len(runs) * (BAR_HEIGHT + BAR_GAP)
@@ -264,9 +273,9 @@ def _subtask_figure(runs: Sequence[Any], parallelism: int, what: str, caption: s
     for value, label in marks:  # grid lines behind the bars, the byte axis under them
         x = LABEL_WIDTH + value * room / end
         items.append(
-            f'<line class="grid" x1="{x:.2f}" y1="0" x2="{x:.2f}" y2="{rows}" stroke="{GRID_STROKE}"/>'
-            f'<line class="axis" x1="{x:.2f}" y1="{rows}" x2="{x:.2f}" y2="{rows + 4}" stroke="{AXIS_STROKE}"/>'
-            f'<text class="tick x" x="{x:.2f}" y="{rows + 15}" text-anchor="middle">{escape(label)}</text>'
+            _line("grid", x, 0, x, rows, GRID_STROKE)
+            + _line("axis", x, rows, x, rows + 4, AXIS_STROKE)
+            + f'<text class="tick x" x="{x:.2f}" y="{rows + 15}" text-anchor="middle">{escape(label)}</text>'
         )
     for i, r in enumerate(runs):
         y = i * (BAR_HEIGHT + BAR_GAP)
@@ -278,7 +287,8 @@ def _subtask_figure(runs: Sequence[Any], parallelism: int, what: str, caption: s
             f'<rect class="bar subtask" x="{LABEL_WIDTH}" y="{y}" width="{w:.2f}" height="{BAR_HEIGHT}" '
             f'fill="{fill}" data-subtasks="{r.start}-{r.end}" data-bytes="{r.bytes}">'
             f"<title>{escape(label)}: {escape(format_bytes(r.bytes))}</title></rect>"
-            f'<text class="value" x="{LABEL_WIDTH + w + 6:.2f}" y="{y + 12}">{escape(format_bytes(r.bytes))}</text>'
+            f'<text class="value" x="{LABEL_WIDTH + w + 6:.2f}" y="{y + 12}">'
+            f"{escape(format_bytes(r.bytes))}</text>"
         )
     items.append(
         f'<line class="axis" x1="{LABEL_WIDTH}" y1="{rows}" x2="{LABEL_WIDTH + room}" y2="{rows}" '
@@ -296,6 +306,11 @@ def _subtask_figure(runs: Sequence[Any], parallelism: int, what: str, caption: s
         scale=int(end),
     )
     return f"<figure>\n<figcaption>{escape(caption)}</figcaption>\n{svg}\n</figure>"
+
+
+def _line(kind: str, x1: float, y1: float, x2: float, y2: float, stroke: str) -> str:
+    """Return one SVG line (an axis, a tick or a grid line)."""
+    return f'<line class="{kind}" x1="{x1:.2f}" y1="{y1:.2f}" x2="{x2:.2f}" y2="{y2:.2f}" stroke="{stroke}"/>'
 
 
 def _svg(kind: str, width: float, height: float, label: str, items: Iterable[str], **data: int) -> str:

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keygroup_cli.execution.engines import EngineChoice, Executor
+from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.execution.engines import ENGINES, EngineChoice, Executor
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,14 @@ class EngineOptions:
     executor: Executor | None = None
     #: Threads of the local engine and of the key-group copy (None: ``keygroup_cli.core.workers.worker_count``).
     workers: int | None = None
+
+    def __post_init__(self) -> None:
+        # Refused here, not when an engine is first needed: a rescale that copies key groups as bytes on the
+        # driver runs no engine, and must not accept a name it would refuse on another input.
+        if isinstance(self.engine, str) and self.engine not in (*ENGINES, "auto"):
+            raise InvalidArgumentError(
+                f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
+            )
 
 
 __all__ = ["EngineOptions"]

@@ -295,6 +295,8 @@ class OperatorPlan:
     #: ``with_state``): a kg snapshot operator with files, a savepoint operator with a subtask state
     #: handle. A savepoint lists every operator of the job, most of them without state.
     holds_state: bool = True
+    #: The operator's name in the input, if it records one (for display: uid, else name, else id).
+    name: str | None = None
 
     @property
     def label(self) -> str:
@@ -468,6 +470,7 @@ def _rescale_operator(
         keyed_bytes=sum(f.bytes for f in op.keyed_files),
         operator_rows=sum(f.rows for f in op.operator_files),
         holds_state=holds_state,
+        name=op.name,
     )
 
 
@@ -709,6 +712,7 @@ def _keep(op: Operator) -> OperatorPlan:
         keyed_rows=op.keyed_rows,
         keyed_bytes=sum(f.bytes for f in op.keyed_files),
         operator_rows=sum(f.rows for f in op.operator_files),
+        name=op.name,
     )
 
 

@@ -105,6 +105,7 @@ def _operator_plan(
         keyed_bytes=0,
         operator_rows=sum(sum(c.values()) for c in counts),
         holds_state=holds_state,
+        name=op.name,
     )
 
 

@@ -190,12 +190,28 @@ def _diff_operator(snap_a: Snapshot, op_a: Operator, snap_b: Snapshot, op_b: Ope
     if comparable:
         states.update(_diff_keyed(snap_a, op_a, snap_b, op_b, kind_of))
         states.update(_diff_operator_state(snap_a, op_a, snap_b, op_b, kind_of))
+    else:
+        # Rows of another key type or state kind never equal one another: every row is on its side only.
+        count_a, count_b = _rows_by_state(snap_a, op_a), _rows_by_state(snap_b, op_b)
+        for name in kind_of:
+            a, b = count_a.get(name, 0), count_b.get(name, 0)
+            states[name] = StateDiff(name, kind_of[name], a, b, a, b)
     for name, kind in kind_of.items():
         states.setdefault(name, StateDiff(name, kind, 0, 0, 0, 0))
     ordered = tuple(states[name] for name in kind_of)
     return OperatorDiff(
         op_a.label, op_a.operator_id, "both", ordered, tuple(notes), comparable, uid=op_a.uid, name=op_a.name
     )
+
+
+def _rows_by_state(snapshot: Snapshot, op: Operator) -> dict[str, int]:
+    """Return the rows of each state of ``op``, keyed and operator state."""
+    counts: dict[str, int] = {}
+    for table in (_keyed_table(snapshot, op, None), _operator_rows(snapshot, op)):
+        if table.num_rows:
+            for row in table.group_by("state", use_threads=False).aggregate([("state", "count")]).to_pylist():
+                counts[row["state"]] = counts.get(row["state"], 0) + int(row["state_count"])
+    return counts
 
 
 # -- Multisets with Arrow ----------------------------------------------------------------------------------

@@ -16,7 +16,11 @@ from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.findings import FINDING_CODES, Finding, Severity
 from keygroup_cli.core.keygroups import operator_id_for_uid
 from keygroup_cli.flink.io.binary import DataOutput
-from keygroup_cli.flink.types.serializer_snapshots import KRYO_SERIALIZER_SNAPSHOT, POJO_SERIALIZER_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink.types.serializer_snapshots import (
+    KRYO_SERIALIZER_SNAPSHOT,
+    POJO_SERIALIZER_SNAPSHOT,
+    SerializerSnapshot,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 UPGRADE_CASES = ("upgrade-heap-canonical-p2", "upgrade-rocksdb-canonical-p2")
@@ -124,7 +128,9 @@ def _kryo(type_class: str) -> SerializerSnapshot:
 
 
 def _pojo(type_class: str, fields: dict[str, SerializerSnapshot]) -> SerializerSnapshot:
-    return _snap(POJO_SERIALIZER_SNAPSHOT, _utf(type_class), tuple(fields.values()), nested_names=tuple(fields))
+    return _snap(
+        POJO_SERIALIZER_SNAPSHOT, _utf(type_class), tuple(fields.values()), nested_names=tuple(fields)
+    )
 
 
 STRING = _snap(f"{BASE}StringSerializer$StringSerializerSnapshot")

@@ -1,8 +1,8 @@
 """Open an HTML file in a real headless Chromium (Qt WebEngine) and report what it rendered.
 
-Run as ``python browser_screenshot.py PAGE PNG WIDTH HEIGHT COLOR...``: loads PAGE from disk, waits for the load,
-asks the page where each ``svg.chart`` was laid out, takes a screenshot to PNG and prints one JSON
-object on stdout:
+Run as ``python browser_screenshot.py PAGE PNG WIDTH HEIGHT COLOR...``: loads PAGE from disk, waits
+for the load, asks the page where each ``svg.chart`` and legend was laid out, takes a screenshot to PNG
+and prints one JSON object on stdout:
 
 - ``loaded``: the load succeeded;
 - ``requests``: every URL the page asked for other than PAGE itself (a self-contained page asks none);

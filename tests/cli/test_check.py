@@ -145,3 +145,32 @@ def test_check_kg_snapshot(kg: Callable[..., Any], tmp_path: Path) -> None:
     assert doc["input_format"] == "kg-snapshot"
     assert [f["code"] for f in doc["findings"]] == ["PARALLELISM_EXCEEDS_MAX_PARALLELISM"]
     assert _exit_code("check", out, "-p", "16") == 0
+
+
+def test_one_cause_is_one_finding_in_text_with_rescales_fix(kg: Callable[..., Any]) -> None:
+    # -p 200 above maxParallelism 128: Flink refuses every operator of the job with one sentence each.
+    doc = kg("check", HEAP_P3, "-p", "200", "--json").json()
+    assert len(doc["findings"]) == 10 and {f["code"] for f in doc["findings"]} == {
+        "PARALLELISM_EXCEEDS_MAX_PARALLELISM"
+    }
+    text = kg("check", HEAP_P3, "-p", "200")
+    assert text.exit_code == 1
+    assert text.stdout.count("PARALLELISM_EXCEEDS_MAX_PARALLELISM") == 1
+    assert "10 operators: op-state, opstate-discard: Writer, sink-counter and 7 more" in text.stdout
+    flat = " ".join(text.stdout.split())
+    # The fix kg rescale names for the same bound (its refusal of --to 200 says "pass -m 256").
+    assert f"fix: kg rescale {HEAP_P3} --to 200 -m 256 --out NEW/" in flat and "deploy at -p 128" in flat
+    rescale = kg("rescale", HEAP_P3, "--to", "200", "--out", "never", "--dry-run")
+    assert rescale.exit_code == 2 and "pass -m 256" in rescale.stderr
+    assert "FAILED: 10 operators, 5 with state checked at parallelism 200; 1 error, 0 warnings" in flat
+
+
+def test_the_verdict_names_the_parallelism_it_modelled(kg: Callable[..., Any]) -> None:
+    flat = " ".join(kg("check", HEAP_P3).stdout.split())
+    # Without -p: each operator at its current parallelism (3, and 1 for the source).
+    assert flat == (
+        "OK: 10 operators, 5 with state checked at their current parallelism (3 and 1; -p N checks another); "
+        "0 errors, 0 warnings"
+    )
+    flat = " ".join(kg("check", HEAP_P3, "-p", "4", "-p", "keyed-state=8").stdout.split())
+    assert "checked at parallelism 4 (keyed-state=8);" in flat

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 SNAPSHOTS = FIXTURES / "snapshots"
 

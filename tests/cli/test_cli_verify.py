@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 SNAPSHOTS = FIXTURES / "snapshots"
 

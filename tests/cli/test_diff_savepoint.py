@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 from keygroup_cli.snapshot.checksums import file_digest
 

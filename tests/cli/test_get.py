@@ -134,3 +134,23 @@ def test_bad_sql_keys_are_one_line_errors(kg, args, message) -> None:
     result = kg("get", case, "-o", _sql_query(case, "composite")["uid"], *args)
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_timer_is_printed_as_utc_time_and_kept_in_milliseconds_in_json(kg) -> None:
+    savepoint = FLINK_FIXTURES / "heap-files-p3-maxp128-long"
+    text = kg("get", savepoint, "-o", "keyed-state", "-k", "0")
+    assert text.exit_code == 0, text.stderr
+    # 4102444800100 ms after the epoch: 2100-01-01 00:00:00.100 UTC.
+    assert "  _timer_state/event_user-timers       timer at 2100-01-01T00:00:00.100Z\n" in text.stdout
+    assert "timer timer" not in text.stdout and "4102444800100" not in text.stdout
+    doc = kg("get", savepoint, "-o", "keyed-state", "-k", "0", "--json").json()
+    timers = doc["keys"][0]["states"]["_timer_state/event_user-timers"]["entries"]
+    assert timers[0]["timestamp"] == 4102444800100
+
+
+def test_a_timer_outside_the_calendar_keeps_its_milliseconds() -> None:
+    from keygroup_cli.cli.get_render import timer_time
+
+    assert timer_time(0) == "1970-01-01T00:00:00.000Z"
+    assert timer_time(-1) == "1969-12-31T23:59:59.999Z"
+    assert timer_time(2**63 - 1) == f"{2**63 - 1} ms since the epoch"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rich.cells import cell_len
 
 from keygroup_cli.cli import run
-from keygroup_cli.cli.render import format_bytes
+from keygroup_cli.cli.render import format_bytes, short_ids
 from tests.conftest import FIXTURES
 
 WIDTH = 60
@@ -83,6 +83,11 @@ def _values(document: Any, *keys: str) -> Iterator[Any]:
     elif isinstance(document, list):
         for item in document:
             yield from _values(item, *keys)
+
+
+def _short(document: Any) -> list[str]:
+    """Return the document's operator ids as text shows them: shortened as git shortens hashes."""
+    return list(short_ids(_values(document, "operator_id")).values())
 
 
 def assert_whole(text: str, values: list[Any], width: int = WIDTH) -> None:
@@ -154,7 +159,7 @@ def test_generate(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, P
 def test_inspect_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: dict[str, Path]) -> None:
     text, doc = narrow("inspect", snapshots["snap"], "--subtasks")
     subtasks = [s for op in doc["operators"] for s in op["subtasks"]]
-    values = [*_values(doc, "input", "uid", "operator_id"), *_values(subtasks, "key_group_end", "rows")]
+    values = [*_values(doc, "input", "uid"), *_short(doc), *_values(subtasks, "key_group_end", "rows")]
     assert str(snapshots["snap"]) in values
     assert_whole(text, values)
 
@@ -162,7 +167,8 @@ def test_inspect_a_snapshot(narrow: Callable[..., tuple[str, Any]], snapshots: d
 def test_inspect_a_savepoint_with_key_groups(narrow: Callable[..., tuple[str, Any]]) -> None:
     text, doc = narrow("inspect", SAVEPOINT, "--subtasks", "--key-groups")
     values = [
-        *_values(doc, "input", "operator_id", "key_group_start", "key_group_end", "non_empty_key_groups")
+        *_values(doc, "input", "key_group_start", "key_group_end", "non_empty_key_groups"),
+        *_short(doc),
     ]
     assert_whole(text, values)
 
@@ -200,7 +206,7 @@ def test_piped_output_keeps_every_path_and_id_on_one_line(
     doc = kg("inspect", snapshots["snap"], "--json").json()
     lines = result.stdout.splitlines()
     assert "…" not in result.stdout
-    for value in [str(snapshots["snap"]), *_values(doc, "operator_id", "uid")]:
+    for value in [str(snapshots["snap"]), *_short(doc), *_values(doc, "uid")]:
         assert any(value in line for line in lines), value
     plan = kg("plan", snapshots["snap"], "--to", "4").stdout
     assert f"{LONG_UID}: parallelism 2 -> 4, maxParallelism 128" in plan

@@ -23,7 +23,9 @@ SAVEPOINT = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3" /
 #: The stages a local rescale of SAVEPOINT goes through, in order.
 RESCALE_STAGES = ["verify input", "read operator state", "copy key groups", "write savepoint"]
 #: ``kg: STAGE: COMPLETED/TOTAL [UNIT] in SECONDS s``: one stage's line off a terminal.
-STAGE_LINE = re.compile(r"^kg: (?P<stage>[^:]+): (?P<done>[\d,]+)/(?P<total>[\d,]+)(?: (?P<unit>[a-z ]+))? in \d+\.\d s$")
+STAGE_LINE = re.compile(
+    r"^kg: (?P<stage>[^:]+): (?P<done>[\d,]+)/(?P<total>[\d,]+)(?: (?P<unit>[a-z ]+))? in \d+\.\d s$"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -119,12 +121,13 @@ def test_stage_lines_end_stages_once_and_close_the_open_ones(capsys: pytest.Capt
     lines.report("copy", 1, 3)  # a slower thread's late report: ignored
     lines.report("copy", 3, 3)
     lines.report("copy", 3, 3)  # the same end again: printed once
+    lines.report("copy", 2, 3)  # a slower thread's report arriving after the end: dropped
     lines.report("re-hash keyed state (bytes)", 4096, 4096)
     assert [json.loads(x)["stage"] for x in capsys.readouterr().err.splitlines()] == [
         "copy",
         "re-hash keyed state (bytes)",
     ]
-    lines.close()  # the stage with no total is printed when the command ends
+    lines.close()  # the stage with no total is printed when the command ends; "copy" is not reopened
     [spark] = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
     assert spark["stage"] == "starting Spark" and spark["total"] is None and spark["unit"] is None
     lines.report("copy", 0, 5)  # the stage run again, from 0: a second run, a second line
@@ -225,3 +228,21 @@ def test_a_narrow_terminal_never_cuts_a_count(width: int, monkeypatch: pytest.Mo
     console.print(bars.make_tasks_table(bars.tasks))
     line = console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]
     assert "196,608/1,951,234" in line and line.startswith("reading") and len(line) <= width
+
+
+def test_a_stage_is_timed_from_its_0_or_from_the_end_of_the_one_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from keygroup_cli.cli.progress import StageLines
+
+    ticks = iter([100.0, 103.0, 104.0, 110.0, 111.0, 115.0])  # a clock read once per call, in order
+    lines = StageLines(as_json=True, clock=lambda: next(ticks))  # the command starts at 100
+    lines.report("read", 1, 2)  # 103: first report after one item: timed from 100
+    lines.report("read", 2, 2)  # 104: ends after 4 s
+    lines.report("write", 0, 1)  # 110: a report of 0: timed from here
+    lines.report("write", 1, 1)  # 111: ends after 1 s
+    lines.report("spark", 0, None)  # 115: never ends
+    assert [(r["stage"], r["seconds"]) for r in map(json.loads, capsys.readouterr().err.splitlines())] == [
+        ("read", 4.0),
+        ("write", 1.0),
+    ]

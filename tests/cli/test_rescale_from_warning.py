@@ -8,7 +8,7 @@ committed (a refusal stays one line on stderr). The Python ``rescale()`` is unch
 
 from __future__ import annotations
 
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 from keygroup_cli.cli.rescale_render import mixed_parallelism_warning
 from keygroup_cli.planning.plan import plan_rescale
@@ -92,3 +92,19 @@ def test_the_common_parallelism_is_suggested_and_long_lists_are_cut(tmp_path):
 
 def _ops(prefix: str, count: int, parallelism: int) -> list[tuple[str, str, int, int, int]]:
     return [(f"{prefix}{i}", "long", 5, parallelism, 128) for i in range(count)]
+
+
+def test_a_from_no_operator_runs_at_names_the_one_that_would_work(kg, tmp_path):
+    # The savepoint runs at 3 (its source at 1): --from 5 selects nothing, and the refusal says --from 3.
+    for command in (
+        ("plan", SAVEPOINT, "--from", "5", "--to", "4"),
+        ("rescale", SAVEPOINT, "--from", "5", "--to", "4", "--out", tmp_path / "o", "--dry-run"),
+        ("rescale", SAVEPOINT, "--from", "5", "--to", "4", "--out", tmp_path / "o", "--engine", "local"),
+    ):
+        result = kg(*command)
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.endswith("; --from 3 selects the operators at 3\n"), result.stderr
+        assert not (tmp_path / "o").exists()
+    # With --operator the operators are named: the refusal is the planner's own.
+    named = kg("plan", SAVEPOINT, "--from", "5", "--to", "4", "-o", "keyed-state")
+    assert named.exit_code == 2 and "--from 3" not in named.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES
+from tests.conftest import FIXTURES
 
 from keygroup_cli.assess.sizes import KeyGroupSizes, key_group_bins, key_group_sizes
 from keygroup_cli.cli.key_groups_render import render_skew_charts
@@ -111,7 +111,11 @@ def test_the_page_is_one_self_contained_file(page: Path) -> None:
 
 
 def _values(chart: ET.Element, kind: str) -> list[str]:
-    return [t.text or "" for t in chart.findall(f"{SVG}text") if kind in (t.get("class") or "").split()]
+    """Return the text of ``chart``'s ``<text>`` elements with every class of ``kind`` (``"tick y"``)."""
+    wanted = set(kind.split())
+    return [
+        t.text or "" for t in chart.findall(f"{SVG}text") if wanted <= set((t.get("class") or "").split())
+    ]
 
 
 def test_the_charts_draw_the_cores_numbers(page: Path) -> None:
@@ -127,12 +131,12 @@ def test_the_charts_draw_the_cores_numbers(page: Path) -> None:
     assert len({subtask_fill(i) for i in range(3)}) == 3
     # The bars stand on a y-axis in bytes whose top tick is the chart's scale (>= the tallest bar).
     scale = int(key_groups.get("data-scale", ""))
-    assert scale >= max(sizes.bytes) and (scale, _values(key_groups, "y")[-1]) == (2048, "2 KiB")
+    assert scale >= max(sizes.bytes) and (scale, _values(key_groups, "tick y")[-1]) == (2048, "2 KiB")
     for bar in bars:
         assert float(bar.get("height", "")) == pytest.approx(
             int(bar.get("data-bytes", "")) * KEY_GROUP_HEIGHT / scale, abs=0.01
         )
-    assert _values(key_groups, "x")[0] == "0" and _values(key_groups, "x")[-1] == "127"
+    assert _values(key_groups, "tick x")[0] == "0" and _values(key_groups, "tick x")[-1] == "127"
     assert {"key group", "bytes per key group"} <= {t.text for t in key_groups.findall(f"{SVG}text")}
     # Both subtask charts on one scale: the larger maximum sets it, so 20.7 KiB is drawn shorter than 30.5.
     assert current.get("data-scale") == suggested.get("data-scale") == str(byte_axis(31232)[0]) == "40960"
@@ -146,7 +150,7 @@ def test_the_charts_draw_the_cores_numbers(page: Path) -> None:
         widths = [float(r.get("width", "")) for r in rects]
         assert widths == [pytest.approx(b * room / 40960, abs=0.01) for b in sizes.subtask_bytes(p)]
         assert _values(chart, "value") == [format_bytes(b) for b in sizes.subtask_bytes(p)]
-        assert _values(chart, "x") == ["0", "10 KiB", "20 KiB", "30 KiB", "40 KiB"]
+        assert _values(chart, "tick x") == ["0", "10 KiB", "20 KiB", "30 KiB", "40 KiB"]
         assert "bytes per subtask" in {t.text for t in chart.findall(f"{SVG}text")}
     assert (sizes.parallelism, sizes.suggested) == (3, 2)  # the fixture shows both charts
     assert [format_bytes(max(sizes.subtask_bytes(p))) for p in (3, 2)] == ["20.7 KiB", "30.5 KiB"]
@@ -192,7 +196,9 @@ def test_the_legend_names_each_subtasks_colour(parallelism: int) -> None:
         (5 * 1024**3 + 1, 6 * 1024**3, ["0", "2 GiB", "4 GiB", "6 GiB"]),
     ],
 )
-def test_a_byte_axis_ends_on_a_round_tick_above_the_largest_value(top: int, end: int, labels: list[str]) -> None:
+def test_a_byte_axis_ends_on_a_round_tick_above_the_largest_value(
+    top: int, end: int, labels: list[str]
+) -> None:
     got_end, marks = byte_axis(top)
     assert got_end == end >= top and [label for _, label in marks] == labels
     assert marks[-1][0] == end

@@ -38,3 +38,15 @@ def test_a_savepoint_equals_itself_across_formats_and_a_changed_snapshot_differs
     assert same.same and same.operators
     assert same.a == str(SAVEPOINT) and same.b == str(tmp_path / "as-kg")
     assert not diff_inputs(SNAPSHOT, SAVEPOINT).same
+
+
+def test_across_key_types_every_row_is_counted_and_on_its_own_side():
+    diff = diff_inputs(SAVEPOINT, FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-string")
+    assert not diff.same
+    keyed = next(op for op in diff.operators if op.label == "keyed-state")
+    assert not keyed.comparable and any("key type long in A but string in B" in n for n in keyed.notes)
+    by_name = {s.state: s for s in keyed.states}
+    for name in ("sum", "ids", "buckets"):
+        state = by_name[name]
+        assert state.rows_a > 0 and state.rows_b > 0
+        assert (state.only_in_a, state.only_in_b) == (state.rows_a, state.rows_b)

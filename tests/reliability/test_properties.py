@@ -131,7 +131,7 @@ def _listing(path: Path) -> list[str]:
 
 
 def _verifies(dest: Path) -> tuple[bool, str]:
-    done = h.require_output_intact(dest)
+    done = h.verify_output(dest)
     return done.code == 0, (done.stderr or done.stdout).strip()[:300]
 
 

@@ -200,7 +200,7 @@ def _sample() -> list[tuple[Mutant, str, str]]:
 def _answer(result: Result) -> object:
     """Return what ``kg get --json`` found, less the path it was asked about."""
     doc = json.loads(result.stdout)
-    doc.pop("savepoint", None)
+    doc.pop("input", None)
     return doc
 
 

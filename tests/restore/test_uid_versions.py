@@ -228,7 +228,7 @@ def _build_run(version: str, tmp_path_factory: pytest.TempPathFactory) -> Run:
     # The kg-snapshot route: the savepoint as a kg snapshot, keyed-long rescaled there, written back.
     savepoint_to_snapshot(original, root / "snapshot.kg")
     # The local engine: what Flink restores is the route's output; Spark writes the same bytes
-    # (tests/execution/test_engines_agree.py), and starting it here cost each version's batch ~16 s.
+    # (tests/execution/engines/test_engines_agree.py), and starting it here cost each version's batch ~16 s.
     rescale(
         root / "snapshot.kg",
         root / "snapshot-m256.kg",

@@ -27,7 +27,10 @@ with staged_directory(sys.argv[1]) as staging:
 
 def _writer(dest: Path, how: str) -> tuple[subprocess.Popen[str], Path]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(dest), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _WRITER, str(dest), how],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     staging = Path(proc.stdout.readline().strip())

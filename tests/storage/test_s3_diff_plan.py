@@ -46,7 +46,7 @@ def test_plan_and_dry_run_of_a_remote_savepoint(kg, bucket, s3_server):
     local = kg("plan", SAVEPOINT, *args).json()
     plan = kg("plan", remote, *args)
     assert plan.exit_code == 0, plan.stderr
-    assert plan.json() == {**local, "snapshot": remote}
+    assert plan.json() == {**local, "input": remote}
     target = f"{bucket}/out/dry"
     dry = kg("rescale", remote, *args, "--out", target, "--dry-run")
     assert dry.exit_code == 0 and dry.stdout == plan.stdout

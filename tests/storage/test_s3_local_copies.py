@@ -81,7 +81,9 @@ def test_a_snapshot_copy_holds_the_same_bytes_and_metadata_only_holds_the_manife
 
 
 def test_a_snapshot_copy_for_a_plan_holds_the_operator_state_files_too(bucket, tmp_path):
-    copy_snapshot(location(f"{bucket}/snapshots/valid"), tmp_path / "plan", everything=False, operator_state=True)
+    copy_snapshot(
+        location(f"{bucket}/snapshots/valid"), tmp_path / "plan", everything=False, operator_state=True
+    )
     manifest = json.loads((SNAPSHOT / "_manifest.json").read_bytes())
     operator_files = {f["path"] for op in manifest["operators"] for f in op.get("operator_files", [])}
     assert operator_files, "the fixture holds operator state"

@@ -11,7 +11,7 @@ import click
 
 from keygroup_cli.assess.matching import MigrationSuggestion, suggest_migration
 from keygroup_cli.assess.restore import RestorePlan, check_restore
-from keygroup_cli.assess.summary import OperatorSummary, InputSummary, count_operators, summarize
+from keygroup_cli.assess.summary import InputSummary, OperatorSummary, count_operators, summarize
 from keygroup_cli.assess.upgrade import parse_target, upgrade_findings
 from keygroup_cli.cli.check_render import print_findings
 from keygroup_cli.cli.inputs import job_option, resolve_input

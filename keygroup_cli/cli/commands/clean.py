@@ -49,7 +49,7 @@ def command(ctx: click.Context, dest: str, force: bool, dry_run: bool) -> None:
 
     def text(console: Console) -> None:
         if not found:
-            console.print(f"nothing of kg's left at or beside {dest}", markup=False, soft_wrap=True)
+            console.print(f"nothing of kg's left at or beside {dest}", markup=False)
         for f in found:
             state = (
                 "removed"
@@ -57,6 +57,6 @@ def command(ctx: click.Context, dest: str, force: bool, dry_run: bool) -> None:
                 else ("would remove" if dry_run and (f.writer_gone or force) else "kept")
             )
             why = "writer gone" if f.writer_gone else "writer may still run (--force removes it)"
-            console.print(f"{state}: {f.path} ({f.writer}; {why})", markup=False, soft_wrap=True)
+            console.print(f"{state}: {f.path} ({f.writer}; {why})", markup=False)
 
     out.result("clean", document, text)

@@ -109,7 +109,7 @@ def _text(console: Console, result: SnapshotDiff, typed: tuple[str, str]) -> Non
                 table.add_row(_label(op), s.state, s.kind, *map(format_count, values))
     for op in result.operators:
         for note in op.notes if op.holds_state else ():
-            console.print(f"{_label(op)}: {note}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"{_label(op)}: {note}", markup=False, highlight=False)
     if result.same:
         console.print("same logical state", markup=False)
     else:

@@ -84,14 +84,13 @@ def command(
     def text(console: Console) -> None:
         for s in result.states:
             line = f"{s.name} ({s.kind}): {format_count(s.rows)} rows -> {s.file}"
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(line, markup=False, highlight=False)
             for note in s.notes:
-                console.print(f"  note: {note}", markup=False, highlight=False, soft_wrap=True)
+                console.print(f"  note: {note}", markup=False, highlight=False)
         console.print(
             f"wrote {counted(len(result.states), 'state')} of {label} to {out}",
             markup=False,
             highlight=False,
-            soft_wrap=True,
         )
 
     output.result("export", document, text)

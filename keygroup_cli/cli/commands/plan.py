@@ -19,13 +19,13 @@ import click
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
     max_parallelism_option,
+    migration_options,
+    migration_request,
     operator_option,
     output_options,
     require_bounds,
     savepoint_format_option,
     subtasks_option,
-    migration_options,
-    migration_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.plan_render import plan_document, render_plan

@@ -11,12 +11,12 @@ import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
 from keygroup_cli.cli.options import (
+    migration_options,
+    migration_request,
     operator_option,
     output_options,
     savepoint_format_option,
     subtasks_option,
-    migration_options,
-    migration_request,
     to_parallelism_option,
 )
 from keygroup_cli.cli.progress import progress

@@ -52,14 +52,13 @@ def command(ctx: click.Context, snapshot: str) -> None:
     def text(console: Console) -> None:
         for f in report.findings:
             line = f"{f.severity.value.upper()} {f.code}: {f.message}"
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(line, markup=False, highlight=False)
         verdict = "OK" if report.ok else "INVALID"
         console.print(
             f"{verdict}: {snapshot}: {counted(report.files, 'file')}, "
             f"{format_count(report.rows)} rows checked, {counted(len(report.findings), 'finding')}",
             markup=False,
             highlight=False,
-            soft_wrap=True,
         )
 
     out.result("verify", document, text)

@@ -379,7 +379,7 @@ def _union_as_branch(value: Any) -> Any:
 def test_kg_get_values_equal_the_jobs_own_dump(case: str) -> None:
     want = _want(case)
     keys = [k["key"] for k in want["keys"]]
-    doc = lookup_document(lookup_keys(open_savepoint(ALL_FLINK / case), want["uid"], keys))
+    doc = lookup_document(lookup_keys(open_savepoint(ALL_FLINK / case), want["uid"], keys), str(ALL_FLINK / case))
     assert [s["notes"] for s in doc["states"]] == [[] for _ in doc["states"]]
     for found, expect in zip(doc["keys"], want["keys"], strict=True):
         assert (found["key"], found["key_group"], found["found"]) == (expect["key"], expect["keyGroup"], True)

@@ -30,8 +30,8 @@ from keygroup_cli.planning.request import RescaleRequest
 
 pytestmark = pytest.mark.spark
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "flink" / "2.3"
-ROOT = Path(__file__).parents[2]
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "flink" / "2.3"
+ROOT = Path(__file__).parents[3]
 
 
 def _ignore(_stage: str, _done: int, _total: int | None) -> None:

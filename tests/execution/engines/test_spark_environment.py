@@ -23,7 +23,7 @@ from tests.conftest import DECOY_MARK, write_decoys
 
 pytestmark = pytest.mark.spark
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flink" / "2.3"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "flink" / "2.3"
 
 
 def test_local_mode_uses_kgs_own_interpreter(monkeypatch):
