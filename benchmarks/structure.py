@@ -7,8 +7,8 @@ Prints, for the tree it is run on:
 - modules at the package root;
 - the largest top-level folder's share of the package's lines, and the largest folder's counting only the
   modules directly in it;
-- imports of ``flink/`` internals from outside ``flink/`` (any import of a ``keygroup_cli.flink.*`` module other
-  than the entry module ``keygroup_cli.flink`` itself), and how many distinct internal modules they reach;
+- imports of ``flink/`` internals from outside ``flink/`` (any import of a ``keygroup_cli.flink.*`` module
+  other than the entry module ``keygroup_cli.flink`` itself), and how many internal modules they reach;
 - functions over 60 lines, and their share of all functions;
 - import cycles between modules, function-level imports included, typing-only ones not (strongly connected
   components);
@@ -98,7 +98,7 @@ def main() -> None:
     files = {_module(p, package): p for p in sorted(package.rglob("*.py"))}
     lines = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in files.items()}
     total = sum(lines.values())
-    root_modules = [p for p in package.glob("*.py")]
+    root_modules = list(package.glob("*.py"))
     folders: Counter[str] = Counter()
     for m, n in lines.items():
         parts = m.split(".")

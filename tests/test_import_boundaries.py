@@ -429,8 +429,10 @@ def test_other_packages_import_flink_through_its_entry_module():
         for name, path in _files().items()
         if not name.startswith("keygroup_cli.flink")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keygroup_cli.flink.")
-        or isinstance(node, ast.Import) and any(a.name.startswith("keygroup_cli.flink.") for a in node.names)
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("keygroup_cli.flink.")
+        or isinstance(node, ast.Import)
+        and any(a.name.startswith("keygroup_cli.flink.") for a in node.names)
     ]
     assert not inside, "import keygroup_cli.flink, not its modules:\n" + "\n".join(inside)
 

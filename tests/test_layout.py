@@ -23,11 +23,13 @@ CROSS_CUTTING = ("reliability", "cluster", "restore")
 
 
 def _packages() -> list[str]:
-    """Return the package's folders that tests mirror: the top-level ones, and those inside flink/ and execution/."""
+    """Return the folders tests mirror: the top-level ones, and those inside flink/ and execution/."""
     found = []
     for init in sorted(PACKAGE.rglob("__init__.py")):
         rel = init.parent.relative_to(PACKAGE)
-        if rel.parts and (len(rel.parts) == 1 or (len(rel.parts) == 2 and rel.parts[0] in ("flink", "execution"))):
+        if rel.parts and (
+            len(rel.parts) == 1 or (len(rel.parts) == 2 and rel.parts[0] in ("flink", "execution"))
+        ):
             found.append(rel.as_posix())
     return found
 

@@ -3,7 +3,8 @@
 ``summarize(path)`` accepts a Flink savepoint / checkpoint (anything ``flink.find_metadata`` accepts) or a
 kg snapshot directory (one with ``_manifest.json``) and returns the same frozen view of both: operators
 with identity, parallelism, maxParallelism, whether they have state, their states, and per-subtask
-key-group ranges and sizes. The checks in ``assess/restore.py`` judge this view, so they work on either format.
+key-group ranges and sizes. The checks in ``assess/restore.py`` judge this view, so they work on either
+format.
 
 For Flink input only ``_metadata`` is needed; with ``read_states=True`` the header of each state file is
 read too (one bounded read per file, never the whole file) to list state names, kinds and serializers.
@@ -38,7 +39,6 @@ from keygroup_cli.flink import (
     StateMetaInfo,
     StreamHandle,
     SubtaskState,
-    require_states_declared,
     local_path,
     offsets_finding,
     open_savepoint,
@@ -46,6 +46,7 @@ from keygroup_cli.flink import (
     read_keyed_header,
     read_operator_header,
     read_stream_prefix,
+    require_states_declared,
     stream_size,
 )
 from keygroup_cli.storage import is_remote, location

@@ -24,10 +24,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from keygroup_cli.assess.summary import OperatorSummary, InputSummary, StateSummary
+from keygroup_cli.assess.summary import InputSummary, OperatorSummary, StateSummary
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.findings import Finding, Severity
-from keygroup_cli.flink import AVRO_SERIALIZER_SNAPSHOT, KRYO_SERIALIZER_SNAPSHOT, POJO_SERIALIZER_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink import (
+    AVRO_SERIALIZER_SNAPSHOT,
+    KRYO_SERIALIZER_SNAPSHOT,
+    POJO_SERIALIZER_SNAPSHOT,
+    SerializerSnapshot,
+)
 
 #: The newest ``_metadata`` version Flink 1.x writes (``MetadataV4Serializer``); Flink 2.0 writes 5.
 LAST_FLINK_1_METADATA_VERSION = 4

@@ -247,7 +247,7 @@ def migration_options(func: F) -> F:
 def migration_request(
     rename: tuple[str, ...], assign_uid: tuple[str, ...], drop: tuple[str, ...]
 ) -> MigrationRequest:
-    """Return the ``planning.migration.MigrationRequest`` of ``migration_options``' values (exit 2 on a bad pair)."""
+    """Return the ``MigrationRequest`` of ``migration_options``' values (exit 2 on a bad pair)."""
     from keygroup_cli.planning.migration import MigrationRequest, parse_pair
 
     return MigrationRequest(

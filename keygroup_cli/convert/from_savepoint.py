@@ -44,16 +44,16 @@ from keygroup_cli.flink import (
     Savepoint,
     StreamSource,
     canonical_view,
-    require_keys_in_groups,
     decode_keyed_file,
     decode_operator_file,
+    fails_verify_error,
     is_flink_savepoint,
     keyed_header,
     needs_canonical_view,
     open_savepoint,
     operator_header_end,
     read_operator_header,
-    fails_verify_error,
+    require_keys_in_groups,
 )
 from keygroup_cli.snapshot import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.snapshot.model import KeyedFile

@@ -145,7 +145,8 @@ def snapshot_to_savepoint(
     Flink's RocksDB and ForSt backends restore; the default is the canonical format every backend restores.
 
     ``kg convert``'s way back: ``write_savepoint`` into a staging directory,
-    ``flink.write.commit.seal_savepoint`` (``_metadata`` encoded once, checked, written last), then the rename.
+    ``flink.write.commit.seal_savepoint`` (``_metadata`` encoded once, checked, written last), then the
+    rename.
 
     Raises:
         UnsupportedFormatError: The snapshot has no ``flink`` extension.
@@ -462,4 +463,10 @@ def _write_operator(
     return OperatorStateHandle(4, written.states, RelativeFileHandle(name, written.size))
 
 
-__all__ = ["SnapshotSource", "StateSource", "require_finished_markers_kept", "snapshot_to_savepoint", "write_savepoint"]
+__all__ = [
+    "SnapshotSource",
+    "StateSource",
+    "require_finished_markers_kept",
+    "snapshot_to_savepoint",
+    "write_savepoint",
+]

@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.javahash import hash_codes, parse_key
 from keygroup_cli.core.keygroups import (
-    require_parallelism_in_bounds,
     key_groups_for_hashes,
     operator_indexes_for_key_groups,
+    require_parallelism_in_bounds,
 )
 
 _ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "boolean": pa.bool_()}

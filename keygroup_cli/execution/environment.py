@@ -54,7 +54,8 @@ INSTALL_JAVA = (
 
 #: (distribution, module kg imports, group). Modules None are not imported: pyspark only ever is in
 #: the Spark engine, ``execution/engines/spark/`` (C1), apache-flink-libraries is a bundle of jars for the
-#: test suite, and numba (about half a second to import) is imported only where a block is decoded (flink/kernels/native.py).
+#: test suite, and numba (about half a second to import) is imported only where a block is decoded
+#: (flink/kernels/native.py).
 PACKAGES: tuple[tuple[str, str | None, str], ...] = (
     ("click", "click", "core"),
     ("rich", "rich", "core"),
@@ -251,7 +252,7 @@ def probe_spark(master: str | None = None) -> tuple[SparkProbe, Java]:
 
 
 def find_java() -> Java:
-    """Return the Java Spark would start, as ``execution.engines.spark.require_java`` finds it, and its version.
+    """Return the Java Spark would start and its version, as ``engines.spark.require_java`` finds it.
 
     The version is read from the installation's ``release`` file (``JAVA_VERSION="17.0.15"``): no JVM.
     """

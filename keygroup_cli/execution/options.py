@@ -26,7 +26,8 @@ class EngineOptions:
     verbose: bool = False
     #: A ready executor (overrides ``engine``, ``master``, ``spark``).
     executor: Executor | None = None
-    #: Threads of the local engine and of the key-group copy (None: ``keygroup_cli.core.workers.worker_count``).
+    #: Threads of the local engine and of the key-group copy (None:
+    #: ``keygroup_cli.core.workers.worker_count``).
     workers: int | None = None
 
     def __post_init__(self) -> None:

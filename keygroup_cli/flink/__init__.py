@@ -43,15 +43,15 @@ if TYPE_CHECKING:
         KeyLookup,
         KeyState,
         StateEntry,
+        fails_verify_error,
         find_operator,
         lookup_keys,
-        fails_verify_error,
     )
     from keygroup_cli.flink.data.tables import (
         BatchReader,
         keyed_file_count,
-        state_table,
         state_batches,
+        state_table,
         typed_states,
     )
     from keygroup_cli.flink.download import copy_savepoint
@@ -94,9 +94,9 @@ if TYPE_CHECKING:
     from keygroup_cli.flink.operator.codec import KIND_BY_MODE, decode_operator_file, write_operator_file
     from keygroup_cli.flink.operator.header import (
         OperatorStateHeader,
-        require_states_declared,
         operator_header_end,
         read_operator_header,
+        require_states_declared,
     )
     from keygroup_cli.flink.savepoint import KeyedStream, Savepoint, open_savepoint, try_open_savepoint
     from keygroup_cli.flink.types.avro import AvroInstant
@@ -106,7 +106,6 @@ if TYPE_CHECKING:
         row_fields_from_sql,
         shown_scalar,
     )
-    from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
     from keygroup_cli.flink.types.serializer_snapshots import (
         AVRO_SERIALIZER_SNAPSHOT,
         KRYO_SERIALIZER_SNAPSHOT,
@@ -114,20 +113,26 @@ if TYPE_CHECKING:
         SerializerSnapshot,
         StateMetaInfo,
     )
+    from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
     from keygroup_cli.flink.types.values import TtlValue
-    from keygroup_cli.flink.write.commit import SealedSavepoint, require_streams_decode, seal_in_place, seal_savepoint
+    from keygroup_cli.flink.write.commit import (
+        SealedSavepoint,
+        require_streams_decode,
+        seal_in_place,
+        seal_savepoint,
+    )
     from keygroup_cli.flink.write.finished import finished_before, finished_markers, require_finished_kept
     from keygroup_cli.flink.write.keyed_tasks import (
         KeyedReadTask,
         KeyedWriteTask,
         WrittenKeyedFile,
-        require_keys_in_groups,
         intersecting_tasks,
         keyed_header,
         read_entries_task,
         read_keyed_task,
         read_parts_task,
         read_tasks,
+        require_keys_in_groups,
         require_stored_key_groups,
         write_keyed_task,
         write_parts_task,

@@ -78,9 +78,7 @@ def load_configmaps(path: str) -> list[dict[str, Any]]:
         try:
             document = yaml.safe_load(text)
         except (yaml.YAMLError, RecursionError) as exc:
-            raise InvalidInputError(
-                f"{path}: not valid YAML: {exc}", code="HA_CONFIGMAP_INVALID"
-            ) from None
+            raise InvalidInputError(f"{path}: not valid YAML: {exc}", code="HA_CONFIGMAP_INVALID") from None
     items = (
         document.get("items", [])
         if isinstance(document, dict) and document.get("kind") == "List"

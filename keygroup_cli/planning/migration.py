@@ -1,4 +1,4 @@
-"""Operator migration on a Flink savepoint, planned: rename a uid, give a uid to a hashed operator, drop state.
+"""Operator migration on a savepoint, planned: rename a uid, give a hashed operator a uid, drop state.
 
 ``plan_migration(savepoint, request)`` is a pure function of an opened savepoint's ``_metadata`` and a
 ``MigrationRequest``: it validates every change, computes each operator's new OperatorID the way Flink's
@@ -6,9 +6,9 @@
 ``CheckpointMetadata`` of the new savepoint together with the state files to copy. Nothing is read from or
 written to storage here; ``execution.routes.migrate`` copies the files and commits.
 
-``apply_migration(savepoint, request)`` is the same migration for ``kg rescale --rename/--assign-uid/--drop``: the
-changed ``_metadata`` (``apply_changes``, handles untouched) on the savepoint the rescale opened, which the
-rescale then plans on and writes anew in its one pass.
+``apply_migration(savepoint, request)`` is the same migration for ``kg rescale --rename/--assign-uid/--drop``:
+the changed ``_metadata`` (``apply_changes``, handles untouched) on the savepoint the rescale opened, which
+the rescale then plans on and writes anew in its one pass.
 
 Flink matches savepoint state to a job's operators by OperatorID alone, so a rename is a new id (and, in
 ``_metadata`` V5+, the recorded uid and a name that was the uid). The checkpoint id is kept: sinks'
@@ -214,7 +214,7 @@ def require_savepoint_for_migration(request: MigrationRequest | None, label: str
 def apply_migration(
     savepoint: Savepoint, request: MigrationRequest | None, operators: Sequence[str] | None = None
 ) -> MigratedSavepoint:
-    """Apply ``request`` to the opened ``savepoint`` in memory: the migration of a rescale, planned in its pass.
+    """Apply ``request`` to the opened ``savepoint`` in memory: a rescale's migration, in the rescale's pass.
 
     Nothing is read: the result has the changed ``_metadata`` and the same state files (a rescale writes
     every file anew), and keeps what ``savepoint`` read already (``Savepoint.with_operators``).

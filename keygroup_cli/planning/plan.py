@@ -19,9 +19,9 @@ import numpy as np
 from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
-    require_parallelism_in_bounds,
     explain_bounds,
     names_operator,
+    require_parallelism_in_bounds,
     skew,
     subtask_ranges,
 )

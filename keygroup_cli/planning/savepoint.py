@@ -18,9 +18,9 @@ from keygroup_cli.flink import FlinkCheckpoint, OperatorState, Savepoint
 from keygroup_cli.planning.plan import (
     OperatorPlan,
     RescalePlan,
+    checked_new_max_parallelism,
     operator_target,
     select_operators,
-    checked_new_max_parallelism,
 )
 from keygroup_cli.planning.redistribution import NamedState, redistribute_operator_state
 from keygroup_cli.planning.request import RescaleRequest

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from keygroup_cli.core.errors import InvalidInputError, no_input_error
-from keygroup_cli.snapshot.manifest import require_paths_inside, read_manifest
+from keygroup_cli.snapshot.manifest import read_manifest, require_paths_inside
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,
     FORMAT_VERSION,

@@ -21,8 +21,8 @@ from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, Un
 from keygroup_cli.core.javahash import KEY_TYPES
 from keygroup_cli.core.keygroups import (
     UPPER_BOUND_MAX_PARALLELISM,
-    require_parallelism_in_bounds,
     key_group_range_for_operator_index,
+    require_parallelism_in_bounds,
 )
 from keygroup_cli.snapshot.model import (
     FORMAT_NAME,
@@ -336,9 +336,7 @@ def _require_valid_operator(op: Operator, where: str, seen_paths: set[str]) -> N
     if (has_keyed or op.keyed_files) and op.key_type is None:
         raise InvalidInputError(f"{where}: has keyed state but no key_type", code="MANIFEST_FIELD_MISSING")
     if op.keyed_files and not has_keyed:
-        raise InvalidInputError(
-            f"{where}: has keyed files but declares no keyed state", code="STATE_MISSING"
-        )
+        raise InvalidInputError(f"{where}: has keyed files but declares no keyed state", code="STATE_MISSING")
     if op.operator_files and not any(s.kind in OPERATOR_KINDS for s in op.states):
         raise InvalidInputError(
             f"{where}: has operator files but declares no operator state", code="STATE_MISSING"
@@ -347,7 +345,9 @@ def _require_valid_operator(op: Operator, where: str, seen_paths: set[str]) -> N
     for kind, files in (("keyed", op.keyed_files), ("operator", op.operator_files)):
         subtasks: set[int] = set()
         for f in files:
-            _require_valid_file(f, kind, op.parallelism, f"{where} {kind} file {f.path!r}", subtasks, seen_paths)
+            _require_valid_file(
+                f, kind, op.parallelism, f"{where} {kind} file {f.path!r}", subtasks, seen_paths
+            )
 
 
 def _require_valid_states(op: Operator, where: str) -> None:

@@ -191,9 +191,7 @@ def _check_chunk(path: Path, kg: np.ndarray, key_groups: KeyGroupRange, last_gro
             code="KEY_GROUP_OUT_OF_RANGE",
         )
     if int(kg[0]) < last_group or bool(np.any(kg[1:] < kg[:-1])):
-        raise InvalidInputError(
-            f"{path}: streamed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
-        )
+        raise InvalidInputError(f"{path}: streamed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
     return int(kg[-1])
 
 

@@ -39,10 +39,10 @@ from keygroup_cli import __version__
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_codes
 from keygroup_cli.core.keygroups import (
-    require_parallelism_in_bounds,
     default_max_parallelism,
     key_groups_for_hashes,
     operator_id_for_uid,
+    require_parallelism_in_bounds,
     subtask_ranges,
 )
 from keygroup_cli.core.progress import OnProgress

@@ -278,9 +278,7 @@ class storage_errors:  # noqa: N801 - used as a context manager, read as a phras
         if exc is None or not isinstance(exc, (OSError, ValueError)):
             return
         if isinstance(exc, FileNotFoundError):
-            raise InvalidInputError(
-                f"{self.uri}: no such file or object", code="OBJECT_NOT_FOUND"
-            ) from None
+            raise InvalidInputError(f"{self.uri}: no such file or object", code="OBJECT_NOT_FOUND") from None
         raise _environment_error(self.uri, exc) from None
 
 

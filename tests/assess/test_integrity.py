@@ -1,4 +1,5 @@
-"""The gate on any input: ``verify_input`` reads either format, ``require_intact`` refuses what verify rejects.
+"""The gate on any input: ``verify_input`` reads either format, ``require_intact`` refuses what verify
+rejects.
 
 Damage is made on copies of bundled fixtures; the input handed to the gate is never changed by it.
 """

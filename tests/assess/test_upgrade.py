@@ -1,4 +1,5 @@
-"""The upgrade gate (keygroup_cli/assess/upgrade.py): its verdicts on Flink 1.20's savepoints and on crafted headers.
+"""The upgrade gate (keygroup_cli/assess/upgrade.py): its verdicts on Flink 1.20's savepoints and on crafted
+headers.
 
 What Flink 2.3 itself does with the same savepoints is pinned by tests/restore/test_upgrade_gate.py.
 """

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from tests.conftest import FIXTURES
 
 from keygroup_cli.snapshot.checksums import file_digest
+from tests.conftest import FIXTURES
 
 FLINK = FIXTURES / "flink" / "2.3"
 SAVEPOINT = FLINK / "heap-files-p3-maxp128-long"

@@ -43,7 +43,9 @@ REGROUPED = {"copy": "regroup", "move": "regroup", "rehash": "rehash", "none": "
 CASES = [
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "4"], "regroup", id="same-maxp-copy"),
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "2", "-m", "256"], "decoded", id="rekey-256"),
-    pytest.param(SAVEPOINT, ["--to", "4", "--rename", "keyed-state=renamed"], "regroup", id="migration-rename"),
+    pytest.param(
+        SAVEPOINT, ["--to", "4", "--rename", "keyed-state=renamed"], "regroup", id="migration-rename"
+    ),
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "2", "--format", "native"], "decoded", id="native"),
     pytest.param(FLINK / "heap-checkpoint-p2-maxp128-string", ["--to", "3"], "regroup", id="heap-layout"),
     pytest.param(KG_SNAPSHOT, ["--to", "4"], "kg", id="kg-snapshot"),

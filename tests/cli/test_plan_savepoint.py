@@ -1,8 +1,8 @@
 """kg plan SAVEPOINT and kg rescale SAVEPOINT --dry-run: the rescale's plan and refusals, nothing written.
 
 The plan of a Flink savepoint is validated by the functions the rescale validates with, in its order
-(``execution.routes.savepoint_plan``), so every refusal is the rescale's own, word for word; keyed state is never
-read (bytes per key group come from ``_metadata``'s offsets and the files' sizes), and what it plans is
+(``execution.routes.savepoint_plan``), so every refusal is the rescale's own, word for word; keyed state is
+never read (bytes per key group come from ``_metadata``'s offsets and the files' sizes), and what it plans is
 what the rescale then does.
 """
 

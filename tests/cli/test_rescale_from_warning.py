@@ -8,11 +8,10 @@ committed (a refusal stays one line on stderr). The Python ``rescale()`` is unch
 
 from __future__ import annotations
 
-from tests.conftest import FIXTURES
-
 from keygroup_cli.cli.rescale_render import mixed_parallelism_warning
 from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
+from tests.conftest import FIXTURES
 from tests.execution.snapshots import generate
 
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"

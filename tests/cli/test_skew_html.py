@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import FIXTURES
 
 from keygroup_cli.assess.sizes import KeyGroupSizes, key_group_bins, key_group_sizes
 from keygroup_cli.cli.key_groups_render import render_skew_charts
@@ -39,6 +38,7 @@ from keygroup_cli.cli.skew_html import (
     skew_page,
     subtask_fill,
 )
+from tests.conftest import FIXTURES
 
 Kg = Callable[..., Any]
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"

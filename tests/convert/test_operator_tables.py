@@ -1,7 +1,7 @@
 """A savepoint's operator state in memory: the rows of a converted kg snapshot, Flink's bytes back.
 
-The savepoint -> savepoint route holds it without a kg manifest and writes it back with ``flink.write.rescaled``
-from the header bytes the opened savepoint read (#21).
+The savepoint -> savepoint route holds it without a kg manifest and writes it back with
+``flink.write.rescaled`` from the header bytes the opened savepoint read (#21).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Count the storage reads and codec work of one savepoint rescale, in this process (issue #21's "measured").
 
-``count_rescale(source, dest, ...)`` runs ``keygroup_cli.execution.routes.rescale.rescale`` on the local engine
-with class- and module-level counters installed, and returns per input file:
+``count_rescale(source, dest, ...)`` runs ``keygroup_cli.execution.routes.rescale.rescale`` on the local
+engine with class- and module-level counters installed, and returns per input file:
 
 - ``metadata_reads``: reads of the input ``_metadata`` from storage (a file or an object);
 - ``header_reads``: reads of a state file's first bytes (its keyed or operator-state header), per file;
@@ -145,7 +145,8 @@ def count_rescale(
 ) -> SpineCounts:
     """Rescale ``source`` into ``dest`` on the local engine, counting (see the module docstring).
 
-    ``migration`` is a ``planning.migration.MigrationRequest`` done in the same pass (``kg rescale --rename``...).
+    ``migration`` is a ``planning.migration.MigrationRequest`` done in the same pass (``kg rescale
+    --rename``...).
     """
     with counting(monkeypatch, source, input_names) as counts:
         rescale(

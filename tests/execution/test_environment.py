@@ -1,4 +1,4 @@
-"""keygroup_cli.execution.environment: Java found as Spark finds it, versions without a JVM, variables kg reads."""
+"""execution.environment: Java found as Spark finds it, versions without a JVM, variables kg reads."""
 
 from __future__ import annotations
 

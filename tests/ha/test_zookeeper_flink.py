@@ -26,6 +26,14 @@ from typing import Any
 
 import pytest
 
+from tests.ha.harness import (
+    HaJobProcess,
+    ZooKeeperServer,
+    run_kg,
+    tree,
+    wait_for_session_expiry,
+    wait_until_swept,
+)
 from tests.restore.harness import (
     CASES,
     RestoreRequest,
@@ -34,14 +42,6 @@ from tests.restore.harness import (
     comparable_dump,
     restore_error,
     run_restores,
-)
-from tests.ha.harness import (
-    HaJobProcess,
-    ZooKeeperServer,
-    run_kg,
-    tree,
-    wait_for_session_expiry,
-    wait_until_swept,
 )
 
 pytestmark = pytest.mark.flink

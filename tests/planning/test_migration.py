@@ -1,4 +1,4 @@
-"""The operator-migration plan (keygroup_cli/planning/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
+"""The migration plan (keygroup_cli/planning/migration.py) on real Flink 1.20 (V4) and 2.3 (V6) metadata."""
 
 from __future__ import annotations
 

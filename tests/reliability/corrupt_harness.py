@@ -639,7 +639,9 @@ def _delimitable(header: object, entry_name: str) -> bool:
     for info in getattr(header, "broadcast_states", None) or ():
         if info.name == entry_name:
             parts = [info.serializer("KEY_SERIALIZER"), info.serializer("VALUE_SERIALIZER")]
-            return all(p is not None and p.class_name in known - {BYTE_ARRAY_SERIALIZER_SNAPSHOT} for p in parts)
+            return all(
+                p is not None and p.class_name in known - {BYTE_ARRAY_SERIALIZER_SNAPSHOT} for p in parts
+            )
     return False
 
 

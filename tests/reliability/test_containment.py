@@ -399,7 +399,7 @@ def test_every_command_refuses_what_leads_outside_until_kg_state_roots_names_it(
     assert len(messages) == 1, messages
     (message,) = messages
     assert "outside the input" in message and "KG_STATE_ROOTS" in message and message.count(". ") == 0
-    assert [p for p in out.rglob("*")] == []  # nothing written, no staging left, so the bytes are nowhere
+    assert list(out.rglob("*")) == []  # nothing written, no staging left, so the bytes are nowhere
     assert tree_digest(case.input) == before
 
     if case.allow is None:

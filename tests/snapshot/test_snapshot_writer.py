@@ -37,7 +37,7 @@ def test_snapshot_writer_round_trip(tmp_path: Path) -> None:
                 {
                     "key_group": pa.array(sorted(_key_groups(["x", "y"], 2)), pa.int32()),
                     "state": ["c", "c"],
-                    "key": [k for _g, k in sorted(zip(_key_groups(["x", "y"], 2), ["x", "y"]))],
+                    "key": [k for _g, k in sorted(zip(_key_groups(["x", "y"], 2), ["x", "y"], strict=True))],
                     "namespace": [b"\0", b"\0"],
                     "value": [b"1", b"2"],
                 }
@@ -101,7 +101,7 @@ def test_a_written_snapshot_that_fails_verify_is_not_published(tmp_path: Path) -
                 {
                     "key_group": pa.array(sorted(wrong), pa.int32()),
                     "state": ["c"] * len(keys),
-                    "key": [k for _g, k in sorted(zip(wrong, keys))],
+                    "key": [k for _g, k in sorted(zip(wrong, keys, strict=True))],
                     "namespace": [b"\0"] * len(keys),
                     "value": [b"v"] * len(keys),
                 }

@@ -1,4 +1,5 @@
-"""Local copies of inputs on an object store: a savepoint (``flink.download``), a kg snapshot (``snapshot.download``).
+"""Local copies of inputs on an object store: a savepoint (``flink.download``), a kg snapshot
+(``snapshot.download``).
 
 Commands that need a whole input on local disk read through these copies. A copy must hold the same bytes
 as the source, nothing more. The file that makes it an input (``_metadata`` or ``_manifest.json``) is written

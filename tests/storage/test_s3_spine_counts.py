@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.execution.spine_counter import assert_each_once, count_rescale
 from tests.execution.routes.test_spine_counts import FIXTURES, state_files
+from tests.execution.spine_counter import assert_each_once, count_rescale
 
 ROUTES = [
     ("2.3/rocksdb-canonical-p3-maxp128-string", 4, None),

@@ -13,7 +13,11 @@ from keygroup_cli.assess.summary import is_kg_snapshot
 from keygroup_cli.cli.options import output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import counted, format_bytes, format_count, output_for
-from keygroup_cli.convert.from_savepoint import require_destination_absent, is_flink_savepoint, savepoint_to_snapshot
+from keygroup_cli.convert.from_savepoint import (
+    is_flink_savepoint,
+    require_destination_absent,
+    savepoint_to_snapshot,
+)
 from keygroup_cli.convert.inputs import readable
 from keygroup_cli.convert.to_savepoint import snapshot_to_savepoint
 from keygroup_cli.core.errors import InvalidArgumentError

@@ -1,11 +1,11 @@
-"""``kg migrate``: operator migration on a savepoint: rename a uid, give a hashed operator a uid, drop state."""
+"""``kg migrate``: rename a uid, give a hashed operator a uid, or drop state, in a savepoint."""
 
 from __future__ import annotations
 
 import click
 
 from keygroup_cli.cli.inputs import job_option, resolve_input
-from keygroup_cli.cli.options import output_options, migration_options, migration_request
+from keygroup_cli.cli.options import migration_options, migration_request, output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 

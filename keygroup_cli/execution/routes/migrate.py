@@ -1,4 +1,4 @@
-"""Run an operator migration (``kg migrate``): open, plan (``planning.migration.plan_migration``), gate, copy, commit.
+"""Run ``kg migrate``: open, plan (``planning.migration.plan_migration``), gate, copy, commit.
 
 The spine of every write: ``open_savepoint`` reads ``_metadata`` once; the plan is complete before anything
 is written; nothing is written from an input ``kg verify`` rejects; then the state files the kept
@@ -74,7 +74,8 @@ def run_migration(
     """Apply ``request`` to the savepoint or checkpoint ``source`` and commit the result at ``dest``.
 
     Raises:
-        InvalidArgumentError: A change the savepoint refuses (``planning.migration.plan_migration``), or DEST exists,
+        InvalidArgumentError: A change the savepoint refuses (``planning.migration.plan_migration``), or DEST
+        exists,
             holds objects, or lies inside the input; nothing written.
         InvalidInputError: Not a savepoint or checkpoint, a state file is missing, or the input fails
             ``kg verify`` (``INPUT_FAILS_VERIFY``); nothing written.

@@ -31,7 +31,12 @@ from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.execution.routes.savepoint import OpenedInput, open_input
 from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
 from keygroup_cli.flink import Savepoint, needs_canonical_view, try_open_savepoint
-from keygroup_cli.planning.migration import MigrationRequest, apply_changes, apply_migration, require_savepoint_for_migration
+from keygroup_cli.planning.migration import (
+    MigrationRequest,
+    apply_changes,
+    apply_migration,
+    require_savepoint_for_migration,
+)
 from keygroup_cli.planning.plan import RescalePlan, plan_snapshot
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot import open_snapshot
@@ -159,8 +164,8 @@ def open_rescale_input(
     """Open the input once (``_metadata`` only) and choose its route; refuse what needs no more than that.
 
     Refused here, before anything is downloaded, staged or read beyond ``_metadata``: DEST inside the
-    input, the migration (``planning.migration.apply_changes``), migration or ``--format native`` for a kg snapshot.
-    A local input is named by its absolute path (tasks may run elsewhere, in their own directories).
+    input, the migration (``planning.migration.apply_changes``), migration or ``--format native`` for a kg
+    snapshot. A local input is named by its absolute path (tasks may run elsewhere, in their own directories).
 
     Raises:
         InvalidArgumentError: DEST inside the input, a change the migration refuses, ``native`` for a kg

@@ -1,4 +1,4 @@
-"""``kg rescale``'s entry point: plan the rescale (``execution.routes.plan``), then execute that plan by its route.
+"""``kg rescale``'s entry point: plan the rescale (``execution.routes.plan``), then run the plan by its route.
 
 - a kg snapshot on a local file system: ``execution.routes.snapshot``;
 - a Flink savepoint or checkpoint: ``execution.routes.savepoint`` (a savepoint comes out), reading a canonical

@@ -5,9 +5,9 @@
 1. **Validate first, from ``_metadata`` and the keyed headers alone** (``require_rescalable``): DEST absent, a
    canonical savepoint (or a layout kg rewrites as one), the operators named exist, ``--from`` matches, Q
    and M2 within Flink's bounds, no maxParallelism change for keys kg cannot re-hash. A refusal writes
-   nothing. The plan is ``execution.routes.savepoint_plan.plan_savepoint``'s, made through ``execution.routes.plan``
-   (what ``kg plan`` prints); this module opens the input (``open_input``) and executes the plan
-   (``execute_savepoint_plan``).
+   nothing. The plan is ``execution.routes.savepoint_plan.plan_savepoint``'s, made through
+   ``execution.routes.plan`` (what ``kg plan`` prints); this module opens the input (``open_input``) and
+   executes the plan (``execute_savepoint_plan``).
 2. **Operator state** (small) is decoded into memory on the driver when the savepoint is opened
    (``convert.operator_tables``), planned on the savepoint's own handles and streams
    (``planning.savepoint``), redistributed there as Flink does (``operator_state``), and encoded into the
@@ -20,9 +20,9 @@
    groups them by new subtask, write tasks encode each new subtask's file straight into the staged
    savepoint. On Spark both run on the executors. ``--format native`` always runs the engine's tasks: each
    new subtask's write task builds its RocksDB database (at the same maxParallelism without a shuffle).
-4. **The commit** (``flink.write.rescaled.write_rescaled``, then ``flink.write.commit.seal_savepoint``): the driver
-   describes ``_metadata`` from the opened input, the plan and the write tasks' handles, encodes it once,
-   checks it (key-group ranges, file sizes and offsets, every operator stream decodes; keyed blocks were
+4. **The commit** (``flink.write.rescaled.write_rescaled``, then ``flink.write.commit.seal_savepoint``): the
+   driver describes ``_metadata`` from the opened input, the plan and the write tasks' handles, encodes it
+   once, checks it (key-group ranges, file sizes and offsets, every operator stream decodes; keyed blocks were
    checked as they were encoded or before they were copied), and renames the staging directory to DEST.
 
 Scratch and staging are removed whatever happens, so a failure at any step, Ctrl-C included, leaves DEST
@@ -69,17 +69,17 @@ from keygroup_cli.flink import (
     WrittenState,
     as_native,
     canonical_view,
-    require_streams_decode,
     needs_canonical_view,
     open_savepoint,
     regroup_keyed_state,
+    require_streams_decode,
     seal_savepoint,
     shared_keyed_header,
     write_raw_timers,
     write_rescaled,
 )
 from keygroup_cli.planning.migration import OperatorChange, apply_migration
-from keygroup_cli.planning.plan import operator_target, select_operators, checked_new_max_parallelism
+from keygroup_cli.planning.plan import checked_new_max_parallelism, operator_target, select_operators
 from keygroup_cli.planning.request import RescaleRequest
 from keygroup_cli.snapshot.model import Manifest, Operator, OperatorFile, StateDescriptor
 from keygroup_cli.storage import transfer
@@ -99,8 +99,8 @@ def require_rescalable(
     """Refuse ``request`` on a savepoint if it cannot succeed, reading only ``_metadata`` and keyed headers.
 
     ``types`` are the operators' key types by id when the caller read them already (the dry-run reads
-    them from a heap or RocksDB layout's own headers, ``execution.routes.savepoint_plan``); by default they are
-    read from ``savepoint``'s canonical keyed headers.
+    them from a heap or RocksDB layout's own headers, ``execution.routes.savepoint_plan``); by default they
+    are read from ``savepoint``'s canonical keyed headers.
 
     Raises:
         UnsupportedFormatError: Not a canonical savepoint, or a maxParallelism change of binary keys.
@@ -139,7 +139,8 @@ class OpenedInput:
     copy_headers: dict[str, bytes] | None
     #: How the input is named in messages (a copied block that fails the check names it so).
     label: str = ""
-    #: The operator migration applied to ``origin`` (``planning.migration.apply_migration``): what the plan reports.
+    #: The operator migration applied to ``origin`` (``planning.migration.apply_migration``): what the plan
+    #: reports.
     changes: tuple[OperatorChange, ...] = ()
     #: ``--operator`` as it names operators after the migration (None: every operator).
     operators: tuple[str, ...] | None = None
@@ -157,20 +158,21 @@ def open_input(
     """Open the input once and refuse it if ``kg verify`` would (the gate runs here, inside the library).
 
     The request's operator migration (``--rename``, ``--assign-uid``, ``--drop``) is applied to the opened
-    savepoint first, in memory (``planning.migration.apply_migration``): what follows reads, plans and writes the
-    operators as the migration leaves them, from the same files, in the same pass. ``copy=False``: never
+    savepoint first, in memory (``planning.migration.apply_migration``): what follows reads, plans and writes
+    the operators as the migration leaves them, from the same files, in the same pass. ``copy=False``: never
     copy key groups as bytes (``--format native``: the engine's tasks write every subtask), so
     ``copy_headers`` is None.
 
     No key-group block is read here: the read tasks decode every block as strictly as ``kg verify`` does,
     and key groups copied as bytes are checked as ``kg verify`` checks them in the pass that copies them
-    (``flink.write.regroup``). A heap or RocksDB layout is rewritten in the canonical layout in ``scratch`` and
-    read from there.
+    (``flink.write.regroup``). A heap or RocksDB layout is rewritten in the canonical layout in ``scratch``
+    and read from there.
 
     Raises:
         InvalidInputError: ``INPUT_FAILS_VERIFY``, or the input cannot be read.
         UnsupportedFormatError: A format kg does not read, or channel state at a parallelism change.
-        InvalidArgumentError: A change the migration refuses (``planning.migration.apply_changes``); nothing read
+        InvalidArgumentError: A change the migration refuses (``planning.migration.apply_changes``); nothing
+        read
             beyond ``_metadata``.
     """
     origin = source if isinstance(source, Savepoint) else open_savepoint(source)
@@ -256,8 +258,8 @@ def execute_savepoint_plan(
 
     ``planned`` is ``execution.routes.savepoint_plan.plan_savepoint``'s, made on ``opened`` (the same value
     ``kg plan`` prints). The keyed tasks are compiled here, for ``engine`` and into the staging directory
-    once it exists (``_Keyed.write``); then the writer describes, ``flink.write.commit`` seals, and the rename or
-    the upload publishes (``_commit``). The result's ``manifest`` describes the rescaled state (kg's view
+    once it exists (``_Keyed.write``); then the writer describes, ``flink.write.commit`` seals, and the rename
+    or the upload publishes (``_commit``). The result's ``manifest`` describes the rescaled state (kg's view
     of it) and ``savepoint`` what was written.
 
     Raises:
@@ -552,9 +554,9 @@ def _upload(
     """Upload the staged savepoint beside the keyed files already at ``remote``; ``_metadata`` last.
 
     Before ``_metadata`` is written every operator-state stream of the output is decoded where it now is
-    (``flink.write.commit.require_streams_decode``); the keyed files' blocks were checked by the write tasks as they
-    encoded them, their sizes by ``flink.write.commit.seal_savepoint``. ``metadata`` is what was sealed: nothing
-    is read back.
+    (``flink.write.commit.require_streams_decode``); the keyed files' blocks were checked by the write tasks
+    as they encoded them, their sizes by ``flink.write.commit.seal_savepoint``. ``metadata`` is what was
+    sealed: nothing is read back.
     """
 
     def check() -> None:

@@ -19,8 +19,9 @@ order:
 
 The rescale calls it on the input as it reads it; a heap or RocksDB layout has then been rewritten in the
 canonical layout (``savepoint.open_input``). ``kg plan`` and ``--dry-run`` call it on the input as named,
-never rewritten (the rewrite reads every key group): ``require_rescalable`` then judges a view of ``_metadata`` in
-which those keyed handles stand as canonical ones, with the key types read from their own headers.
+never rewritten (the rewrite reads every key group): ``require_rescalable`` then judges a view of
+``_metadata`` in which those keyed handles stand as canonical ones, with the key types read from their own
+headers.
 
 Managed keyed state is never read here. Each keyed operator's mode (copy, move, rehash) follows from its old
 and new parallelism and maxParallelism, and its bytes per key group from the handles' offsets and the state
@@ -40,8 +41,8 @@ from keygroup_cli.execution.routes.operator_state import redistribute_savepoint_
 from keygroup_cli.execution.routes.savepoint import (
     OpenedInput,
     keyed_headers,
-    require_rescalable,
     require_no_v2_state_in_canonical,
+    require_rescalable,
 )
 from keygroup_cli.flink import (
     FlinkCheckpoint,
@@ -80,7 +81,8 @@ class SavepointPlan:
     operator_state: Mapping[str, OperatorStateTables]
     #: The new (parallelism, maxParallelism) of every operator, by id.
     targets: Mapping[str, tuple[int, int]]
-    #: Timers kept in raw keyed state, placed in the new key groups (``flink.write.raw_timers``), by operator id.
+    #: Timers kept in raw keyed state, placed in the new key groups (``flink.write.raw_timers``), by operator
+    #: id.
     raw_timers: Mapping[str, RawTimers] = field(default_factory=dict)
     #: ``--format native``: one RocksDB database per new subtask; the seal's properties say NATIVE.
     native: bool = False
@@ -136,7 +138,7 @@ def plan_savepoint(
 
 
 def _checked_key_types(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
-    """Refuse what the rescale refuses before writing (``require_rescalable``); return the key types by operator id.
+    """Refuse what the rescale refuses before writing (``require_rescalable``); return key types by id.
 
     A heap or RocksDB layout not rewritten yet (a plan) is judged from its own headers, as the canonical
     view the rescale reads.
@@ -223,7 +225,7 @@ def _layout_parsed(savepoint: FlinkCheckpoint) -> dict[str, tuple[KeyedStateHead
 
 
 def _canonical_stand_in(savepoint: FlinkCheckpoint) -> FlinkCheckpoint:
-    """Return ``savepoint``'s metadata as its canonical rewrite will have it, for ``require_rescalable`` to judge.
+    """Return ``savepoint``'s metadata as its canonical rewrite has it (``require_rescalable`` judges it).
 
     The rescale rewrites every keyed handle of a heap or RocksDB layout as a canonical key-groups handle
     over the same range; nothing else changes that ``require_rescalable`` looks at (operators, parallelism,

@@ -296,7 +296,9 @@ def require_output_intact(
     require_row_counts_match(source.manifest.operators, plan, manifest.operators)
 
 
-def require_row_counts_match(source: Sequence[Operator], plan: RescalePlan, rescaled: Sequence[Operator]) -> None:
+def require_row_counts_match(
+    source: Sequence[Operator], plan: RescalePlan, rescaled: Sequence[Operator]
+) -> None:
     """Check the rows the ``rescaled`` operators record against ``source``'s and the plan.
 
     Raises:

@@ -52,7 +52,7 @@ from keygroup_cli.flink.types.binary_row import (
 )
 from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
 from keygroup_cli.flink.types.values import NotDecodable, StateCodecs
-from keygroup_cli.flink.write.keyed_tasks import require_keys_in_groups, keyed_header
+from keygroup_cli.flink.write.keyed_tasks import keyed_header, require_keys_in_groups
 from keygroup_cli.storage.locations import Location
 
 
@@ -335,9 +335,13 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
         except UnsupportedFormatError:
             # A header kg cannot delimit: a misspelt Flink class in it is damage (kg verify's exit 3).
             end = min((o for o in handle.offsets if o > 0), default=src.size)
-            _raise_finding(savepoint, raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label))
+            _raise_finding(
+                savepoint, raw_class_finding(src.read(0, min(end, src.size)), src.source, op.label)
+            )
             raise
-        _raise_finding(savepoint, class_finding(header.key_serializer, header.states or (), src.source, op.label))
+        _raise_finding(
+            savepoint, class_finding(header.key_serializer, header.states or (), src.source, op.label)
+        )
         layout = KeyedLayout.from_header(header, op.max_parallelism, src.source)
     return KeyedStream(op.operator_id, index, handle, raw, header, layout)
 

@@ -135,9 +135,7 @@ def decode_frames(data: bytes | memoryview, source: str = "<snappy>", *, verify:
         kind, length = header & 0xFF, header >> 8
         body = pos + 4
         if body + length > end:
-            raise InvalidInputError(
-                f"{source}: truncated snappy chunk at byte {pos}", code="SNAPPY_CORRUPT"
-            )
+            raise InvalidInputError(f"{source}: truncated snappy chunk at byte {pos}", code="SNAPPY_CORRUPT")
         if kind in (_COMPRESSED, _UNCOMPRESSED):
             out += _data_chunk(view, kind, pos, length, source, verify)
         elif kind == _IDENTIFIER:

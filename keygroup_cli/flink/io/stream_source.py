@@ -50,9 +50,7 @@ class StreamSource:
             try:
                 self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
             except FileNotFoundError:
-                raise InvalidInputError(
-                    f"{path}: state file is missing", code="STATE_FILE_MISSING"
-                ) from None
+                raise InvalidInputError(f"{path}: state file is missing", code="STATE_FILE_MISSING") from None
             except OSError as exc:
                 raise InvalidInputError(
                     f"{path}: cannot read state file: {exc.strerror}", code="STATE_FILE_UNREADABLE"

@@ -18,11 +18,11 @@ from keygroup_cli.flink.types.serializer_snapshots import (
     Grammar,
     SerializerSnapshot,
     StateMetaInfo,
-    require_unique,
     first_alternative,
     implausible_version,
     invalid_enum,
     parser,
+    require_unique,
 )
 
 _INT = struct.Struct(">i")
@@ -56,9 +56,7 @@ def read_keyed_header(data: bytes, source: str, end: int | None = None) -> Keyed
         InvalidInputError: The bytes are not a keyed-state header.
     """
     if len(data) < 5:
-        raise InvalidInputError(
-            f"{source}: keyed-state header truncated", code="FLINK_STATE_HEADER_CORRUPT"
-        )
+        raise InvalidInputError(f"{source}: keyed-state header truncated", code="FLINK_STATE_HEADER_CORRUPT")
     version = _INT.unpack_from(data, 0)[0]
     if not 0 < version < PLAUSIBLE_VERSIONS:
         raise implausible_version(source, "keyed-state", version)

@@ -18,12 +18,12 @@ from functools import lru_cache
 from keygroup_cli.core.errors import UnsupportedFormatError
 from keygroup_cli.core.keygroups import key_group_prefix_bytes
 from keygroup_cli.flink.keyed.header import KeyedStateHeader
+from keygroup_cli.flink.types.serializer_snapshots import StateMetaInfo
 from keygroup_cli.flink.types.serializers import (
     KeyCodec,
     key_codec,
     namespace_size,
 )
-from keygroup_cli.flink.types.serializer_snapshots import StateMetaInfo
 
 #: ``FullSnapshotUtil.END_OF_KEY_GROUP_MARK``.
 END_OF_KEY_GROUP_MARK = 0xFFFF

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from keygroup_cli.core.errors import UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8, encode_modified_utf8
-from keygroup_cli.flink.types.serializers import key_codec, value_end
 from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot, read_serializer_snapshot
+from keygroup_cli.flink.types.serializers import key_codec, value_end
 
 #: ``PostVersionedIOReadableWritable.VERSIONED_IDENTIFIER``.
 MAGIC = bytes((0xF1, 0xCD, 0x85, 0x9F))

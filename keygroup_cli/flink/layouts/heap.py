@@ -53,8 +53,13 @@ from keygroup_cli.flink.metadata.reader import (
 )
 from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES
 from keygroup_cli.flink.types.avro import AvroDecodeError, AvroSchemaError, avro_reader, read_value
-from keygroup_cli.flink.types.serializers import FIXED_SIZES, STRING_SERIALIZER_SNAPSHOT, read_string, variable_int_bytes
 from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT, SerializerSnapshot
+from keygroup_cli.flink.types.serializers import (
+    FIXED_SIZES,
+    STRING_SERIALIZER_SNAPSHOT,
+    read_string,
+    variable_int_bytes,
+)
 from keygroup_cli.storage.locations import Location
 
 _INT = struct.Struct(">i")

@@ -12,7 +12,8 @@ The database is built with the ``rocksdict`` binding (the ``[rocksdb]`` extra), 
 per column family from its ``SstFileWriter`` (entries sorted by key), ingested into the family, then a
 RocksDB checkpoint of the database gives the consistent file set Flink's own NATIVE snapshot copies. Tables
 use block-based ``format_version`` 5 and no compression, which FRocksDB 6.20 (Flink 1.x) and 8.10 (Flink 2.x)
-and ForSt read. Flink 2.3's RocksDB and ForSt backends both restore these files (tests/restore/test_native.py).
+and ForSt read. Flink 2.3's RocksDB and ForSt backends both restore these files
+(tests/restore/test_native.py).
 """
 
 from __future__ import annotations
@@ -80,9 +81,7 @@ def iter_block_entries(block: bytes, where: str) -> Iterator[tuple[int, bytes, b
                 if state == _END_OF_KEY_GROUP:
                     return
     except struct.error:
-        raise InvalidInputError(
-            f"{where}: key-group block truncated", code="FLINK_STATE_CORRUPT"
-        ) from None
+        raise InvalidInputError(f"{where}: key-group block truncated", code="FLINK_STATE_CORRUPT") from None
 
 
 def _table_options(rocksdict: Any) -> Any:

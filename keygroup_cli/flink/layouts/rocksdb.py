@@ -205,7 +205,9 @@ def _status_text(exc: BaseException) -> str:
     return text
 
 
-def _require_current_valid(handle: IncrementalKeyedHandle, where: str, files: dict[str, str], db_dir: Path) -> None:
+def _require_current_valid(
+    handle: IncrementalKeyedHandle, where: str, files: dict[str, str], db_dir: Path
+) -> None:
     """Refuse a database whose ``CURRENT`` is not ``MANIFEST-<number>`` + newline naming a listed MANIFEST.
 
     RocksDB's own message for it names a file it could not open; this one names the savepoint's file.

@@ -26,9 +26,9 @@ from keygroup_cli.core.schema import OPERATOR_SCHEMA
 from keygroup_cli.flink.io.snappy import STREAM_IDENTIFIER, decode_frames, encode_frames
 from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.metadata.handles import OperatorStateEntry, OperatorStateHandle
-from keygroup_cli.flink.operator.header import OperatorStateHeader, require_states_declared, mode_ordinal
-from keygroup_cli.flink.types.serializers import value_end
+from keygroup_cli.flink.operator.header import OperatorStateHeader, mode_ordinal, require_states_declared
 from keygroup_cli.flink.types.serializer_snapshots import MODE_OPTION, StateMetaInfo
+from keygroup_cli.flink.types.serializers import value_end
 
 _INT = struct.Struct(">i")
 #: ``BytePrimitiveArraySerializer``'s snapshot: an int length, then the bytes (source readers' split state).

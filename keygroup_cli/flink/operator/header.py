@@ -18,11 +18,11 @@ from keygroup_cli.flink.types.serializer_snapshots import (
     GiveUp,
     Grammar,
     StateMetaInfo,
-    require_unique,
     first_alternative,
     implausible_version,
     invalid_enum,
     parser,
+    require_unique,
 )
 
 _INT = struct.Struct(">i")

@@ -46,8 +46,8 @@ import pyarrow as pa
 
 from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
-from keygroup_cli.flink.types.serializers import read_string
 from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT
+from keygroup_cli.flink.types.serializers import read_string
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")

@@ -44,8 +44,8 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import InvalidArgumentError
-from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
 from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
 
 if TYPE_CHECKING:
     from keygroup_cli.core.keys import KeyLocations
@@ -346,9 +346,9 @@ def locate_row_keys(
     import pyarrow as pa
 
     from keygroup_cli.core.keygroups import (
-        require_parallelism_in_bounds,
         key_groups_for_hashes,
         operator_indexes_for_key_groups,
+        require_parallelism_in_bounds,
     )
     from keygroup_cli.core.keys import KeyLocations
 

@@ -54,9 +54,9 @@ POJO_SERIALIZER_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.PojoSeri
 KRYO_SERIALIZER_SNAPSHOT = "org.apache.flink.api.java.typeutils.runtime.kryo.KryoSerializerSnapshot"
 
 
-#: ``ROW_DATA_SERIALIZER_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and rows), is
-#: not composite, but its nested snapshots follow the fields' logical types (``writeSnapshot``: int arity,
-#: each ``LogicalType`` Java-serialized, then ``NestedSerializersSnapshotDelegate``).
+#: ``ROW_DATA_SERIALIZER_SNAPSHOT``, the Table runtime's ``RowDataSerializer`` snapshot (SQL jobs' keys and
+#: rows), is not composite, but its nested snapshots follow the fields' logical types (``writeSnapshot``: int
+#: arity, each ``LogicalType`` Java-serialized, then ``NestedSerializersSnapshotDelegate``).
 #: Snapshots whose body starts with the serialized type's class name (``writeUTF``).
 TYPE_CLASS_FIRST = frozenset((POJO_SERIALIZER_SNAPSHOT, KRYO_SERIALIZER_SNAPSHOT))
 

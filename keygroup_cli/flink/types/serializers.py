@@ -40,7 +40,9 @@ GLOBAL_WINDOW_SERIALIZER_SNAPSHOT = (
 
 #: The Table runtime's ``RowDataSerializer`` (SQL jobs' key rows): ``row`` keys, bytes to this module (self-
 #: delimiting: an int length, big-endian, then the row's bytes) that ``javahash`` hashes as Flink does.
-ROW_DATA_SERIALIZER_SNAPSHOT = "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
+ROW_DATA_SERIALIZER_SNAPSHOT = (
+    "org.apache.flink.table.runtime.typeutils.RowDataSerializer$RowDataSerializerSnapshot"
+)
 
 #: kg key type per key-serializer snapshot class; any other class is carried as ``binary``.
 KEY_TYPE_BY_SERIALIZER_SNAPSHOT = {

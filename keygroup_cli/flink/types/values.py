@@ -43,7 +43,6 @@ from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
 from keygroup_cli.flink.types.avro import AvroSchemaError, Node, avro_reader, read_value
 from keygroup_cli.flink.types.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
-from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string
 from keygroup_cli.flink.types.serializer_snapshots import (
     AVRO_SERIALIZER_SNAPSHOT,
     OPTIONAL_MAP_HEADER,
@@ -51,6 +50,7 @@ from keygroup_cli.flink.types.serializer_snapshots import (
     StateMetaInfo,
     parse_serializer_snapshot,
 )
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
 _ARRAY = f"{_BASE}array."

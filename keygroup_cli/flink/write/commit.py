@@ -128,7 +128,9 @@ def require_streams_decode(savepoint: FlinkCheckpoint, where: Path | Location) -
         )
 
 
-def _require_handles_match(metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str) -> None:
+def _require_handles_match(
+    metadata: CheckpointMetadata, staging: Path, keyed_root: str | None, where: str
+) -> None:
     """Check every handle against Flink's key-group ranges and the files written."""
     for op in metadata.operators:
         for sub in op.subtasks:

@@ -319,9 +319,7 @@ def write_parts_task(
                         code="KEY_GROUP_OUT_OF_RANGE",
                     )
                 if group <= last:
-                    raise InvalidInputError(
-                        "keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED"
-                    )
+                    raise InvalidInputError("keyed rows are not sorted by key_group", code="ROWS_NOT_SORTED")
                 if proven != encoded.rows:
                     raise ExecutionError(
                         f"output verification failed: key group {group}'s block does not read back as its "

@@ -31,8 +31,8 @@ from keygroup_cli.flink.io.stream_source import StreamSource
 from keygroup_cli.flink.keyed.timers import (
     NotTimers,
     TimerService,
-    read_timer_section,
     raw_state_error,
+    read_timer_section,
     timer_keys,
     write_timer_section,
 )
@@ -82,7 +82,9 @@ def _plan_operator(savepoint: Savepoint, op: OperatorState, new_p: int, new_max:
         if handle is None:
             continue
         if not isinstance(handle, KeyGroupsHandle):
-            raise raw_state_error(f"{where} subtask {sub.index}: raw keyed state in a {type(handle).__name__}")
+            raise raw_state_error(
+                f"{where} subtask {sub.index}: raw keyed state in a {type(handle).__name__}"
+            )
         for group, section in _sections(savepoint, handle):
             source = f"{where} subtask {sub.index} key group {group}"
             try:
@@ -112,7 +114,9 @@ def _sections(savepoint: Savepoint, handle: KeyGroupsHandle) -> list[tuple[int, 
     return [(group, data[offset:end]) for (offset, group), end in zip(present, ends, strict=True)]
 
 
-def _require_stored_groups(services: tuple[TimerService, ...], group: int, max_parallelism: int, source: str) -> None:
+def _require_stored_groups(
+    services: tuple[TimerService, ...], group: int, max_parallelism: int, source: str
+) -> None:
     for service in services:
         if service.key_type not in HASHABLE_KEY_TYPES:
             continue
@@ -131,7 +135,9 @@ def _template(old: Mapping[int, tuple[TimerService, ...]], where: str) -> tuple[
         tuple((s.name, s.key_serializer.raw, s.namespace_serializer.raw) for s in v) for v in old.values()
     }
     if len(shapes) > 1:
-        raise raw_state_error(f"{where}: its key groups declare different timer services, which kg does not merge")
+        raise raw_state_error(
+            f"{where}: its key groups declare different timer services, which kg does not merge"
+        )
     first = next(iter(old.values()), ())
     return tuple(s.empty() for s in first)
 

@@ -1,4 +1,5 @@
-"""``execution.routes.migrate``: the spine's "once" for an operator migration, and nothing read that is not copied.
+"""``execution.routes.migrate``: the spine's "once" for an operator migration, and nothing read that is not
+copied.
 
 The input's ``_metadata`` is read once; each state file of a kept operator is copied once and a dropped
 operator's files never; each operator-state stream is decoded once, in the output (never in the input:

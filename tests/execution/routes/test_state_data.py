@@ -1,4 +1,5 @@
-"""Keyed state as data on both engines (execution/routes/state_data.py): Spark writes and reads what local does.
+"""Keyed state as data on both engines (execution/routes/state_data.py): Spark writes and reads what local
+does.
 
 ``kg export --engine spark`` decodes each keyed file in a Spark task and must write the very files the local
 engine writes; ``kg.read_state(..., engine="spark")`` must hold the local table's rows. Both run on the one

@@ -1,4 +1,5 @@
-"""KafkaSource state (flink/data/connectors.py) against a real KafkaSource's savepoint and the broker's offsets.
+"""KafkaSource state (flink/data/connectors.py) against a real KafkaSource's savepoint and the broker's
+offsets.
 
 fixtures/flink/2.0/kafka-p2 (fixtures/flink/README-kafka.md) was written by Flink 2.0.1 with Apache's
 flink-connector-kafka 4.0.1-2.0 after reading every record of a 3-partition topic; the offsets the broker

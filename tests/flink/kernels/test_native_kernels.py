@@ -708,9 +708,7 @@ def test_a_part_with_a_negative_entry_length_is_refused_both_ways(monkeypatch: p
     ids = np.zeros(1, dtype=np.int64)
     native, reference = _both(monkeypatch, lambda: _framed(part, 1, ids))
     assert (
-        native
-        == reference
-        == (InvalidInputError, "a spilled entry part is corrupt", "FLINK_STATE_CORRUPT")
+        native == reference == (InvalidInputError, "a spilled entry part is corrupt", "FLINK_STATE_CORRUPT")
     )
 
 

@@ -19,7 +19,7 @@ from kg_fixture_state import CANONICAL_CASES
 
 from keygroup_cli.core.errors import ExecutionError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.keyed.decode import _scan_block, check_block, decode_block_batches
-from keygroup_cli.flink.keyed.encode import _Block, _require_reads_back, _encode_columns, _Rows
+from keygroup_cli.flink.keyed.encode import _Block, _encode_columns, _require_reads_back, _Rows
 from keygroup_cli.flink.keyed.layout import KeyedLayout, _vector_states
 from tests.flink.keyed.test_keyed_state_columns import _blocks, _mixed_rows, _reference
 

@@ -167,7 +167,11 @@ def _rows(key_type: str, keys: list[Any], groups: list[int]) -> pa.RecordBatch:
     ("serializer", "key_type", "keys"),
     [
         (STRING_SERIALIZER_SNAPSHOT, "string", [f"user-{i}" for i in range(40)] + ["", "x" * 126]),
-        (LONG_SERIALIZER_SNAPSHOT, "long", [(i - 20) * 1_000_000_007 for i in range(40)] + [-(2**63), 2**63 - 1]),
+        (
+            LONG_SERIALIZER_SNAPSHOT,
+            "long",
+            [(i - 20) * 1_000_000_007 for i in range(40)] + [-(2**63), 2**63 - 1],
+        ),
         (INT_SERIALIZER_SNAPSHOT, "int", [(i - 20) * 100_003 for i in range(40)] + [-(2**31), 2**31 - 1]),
         (BOOLEAN_SERIALIZER_SNAPSHOT, "boolean", [i % 3 == 0 for i in range(42)]),
     ],
@@ -267,7 +271,9 @@ def test_timer_rows_the_reference_rejects_or_ignores() -> None:
 
 
 def test_truncated_timers_are_left_to_the_reference_decoder() -> None:
-    layout = _layout(STRING_SERIALIZER_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SERIALIZER_SNAPSHOT))
+    layout = _layout(
+        STRING_SERIALIZER_SNAPSHOT, 1, StateLayout("t", "timer", VOID_NAMESPACE_SERIALIZER_SNAPSHOT)
+    )
     # keyLen 5: prefix and 4 bytes of an 8-byte timestamp.
     block = b"\x00\x00" + (5).to_bytes(4, "big") + b"\x83" + b"\x80\x00\x00\x00" + b"\x00" * 4 + b"\xff\xff"
     assert decode_block_columns(block, 3, layout) is None

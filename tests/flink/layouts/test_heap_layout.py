@@ -20,8 +20,12 @@ from keygroup_cli.flink.layouts.heap import (
     skip_serialized,
 )
 from keygroup_cli.flink.metadata.locate import read_flink_metadata
-from keygroup_cli.flink.types.serializers import LONG_SERIALIZER_SNAPSHOT, STRING_SERIALIZER_SNAPSHOT, write_string
 from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
+from keygroup_cli.flink.types.serializers import (
+    LONG_SERIALIZER_SNAPSHOT,
+    STRING_SERIALIZER_SNAPSHOT,
+    write_string,
+)
 
 FLINK = Path(__file__).resolve().parents[3] / "fixtures" / "flink"
 CHECKPOINT = FLINK / "2.3" / "heap-checkpoint-p2-maxp128-string"
@@ -39,7 +43,9 @@ def test_skip_walks_lists_and_maps_with_null_values() -> None:
     values = struct.pack(">i", 2) + struct.pack(">qq", 1, 2)
     assert skip_serialized(_snap(LIST_SERIALIZER_SNAPSHOT, LONG), values + b"tail", 0, "t") == len(values)
     entries = struct.pack(">i", 2) + write_string("a") + b"\x01" + write_string("bé") + b"\x00" + b"\x00" * 8
-    assert skip_serialized(_snap(MAP_SERIALIZER_SNAPSHOT, STRING, LONG), entries + b"x", 0, "t") == len(entries)
+    assert skip_serialized(_snap(MAP_SERIALIZER_SNAPSHOT, STRING, LONG), entries + b"x", 0, "t") == len(
+        entries
+    )
 
 
 def test_skip_refuses_what_it_cannot_walk_and_what_is_cut_short() -> None:

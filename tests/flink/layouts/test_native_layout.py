@@ -1,4 +1,5 @@
-"""A canonical keyed file written as the RocksDB database of a NATIVE savepoint, read back with RocksDB itself.
+"""A canonical keyed file written as the RocksDB database of a NATIVE savepoint, read back with RocksDB
+itself.
 
 Every entry of the canonical key-group blocks must be in the database, under its state's column family,
 with the same key and value bytes; the handle must name files that exist with the sizes it records.

@@ -22,12 +22,16 @@ import pytest
 from keygroup_cli.cli.get_render import lookup_document, plain
 from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.data.lookup import lookup_keys
-from keygroup_cli.flink.data.tables import open_canonical, state_table, state_batches, typed_states
+from keygroup_cli.flink.data.tables import open_canonical, state_batches, state_table, typed_states
 from keygroup_cli.flink.layouts.heap import skip_serialized
 from keygroup_cli.flink.savepoint import open_savepoint
 from keygroup_cli.flink.types.avro import AvroInstant, AvroSchemaError, avro_serializer_snapshot, parse_schema
+from keygroup_cli.flink.types.serializer_snapshots import (
+    AVRO_SERIALIZER_SNAPSHOT,
+    SerializerSnapshot,
+    parse_serializer_snapshot,
+)
 from keygroup_cli.flink.types.serializers import write_string
-from keygroup_cli.flink.types.serializer_snapshots import AVRO_SERIALIZER_SNAPSHOT, SerializerSnapshot, parse_serializer_snapshot
 from keygroup_cli.flink.types.values import NotDecodable, type_codec
 from tests.kg_fixture_state import FLINK_FIXTURES
 
@@ -379,7 +383,9 @@ def _union_as_branch(value: Any) -> Any:
 def test_kg_get_values_equal_the_jobs_own_dump(case: str) -> None:
     want = _want(case)
     keys = [k["key"] for k in want["keys"]]
-    doc = lookup_document(lookup_keys(open_savepoint(ALL_FLINK / case), want["uid"], keys), str(ALL_FLINK / case))
+    doc = lookup_document(
+        lookup_keys(open_savepoint(ALL_FLINK / case), want["uid"], keys), str(ALL_FLINK / case)
+    )
     assert [s["notes"] for s in doc["states"]] == [[] for _ in doc["states"]]
     for found, expect in zip(doc["keys"], want["keys"], strict=True):
         assert (found["key"], found["key_group"], found["found"]) == (expect["key"], expect["keyGroup"], True)

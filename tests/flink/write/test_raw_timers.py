@@ -1,4 +1,5 @@
-"""Timers in raw keyed state redistributed by key group (``flink.write.raw_timers``), on Flink 2.3's own bytes.
+"""Timers in raw keyed state redistributed by key group (``flink.write.raw_timers``), on Flink 2.3's own
+bytes.
 
 ``fixtures/flink/2.3/async-forst-native-p3``: AsyncJob's ForSt NATIVE savepoint, p 3, maxParallelism 128, 300
 event-time and 200 processing-time timers in the async operator's raw keyed-state streams. Real Flink's

@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from keygroup_cli.execution.engines.spark.jvm import (
         INSTALL_JAVA,
         cache_directory,
-        require_java,
         class_data_sharing_option,
         keep_console_log,
+        require_java,
     )
     from keygroup_cli.execution.engines.spark.session import (
         DAEMON_MODULE,

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines.spark.jvm import (
-    require_java,
     class_data_sharing_option,
     gateway_message,
     keep_console_log,
     new_console_log,
+    require_java,
 )
 from keygroup_cli.execution.engines.spark.workers import pythonpath_config, worker_python
 
