@@ -41,6 +41,8 @@ OTHER_ENVIRONMENT = [
         "or from the first block of a read task or checked copy of at least 32 MiB",
     ),
     ("PYSPARK_PYTHON", "the Python of Spark's workers (default in local mode: kg's own interpreter)"),
+    ("SPARK_MASTER", "a Spark master: `kg rescale`'s default engine is then Spark, as with `--master`"),
+    ("KG_PROGRESS", "`off`: no line per stage on stderr when it is not a terminal (bars are unchanged)"),
     ("AWS_ENDPOINT_URL", "an S3-compatible store (MinIO, Ceph); with the rest of the AWS credential chain"),
     ("KG_SCRATCH_DIR", "where inputs from object stores are downloaded and remote outputs staged"),
     (

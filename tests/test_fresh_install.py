@@ -61,25 +61,46 @@ def test_decoys_really_fail(env: dict[str, str]) -> None:
     assert done.returncode == 97 and DECOY_MARK in done.stderr
 
 
-def test_default_engine_rescales_a_snapshot_and_a_savepoint_from_an_unactivated_venv(
+def test_the_default_engine_is_local_on_one_machine_and_spark_once_a_master_is_set(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    alone = _kg(env, "rescale", SNAPSHOT, "--to", "4", "-m", "64", "--out", tmp_path / "alone", "--json")
+    assert alone.returncode == 0, alone.stderr
+    doc = json.loads(alone.stdout)
+    assert doc["engine"] == "local" and doc["engine_reason"].startswith("default engine: one machine")
+    master = dict(env, SPARK_MASTER="local[2]")
+    cluster = _kg(
+        master, "rescale", SNAPSHOT, "--to", "4", "-m", "64", "--out", tmp_path / "master", "--json"
+    )
+    assert cluster.returncode == 0, cluster.stderr
+    doc = json.loads(cluster.stdout)
+    assert (doc["engine"], doc["engine_reason"]) == (
+        "spark",
+        "default engine: a Spark master is set (local[2])",
+    )
+
+
+def test_spark_rescales_a_snapshot_and_a_savepoint_from_an_unactivated_venv(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     snapshot_out = tmp_path / "snapshot-m64"
     first = _kg(
-        env, "rescale", SNAPSHOT, "--to", "4", "--max-parallelism", "64", "--out", snapshot_out, "--json"
-    )
+        env, "rescale", SNAPSHOT, "--to", "4", "--max-parallelism", "64", "--out", snapshot_out, "--json",
+        "--engine", "spark",
+    )  # fmt: skip
     assert first.returncode == 0, first.stderr
     assert DECOY_MARK not in first.stderr
     doc = json.loads(first.stdout)
-    assert (doc["engine"], doc["engine_reason"]) == ("spark", "default engine")
+    assert (doc["engine"], doc["engine_reason"]) == ("spark", "--engine spark")
     assert {op["to_max_parallelism"] for op in doc["operators"]} == {64}
     # The one-time class-data-sharing archive is announced when it is written, and only then.
     assert "one-time archive of Spark's classes" in first.stderr
 
     savepoint_out = tmp_path / "savepoint-m1024"
     second = _kg(
-        env, "rescale", SAVEPOINT, "--from", "3", "--to", "4", "-m", "1024", "--out", savepoint_out, "--json"
-    )
+        env, "rescale", SAVEPOINT, "--from", "3", "--to", "4", "-m", "1024", "--out", savepoint_out, "--json",
+        "--engine", "spark",
+    )  # fmt: skip
     assert second.returncode == 0, second.stderr
     assert DECOY_MARK not in second.stderr
     assert "one-time archive" not in second.stderr

@@ -187,7 +187,19 @@ def test_a_terminal_sees_starting_spark_counts_and_rate(tmp_path: Path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     done = subprocess.run(
-        [sys.executable, "-m", "keygroup_cli", "rescale", str(source), "--to", "4", "-m", "256"]
+        [
+            sys.executable,
+            "-m",
+            "keygroup_cli",
+            "rescale",
+            str(source),
+            "--to",
+            "4",
+            "-m",
+            "256",
+            "--engine",
+            "spark",
+        ]
         + ["--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE,
         stderr=secondary,
@@ -207,7 +219,7 @@ def test_a_terminal_sees_starting_spark_counts_and_rate(tmp_path: Path):
     assert re.search(r"\b\d{1,3}(,\d{3})+/\d{1,3}(,\d{3})+\b", terminal), terminal[-2000:]
     # The bars are removed when the command ends: the last thing written erases lines (transient).
     assert raw.rstrip().endswith("\x1b[2K"), raw[-200:]
-    assert "engine spark (default engine)" in done.stdout.decode()
+    assert "engine spark (--engine spark)" in done.stdout.decode()
 
 
 @pytest.mark.parametrize("width", [60, 80, 120])

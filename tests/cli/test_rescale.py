@@ -76,7 +76,7 @@ def test_rescale_text_summary(kg, source, tmp_path):
 
 @pytest.mark.spark
 def test_rescale_spark_engine_is_quiet_and_equal_to_local(kg, spark, source, tmp_path):
-    spark_run = kg("rescale", source, "--to", "4", "--out", tmp_path / "s", "--json")
+    spark_run = kg("rescale", source, "--to", "4", "--out", tmp_path / "s", "--json", "--engine", "spark")
     assert spark_run.exit_code == 0, spark_run.stderr
     assert spark_run.json()["engine"] == "spark"
     local_run = kg("rescale", source, "--to", "4", "--out", tmp_path / "l", "--engine", "local", "--json")
@@ -197,7 +197,7 @@ def test_missing_java_is_exit_6_and_one_line(kg, source, tmp_path, monkeypatch):
     # As in a fresh process: no session, no running SparkContext (the test run's shared one is hidden).
     monkeypatch.setattr("pyspark.sql.SparkSession.getActiveSession", classmethod(lambda cls: None))
     monkeypatch.setattr("pyspark.SparkContext._active_spark_context", None)
-    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out")
+    result = kg("rescale", source, "--to", "4", "--out", tmp_path / "out", "--engine", "spark")
     assert result.exit_code == 6
     assert result.stderr.count("\n") == 1 and "JAVA_HOME=" in result.stderr and "Java 17" in result.stderr
     assert not (tmp_path / "out").exists()
@@ -271,7 +271,7 @@ def test_max_parallelism_change_keeps_operators_without_keyed_state(kg, tmp_path
 
 
 def test_spark_in_a_fresh_process_keeps_stdout_and_stderr_clean(source, tmp_path):
-    # The default engine starts its own JVM: its console output must go to kg's log, not to our streams.
+    # Spark started by kg runs its own JVM: its console output must go to kg's log, not to our streams.
     import json
     import subprocess
     import sys
@@ -288,6 +288,8 @@ def test_spark_in_a_fresh_process_keeps_stdout_and_stderr_clean(source, tmp_path
             "--out",
             str(tmp_path / "o"),
             "--json",
+            "--engine",
+            "spark",
         ],
         capture_output=True,
         text=True,

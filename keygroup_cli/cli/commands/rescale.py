@@ -65,7 +65,8 @@ layout or in RocksDB's files (which kg rewrites in the canonical layout first) a
 downloaded to a scratch directory ($KG_SCRATCH_DIR) first. An object-store DEST must hold no object; it is
 written state files first and _metadata (or _manifest.json) last, so it is a savepoint only once complete.
 
-The default engine is spark when pyspark is installed (kg's [spark] extra), else local.
+The default engine is local on one machine (past its start Spark's cores do no more per byte, and its start
+costs about 7 CPU seconds), and spark once a master is set (--master, --conf spark.master=..., SPARK_MASTER).
 Spark's Python workers run kg's own interpreter in local mode; PYSPARK_PYTHON or --conf
 spark.pyspark.python=... choose another (on a cluster, the executors' Python).
 """

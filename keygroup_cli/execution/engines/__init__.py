@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,33 +56,63 @@ def spark_installed() -> bool:
     return importlib.util.find_spec("pyspark") is not None
 
 
-def choose_engine(engine: str | EngineChoice | None) -> EngineChoice:
+#: Where a Spark master can be set besides ``--master``: kg's own settings and Spark's environment.
+MASTER_ENV = "SPARK_MASTER"
+
+
+def spark_master(master: str | None, spark_conf: Mapping[str, str] | None) -> str | None:
+    """Return the Spark master the user set (``--master``, ``spark.master``, ``SPARK_MASTER``), or None."""
+    return master or (spark_conf or {}).get("spark.master") or os.environ.get(MASTER_ENV) or None
+
+
+def choose_engine(
+    engine: str | EngineChoice | None,
+    *,
+    master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    session: Any = None,
+) -> EngineChoice:
     """Resolve ``engine`` (``spark``, ``local``, or None for the default) to the engine that will run.
 
-    The default is Spark when pyspark is installed and the local engine otherwise; the fallback is
-    announced once on the ``keygroup_cli`` logger (the CLI prints it on stderr).
+    The default is the fastest correct engine for where kg runs. With a Spark master set (``master``,
+    ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
+    goes to the cluster. On one machine it is the local engine: past its start Spark's tasks cost what the
+    local engine's threads cost per byte, and its start (a JVM, Python workers) adds about 7 CPU seconds
+    (docs/performance.md). A missing pyspark is announced once on the ``keygroup_cli`` logger.
 
     Raises:
         InvalidArgumentError: An unknown engine name.
-        MissingDependencyError: ``spark`` was asked for and pyspark is not installed (``PYSPARK_MISSING``).
+        MissingDependencyError: Spark was asked for, or a master set, and pyspark is not installed
+            (``PYSPARK_MISSING``).
     """
     if isinstance(engine, EngineChoice):
         return engine
     if engine is None or engine == "auto":
-        if spark_installed():
-            return EngineChoice("spark", "default engine")
-        log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
-        return EngineChoice("local", "default engine; pyspark is not installed")
+        chosen = spark_master(master, spark_conf)
+        if session is not None:
+            return EngineChoice("spark", "default engine: a SparkSession was given")
+        if chosen is not None:
+            _require_pyspark(f"a Spark master ({chosen}) is set, which")
+            return EngineChoice("spark", f"default engine: a Spark master is set ({chosen})")
+        if not spark_installed():
+            log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
+            return EngineChoice("local", "default engine; pyspark is not installed")
+        return EngineChoice("local", "default engine: one machine (Spark: --engine spark or a master)")
     if engine not in ENGINES:
         raise InvalidArgumentError(
             f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
         )
-    if engine == "spark" and not spark_installed():
+    if engine == "spark":
+        _require_pyspark("--engine spark")
+    return EngineChoice(engine, f"--engine {engine}")
+
+
+def _require_pyspark(what: str) -> None:
+    if not spark_installed():
         raise MissingDependencyError(
-            f"--engine spark needs pyspark, which is not installed: {INSTALL_SPARK}; or use --engine local",
+            f"{what} needs pyspark, which is not installed: {INSTALL_SPARK}; or use --engine local",
             code="PYSPARK_MISSING",
         )
-    return EngineChoice(engine, f"--engine {engine}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -386,7 +386,9 @@ class EngineRunner:
             # on the driver by either engine: starting a JVM would only add seconds.
             reason = "key groups copied as bytes (same maxParallelism): no Spark needed"
             return cls(get_executor("local", workers=workers), None, reason, workers)
-        choice = choose_engine(options.engine)
+        choice = choose_engine(
+            options.engine, master=options.master, spark_conf=options.spark_conf, session=options.spark
+        )
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor(
             choice.name,

@@ -156,7 +156,7 @@ def _start_engine(
     spark_conf: Mapping[str, str] | None,
 ) -> tuple[Executor, str]:
     """Start the engine in the background while the input is verified; return it and why it runs."""
-    choice = choose_engine(engine)
+    choice = choose_engine(engine, master=master, spark_conf=spark_conf, session=spark)
     pending = PendingExecutor(
         choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
     )
