@@ -1,4 +1,4 @@
-"""The default engine: local on one machine, Spark once a master is set or a session given; asked for, as asked."""
+"""The default engine: local on one machine, Spark once a master is set or a session given."""
 
 from __future__ import annotations
 
