@@ -15,8 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keygroup_cli.core.errors import InvalidInputError
-from keygroup_cli.core.findings import Finding, first_error
+from keygroup_cli.core.findings import Finding, fails_verify_error, first_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.storage.locations import Location
 
@@ -104,7 +103,7 @@ def require_intact(
     problem = first_error(report.findings)
     if problem is not None:
         name = label or (str(path) if isinstance(path, str | Path | Location) else str(path.directory))
-        raise InvalidInputError(f"{name}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+        raise fails_verify_error(name, problem)
 
 
 __all__ = ["check_input", "require_intact", "verify_input"]

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from keygroup_cli import __version__
 from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
+from keygroup_cli.core.findings import fails_verify_error
 from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.core.progress import OnProgress, no_progress
 from keygroup_cli.flink import (
@@ -46,7 +47,6 @@ from keygroup_cli.flink import (
     canonical_view,
     decode_keyed_file,
     decode_operator_file,
-    fails_verify_error,
     is_flink_savepoint,
     keyed_header,
     needs_canonical_view,

@@ -20,8 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.convert.from_savepoint import operator_stream
-from keygroup_cli.core.errors import InvalidInputError
-from keygroup_cli.core.findings import first_error
+from keygroup_cli.core.findings import fails_verify_error, first_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.core.progress import no_progress as _noop
 from keygroup_cli.core.schema import OPERATOR_SCHEMA
@@ -118,9 +117,7 @@ def require_operator_streams_intact(snapshot: FlinkCheckpoint, origin: FlinkChec
     streams = Savepoint.of(snapshot).operator_streams.values()
     problem = first_error(f for stream in streams for f in stream.findings)
     if problem is not None:
-        raise InvalidInputError(
-            f"{(origin or snapshot).directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
-        )
+        raise fails_verify_error(str((origin or snapshot).directory), problem)
 
 
 __all__ = ["OperatorStateTables", "operator_rows", "read_operator_state", "require_operator_streams_intact"]

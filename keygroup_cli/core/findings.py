@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from keygroup_cli.core.errors import ExitCode
+from keygroup_cli.core.errors import ExitCode, InvalidInputError, KgError
 
 
 class Severity(str, Enum):
@@ -168,4 +168,22 @@ def first_error(findings: Iterable[Finding]) -> str | None:
     return f"{errors[0].code}: {errors[0].message}{more}"
 
 
-__all__ = ["FINDING_CODES", "Finding", "Severity", "VerifyReport", "exit_code_for", "first_error"]
+def fails_verify_error(name: str, problem: str | Finding | KgError) -> InvalidInputError:
+    """Return the one-line refusal of input ``kg verify`` rejects (``INPUT_FAILS_VERIFY``, exit 3).
+
+    ``name`` is the input as the message names it; ``problem`` what verify found: a finding, the error a
+    strict reader raised, or ``first_error``'s ``CODE: message`` line. Every gate and reader words it so.
+    """
+    text = problem if isinstance(problem, str) else f"{problem.code}: {problem.message}"
+    return InvalidInputError(f"{name}: input fails kg verify: {text}", code="INPUT_FAILS_VERIFY")
+
+
+__all__ = [
+    "FINDING_CODES",
+    "Finding",
+    "Severity",
+    "VerifyReport",
+    "exit_code_for",
+    "fails_verify_error",
+    "first_error",
+]

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
         KeyLookup,
         KeyState,
         StateEntry,
-        fails_verify_error,
         find_operator,
         lookup_keys,
     )
@@ -260,7 +259,6 @@ _LAZY = {
     "StateEntry": "keygroup_cli.flink.data.lookup",
     "find_operator": "keygroup_cli.flink.data.lookup",
     "lookup_keys": "keygroup_cli.flink.data.lookup",
-    "fails_verify_error": "keygroup_cli.flink.data.lookup",
     "BatchReader": "keygroup_cli.flink.data.tables",
     "keyed_file_count": "keygroup_cli.flink.data.tables",
     "state_table": "keygroup_cli.flink.data.tables",

@@ -33,7 +33,7 @@ from pathlib import Path
 from keygroup_cli.assess.integrity import require_intact, verify_input
 from keygroup_cli.assess.summary import is_kg_snapshot
 from keygroup_cli.core.errors import ExecutionError, InvalidInputError, KgError, UnsupportedFormatError
-from keygroup_cli.core.findings import first_error
+from keygroup_cli.core.findings import fails_verify_error, first_error
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.flink import Savepoint, local_path, open_savepoint, seal_in_place, seal_savepoint
 from keygroup_cli.planning.migration import FileCopy, MigrationPlan, MigrationRequest, plan_migration
@@ -179,7 +179,7 @@ def _require_staged_intact(
     for copy in plan.files:
         problem = problem.replace(str(staging / copy.target), str(_source(savepoint, copy)))
     problem = problem.replace(str(staging), str(savepoint.directory))
-    raise InvalidInputError(f"{label}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY")
+    raise fails_verify_error(label, problem)
 
 
 def _commit_remote(
@@ -235,10 +235,8 @@ def _require_recorded_size(source: Path | Location, written: int, copy: FileCopy
     actual = source.stat().st_size if isinstance(source, Path) else source.size()
     if actual != copy.size:
         # kg verify's FLINK_STATE_FILE_SIZE: the input's file is not what its _metadata says.
-        raise InvalidInputError(
-            f"{label}: input fails kg verify: FLINK_STATE_FILE_SIZE: {source}: {actual} bytes, its handle "
-            f"records {copy.size}",
-            code="INPUT_FAILS_VERIFY",
+        raise fails_verify_error(
+            label, f"FLINK_STATE_FILE_SIZE: {source}: {actual} bytes, its handle records {copy.size}"
         )
     raise ExecutionError(
         f"{source}: {written} bytes copied, its handle records {copy.size}; nothing was committed",

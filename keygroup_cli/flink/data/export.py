@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, InvalidInputError
+from keygroup_cli.core.findings import fails_verify_error
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.flink.data.lookup import find_operator
 from keygroup_cli.flink.data.tables import (
@@ -206,10 +207,7 @@ def _require_other_operators_intact(savepoint: Savepoint, operator: str, label: 
                         raw, group, compressed, stream.layout, op.max_parallelism, src.source, subject
                     )
                     if problem is not None:
-                        raise InvalidInputError(
-                            f"{label}: input fails kg verify: {problem.code}: {problem.message}",
-                            code="INPUT_FAILS_VERIFY",
-                        )
+                        raise fails_verify_error(label, problem)
 
 
 def reread(path: Path, schema: pa.Schema, rows: int) -> None:

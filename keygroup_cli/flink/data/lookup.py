@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
-from keygroup_cli.core.findings import Finding
+from keygroup_cli.core.findings import Finding, fails_verify_error
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
@@ -236,16 +236,8 @@ def require_verified(savepoint: Savepoint, label: str | None = None) -> None:
 
     problem = first_error(verify_flink(savepoint, blocks=False).findings)
     if problem is not None:
-        raise InvalidInputError(
-            f"{label or savepoint.directory}: input fails kg verify: {problem}", code="INPUT_FAILS_VERIFY"
-        )
+        raise fails_verify_error(str(label or savepoint.directory), problem)
 
-
-def fails_verify_error(label: str, exc: InvalidInputError) -> InvalidInputError:
-    """Return the one-line error of a reader that met what ``kg verify`` rejects (``INPUT_FAILS_VERIFY``)."""
-    return InvalidInputError(
-        f"{label}: input fails kg verify: {exc.code}: {exc.message}", code="INPUT_FAILS_VERIFY"
-    )
 
 
 def _entries(
@@ -349,10 +341,7 @@ def _keyed_stream(savepoint: Savepoint, op: OperatorState, index: int) -> KeyedS
 def _raise_finding(savepoint: Savepoint, problem: Finding | None) -> None:
     """Raise ``INPUT_FAILS_VERIFY`` for ``problem``, a finding of kg verify's on what ``kg get`` read."""
     if problem is not None:
-        raise InvalidInputError(
-            f"{savepoint.directory}: input fails kg verify: {problem.code}: {problem.message}",
-            code="INPUT_FAILS_VERIFY",
-        )
+        raise fails_verify_error(str(savepoint.directory), problem)
 
 
 def _lookup(

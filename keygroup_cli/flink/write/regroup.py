@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from keygroup_cli.core.errors import InvalidInputError
-from keygroup_cli.core.findings import Finding
+from keygroup_cli.core.findings import fails_verify_error
 from keygroup_cli.core.keygroups import KeyGroupRange, key_group_range_for_operator_index
 from keygroup_cli.core.workers import ordered_map
 from keygroup_cli.flink.check.verify import block_finding
@@ -188,7 +188,7 @@ def _copy_handle(
                             raw, group, compressed, layout, op.max_parallelism, src.source, subject
                         )
                         if problem is not None:
-                            raise _fails_verify_error(check or "", problem)
+                            raise fails_verify_error(check or "", problem)
                         out.write(raw)
                         del raw
             position += run_end - run_start
@@ -225,13 +225,6 @@ class _ReadOnceInto:
             self.tail = self.tail[keep - self.tail_at :] + fresh
             self.tail_at = keep
         return self.tail[start - self.tail_at : end - self.tail_at]
-
-
-def _fails_verify_error(name: str, problem: Finding) -> InvalidInputError:
-    """Return the error the gate (``assess.integrity.require_intact``) raises for ``problem``."""
-    return InvalidInputError(
-        f"{name}: input fails kg verify: {problem.code}: {problem.message}", code="INPUT_FAILS_VERIFY"
-    )
 
 
 def _contiguous_runs(extents: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
