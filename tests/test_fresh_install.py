@@ -68,7 +68,8 @@ def test_the_default_engine_is_local_on_one_machine_and_spark_once_a_master_is_s
     assert alone.returncode == 0, alone.stderr
     doc = json.loads(alone.stdout)
     assert doc["engine"] == "local" and doc["engine_reason"].startswith("default engine: one machine")
-    master = dict(env, SPARK_MASTER="local[2]")
+    # A cache of its own: the first Spark start in the module's cache is the next test's to see.
+    master = dict(env, SPARK_MASTER="local[2]", KG_CACHE_DIR=str(tmp_path / "cache"))
     cluster = _kg(
         master, "rescale", SNAPSHOT, "--to", "4", "-m", "64", "--out", tmp_path / "master", "--json"
     )
@@ -126,7 +127,20 @@ def test_spark_rescales_a_snapshot_and_a_savepoint_from_an_unactivated_venv(
 def test_a_worker_python_without_kg_exits_6_with_one_line(env: dict[str, str], tmp_path: Path) -> None:
     # PYSPARK_PYTHON (the user's choice) wins over kg's interpreter: here the decoy, so the worker fails.
     broken = dict(env, PYSPARK_PYTHON="python3")
-    done = _kg(broken, "rescale", SNAPSHOT, "--to", "4", "-m", "64", "--out", tmp_path / "out", "--json")
+    args = (
+        "rescale",
+        SNAPSHOT,
+        "--to",
+        "4",
+        "-m",
+        "64",
+        "--out",
+        tmp_path / "out",
+        "--json",
+        "--engine",
+        "spark",
+    )
+    done = _kg(broken, *args)
     assert done.returncode == 6, done.stderr
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "SPARK_WORKER_FAILED"

@@ -178,10 +178,12 @@ def test_a_list_of_2_31_empty_steps_fails_fast() -> None:
     printed = _limited_code(
         f"""
         from keygroup_cli.core.errors import InvalidInputError
-        from keygroup_cli.flink.layouts.heap import BYTES_SERIALIZER_SNAPSHOT, LIST_SERIALIZER_SNAPSHOT,
-        skip_serialized from keygroup_cli.flink.keyed.header import SerializerSnapshot
-        snap = SerializerSnapshot(LIST_SERIALIZER_SNAPSHOT, 1, b"",
-        (SerializerSnapshot(BYTES_SERIALIZER_SNAPSHOT, 1, b""),)) try:
+        from keygroup_cli.flink.layouts.heap import skip_serialized
+        from keygroup_cli.flink.types.serializer_snapshots import SerializerSnapshot
+        from keygroup_cli.flink.layouts.heap import BYTES_SERIALIZER_SNAPSHOT, LIST_SERIALIZER_SNAPSHOT
+        element = SerializerSnapshot(BYTES_SERIALIZER_SNAPSHOT, 1, b"")
+        snap = SerializerSnapshot(LIST_SERIALIZER_SNAPSHOT, 1, b"", (element,))
+        try:
             skip_serialized(snap, {data!r}, 0, "block")
         except InvalidInputError as exc:
             print(exc.code, int(exc.exit_code))
