@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keygroup_cli.core.errors import InvalidArgumentError
-from keygroup_cli.execution.engines import ENGINES, EngineChoice, Executor
+from keygroup_cli.execution.engines import ENGINES, EngineChoice, Executor, unknown_engine_error
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,7 @@ class EngineOptions:
         # Refused here, not when an engine is first needed: a rescale that copies key groups as bytes on the
         # driver runs no engine, and must not accept a name it would refuse on another input.
         if isinstance(self.engine, str) and self.engine not in (*ENGINES, "auto"):
-            raise InvalidArgumentError(
-                f"unknown engine {self.engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
-            )
+            raise unknown_engine_error(self.engine)
 
 
 __all__ = ["EngineOptions"]

@@ -99,12 +99,17 @@ def choose_engine(
             return EngineChoice("local", "default engine; pyspark is not installed")
         return EngineChoice("local", "default engine: one machine (Spark: --engine spark or a master)")
     if engine not in ENGINES:
-        raise InvalidArgumentError(
-            f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
-        )
+        raise unknown_engine_error(engine)
     if engine == "spark":
         _require_pyspark("--engine spark")
     return EngineChoice(engine, f"--engine {engine}")
+
+
+def unknown_engine_error(name: object) -> InvalidArgumentError:
+    """Return the refusal of an engine name kg does not have (``UNKNOWN_ENGINE``, exit 2)."""
+    return InvalidArgumentError(
+        f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
+    )
 
 
 def _require_pyspark(what: str) -> None:
@@ -186,9 +191,7 @@ def get_executor(name: str, **options: Any) -> Executor:
         from keygroup_cli.execution.engines.spark import SparkExecutor
 
         return SparkExecutor(**_known(options, ("master", "session", "verbose", "batch_rows", "config")))
-    raise InvalidArgumentError(
-        f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}", code="UNKNOWN_ENGINE"
-    )
+    raise unknown_engine_error(name)
 
 
 class PendingExecutor:
@@ -246,13 +249,15 @@ def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]
 __all__ = [
     "ENGINES",
     "INSTALL_SPARK",
+    "MASTER_ENV",
     "EngineChoice",
     "ExecutionResult",
     "Executor",
-    "OnProgress",
     "PendingExecutor",
     "WrittenOperator",
     "choose_engine",
     "get_executor",
     "spark_installed",
+    "spark_master",
+    "unknown_engine_error",
 ]
