@@ -190,9 +190,7 @@ def _spill_parts(
             out = parts.open(new_subtask, bucket)
         if key not in began:
             began[key] = out.tell()
-        written = out.write(part)
-        if written != len(part):  # a raw write may take less than it is given
-            write_all(out, memoryview(part)[written or 0 :])
+        write_all(out, part)
         del part  # a part is a view of its batch's buffer: let the buffer go with the batch
         routed += entries
     parts.record(index, began)
