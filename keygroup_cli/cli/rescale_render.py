@@ -28,8 +28,8 @@ from keygroup_cli.execution.routes.rescale import RescaleResult
 from keygroup_cli.planning.plan import OperatorPlan, RescalePlan
 
 if TYPE_CHECKING:
-    from keygroup_cli.convert.from_savepoint import ConvertResult
     from keygroup_cli.execution.routes.plan import PlannedRescale
+    from keygroup_cli.execution.routes.snapshot import SavepointRescaleResult
     from keygroup_cli.snapshot.model import Operator
 
 _MODES = {
@@ -404,7 +404,7 @@ def _subtask_rows(op_plan: OperatorPlan, new: Operator) -> list[dict[str, int | 
     ]
 
 
-def _savepoint_part(written: ConvertResult) -> dict[str, Any]:
+def _savepoint_part(written: SavepointRescaleResult) -> dict[str, Any]:
     """Return the ``savepoint`` part of ``kg rescale --json``: what was written into the new savepoint."""
     return {
         "keyed_files": written.keyed_files,
