@@ -36,6 +36,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import math
+import numbers
+import operator
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +67,55 @@ class AvroSchemaError(ValueError):
 
 class AvroDecodeError(ValueError):
     """Bytes that do not hold a value of the writer schema."""
+
+
+class AvroEncodeError(ValueError):
+    """A value that does not fit the writer schema (the message says where and why)."""
+
+
+def _unfit(what: str, value: Any) -> AvroEncodeError:
+    return AvroEncodeError(f"{_shown(value)} is not {what}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int_of(value: Any, bits: int, what: str) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise _unfit(what, value) from None
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise AvroEncodeError(f"{value} is out of the range of {what}")
+    return int(value)
+
+
+def _float_of(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _unfit(what, value)
+    return float(value)
+
+
+def _bytes_of(value: Any, what: str) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise _unfit(what, value)
+
+
+def _var_count(out: bytearray, count: int) -> None:
+    """Write ``DataOutputEncoder.writeVarLongCount``: unsigned base-128, least significant group first."""
+    while count & ~0x7F:
+        out.append((count & 0x7F) | 0x80)
+        count >>= 7
+    out.append(count)
+
+
+#: ``DataOutput.writeFloat`` / ``writeDouble`` write ``floatToIntBits`` / ``doubleToLongBits``: one NaN.
+_NAN = {"float": b"\x7f\xc0\x00\x00", "double": b"\x7f\xf8\x00\x00\x00\x00\x00\x00"}
 
 
 def avro_serializer_snapshot(raw: bytes, version: int) -> tuple[str | None, str]:
@@ -156,6 +208,18 @@ class Node:
         """Return a read value as the Python value of ``arrow`` (``pa.array`` takes it)."""
         return value
 
+    def write(self, out: bytearray, value: Any) -> None:
+        """Append ``value`` (as ``read`` returns it) as Flink's ``AvroSerializer`` writes it.
+
+        Raises:
+            AvroEncodeError: The value does not fit the schema.
+        """
+        raise NotImplementedError
+
+    def from_arrow(self, value: Any) -> Any:
+        """Return an Arrow (Python) value of ``arrow`` as ``read`` returns it: the inverse of ``to_arrow``."""
+        return value
+
 
 class _Null(Node):
     name = "null"
@@ -163,6 +227,10 @@ class _Null(Node):
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return None, pos
+
+    def write(self, out: bytearray, value: Any) -> None:
+        if value is not None:
+            raise _unfit("null", value)
 
 
 class _Boolean(Node):
@@ -175,6 +243,11 @@ class _Boolean(Node):
             raise AvroDecodeError("a boolean runs past the value")
         return data[pos] != 0, pos + 1  # DataInput.readBoolean: any non-zero byte is true
 
+    def write(self, out: bytearray, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise _unfit("a boolean", value)
+        out.append(1 if value else 0)
+
 
 class _Number(Node):
     def __init__(self, name: str, fmt: struct.Struct, arrow: pa.DataType) -> None:
@@ -185,6 +258,19 @@ class _Number(Node):
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return self._fmt.unpack_from(data, pos)[0], pos + self._fmt.size
+
+    def write(self, out: bytearray, value: Any) -> None:
+        if self.name in _NAN:
+            number = _float_of(value, f"a {self.name}")
+            if math.isnan(number):
+                out += _NAN[self.name]
+                return
+            try:
+                out += self._fmt.pack(number)
+            except (OverflowError, struct.error):
+                raise AvroEncodeError(f"{value} is out of the range of a {self.name}") from None
+            return
+        out += self._fmt.pack(_int_of(value, 8 * self._fmt.size, f"an Avro {self.name}"))
 
 
 def _length(data: bytes, pos: int, what: str) -> int:
@@ -203,6 +289,10 @@ class _Bytes(Node):
         n = _length(data, pos, "bytes")
         return bytes(data[pos + 4 : pos + 4 + n]), pos + 4 + n
 
+    def write(self, out: bytearray, value: Any) -> None:
+        raw = _bytes_of(value, "Avro bytes")
+        out += _INT.pack(len(raw)) + raw
+
 
 class _String(Node):
     name = "string"
@@ -212,6 +302,15 @@ class _String(Node):
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         n = _length(data, pos, "string")
         return bytes(data[pos + 4 : pos + 4 + n]).decode("utf-8"), pos + 4 + n
+
+    def write(self, out: bytearray, value: Any) -> None:
+        if not isinstance(value, str):
+            raise _unfit("an Avro string", value)
+        try:
+            raw = value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AvroEncodeError(f"{_shown(value)} holds a lone surrogate (not UTF-8)") from None
+        out += _INT.pack(len(raw)) + raw
 
 
 class _Fixed(Node):
@@ -225,6 +324,12 @@ class _Fixed(Node):
         if pos + self.size > len(data):
             raise AvroDecodeError(f"fixed {self.name} runs past the value")
         return bytes(data[pos : pos + self.size]), pos + self.size
+
+    def write(self, out: bytearray, value: Any) -> None:
+        raw = _bytes_of(value, f"fixed {self.name}")
+        if len(raw) != self.size:
+            raise AvroEncodeError(f"fixed {self.name} holds {self.size} bytes, got {len(raw)}")
+        out += raw
 
 
 class _Enum(Node):
@@ -240,6 +345,13 @@ class _Enum(Node):
         if not 0 <= index < len(self.symbols):
             raise AvroDecodeError(f"enum {self.name}: symbol index {index} out of range")
         return self.symbols[index], pos + 4
+
+    def write(self, out: bytearray, value: Any) -> None:
+        try:
+            index = self.symbols.index(value)
+        except ValueError:
+            raise AvroEncodeError(f"{_shown(value)} is not a symbol of enum {self.name}") from None
+        out += _INT.pack(index)
 
 
 def _count(data: bytes, pos: int) -> tuple[int, int]:
@@ -290,6 +402,22 @@ class _Array(Node):
     def to_arrow(self, value: Any) -> Any:
         return [self.items.to_arrow(v) for v in value]
 
+    def write(self, out: bytearray, value: Any) -> None:
+        # GenericDatumWriter.writeArray over DataOutputEncoder: one block (no count when empty), then 0.
+        if not isinstance(value, (list, tuple)):
+            raise _unfit("an Avro array", value)
+        if value:
+            _var_count(out, len(value))
+        for i, item in enumerate(value):
+            try:
+                self.items.write(out, item)
+            except AvroEncodeError as exc:
+                raise AvroEncodeError(f"[{i}]: {exc}") from None
+        out.append(0)
+
+    def from_arrow(self, value: Any) -> Any:
+        return None if value is None else [self.items.from_arrow(v) for v in value]
+
 
 class _Map(Node):
     def __init__(self, values: Node) -> None:
@@ -313,6 +441,25 @@ class _Map(Node):
     def to_arrow(self, value: Any) -> Any:
         return [(k, self.values.to_arrow(v)) for k, v in value.items()]
 
+    def write(self, out: bytearray, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise _unfit("an Avro map", value)
+        if value:
+            _var_count(out, len(value))
+        for key, item in value.items():
+            try:
+                self._key.write(out, key)
+                self.values.write(out, item)
+            except AvroEncodeError as exc:
+                raise AvroEncodeError(f"[{key!r}]: {exc}") from None
+        out.append(0)
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        pairs = value.items() if isinstance(value, dict) else value
+        return {k: self.values.from_arrow(v) for k, v in pairs}
+
 
 class _Record(Node):
     def __init__(self, name: str) -> None:
@@ -334,6 +481,25 @@ class _Record(Node):
 
     def to_arrow(self, value: Any) -> Any:
         return {n: node.to_arrow(value[n]) for n, node in self.fields}
+
+    def write(self, out: bytearray, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise _unfit(f"a record {self.name}", value)
+        extra = set(value) - {n for n, _ in self.fields}
+        if extra:
+            raise AvroEncodeError(f"record {self.name} has no field {sorted(extra)[0]!r}")
+        for name, node in self.fields:
+            if name not in value:
+                raise AvroEncodeError(f"record {self.name}: field {name!r} is missing")
+            try:
+                node.write(out, value[name])
+            except AvroEncodeError as exc:
+                raise AvroEncodeError(f".{name}: {exc}") from None
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return {n: node.from_arrow(value.get(n)) for n, node in self.fields}
 
 
 class _Union(Node):
@@ -374,6 +540,43 @@ class _Union(Node):
         out[name] = branch.to_arrow(inner)
         return out
 
+    def write(self, out: bytearray, value: Any) -> None:
+        # DataOutputEncoder.writeIndex: the branch as an int, then the value.
+        if value is None:
+            index = next((i for i, b in enumerate(self.branches) if isinstance(b, _Null)), None)
+            if index is None:
+                raise AvroEncodeError("None, but the union has no null branch")
+            out += _INT.pack(index)
+            return
+        if self.nullable:
+            index = next(i for i, b in enumerate(self.branches) if not isinstance(b, _Null))
+            out += _INT.pack(index)
+            self.branches[index].write(out, value)
+            return
+        if not isinstance(value, dict) or len(value) != 1:
+            raise AvroEncodeError(f"{_shown(value)} is not one union branch ({{name: value}})")
+        ((name, inner),) = value.items()
+        index = next(
+            (i for i, b in enumerate(self.branches) if b.name == name and not isinstance(b, _Null)), None
+        )
+        if index is None:
+            raise AvroEncodeError(f"the union has no branch {name!r}")
+        out += _INT.pack(index)
+        self.branches[index].write(out, inner)
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if self.nullable:
+            branch = next(b for b in self.branches if not isinstance(b, _Null))
+            return branch.from_arrow(value)
+        chosen = [(k, v) for k, v in value.items() if v is not None]
+        if len(chosen) != 1:
+            raise AvroEncodeError(f"{_shown(value)}: exactly one union branch must be set")
+        name, inner = chosen[0]
+        branch = next(b for b in self.branches if b.name == name and not isinstance(b, _Null))
+        return {name: branch.from_arrow(inner)}
+
 
 class _Logical(Node):
     """A logical type over its underlying node: ``convert`` turns the underlying value into kg's value."""
@@ -384,6 +587,8 @@ class _Logical(Node):
         arrow: pa.DataType,
         convert: Callable[[Any], Any],
         to_arrow: Callable[[Any], Any] = lambda v: v,
+        unconvert: Callable[[Any], Any] = lambda v: v,
+        from_arrow: Callable[[Any], Any] = lambda v: v,
     ) -> None:
         self.base = base
         self.name = base.name
@@ -391,6 +596,8 @@ class _Logical(Node):
         self.arrow = arrow
         self._convert = convert
         self._to_arrow = to_arrow
+        self._unconvert = unconvert
+        self._from_arrow = from_arrow
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         value, pos = self.base.read(data, pos)
@@ -398,6 +605,12 @@ class _Logical(Node):
 
     def to_arrow(self, value: Any) -> Any:
         return self._to_arrow(value)
+
+    def write(self, out: bytearray, value: Any) -> None:
+        self.base.write(out, self._unconvert(value))
+
+    def from_arrow(self, value: Any) -> Any:
+        return None if value is None else self._from_arrow(value)
 
 
 def _decimal(base: Node, precision: int, scale: int) -> Node:
@@ -408,8 +621,31 @@ def _decimal(base: Node, precision: int, scale: int) -> Node:
             raise AvroDecodeError(f"decimal({precision}, {scale}): {value} has more digits than allowed")
         return value
 
+    def unconvert(value: Any) -> bytes:
+        # Avro's DecimalConversion: toBytes writes BigInteger.toByteArray() (minimal two's complement);
+        # toFixed sign-extends it to the fixed size.
+        if isinstance(value, bool) or not isinstance(value, (Decimal, int)):
+            raise _unfit(f"a decimal({precision}, {scale})", value)
+        exact = Decimal(value)
+        if not exact.is_finite():
+            raise _unfit(f"a decimal({precision}, {scale})", value)
+        unscaled_dec = exact.scaleb(scale)
+        if unscaled_dec != unscaled_dec.to_integral_value():
+            raise AvroEncodeError(
+                f"{value} has more than {scale} decimal places (decimal({precision}, {scale}))"
+            )
+        unscaled = int(unscaled_dec)
+        if len(str(abs(unscaled))) > precision:
+            raise AvroEncodeError(f"{value} has more digits than decimal({precision}, {scale}) holds")
+        size = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
+        if isinstance(base, _Fixed):
+            if size > base.size:
+                raise AvroEncodeError(f"{value} does not fit fixed {base.name} ({base.size} bytes)")
+            size = base.size
+        return unscaled.to_bytes(size, "big", signed=True)
+
     arrow = pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-    return _Logical(base, arrow, convert)
+    return _Logical(base, arrow, convert, unconvert=unconvert)
 
 
 def _date(days: int) -> dt.date | int:
@@ -424,6 +660,42 @@ def _date_arrow(value: dt.date | int) -> int:
     return value if isinstance(value, int) else (value - _EPOCH).days
 
 
+def _date_days(value: Any) -> int:
+    if isinstance(value, dt.datetime) or not isinstance(value, (dt.date, int)) or isinstance(value, bool):
+        raise _unfit("a date", value)
+    return _date_arrow(value)
+
+
+def _instant(unit: str) -> Callable[[Any], AvroInstant]:
+    def from_arrow(value: Any) -> AvroInstant:
+        if isinstance(value, dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=dt.timezone.utc)
+            delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+            micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+            if unit == "ms":
+                if micros % 1000:
+                    raise AvroEncodeError(f"{value} has sub-millisecond digits (timestamp-millis)")
+                return AvroInstant(micros // 1000, unit)
+            return AvroInstant(micros, unit)
+        if isinstance(value, AvroInstant):
+            return value
+        return AvroInstant(_int_of(value, 64, "a timestamp"), unit)
+
+    return from_arrow
+
+
+def _instant_value(unit: str) -> Callable[[Any], int]:
+    def unconvert(value: Any) -> int:
+        if isinstance(value, AvroInstant):
+            if value.unit != unit:
+                raise AvroEncodeError(f"{value} is in {value.unit}, the schema's timestamp in {unit}")
+            return value.value
+        return _int_of(value, 64, "a timestamp")
+
+    return unconvert
+
+
 def _logical(schema: dict[str, Any], base: Node) -> Node:
     """Wrap ``base`` in the logical type ``schema`` names, where kg types it (else ``base`` as is)."""
     logical = schema.get("logicalType")
@@ -434,10 +706,17 @@ def _logical(schema: dict[str, Any], base: Node) -> Node:
             if precision > 0:
                 return _decimal(base, precision, scale)
     elif logical == "date" and kind == "int":
-        return _Logical(base, pa.date32(), _date, _date_arrow)
+        return _Logical(base, pa.date32(), _date, _date_arrow, _date_days, lambda v: _date(_date_days(v)))
     elif logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
         unit = "ms" if logical == "timestamp-millis" else "us"
-        return _Logical(base, pa.timestamp(unit, tz="UTC"), lambda v: AvroInstant(v, unit), lambda v: v.value)
+        return _Logical(
+            base,
+            pa.timestamp(unit, tz="UTC"),
+            lambda v: AvroInstant(v, unit),
+            lambda v: v.value,
+            _instant_value(unit),
+            _instant(unit),
+        )
     return base
 
 
@@ -555,6 +834,17 @@ def avro_reader(raw: bytes, version: int) -> Node:
     return parse_schema(avro_serializer_snapshot(raw, version)[1])
 
 
+def write_value(node: Node, value: Any) -> bytes:
+    """Return ``value`` (as ``read_value`` returns it) as Flink's ``AvroSerializer`` writes it.
+
+    Raises:
+        AvroEncodeError: The value does not fit the schema.
+    """
+    out = bytearray()
+    node.write(out, value)
+    return bytes(out)
+
+
 def read_value(node: Node, data: bytes, pos: int) -> tuple[Any, int]:
     """Read one value of ``node`` at ``pos``; return it and where it ends.
 
@@ -572,6 +862,7 @@ def read_value(node: Node, data: bytes, pos: int) -> tuple[Any, int]:
 __all__ = [
     "AVRO_SERIALIZER_SNAPSHOT",
     "AvroDecodeError",
+    "AvroEncodeError",
     "AvroInstant",
     "AvroSchemaError",
     "Node",
@@ -579,4 +870,5 @@ __all__ = [
     "avro_serializer_snapshot",
     "parse_schema",
     "read_value",
+    "write_value",
 ]

@@ -454,8 +454,15 @@ def _var_bytes(row: bytes, slot: int) -> bytes:
     return bytes(row[offset : offset + length])
 
 
-def encode_row(fields: RowFields, values: Sequence[Any], kind: int = 0) -> bytes:
+def encode_row(
+    fields: RowFields, values: Sequence[Any], kind: int = 0, *, reserve_nulls: bool = True
+) -> bytes:
     """Return the bytes of the ``BinaryRowData`` Flink writes for ``values`` (no length prefix).
+
+    ``reserve_nulls``: a null long DECIMAL or fine TIMESTAMP keeps its variable-part space, as the generated
+    projections that build key rows write it (``BinaryWriter.createNullSetter``); False writes it as
+    ``RowDataSerializer.toBinaryRow`` does (``setNullAt``: no space), as a state value from a ``GenericRowData``
+    is written. Flink reads both alike; only the bytes differ.
 
     Raises:
         InvalidArgumentError: A value that does not fit its field.
@@ -475,7 +482,7 @@ def encode_row(fields: RowFields, values: Sequence[Any], kind: int = 0) -> bytes
         if value is None:
             bit = i + 8
             out[bit >> 3] |= 1 << (bit & 7)
-            if kind_reserves(field, param):
+            if reserve_nulls and kind_reserves(field, param):
                 # A null long DECIMAL or fine TIMESTAMP keeps its space (writeDecimal(pos, null, p)).
                 offset = len(out)
                 out += bytes(16 if field == "decimal" else 8)
@@ -499,13 +506,15 @@ def encode_row(fields: RowFields, values: Sequence[Any], kind: int = 0) -> bytes
                 out += struct.pack("<q", value.millisecond)
                 struct.pack_into("<Q", out, slot, (offset << 32) | value.nano_of_millisecond)
         elif field == "row":
-            data = encode_row(param, value)
+            data = encode_row(param, value, reserve_nulls=reserve_nulls)
             offset = len(out)
             out += data  # a row is whole 8-byte words: no padding
             struct.pack_into("<Q", out, slot, (offset << 32) | len(data))
         else:
             data = value.encode("utf-8") if field == "string" else bytes(value)
-            if len(data) <= 7:
+            # RAW values go to the variable part whatever their size (writeRawValue); others up to 7
+            # bytes inline.
+            if len(data) <= 7 and field != "raw":
                 out[slot : slot + len(data)] = data
                 out[slot + 7] = 0x80 | len(data)
             else:

@@ -28,21 +28,51 @@ flag already split off (``keyed_decode``).
 
 Anything else, Kryo (generic types) included, is *opaque*: its bytes are kept and the decoder says
 why (``Opaque.reason``); kg never guesses a layout.
+
+Every codec encodes too, as the same serializer's ``serialize`` writes: ``Codec.write(value)`` takes a value
+as ``decode`` returns it, ``Codec.from_arrow`` turns a value of ``arrow_type`` (as ``to_arrow`` returns it,
+or as ``pyarrow`` gives it back: ``arrow_rows``) into that form, and ``encode_arrow`` does both. Nulls are
+written where and as Flink writes them (a null ``String`` as ``StringValue``'s 0 byte, a POJO's flags and
+per-field null flags, a Row's null mask, a map value's null flag); ``NaN`` as Java's ``doubleToLongBits``
+writes it (one canonical NaN). A type kg cannot encode (an opaque one, or a composite with such a part)
+raises ``NotEncodable`` before anything is written (``Codec.write_reason`` says so up front); a value that
+does not fit its type raises ``ValueNotEncodable``. Nothing is ever written approximately.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import math
+import numbers
+import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
-from keygroup_cli.core.errors import InvalidInputError, UnsupportedFormatError
+from keygroup_cli.core.errors import InvalidArgumentError, InvalidInputError, UnsupportedFormatError
 from keygroup_cli.flink.io.binary import decode_modified_utf8
-from keygroup_cli.flink.types.avro import AvroSchemaError, Node, avro_reader, read_value
-from keygroup_cli.flink.types.binary_row import RowDecodeError, RowFields, arrow_unit, decode_row
+from keygroup_cli.flink.types.avro import (
+    AvroEncodeError,
+    AvroSchemaError,
+    Node,
+    avro_reader,
+    read_value,
+    write_value,
+)
+from keygroup_cli.flink.types.binary_row import (
+    ROW_KINDS,
+    RowDecodeError,
+    RowFields,
+    SqlTimestamp,
+    arrow_unit,
+    decode_row,
+    encode_row,
+)
 from keygroup_cli.flink.types.serializer_snapshots import (
     AVRO_SERIALIZER_SNAPSHOT,
     OPTIONAL_MAP_HEADER,
@@ -50,7 +80,7 @@ from keygroup_cli.flink.types.serializer_snapshots import (
     StateMetaInfo,
     parse_serializer_snapshot,
 )
-from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string
+from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT, read_string, write_string
 
 _BASE = "org.apache.flink.api.common.typeutils.base."
 _ARRAY = f"{_BASE}array."
@@ -140,6 +170,110 @@ class NotDecodable(Exception):
     """A value kg cannot decode (an opaque serializer, or bytes that do not fit the serializer)."""
 
 
+class NotEncodable(UnsupportedFormatError):
+    """A type kg cannot encode (an opaque serializer, Kryo, or a composite with such a part): exit 4.
+
+    Attributes:
+        type_name: The type (``Kryo``, ``Pojo a.B``, ``RowData<INTEGER, RAW(...)>``).
+        reason: Why, in one line.
+    """
+
+    default_code = "TYPE_NOT_ENCODABLE"
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.type_name = type_name
+        self.reason = reason
+        super().__init__(f"{type_name}: kg cannot encode it ({reason})")
+
+
+class ValueNotEncodable(InvalidArgumentError):
+    """A value that does not fit its type (out of range, null where Flink writes no null, a wrong shape).
+
+    Attributes:
+        type_name: The outermost type being written.
+        path: Where inside it (``.field``, ``[3]``, ``.value``), empty at the top.
+        problem: What is wrong with the value.
+    """
+
+    default_code = "VALUE_DOES_NOT_FIT"
+
+    def __init__(self, type_name: str, problem: str, path: str = "") -> None:
+        self.type_name = type_name
+        self.problem = problem
+        self.path = path
+        super().__init__(f"{type_name}{path}: {problem}")
+
+    def inside(self, type_name: str, step: str) -> ValueNotEncodable:
+        """Return the same problem seen from the enclosing type, ``step`` down into it."""
+        return ValueNotEncodable(type_name, self.problem, step + self.path)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unfit(type_name: str, value: Any, what: str | None = None) -> ValueNotEncodable:
+    return ValueNotEncodable(type_name, f"{_shown(value)} is not {what or 'a ' + type_name}")
+
+
+def _int_value(type_name: str, value: Any, bits: int) -> int:
+    """Return ``value`` as an int of ``bits`` bits (signed), refusing booleans, floats and overflow."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise _unfit(type_name, value, f"an integer ({type_name})") from None
+    if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+        raise ValueNotEncodable(type_name, f"{number} is out of the range of {type_name} ({bits} bits)")
+    return int(number)
+
+
+def _float_value(type_name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _unfit(type_name, value, f"a number ({type_name})")
+    return float(value)
+
+
+#: Java's ``floatToIntBits`` / ``doubleToLongBits`` NaN: ``DataOutput.writeFloat``/``writeDouble`` write it.
+_NAN_BITS = {4: b"\x7f\xc0\x00\x00", 8: b"\x7f\xf8\x00\x00\x00\x00\x00\x00"}
+
+
+def _pack_float(type_name: str, fmt: str, value: Any) -> bytes:
+    number = _float_value(type_name, value)
+    size = struct.calcsize(fmt)
+    if math.isnan(number):
+        return _NAN_BITS[size]
+    try:
+        return struct.pack(fmt, number)
+    except (OverflowError, struct.error):
+        raise ValueNotEncodable(type_name, f"{value} is out of the range of {type_name}") from None
+
+
+def _char_unit(type_name: str, value: Any) -> int:
+    if not isinstance(value, str) or len(value) != 1 or ord(value) > 0xFFFF:
+        raise _unfit(type_name, value, "one UTF-16 code unit (a str of length 1 below U+10000)")
+    return ord(value)
+
+
+def _bytes_value(type_name: str, value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise _unfit(type_name, value, "bytes")
+
+
+def _sequence(type_name: str, value: Any) -> Sequence[Any]:
+    if isinstance(value, (list, tuple)):
+        return value
+    raise _unfit(type_name, value, "a list")
+
+
+def _not_null(type_name: str, value: Any) -> None:
+    if value is None:
+        raise ValueNotEncodable(type_name, f"None: Flink's serializer of {type_name} writes no null")
+
+
 def _short(class_name: str) -> str:
     return class_name.rsplit(".", 1)[-1].split("$", 1)[0]
 
@@ -177,6 +311,57 @@ class Codec:
             raise NotDecodable(f"{self.type_name}: {len(data) - end} byte(s) left after the value")
         return value
 
+    #: Whether values are ``TtlValue`` (the state TTL wrapper).
+    ttl = False
+
+    @property
+    def write_reason(self) -> str | None:
+        """Return why kg cannot encode this type (None: it can); known before any value is written.
+
+        The decoder's ``reason`` (an opaque type, or a composite with an opaque part), without its note
+        that values stay bytes.
+        """
+        if self.reason is None:
+            return None
+        return self.reason.replace("; kept as bytes", "").replace(": kept as bytes", "")
+
+    @property
+    def encodable(self) -> bool:
+        """Return whether kg encodes this type (``write_reason`` is None)."""
+        return self.write_reason is None
+
+    def write(self, value: Any) -> bytes:
+        """Return ``value`` (as ``decode`` returns it) as the serializer writes it.
+
+        Raises:
+            NotEncodable: A type kg cannot encode (``write_reason``), before anything is written.
+            ValueNotEncodable: A value that does not fit the type.
+        """
+        reason = self.write_reason
+        if reason is not None:
+            raise NotEncodable(self.type_name, reason)
+        out = bytearray()
+        self.write_into(out, value)
+        return bytes(out)
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        """Append ``value`` as the serializer writes it (``write``; composites call their parts' here)."""
+        raise NotEncodable(self.type_name, self.write_reason or "no encoder for this serializer")
+
+    def from_arrow(self, value: Any) -> Any:
+        """Return a value of ``arrow_type`` as ``decode`` returns it: the inverse of ``to_arrow``.
+
+        Takes what ``to_arrow`` returns and what ``arrow_rows`` reads back from Arrow.
+        """
+        return value
+
+    def encode_arrow(self, value: Any) -> bytes:
+        """Return the serializer's bytes of a value of ``arrow_type`` (``write(from_arrow(value))``)."""
+        reason = self.write_reason
+        if reason is not None:
+            raise NotEncodable(self.type_name, reason)
+        return self.write(self.from_arrow(value))
+
 
 class Opaque(Codec):
     """A serializer kg does not decode: values stay bytes."""
@@ -204,6 +389,30 @@ class _Fixed(Codec):
     def arrow_type(self) -> pa.DataType:
         return _ARROW_FIXED[self.type_name]
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        if type(value) is int and self._struct.format[-1] in "qihb":
+            try:
+                out += self._struct.pack(value)
+                return
+            except struct.error:
+                pass  # out of range: refused below, with the type named
+        _not_null(self.type_name, value)
+        out += _pack_fixed(self.type_name, self._struct.format, value)
+
+
+def _pack_fixed(type_name: str, fmt: str, value: Any) -> bytes:
+    """Pack one primitive as ``DataOutput`` writes it (``fmt``: a big-endian struct format)."""
+    code = fmt[-1]
+    if code in "df":
+        return _pack_float(type_name, fmt, value)
+    if code == "?":
+        if not isinstance(value, bool):
+            raise _unfit(type_name, value, "a bool")
+        return b"\x01" if value else b"\x00"
+    if code == "H":
+        return struct.pack(fmt, _char_unit(type_name, value))
+    return struct.pack(fmt, _int_value(type_name, value, 8 * struct.calcsize(fmt)))
+
 
 class _String(Codec):
     type_name = "String"
@@ -213,6 +422,12 @@ class _String(Codec):
 
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return read_string(data, pos)
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # StringValue.writeString: a null String is the single byte 0.
+        if value is not None and not isinstance(value, str):
+            raise _unfit(self.type_name, value)
+        out += write_string(value)
 
 
 class _StringData(Codec):
@@ -228,6 +443,20 @@ class _StringData(Codec):
             raise NotDecodable("StringData: length runs past the value")
         return bytes(data[pos + 4 : end]).decode("utf-8"), end
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        _not_null(self.type_name, value)
+        raw = _utf8(self.type_name, value)
+        out += _INT.pack(len(raw)) + raw
+
+
+def _utf8(type_name: str, value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise _unfit(type_name, value, "a str")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueNotEncodable(type_name, f"{_shown(value)} holds a lone surrogate (not UTF-8)") from None
+
 
 class _Bytes(Codec):
     type_name = "byte[]"
@@ -238,6 +467,11 @@ class _Bytes(Codec):
         if n < 0 or end > len(data):
             raise NotDecodable("byte[]: length runs past the value")
         return bytes(data[pos + 4 : end]), end
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        _not_null(self.type_name, value)
+        raw = _bytes_value(self.type_name, value)
+        out += _INT.pack(len(raw)) + raw
 
 
 class _PrimitiveArray(Codec):
@@ -257,6 +491,18 @@ class _PrimitiveArray(Codec):
     def arrow_type(self) -> pa.DataType:
         return pa.list_(_ARROW_FIXED[_ARRAY_ELEMENTS[self._fmt]])
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        _not_null(self.type_name, value)
+        items = _sequence(self.type_name, value)
+        out += _INT.pack(len(items))
+        element = _ARRAY_ELEMENTS[self._fmt]
+        for i, item in enumerate(items):
+            try:
+                _not_null(element, item)
+                out += _pack_fixed(element, ">" + self._fmt, item)
+            except ValueNotEncodable as exc:
+                raise exc.inside(self.type_name, f"[{i}]") from None
+
 
 class _StringArray(Codec):
     type_name = "String[]"
@@ -273,6 +519,16 @@ class _StringArray(Codec):
             out.append(value)
         return out, pos
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # StringArraySerializer: int length, then each element by StringValue.writeString (nulls too).
+        _not_null(self.type_name, value)
+        items = _sequence(self.type_name, value)
+        out += _INT.pack(len(items))
+        for i, item in enumerate(items):
+            if item is not None and not isinstance(item, str):
+                raise _unfit("String", item).inside(self.type_name, f"[{i}]")
+            out += write_string(item)
+
 
 class _Enum(Codec):
     def __init__(self, class_name: str, constants: Sequence[str]) -> None:
@@ -287,6 +543,17 @@ class _Enum(Codec):
 
     def arrow_type(self) -> pa.DataType:
         return pa.string()
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # EnumSerializer: the constant's index in the serializer's (snapshot's) constants.
+        _not_null(self.type_name, value)
+        try:
+            index = self.constants.index(value)
+        except ValueError:
+            raise ValueNotEncodable(
+                self.type_name, f"{_shown(value)} is not one of its constants ({', '.join(self.constants)})"
+            ) from None
+        out += _INT.pack(index)
 
 
 class _List(Codec):
@@ -309,6 +576,20 @@ class _List(Codec):
 
     def to_arrow(self, value: Any) -> Any:
         return None if value is None else [self.element.to_arrow(v) for v in value]
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # ListSerializer: int size, then each element.
+        _not_null(self.type_name, value)
+        items = _sequence(self.type_name, value)
+        out += _INT.pack(len(items))
+        for i, item in enumerate(items):
+            try:
+                self.element.write_into(out, item)
+            except ValueNotEncodable as exc:
+                raise exc.inside(self.type_name, f"[{i}]") from None
+
+    def from_arrow(self, value: Any) -> Any:
+        return None if value is None else [self.element.from_arrow(v) for v in value]
 
 
 class _Map(Codec):
@@ -340,6 +621,42 @@ class _Map(Codec):
             return None
         return [(self.key.to_arrow(k), None if v is None else self.value.to_arrow(v)) for k, v in value]
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # MapSerializer: int size, then per entry the key, boolean isNull, the value when present.
+        _not_null(self.type_name, value)
+        pairs = _pairs(self.type_name, value)
+        out += _INT.pack(len(pairs))
+        for key, item in pairs:
+            try:
+                self.key.write_into(out, key)
+            except ValueNotEncodable as exc:
+                raise exc.inside(self.type_name, f" key {_shown(key)}") from None
+            if item is None:
+                out.append(1)
+                continue
+            out.append(0)
+            try:
+                self.value.write_into(out, item)
+            except ValueNotEncodable as exc:
+                raise exc.inside(self.type_name, f"[{_shown(key)}]") from None
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return [
+            (self.key.from_arrow(k), None if v is None else self.value.from_arrow(v))
+            for k, v in _pairs(self.type_name, value)
+        ]
+
+
+def _pairs(type_name: str, value: Any) -> list[tuple[Any, Any]]:
+    """Return a map's entries: from a list of (key, value) pairs (as ``decode`` gives) or a dict."""
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return [(k, v) for k, v in value]
+    raise _unfit(type_name, value, "a map (a list of (key, value) pairs, or a dict)")
+
 
 @dataclass(frozen=True, slots=True)
 class TtlValue:
@@ -368,6 +685,32 @@ class _Ttl(Codec):
             return None
         inner = None if value.value is None else self.value.to_arrow(value.value)
         return {"value": inner, "ttl_last_access": value.last_access}
+
+    ttl = True
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # TtlSerializer (a CompositeSerializer): long last-access timestamp, then the user value.
+        if not isinstance(value, TtlValue):
+            raise _unfit(self.type_name, value, "a TtlValue(value, last_access)")
+        try:
+            stamp = _int_value("Long", value.last_access, 64)
+        except ValueNotEncodable as exc:
+            raise exc.inside(self.type_name, ".last_access") from None
+        out += _LONG.pack(stamp)
+        try:
+            self.value.write_into(out, value.value)
+        except ValueNotEncodable as exc:
+            raise exc.inside(self.type_name, ".value") from None
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, TtlValue):
+            return value
+        if not isinstance(value, Mapping) or set(value) != {"value", "ttl_last_access"}:
+            raise _unfit(self.type_name, value, '{"value": ..., "ttl_last_access": ms}')
+        inner = value["value"]
+        return TtlValue(None if inner is None else self.value.from_arrow(inner), value["ttl_last_access"])
 
 
 class _Fields(Codec):
@@ -408,6 +751,91 @@ class _Fields(Codec):
             item = items[name]
             out[name] = None if item is None else field.to_arrow(item)
         return out
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise _unfit(self.type_name, value, "a struct (a dict of its fields)")
+        row = self.layout.startswith("row")
+        self._require_names(value, ("kind", *self.names) if row else self.names)
+        items = [
+            None if value[n] is None else f.from_arrow(value[n])
+            for n, f in zip(self.names, self.fields, strict=True)
+        ]
+        if row:
+            return {"kind": value["kind"], "fields": items}
+        return dict(zip(self.names, items, strict=True))
+
+    def _require_names(self, value: Mapping[str, Any], names: Sequence[str]) -> None:
+        missing = [n for n in names if n not in value]
+        extra = [n for n in value if n not in names]
+        if missing or extra:
+            problem = f"no field {missing[0]!r}" if missing else f"has no field {extra[0]!r}"
+            raise ValueNotEncodable(
+                self.type_name, f"{_shown(value)}: {problem} (fields: {', '.join(names)})"
+            )
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        if self.layout == "pojo":
+            self._write_pojo(out, value)
+            return
+        _not_null(self.type_name, value)
+        if not isinstance(value, Mapping):
+            raise _unfit(self.type_name, value, "a dict of its fields")
+        if self.layout == "tuple":
+            # TupleSerializer: every field, by its serializer (which refuses nulls it cannot write).
+            self._require_names(value, self.names)
+            for name, field in zip(self.names, self.fields, strict=True):
+                self._field(out, name, field, value[name])
+            return
+        self._write_row(out, value)
+
+    def _field(self, out: bytearray, name: str, field: Codec, item: Any) -> None:
+        try:
+            field.write_into(out, item)
+        except ValueNotEncodable as exc:
+            raise exc.inside(self.type_name, f".{name}") from None
+
+    def _write_pojo(self, out: bytearray, value: Any) -> None:
+        # PojoSerializer: flags (IS_NULL alone for null), then per field boolean isNull and the field.
+        if value is None:
+            out.append(_POJO_IS_NULL)
+            return
+        if not isinstance(value, Mapping):
+            raise _unfit(self.type_name, value, "a dict of its fields (or None)")
+        self._require_names(value, self.names)
+        out.append(_POJO_NO_SUBCLASS)
+        for name, field in zip(self.names, self.fields, strict=True):
+            item = value[name]
+            out.append(1 if item is None else 0)
+            if item is not None:
+                self._field(out, name, field, item)
+
+    def _write_row(self, out: bytearray, value: Mapping[str, Any]) -> None:
+        # RowSerializer (position based): MaskUtils.writeMask of [row kind bits,] null bits, MSB first;
+        # then the non-null fields.
+        if set(value) != {"kind", "fields"}:
+            raise _unfit(self.type_name, value, '{"kind": "+I", "fields": [...]}')
+        kind, items = value["kind"], value["fields"]
+        items = _sequence(self.type_name, items)
+        if len(items) != len(self.fields):
+            raise ValueNotEncodable(self.type_name, f"{len(items)} field(s), the row has {len(self.fields)}")
+        legacy = self.layout == "row-legacy"
+        if kind not in ROW_KINDS or (legacy and kind != "+I"):
+            allowed = "+I (this row serializer writes no row kind)" if legacy else ", ".join(ROW_KINDS)
+            raise ValueNotEncodable(self.type_name, f"row kind {_shown(kind)} is not one of {allowed}")
+        mask = [] if legacy else [bool(ROW_KINDS.index(kind) & 1), bool(ROW_KINDS.index(kind) & 2)]
+        mask += [item is None for item in items]
+        for start in range(0, len(mask), 8):
+            bits = mask[start : start + 8]
+            byte = 0
+            for bit in bits:
+                byte = (byte << 1) | int(bit)
+            out.append(byte << (8 - len(bits)))
+        for name, field, item in zip(self.names, self.fields, items, strict=True):
+            if item is not None:
+                self._field(out, name, field, item)
 
     def _pojo(self, data: bytes, pos: int) -> tuple[Any, int]:
         flags = data[pos]
@@ -502,6 +930,133 @@ class _RowData(Codec):
         out = _row_arrow_value(self.fields, value if self.as_key else value["fields"])
         return out if self.as_key else {"kind": value["kind"], **out}
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # RowDataSerializer: int length, then the BinaryRowData's bytes (binary_row.encode_row).
+        _not_null(self.type_name, value)
+        if self.as_key:
+            kind, items = "+I", value
+        else:
+            if not isinstance(value, Mapping) or set(value) != {"kind", "fields"}:
+                raise _unfit(self.type_name, value, '{"kind": "+I", "fields": [...]}')
+            kind, items = value["kind"], value["fields"]
+        if kind not in ROW_KINDS:
+            raise ValueNotEncodable(
+                self.type_name, f"row kind {_shown(kind)} is not one of {', '.join(ROW_KINDS)}"
+            )
+        items = _sequence(self.type_name, items)
+        _require_row_values(self.type_name, self.fields, items, "")
+        # A key as the key selector's generated projection writes it; a value as RowDataSerializer writes
+        # a GenericRowData (toBinaryRow: a null long DECIMAL or fine TIMESTAMP keeps no space).
+        row = encode_row(self.fields, items, ROW_KINDS.index(kind), reserve_nulls=self.as_key)
+        out += _INT.pack(len(row)) + row
+
+    def from_arrow(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise _unfit(self.type_name, value, "a struct (a dict of f0, f1, ...)")
+        names = [f"f{i}" for i in range(len(self.fields.kinds))]
+        expected = names if self.as_key else ["kind", *names]
+        if set(value) != set(expected):
+            raise _unfit(self.type_name, value, f"a struct of {', '.join(expected)}")
+        items = _row_from_arrow(self.type_name, self.fields, value)
+        return items if self.as_key else {"kind": value["kind"], "fields": items}
+
+
+#: Python types of ``BinaryRowData`` field kinds, and the int kinds' widths.
+_ROW_INT_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+
+
+def _require_row_values(type_name: str, fields: RowFields, items: Sequence[Any], path: str) -> None:
+    """Refuse a row whose values do not fit its fields (``encode_row`` trusts them)."""
+    if len(items) != len(fields.kinds):
+        raise ValueNotEncodable(type_name, f"{len(items)} field(s), the row has {len(fields.kinds)}", path)
+    for i, (kind, item) in enumerate(zip(fields.kinds, items, strict=True)):
+        where = f"{path}.f{i}"
+        try:
+            _require_row_value(kind, fields.param(i), item, type_name, where)
+        except ValueNotEncodable as exc:
+            raise ValueNotEncodable(type_name, exc.problem, where) from None
+
+
+def _require_row_value(kind: str, param: Any, item: Any, type_name: str, where: str) -> None:
+    if item is None:
+        return
+    sql = kind.upper()
+    if kind in _ROW_INT_BITS:
+        _int_value(sql, item, _ROW_INT_BITS[kind])
+    elif kind == "boolean":
+        if not isinstance(item, bool):
+            raise _unfit(sql, item, "a bool")
+    elif kind in ("float", "double"):
+        _pack_float(sql, "<f" if kind == "float" else "<d", item)
+    elif kind == "string":
+        _utf8(sql, item)
+    elif kind in ("bytes", "raw"):
+        _bytes_value(sql, item)
+    elif kind == "decimal":
+        precision, scale = param
+        if isinstance(item, bool) or not isinstance(item, (Decimal, int)) or not Decimal(item).is_finite():
+            raise _unfit(sql, item, f"a Decimal (DECIMAL({precision}, {scale}))")
+        unscaled = Decimal(item).scaleb(scale)
+        if unscaled != unscaled.to_integral_value():
+            raise ValueNotEncodable(
+                sql, f"{item} has more than {scale} decimal places (DECIMAL({precision}, {scale}))"
+            )
+        if len(str(abs(int(unscaled)))) > precision:
+            raise ValueNotEncodable(sql, f"{item} has more digits than DECIMAL({precision}, {scale}) holds")
+    elif kind == "timestamp":
+        if not isinstance(item, SqlTimestamp):
+            raise _unfit(sql, item, f"a SqlTimestamp (TIMESTAMP({param}))")
+        _int_value(sql, item.millisecond, 64)
+        if not 0 <= item.nano_of_millisecond < 1_000_000:
+            raise ValueNotEncodable(
+                sql, f"nano_of_millisecond {item.nano_of_millisecond} is not below 1000000"
+            )
+    elif kind == "row":
+        _require_row_values(type_name, param, _sequence("ROW", item), where)
+    else:
+        raise ValueNotEncodable(sql, "a field kind kg does not encode")
+
+
+def _row_from_arrow(type_name: str, fields: RowFields, value: Mapping[str, Any]) -> list[Any]:
+    """Return a row's field list from its Arrow struct (``f0`` ...): the inverse of ``_row_arrow_value``."""
+    out: list[Any] = []
+    for i, kind in enumerate(fields.kinds):
+        item = value[f"f{i}"]
+        if item is not None and kind == "timestamp":
+            item = _sql_timestamp(type_name, item, fields.param(i))
+        elif item is not None and kind == "row":
+            param = fields.param(i)
+            if not isinstance(item, Mapping):
+                raise _unfit(type_name, item, "a struct (a dict of f0, f1, ...)")
+            item = _row_from_arrow(type_name, param, item)
+        out.append(item)
+    return out
+
+
+_NAIVE_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _sql_timestamp(type_name: str, value: Any, precision: int) -> SqlTimestamp:
+    """Return a TIMESTAMP's Arrow value (an int in ``arrow_unit(precision)``, or a datetime) as kg's value."""
+    if isinstance(value, SqlTimestamp):
+        return value
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        delta = value - _NAIVE_EPOCH
+        micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+        millisecond, rest = divmod(micros, 1000)
+        return SqlTimestamp(millisecond, rest * 1000)
+    number = _int_value(f"TIMESTAMP({precision})", value, 64)
+    unit = arrow_unit(precision)
+    if unit == "ms":
+        return SqlTimestamp(number)
+    per_ms = 1000 if unit == "us" else 1_000_000
+    millisecond, rest = divmod(number, per_ms)
+    return SqlTimestamp(millisecond, rest * (1_000_000 // per_ms))
+
 
 def _row_arrow_fields(fields: RowFields) -> list[tuple[str, pa.DataType]]:
     """Return the struct fields of a row: ``f0``, ``f1``, … typed by kind (DECIMAL, TIMESTAMP, ROW too)."""
@@ -547,6 +1102,19 @@ class _Avro(Codec):
     def to_arrow(self, value: Any) -> Any:
         return None if value is None else self.node.to_arrow(value)
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # AvroSerializer: the datum writer over DataOutputEncoder, no framing of its own.
+        try:
+            out += write_value(self.node, value)
+        except AvroEncodeError as exc:
+            raise ValueNotEncodable(self.type_name, str(exc)) from None
+
+    def from_arrow(self, value: Any) -> Any:
+        try:
+            return None if value is None else self.node.from_arrow(value)
+        except AvroEncodeError as exc:
+            raise ValueNotEncodable(self.type_name, str(exc)) from None
+
 
 def _avro(snapshot: SerializerSnapshot) -> Codec:
     try:
@@ -564,6 +1132,12 @@ class _VoidNamespace(Codec):
     def read(self, data: bytes, pos: int) -> tuple[Any, int]:
         return None, pos + 1
 
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # VoidNamespaceSerializer and GlobalWindow's serializer: one 0 byte.
+        if value is not None:
+            raise _unfit(self.type_name, value, "None (the one VoidNamespace)")
+        out.append(0)
+
 
 class _TimeWindow(Codec):
     type_name = "TimeWindow"
@@ -574,6 +1148,13 @@ class _TimeWindow(Codec):
 
     def arrow_type(self) -> pa.DataType:
         return pa.struct([("start", pa.int64()), ("end", pa.int64())])
+
+    def write_into(self, out: bytearray, value: Any) -> None:
+        # TimeWindow.Serializer: long start, long end.
+        if not isinstance(value, Mapping) or set(value) != {"start", "end"}:
+            raise _unfit(self.type_name, value, '{"start": ms, "end": ms}')
+        start, end = (_int_value("Long", value[k], 64) for k in ("start", "end"))
+        out += _LONG.pack(start) + _LONG.pack(end)
 
 
 def fixed_width(codec: Codec) -> tuple[str, pa.DataType] | None:
@@ -679,12 +1260,16 @@ def _outer_class_name(snapshot: SerializerSnapshot) -> str | None:
 
 
 def _row_layout(snapshot: SerializerSnapshot) -> str:
-    # RowSerializerSnapshot: versions < 3 carry no row kind; 3 always does; later ones write a boolean.
+    # RowSerializerSnapshot (a CompositeTypeSerializerSnapshot: magic, outer version): outer versions up to
+    # 2 carry no row kind, 3 always does, later ones write the boolean supportsRowKind.
     if snapshot.version < 3:
         return "row-legacy"
-    if snapshot.version == 3:
-        return "row"
     raw, pos = _body(snapshot)
+    outer = _INT.unpack_from(raw, pos + 4)[0]
+    if outer <= 2:
+        return "row-legacy"
+    if outer == 3:
+        return "row"
     return "row" if raw[pos + 8] else "row-legacy"
 
 
@@ -813,6 +1398,50 @@ class StateCodecs:
             return cls(info.name, kind, key, namespace, opaque, opaque)
         return cls(info.name, kind, key, namespace, value)
 
+    def write_reasons(self) -> dict[str, str]:
+        """Return, per column kg cannot encode (``key``, ``namespace``, ``user_key``, ``value``), why.
+
+        Empty when every part encodes; a caller refuses a column here, before writing anything.
+        """
+        return dict(self._write_reasons)
+
+    @functools.cached_property
+    def _write_reasons(self) -> dict[str, str]:
+        parts = {"key": self.key, "namespace": self.namespace, "user_key": self.user_key, "value": self.value}
+        out = {}
+        for column, codec in parts.items():
+            reason = codec.write_reason if codec is not None else None
+            if codec is not None and reason is not None:
+                out[column] = f"{codec.type_name}: {reason}"
+        return out
+
+    def list_bytes(self, elements: Sequence[Any]) -> bytes:
+        """Return a list state's canonical value: the elements joined by ``,`` (``ListDelimitedSerializer``).
+
+        The inverse of ``list_elements``; Flink writes no null element and an empty list as no bytes.
+
+        Raises:
+            NotEncodable: An element type kg cannot encode.
+            ValueNotEncodable: An element that does not fit it, or a null one.
+        """
+        element = self.value
+        if element is None:
+            raise NotEncodable("?", f"state {self.name!r}: no element serializer")
+        reason = element.write_reason
+        if reason is not None:
+            raise NotEncodable(element.type_name, reason)
+        items = _sequence(f"List<{element.type_name}>", elements)
+        out = bytearray()
+        for i, item in enumerate(items):
+            if i:
+                out.append(LIST_DELIMITER)
+            try:
+                _not_null(element.type_name, item)
+                element.write_into(out, item)
+            except ValueNotEncodable as exc:
+                raise exc.inside(f"state {self.name!r}", f"[{i}]") from None
+        return bytes(out)
+
     @property
     def notes(self) -> tuple[str, ...]:
         """Return why parts of this state stay bytes (empty when everything decodes)."""
@@ -868,13 +1497,49 @@ def to_plain(value: Any) -> Any:
     return value
 
 
+def _cell_type(arrow: pa.DataType) -> pa.DataType:
+    """Return ``arrow`` with every timestamp as int64 (its count of units, as ``to_arrow`` gives it)."""
+    if pa.types.is_timestamp(arrow):
+        return pa.int64()
+    if pa.types.is_struct(arrow):
+        return pa.struct([f.with_type(_cell_type(f.type)) for f in arrow])
+    if pa.types.is_map(arrow):
+        return pa.map_(
+            arrow.key_field.with_type(_cell_type(arrow.key_type)),
+            arrow.item_field.with_type(_cell_type(arrow.item_type)),
+        )
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        item = arrow.value_field.with_type(_cell_type(arrow.value_type))
+        return pa.list_(item) if pa.types.is_list(arrow) else pa.large_list(item)
+    return arrow
+
+
+def arrow_values(array: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """Return an Arrow column as Python values ``Codec.from_arrow`` takes (timestamps as ints).
+
+    ``to_pylist`` cannot give nanosecond timestamps without pandas; as ints they are exact in every unit.
+    """
+    target = _cell_type(array.type)
+    return (array.cast(target) if target != array.type else array).to_pylist()
+
+
+def arrow_rows(batch: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
+    """Return the rows of a batch of the export schema as dicts of Python values ``from_arrow`` takes."""
+    columns = {name: arrow_values(batch.column(name)) for name in batch.schema.names}
+    return [{name: values[i] for name, values in columns.items()} for i in range(batch.num_rows)]
+
+
 __all__ = [
     "LIST_DELIMITER",
     "Codec",
     "NotDecodable",
+    "NotEncodable",
     "Opaque",
     "StateCodecs",
     "TtlValue",
+    "ValueNotEncodable",
+    "arrow_rows",
+    "arrow_values",
     "fixed_width",
     "key_type_codec",
     "prefixed_kind",
