@@ -4,9 +4,9 @@
   (execution/engines/spark*) (C1, C4).
 - No import cycles between kg's modules, function-level imports included.
 - Every runtime import keeps to the layers, each a folder, bottom up: core/, storage/, the formats flink/
-  snapshot/ ha/ (siblings that never import each other), assess/ convert/ planning/, execution/, cli/. Inside
-  flink/ and execution/ their parts keep an order too, and other packages import flink/ only through its
-  entry module.
+  snapshot/ ha/ k8s/ (siblings that never import each other), assess/ convert/ planning/, execution/,
+  cli/. Inside flink/ and execution/ their parts keep an order too, and other packages import flink/ only
+  through its entry module.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def test_no_import_cycles_between_keygroup_cli_modules():
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("core",)),
     ("storage", ("storage",)),
-    ("formats", ("flink", "snapshot", "ha")),
+    ("formats", ("flink", "snapshot", "ha", "k8s")),
     ("planning and assessment", ("assess", "convert", "planning")),
     ("execution", ("execution",)),
     ("cli", ("cli",)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.padding import Padding
@@ -37,9 +38,10 @@ def print_findings(
     ``operators`` are the operators judged and those of them with state, counted as every command counts.
     Findings that differ only in their operator (Flink refuses each operator of a too-high parallelism
     with the same sentence) are printed once, naming the operators, with the fix (``assess.restore.
-    fix_hint``; ``snapshot`` is the input as typed); ``--json`` keeps one finding per operator. Ids are
-    shortened as ``git`` shortens hashes (``ids``: every operator id of the input). ``modelled`` says at
-    which parallelism the verdict holds.
+    fix_hint``; ``snapshot`` is the input as typed); ``--json`` keeps one finding per operator in
+    ``findings`` and these groups in ``groups`` (``finding_groups``). Ids are shortened as ``git`` shortens
+    hashes (``ids``: every operator id of the input). ``modelled`` says at which parallelism the verdict
+    holds.
     """
     if table_style(console) == "rich":
         styles = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -83,6 +85,29 @@ def _grouped(findings: list[Finding]) -> list[list[Finding]]:
     for f in findings:
         groups.setdefault((f.code, f.severity.value, HEX_ID.sub("", f.message)), []).append(f)
     return list(groups.values())
+
+
+def finding_groups(findings: list[Finding], snapshot: str = "SNAPSHOT") -> list[dict[str, Any]]:
+    """Return ``kg check --json``'s ``groups``: each problem once, as the text prints it, with its subjects.
+
+    Findings that differ only in their operator (Flink's sentence names each one's id) make one group; its
+    ``message`` then says ``<operator id>`` where each one's id stood (``findings`` keeps each finding
+    whole). ``fix`` is the fix the text prints (``assess.restore.fix_hint``; ``snapshot`` as typed), or None.
+    """
+    groups = []
+    for group in _grouped(findings):
+        f = group[0]
+        message = HEX_ID.sub("<operator id>", f.message) if len(group) > 1 else f.message
+        groups.append(
+            {
+                "code": f.code,
+                "severity": f.severity.value,
+                "subjects": [g.subject for g in group],
+                "message": message,
+                "fix": fix_hint(f, snapshot),
+            }
+        )
+    return groups
 
 
 def _subjects(subjects: list[str], shown: int = 3) -> str:

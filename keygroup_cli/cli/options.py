@@ -7,11 +7,13 @@ One short flag has one meaning in every command (``tests/cli/test_options.py`` e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem, split_arg_string
 
 from keygroup_cli.cli.render import TABLE_STYLES, Output
 from keygroup_cli.core.errors import InvalidArgumentError
@@ -93,14 +95,17 @@ def json_option(**kwargs: Any) -> Callable[[F], F]:
 
 
 def quiet_option(**kwargs: Any) -> Callable[[F], F]:
-    """``-q/--quiet`` (env ``KG_QUIET``): no progress bars or warnings on stderr."""
+    """``-q/--quiet`` (env ``KG_QUIET``): no progress bars or warnings on stderr.
+
+    A warning about what is written stays (``Output.warn(even_quiet=True)``).
+    """
     return click.option(
         "-q",
         "--quiet",
         is_flag=True,
         envvar=QUIET_ENVVAR,
         show_envvar=True,
-        help="No progress bars or warnings on stderr.",
+        help="No progress bars or warnings on stderr (a warning about what is written stays).",
         **kwargs,
     )
 
@@ -195,9 +200,18 @@ def parallelism_option(
     )
 
 
-def to_parallelism_option(help: str = "New parallelism.") -> Callable[[F], F]:
-    """``-p/--to Q``: the new parallelism of ``kg plan`` and ``kg rescale`` (``-p`` as in ``kg check``)."""
-    return click.option("--to", "-p", "to_parallelism", type=int, required=True, metavar="Q", help=help)
+def to_parallelism_option(help: str = "New parallelism.", *, required: bool = True) -> Callable[[F], F]:
+    """``-p/--to Q``: the new parallelism of ``kg plan`` and ``kg rescale`` (``-p`` as in ``kg check``).
+
+    ``required=False`` where a FlinkDeployment may give it; the command then calls ``require_option``.
+    """
+    return click.option("--to", "-p", "to_parallelism", type=int, required=required, metavar="Q", help=help)
+
+
+def require_option(ctx: click.Context, name: str) -> None:
+    """Raise click's own "Missing option" error for the parameter ``name`` of ``ctx``'s command."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    raise click.MissingParameter(ctx=ctx, param=param)
 
 
 def subtasks_option(
@@ -208,21 +222,106 @@ def subtasks_option(
 
 
 def savepoint_format_option() -> Callable[[F], F]:
-    """``--format canonical|native``: the keyed state of the savepoint a rescale writes."""
+    """``--format canonical|native``: the keyed state of the savepoint a rescale writes.
+
+    Not given (None), kg writes canonical, or native where only a NATIVE savepoint restores the state (the
+    async state API's, ``execution.routes.savepoint_plan.choose_output_format``), and says so.
+    """
     return click.option(
         "--format",
         "output_format",
         type=click.Choice(["canonical", "native"]),
-        default="canonical",
-        show_default=True,
+        default=None,
         help="A savepoint's keyed state: canonical (every backend), or native (RocksDB/ForSt database "
-        "files).",
+        "files).  [default: canonical]",
     )
 
 
 def operator_option(help: str = "Only this operator (repeatable).", metavar: str = "UID") -> Callable[[F], F]:
-    """``-o/--operator UID`` (repeatable): the operators a command works on."""
-    return click.option("--operator", "-o", "operators", multiple=True, metavar=metavar, help=help)
+    """``-o/--operator UID`` (repeatable): the operators a command works on; TAB completes them."""
+    return click.option(
+        "--operator",
+        "-o",
+        "operators",
+        multiple=True,
+        metavar=metavar,
+        help=help,
+        shell_complete=complete_operators,
+    )
+
+
+#: The names commands give the snapshot or savepoint argument whose operators ``-o <TAB>`` completes.
+_PATH_PARAMS = ("snapshot", "savepoint", "path")
+
+
+def complete_operators(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Complete ``-o/--operator`` with the operators of the command's snapshot argument (``ctx.params``).
+
+    Each operator is offered by its uid, else by its id shortened as text output prints it (its name is the
+    help); what was typed also matches a name or a full id. Only ``_metadata`` or the manifest is read, on a
+    local path: never keyed state, an object store, an HA store or a JVM. Any error completes nothing.
+    """
+    try:
+        path = _path_param(ctx.params) or _path_param(_typed_params(ctx))
+        if path is None or "://" in path:
+            return []
+        return _operator_items(path, incomplete)
+    except Exception:  # a TAB must never print a traceback into the shell: no completions instead
+        return []
+
+
+def _path_param(params: Mapping[str, Any]) -> str | None:
+    """Return the snapshot argument among a command's parsed ``params``, if given."""
+    return next((params[n] for n in _PATH_PARAMS if isinstance(params.get(n), str)), None)
+
+
+def _typed_params(ctx: click.Context) -> dict[str, Any]:
+    """Return the command's params parsed again from the words typed before the ``-o`` being completed.
+
+    Click parses the words up to ``-o``, which still awaits its value, and stops there, before the
+    positional arguments: parsed without that last option they fill ``params``. The words are what click's
+    completion scripts pass (``COMP_WORDS``, and ``COMP_CWORD`` the index of the word completed, or under
+    fish the word itself).
+    """
+    words = split_arg_string(os.environ.get("COMP_WORDS", ""))
+    cword = os.environ.get("COMP_CWORD", "")
+    words = words[1 : int(cword)] if cword.isdigit() else words[1:]
+    if not cword.isdigit() and cword and words and words[-1] == cword:
+        words.pop()  # fish: the word being completed
+    if ctx.info_name not in words:
+        return {}
+    args = words[words.index(ctx.info_name) + 1 :]
+    while args and args[-1].startswith("-"):
+        args.pop()  # the option awaiting the value being completed
+    sub = ctx.command.make_context(ctx.info_name, args, parent=ctx.parent, resilient_parsing=True)
+    return sub.params
+
+
+def _operator_items(path: str, incomplete: str) -> list[CompletionItem]:
+    """Return the completions of ``incomplete`` among the operators of the local input at ``path``."""
+    from keygroup_cli.cli.render import short_ids
+    from keygroup_cli.flink import try_open_savepoint
+    from keygroup_cli.ha import is_ha_source
+
+    if is_ha_source(path):
+        return []
+    savepoint = try_open_savepoint(path)  # _metadata only
+    if savepoint is not None:
+        operators: list[Any] = list(savepoint.metadata.operators)
+    else:
+        from keygroup_cli.snapshot import open_snapshot
+
+        operators = list(open_snapshot(path).manifest.operators)
+    short = short_ids(op.operator_id for op in operators)
+    items = []
+    for op in operators:
+        shown = op.uid or short.get(op.operator_id, op.operator_id)
+        help = op.name if op.name and op.name != shown else None
+        for value in (shown, op.name, op.operator_id):
+            if value and value.startswith(incomplete):
+                items.append(CompletionItem(value, help=help))
+                break
+    return items
 
 
 def migration_options(func: F) -> F:

@@ -209,9 +209,13 @@ class Output:
         sys.stdout.write("\n")
         sys.stdout.flush()
 
-    def warn(self, message: str) -> None:
-        """Write a one-line warning to stderr unless quiet."""
-        if not self.quiet:
+    def warn(self, message: str, *, even_quiet: bool = False) -> None:
+        """Write a one-line warning to stderr unless quiet.
+
+        ``even_quiet``: also under ``-q``, for a warning about what is (or would be) written that the
+        options given do not say (a rescale that also moves operators not at the common parallelism).
+        """
+        if even_quiet or not self.quiet:
             # One line whatever the terminal width, like errors: a pipe or a log keeps it whole.
             self.stderr.print(f"kg: warning: {message}", markup=False, highlight=False, soft_wrap=True)
 

@@ -101,13 +101,15 @@ def plan_snapshot_document(
     typed: str,
     plan: RescalePlan,
     input_format: str = "kg-snapshot",
-    output_format: str = "canonical",
+    output_format: str | None = "canonical",
     names: Mapping[str, str | None] | None = None,
+    format_reason: str | None = None,
 ) -> dict[str, Any]:
     """Return the JSON document of ``kg plan SNAPSHOT`` (and ``kg rescale --dry-run``).
 
-    ``typed`` is the input as the user typed it. ``output_format`` is ``--format``; a savepoint input
-    leads to a savepoint of that format, a kg snapshot to a kg snapshot. ``names``: operator names by id.
+    ``typed`` is the input as the user typed it. ``output_format`` is ``--format`` (or what kg chose,
+    ``format_reason`` saying why); a savepoint input leads to a savepoint of that format, a kg snapshot to a
+    kg snapshot. ``names``: operator names by id.
     """
     savepoint = input_format == "flink-savepoint"
     names = names or {}
@@ -116,6 +118,7 @@ def plan_snapshot_document(
         "input_format": input_format,
         "output_format": "flink-savepoint" if savepoint else "kg-snapshot",
         "savepoint_format": output_format if savepoint else None,
+        "savepoint_format_reason": format_reason if savepoint else None,
         "checkpoint_id": plan.snapshot_id,
         "to_parallelism": plan.new_parallelism,
         "to_max_parallelism": plan.new_max_parallelism,
@@ -134,7 +137,9 @@ def planned_document(typed: str, planned: PlannedRescale) -> dict[str, Any]:
     request = planned.request
     names = operator_names(planned)
     return {
-        **plan_snapshot_document(typed, planned.plan, planned.input_format, request.output_format, names),
+        **plan_snapshot_document(
+            typed, planned.plan, planned.input_format, request.output_format, names, planned.format_reason
+        ),
         "warnings": mixed_parallelism_warning(
             planned.plan, request.from_parallelism, request.operators or (), names
         ),
@@ -174,6 +179,7 @@ def render_snapshot_plan(
         console.print("--subtasks lists every transfer and new subtask")
     if document is not None:
         console.print(f"output: {_PLANNED[document['savepoint_format']]}")
+        _print_format_reason(console, document)
 
 
 #: New subtasks whose loads a plan lists one by one without ``--subtasks``; more are summed up.
@@ -230,6 +236,15 @@ def _render_operator_plan(console: Console, op: OperatorPlan, label: str, subtas
         folded |= summed
         console.print(f"  operator state {what}: rows per new subtask {counts}")
     return folded
+
+
+def _print_format_reason(console: Console, document: Mapping[str, Any]) -> None:
+    """Print why kg chose the savepoint format itself (no ``--format`` given), if it did."""
+    reason = document.get("savepoint_format_reason")
+    if reason:
+        console.print(
+            f"--format native chosen: {reason} (--format canonical refuses it)", markup=False, highlight=False
+        )
 
 
 #: What ``kg rescale`` of the plan writes, by ``savepoint_format``.
@@ -337,6 +352,7 @@ def rescale_document(result: RescaleResult, typed_input: str, typed_output: str)
         "output": typed_output,
         "output_format": "kg-snapshot" if written is None else "flink-savepoint",
         "savepoint_format": result.savepoint_format if written is not None else None,
+        "savepoint_format_reason": result.savepoint_format_reason if written is not None else None,
         "engine": result.engine,
         "engine_reason": result.engine_reason,
         "wall_seconds": round(result.wall_seconds, 3),
@@ -447,6 +463,7 @@ def render_rescale(console: Console, document: dict[str, Any], subtasks: bool = 
         f"{document['wall_seconds']:.1f} s"
     )
     console.print(f"wrote {what} {document['output']}")
+    _print_format_reason(console, document)
 
 
 def _operator_table(document: dict[str, Any]) -> Table:

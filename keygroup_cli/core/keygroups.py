@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import mmh3
 import numpy as np
@@ -302,3 +303,53 @@ def names_operator(label: str, uid: str | None, operator_id: str) -> bool:
     if label == uid or label.lower() == operator_id:
         return True
     return uid is None and operator_id_for_uid(label) == operator_id
+
+
+#: Fewest hex characters of an operator id prefix that names an operator (as ``git`` takes a hash's).
+MIN_ID_PREFIX = 4
+
+_HEX = frozenset("0123456789abcdef")
+
+
+class NamedOperator(Protocol):
+    """What naming an operator reads of it: a kg ``Operator`` or a Flink ``OperatorState``."""
+
+    @property
+    def uid(self) -> str | None: ...  # noqa: D102
+    @property
+    def operator_id(self) -> str: ...  # noqa: D102
+    @property
+    def name(self) -> str | None: ...  # noqa: D102
+
+
+_Op = TypeVar("_Op", bound=NamedOperator)
+
+
+def find_named_operator(label: str, operators: Sequence[_Op]) -> _Op | None:
+    """Return the operator ``label`` names in ``operators``, or None if it names none.
+
+    In this order: its uid or full 32-hex id (``names_operator``, a uid's hash too where the metadata records
+    no uids); else its name; else a prefix of its id of at least ``MIN_ID_PREFIX`` hex digits (the
+    shortened ids text output prints, as ``git`` takes a hash's). A name or prefix must name one operator.
+
+    Raises:
+        InvalidArgumentError: ``OPERATOR_AMBIGUOUS``: a name or an id prefix several operators share (the
+            message lists them).
+    """
+    exact = next((op for op in operators if names_operator(label, op.uid, op.operator_id)), None)
+    if exact is not None:
+        return exact
+    by_name = [op for op in operators if op.name is not None and op.name == label]
+    what = "name"
+    prefix = label.lower()
+    if not by_name and len(prefix) >= MIN_ID_PREFIX and set(prefix) <= _HEX:
+        by_name = [op for op in operators if op.operator_id.startswith(prefix)]
+        what = "id prefix"
+    if len(by_name) > 1:
+        listed = ", ".join(f"{op.operator_id} ({op.uid or op.name or 'no uid'})" for op in by_name)
+        raise InvalidArgumentError(
+            f"operator {label!r} is ambiguous: the {what} of {len(by_name)} operators: {listed}; give its "
+            "uid or more of its id",
+            code="OPERATOR_AMBIGUOUS",
+        )
+    return by_name[0] if by_name else None

@@ -20,6 +20,7 @@ from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatErro
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
     explain_bounds,
+    find_named_operator,
     names_operator,
     require_parallelism_in_bounds,
     skew,
@@ -496,6 +497,8 @@ class LabelledOperator(Protocol):
     def max_parallelism(self) -> int: ...  # noqa: D102
     @property
     def label(self) -> str: ...  # noqa: D102
+    @property
+    def name(self) -> str | None: ...  # noqa: D102
 
 
 def checked_new_max_parallelism(
@@ -580,15 +583,16 @@ def select_operators(
 ) -> set[str]:
     """Return the ids of the operators to rescale.
 
-    Operators named by uid or id, if ``labels`` are given (a uid matches by its hash where the metadata
-    records no uids, ``core.keygroups.names_operator``), plus the operators without state that must follow
-    them (``chain_followers``, when ``with_state`` is given). Otherwise, with ``--from P``
+    Operators named by uid, id, name or id prefix, if ``labels`` are given (a uid matches by its hash where
+    the metadata records no uids, ``core.keygroups.find_named_operator``), plus the operators without state
+    that must follow them (``chain_followers``, when ``with_state`` is given). Otherwise, with ``--from P``
     (``expected_parallelism``), the operators at parallelism P: ``kg rescale --from 3 --to 4`` on a job
     whose non-parallel source runs at 1 rescales the operators at 3 and keeps the source as it is. Without
     either, every operator.
 
     Raises:
-        InvalidArgumentError: A label names no operator (``OPERATOR_NOT_FOUND``); no operator with state
+        InvalidArgumentError: A label names no operator (``OPERATOR_NOT_FOUND``) or several
+            (``OPERATOR_AMBIGUOUS``); no operator with state
             (ids in ``with_state``) has parallelism P (``PARALLELISM_MISMATCH``); an operator without
             state may share a task with a changed and a kept one (``CHAIN_AMBIGUOUS``).
     """
@@ -602,7 +606,7 @@ def select_operators(
         return chosen
     chosen = set()
     for label in labels:
-        match = next((op for op in all_operators if names_operator(label, op.uid, op.operator_id)), None)
+        match = find_named_operator(label, all_operators)
         if match is None:
             known = ", ".join(op.label for op in all_operators) or "none"
             raise InvalidArgumentError(

@@ -34,8 +34,10 @@ class RescaleRequest:
     #: Snappy for a new savepoint's state files; None keeps what the input used.
     compression: bool | None = None
     #: ``--format``: ``"canonical"`` keyed files, or ``"native"``: one RocksDB database per subtask (a NATIVE
-    #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files).
-    output_format: str = "canonical"
+    #: savepoint that Flink's RocksDB and ForSt backends restore by ingesting its files). None (not given):
+    #: canonical, unless the savepoint holds state Flink restores only from a NATIVE savepoint (the async
+    #: state API's): then native, chosen when the input is opened (``execution.routes.plan``) and said so.
+    output_format: str | None = None
     #: Operator migration (``--rename``, ``--assign-uid``, ``--drop``) applied in the same pass, planned on
     #: the opened savepoint (``planning.migration.apply_migration``); None or empty: none.
     migration: MigrationRequest | None = None

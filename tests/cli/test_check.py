@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ def test_check_passes_at_a_valid_parallelism(kg: Callable[..., Any]) -> None:
         "operators": 10,
         "operators_with_state": 5,
         "findings": [],
+        "groups": [],
     }
     assert result.exit_code == 0
     assert _exit_code("check", HEAP_P3, "-p", "4") == 0
@@ -174,3 +176,42 @@ def test_the_verdict_names_the_parallelism_it_modelled(kg: Callable[..., Any]) -
     )
     flat = " ".join(kg("check", HEAP_P3, "-p", "4", "-p", "keyed-state=8").stdout.split())
     assert "checked at parallelism 4 (keyed-state=8);" in flat
+
+
+def test_json_groups_a_problem_shared_by_many_operators_as_the_text_does(kg: Callable[..., Any]) -> None:
+    # -p 200: ten findings, one per operator, in "findings" (schema 3 unchanged); "groups" holds the one
+    # problem the text prints, with every operator it applies to, the sentence without each one's id, and
+    # the fix the text prints.
+    doc = kg("check", HEAP_P3, "-p", "200", "--json").json()
+    assert len(doc["findings"]) == 10 and len(doc["groups"]) == 1
+    group = doc["groups"][0]
+    assert set(group) == {"code", "severity", "subjects", "message", "fix"}
+    assert (group["code"], group["severity"]) == ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", "error")
+    assert group["subjects"] == [f["subject"] for f in doc["findings"]]
+    assert group["message"].startswith("The state for task <operator id> can not be restored.")
+    for f in doc["findings"]:
+        assert re.sub("[0-9a-f]{32}", "<operator id>", f["message"]) == group["message"]
+    assert group["fix"].startswith(f"kg rescale {HEAP_P3} --to 200 -m 256 --out NEW/")
+    text = " ".join(kg("check", HEAP_P3, "-p", "200").stdout.split())
+    assert f"fix: {group['fix']}" in text
+    # Two problems of all ten operators: two groups of ten, as the text prints two entries.
+    both = kg("check", HEAP_P3, "-p", "200", "-m", "256", "--json").json()
+    assert len(both["findings"]) == 20
+    assert [(g["code"], len(g["subjects"])) for g in both["groups"]] == [
+        ("MAX_PARALLELISM_MISMATCH", 10),
+        ("PARALLELISM_EXCEEDS_MAX_PARALLELISM", 10),
+    ]
+    # One operator's problem is a group of one that keeps its own message, its id in it.
+    one = kg("check", HEAP_P3, "-p", "3", "-p", "keyed-state=200", "--json").json()
+    (finding,) = one["findings"]
+    assert one["groups"] == [
+        {
+            "code": finding["code"],
+            "severity": finding["severity"],
+            "subjects": ["keyed-state"],
+            "message": finding["message"],
+            "fix": one["groups"][0]["fix"],
+        }
+    ]
+    assert re.search("[0-9a-f]{32}", one["groups"][0]["message"])
+    assert kg("check", HEAP_P3, "--json").json()["groups"] == []

@@ -49,6 +49,8 @@ CASES = [
     pytest.param(SAVEPOINT, ["--from", "3", "--to", "2", "--format", "native"], "decoded", id="native"),
     pytest.param(FLINK / "heap-checkpoint-p2-maxp128-string", ["--to", "3"], "regroup", id="heap-layout"),
     pytest.param(KG_SNAPSHOT, ["--to", "4"], "kg", id="kg-snapshot"),
+    # Async state (State V2) without --format: kg chooses native, and the plan says so as the run does.
+    pytest.param(FLINK / "async-forst-native-p3", ["--from", "3", "--to", "4"], "decoded", id="async-native"),
 ]
 
 
@@ -72,6 +74,7 @@ def test_the_dry_run_prints_the_plan_the_run_executes(kg, tmp_path, source, args
     planned, done = plan.json(), run.json()
     for field in ("input", "checkpoint_id", "migration", "output_format", "savepoint_format", "warnings"):
         assert planned[field] == done[field], field
+    assert planned["savepoint_format_reason"] == done["savepoint_format_reason"]
     assert [op["operator_id"] for op in planned["operators"]] == [
         op["operator_id"] for op in done["operators"]
     ]
@@ -139,7 +142,12 @@ def test_the_library_returns_the_plan_rescale_executes(tmp_path):
         (SAVEPOINT, ["--from", "5", "--to", "4"], {"from_parallelism": 5, "new_parallelism": 4}, 2),
         (SAVEPOINT, ["--to", "200"], {"new_parallelism": 200}, 2),
         (SAVEPOINT, ["--to", "4", "--drop", "nope"], {"new_parallelism": 4, "migration": "drop"}, 2),
-        (FLINK / "async-forst-native-p3", ["--from", "3", "--to", "4"], {"new_parallelism": 4}, 4),
+        (
+            FLINK / "async-forst-native-p3",
+            ["--from", "3", "--to", "4", "--format", "canonical"],
+            {"new_parallelism": 4, "output_format": "canonical"},
+            4,
+        ),
         (
             KG_SNAPSHOT,
             ["--to", "4", "--format", "native"],

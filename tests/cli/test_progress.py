@@ -97,7 +97,20 @@ def test_verify_off_a_terminal_and_its_json_unchanged_by_the_lines() -> None:
 
 @pytest.mark.parametrize("quiet", [["-q"], ["-q", "--json"]])
 def test_quiet_prints_no_stage_line(quiet: list[str], tmp_path: Path) -> None:
-    done = _kg("rescale", SAVEPOINT, "--to", "2", "--engine", "local", "--out", tmp_path / "out", *quiet)
+    # --from 3: the source stays at 1 (moving it is a warning -q does not hide, test_rescale_from_warning).
+    done = _kg(
+        "rescale",
+        SAVEPOINT,
+        "--from",
+        "3",
+        "--to",
+        "2",
+        "--engine",
+        "local",
+        "--out",
+        tmp_path / "out",
+        *quiet,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 

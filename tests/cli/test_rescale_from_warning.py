@@ -3,12 +3,14 @@
 A savepoint's non-parallel source runs at 1 beside operators at 3: ``kg rescale SP --to 8`` rescales
 every operator (the documented default, which scripts rely on), and says so on stderr, suggesting
 ``--from 3``. ``kg plan`` and ``--dry-run`` say it before anything is written, the rescale once it has
-committed (a refusal stays one line on stderr). The Python ``rescale()`` is unchanged.
+committed (a refusal stays one line on stderr), even under ``-q``: it is about what is written. The Python
+``rescale()`` is unchanged.
 """
 
 from __future__ import annotations
 
 from keygroup_cli.cli.rescale_render import mixed_parallelism_warning
+from keygroup_cli.flink.metadata.locate import read_flink_metadata
 from keygroup_cli.planning.plan import plan_rescale
 from keygroup_cli.snapshot import open_snapshot
 from tests.conftest import FIXTURES
@@ -35,19 +37,64 @@ def test_a_rescale_without_from_names_the_source_it_moves_and_suggests_from(kg, 
     assert (source["from_parallelism"], source["to_parallelism"]) == (1, 8)
 
 
-def test_no_warning_with_from_operator_quiet_or_nothing_moved(kg, tmp_path):
+def test_no_warning_with_from_operator_or_nothing_moved(kg, tmp_path):
     for args in (
         ("--from", "3", "--to", "8"),  # the source keeps 1
         ("--to", "8", "-o", "keyed-state"),  # named operators
         ("--to", "1"),  # the source is at 1 already
-        ("--to", "8", "-q"),
     ):
         plan = kg("plan", SAVEPOINT, *args, "--json")
-        real = kg("rescale", SAVEPOINT, *args, "--out", tmp_path / str(len(list(tmp_path.iterdir()))))
+        real = kg("rescale", SAVEPOINT, *args, "--out", tmp_path / str(len(list(tmp_path.iterdir()))), "-q")
         assert plan.exit_code == real.exit_code == 0, real.stderr
         assert plan.stderr == real.stderr == "", args
-        if "-q" not in args:
-            assert plan.json()["warnings"] == []
+        assert plan.json()["warnings"] == []
+
+
+def test_the_warning_survives_quiet(kg, tmp_path):
+    # #41 item 7: "a plain backend switch" written as `kg rescale savepoint/ --to 3 --format native -q` also
+    # rescales the parallelism-1 source. That changes what is written, so -q (no progress, no other
+    # warning) does not hide it: the plan, the dry run and the rescale say it.
+    args = ("--to", "3", "--format", "native", "-q")
+    warning = WARNING.replace("parallelism 8", "parallelism 3")
+    plan = kg("plan", SAVEPOINT, *args)
+    dry = kg("rescale", SAVEPOINT, *args, "--out", tmp_path / "dry", "--dry-run")
+    out = tmp_path / "out"
+    real = kg("rescale", SAVEPOINT, *args, "--out", out, "--engine", "local")
+    assert plan.exit_code == dry.exit_code == real.exit_code == 0, real.stderr
+    assert plan.stderr == dry.stderr == real.stderr == warning
+    source = next(op for op in read_flink_metadata(out).metadata.operators if op.uid == "kg-source")
+    assert source.parallelism == 3  # what the warning says was written
+    # The form that switches backends without rescaling the source prints nothing under -q.
+    kept = kg("rescale", SAVEPOINT, "--from", "3", *args, "--out", tmp_path / "kept", "--engine", "local")
+    assert (kept.exit_code, kept.stderr) == (0, "")
+    source = next(
+        op for op in read_flink_metadata(tmp_path / "kept").metadata.operators if op.uid == "kg-source"
+    )
+    assert source.parallelism == 1
+
+
+def test_the_switch_state_backend_how_to_hides_no_source_rescale(kg, tmp_path):
+    # Every `kg rescale` of the how-to, run as written (-q included; savepoint/ is the page's canonical
+    # savepoint, heap-files-p3-maxp128-long): where it moves a parallelism-1 source, the warning is there.
+    page = (FIXTURES.parent / "docs" / "how-to" / "switch-state-backend.md").read_text(encoding="utf-8")
+    commands = [line.split() for line in page.splitlines() if line.startswith("kg rescale ")]
+    assert len(commands) >= 3 and all("-q" in words for words in commands)
+    for i, words in enumerate(commands):
+        words = [str(SAVEPOINT) if w == "savepoint/" else w for w in words[1:]]
+        words = [str(FIXTURES.parent / w) if w.startswith("fixtures/") else w for w in words]
+        out = words.index("--out")
+        words[out + 1] = str(tmp_path / f"out{i}")
+        dry = kg(*words, "--dry-run")
+        planned = kg(*[w for w in words if w != "-q"], "--dry-run", "--json")
+        assert dry.exit_code == planned.exit_code == 0, (words, dry.stderr)
+        moved = [
+            op["uid"]
+            for op in planned.json()["operators"]
+            if op["has_state"] and op["from_parallelism"] == 1 != op["to_parallelism"]
+        ]
+        if moved:
+            assert "kg: warning: without --from or --operator" in dry.stderr, words
+            assert all(repr(uid) in dry.stderr for uid in moved), (words, dry.stderr)
 
 
 def test_a_refusal_stays_one_line(kg, tmp_path):

@@ -109,9 +109,10 @@ def test_raw_keyed_state_that_is_not_timers_is_exit_4_and_one_line(kg, tmp_path)
 
 def test_canonical_output_of_async_state_is_exit_4_and_one_line(kg, tmp_path):
     # State of the async state API (KEY_VALUE_V2) restores from no canonical savepoint (HashMap and RocksDB
-    # fail on the type, ForSt takes NATIVE ones only): the plan and the rescale say --format native.
+    # fail on the type, ForSt takes NATIVE ones only): asked for explicitly, the plan and the rescale say
+    # --format native.
     source = FLINK / "async-forst-native-p3"
-    args = ("--from", "3", "--to", "4")
+    args = ("--from", "3", "--to", "4", "--format", "canonical")
     for command in (
         ("rescale", source, *args, "--out", tmp_path / "out", "--engine", "local"),
         ("plan", source, *args),
@@ -125,3 +126,55 @@ def test_canonical_output_of_async_state_is_exit_4_and_one_line(kg, tmp_path):
             and lines[0].endswith("pass --format native")
         )
     assert not (tmp_path / "out").exists()
+
+
+#: What kg says when it chose NATIVE itself for async state.
+CHOSEN = (
+    "operator 'async-keyed' holds state of the async state API (KEY_VALUE_V2: count), which Flink restores "
+    "only from a NATIVE savepoint"
+)
+
+
+def test_async_state_without_format_is_written_native_and_said_so(kg, tmp_path):
+    # Without --format kg writes what Flink restores: NATIVE, in plain text and in --json; the plan and the
+    # dry run show the same choice before anything is written.
+    source = FLINK / "async-forst-native-p3"
+    args = ("--from", "3", "--to", "4")
+    plan = kg("plan", source, *args, "--json")
+    dry = kg("rescale", source, *args, "--out", tmp_path / "dry", "--dry-run")
+    assert plan.exit_code == dry.exit_code == 0, plan.stderr + dry.stderr
+    assert (plan.json()["savepoint_format"], plan.json()["savepoint_format_reason"]) == ("native", CHOSEN)
+    assert "output: a NATIVE Flink savepoint" in dry.stdout
+    assert f"--format native chosen: {CHOSEN} (--format canonical refuses it)" in " ".join(dry.stdout.split())
+    out = tmp_path / "out"
+    run = kg("rescale", source, *args, "--out", out, "--engine", "local", "-q")
+    assert run.exit_code == 0, run.stderr
+    text = " ".join(run.stdout.split())
+    assert f"wrote NATIVE Flink savepoint {out}" in text and f"--format native chosen: {CHOSEN}" in text
+    # What was written is NATIVE: every keyed handle is a RocksDB database's, and kg verify accepts it.
+    handles = [
+        s.managed_keyed_state for op in read_flink_metadata(out).metadata.operators for s in op.subtasks
+    ]
+    keyed = [h for h in handles if h is not None]
+    assert len(keyed) == 4 and all(isinstance(h, IncrementalKeyedHandle) for h in keyed)
+    assert kg("verify", out).exit_code == 0
+    doc = kg("rescale", source, *args, "--out", tmp_path / "json", "--engine", "local", "--json").json()
+    assert (doc["savepoint_format"], doc["savepoint_format_reason"]) == ("native", CHOSEN)
+
+
+def test_a_format_kg_need_not_choose_has_no_reason(kg, tmp_path):
+    # A canonical savepoint without async state keeps the default, canonical; --format native given is
+    # the user's choice: neither carries a reason.
+    source = FLINK / "heap-files-p3-maxp128-long"
+    plain = kg("plan", source, "--from", "3", "--to", "4", "--json").json()
+    given = kg(
+        "plan", FLINK / "async-forst-native-p3", "--from", "3", "--to", "4", "--format", "native", "--json"
+    )
+    assert (plain["savepoint_format"], plain["savepoint_format_reason"]) == ("canonical", None)
+    assert (given.json()["savepoint_format"], given.json()["savepoint_format_reason"]) == ("native", None)
+    assert (
+        "chosen"
+        not in kg(
+            "plan", FLINK / "async-forst-native-p3", "--from", "3", "--to", "4", "--format", "native"
+        ).stdout
+    )

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
 from keygroup_cli.assess.matching import MigrationSuggestion, suggest_migration
 from keygroup_cli.assess.restore import RestorePlan, check_restore
 from keygroup_cli.assess.summary import InputSummary, OperatorSummary, count_operators, summarize
 from keygroup_cli.assess.upgrade import parse_target, upgrade_findings
-from keygroup_cli.cli.check_render import print_findings
-from keygroup_cli.cli.inputs import job_option, resolve_input
+from keygroup_cli.cli.check_render import finding_groups, print_findings
+from keygroup_cli.cli.inputs import Input, deployment_document, job_option, render_deployment, resolve_input
 from keygroup_cli.cli.options import (
     max_parallelism_option,
     output_options,
@@ -35,6 +36,7 @@ Examples:
   kg check savepoint/ -p 8 --deep     # also decode every key group and operator-state stream
   kg check savepoint/ --target-flink 2.2   # what a Flink 2.2 job cannot restore (Kryo, POJOs, ...)
   kg check savepoint/ --against new-job-savepoint/   # map unmapped state by state names and serializers
+  kg check deployment.yaml   # a FlinkDeployment: its start state at its parallelism, maxP and overrides
 
 Exit codes: 0 no error finding (warnings fail only with --strict), 1 check failed,
 3 invalid snapshot, 4 unsupported format.
@@ -119,10 +121,17 @@ def command(
         uids = [op.uid or op.operator_id for op in new_job]
     plan = RestorePlan(p_all, p_for, m_all, m_for, uids, allow_non_restored_state)
     target = parse_target(target_flink) if target_flink is not None else None
-    summary = summarize(
-        resolve_input(out, path, job).path, read_states=target is not None or new_job is not None
-    )
+    source = resolve_input(out, path, job)
+    summary = summarize(source.path, read_states=target is not None or new_job is not None)
+    modelled: list[Finding] = []
+    if source.deployment is not None and source.deployment.deployment is not None:
+        # The FlinkDeployment's parallelism, pipeline.max-parallelism and vertex overrides; -p/-m win.
+        from keygroup_cli.assess.deployment import deployment_restore_plan
+
+        plan, modelled = deployment_restore_plan(source.deployment.deployment, summary.operators, plan)
+        p_all, p_for = plan.parallelism, dict(plan.parallelism_for)
     findings, damage = _findings(summary, plan, target, deep)
+    findings = modelled + findings
     suggestion = _suggestion(summary, uids, path, new_job)
     findings += suggestion.findings() if suggestion else []
     # Damage is exit 3 in every command (kg verify's code); what Flink's restore refuses is exit 1.
@@ -134,23 +143,28 @@ def command(
     document = _document(summary, path, findings, ok=code == 0)
     if uids is not None:
         document["migrate"] = suggestion.document() if suggestion else None
+    if source.deployment is not None:
+        document["deployment"] = deployment_document(source)
     counts = (document["operators"], document["operators_with_state"])
     lines = suggestion.lines() if suggestion else []
-    out.result(
-        "check",
-        document,
-        partial(
-            print_findings,
-            findings=findings,
-            operators=counts,
-            ok=code == 0,
-            lines=lines,
-            snapshot=path,
-            modelled=_modelled(summary, p_all, p_for),
-            ids=[op.operator_id for op in summary.operators],
-        ),
+    text = partial(
+        print_findings,
+        findings=findings,
+        operators=counts,
+        ok=code == 0,
+        lines=lines,
+        snapshot=path,
+        modelled=_modelled(summary, p_all, p_for),
+        ids=[op.operator_id for op in summary.operators],
     )
+    out.result("check", document, partial(_with_deployment, source, text))
     ctx.exit(int(code))
+
+
+def _with_deployment(source: Input, text: Callable[[Console], None], console: Console) -> None:
+    """Print the FlinkDeployment block (which state, why) above the findings, for a deployment input."""
+    render_deployment(console, source)
+    text(console)
 
 
 def _modelled(summary: InputSummary, p_all: int | None, p_for: dict[str, int]) -> str:
@@ -198,4 +212,6 @@ def _document(summary: InputSummary, typed: str, findings: list[Finding], *, ok:
         "operators": operators,
         "operators_with_state": with_state,
         "findings": [f.document() for f in findings],
+        # Each problem once, as the text prints it, with the operators it applies to (schema 3: added).
+        "groups": finding_groups(findings, typed),
     }

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from keygroup_cli.assess.summary import InputSummary, summarize, summary_document
-from keygroup_cli.cli.inputs import Input, ha_document, job_option, resolve_input, with_ha
+from keygroup_cli.cli.inputs import (
+    Input,
+    deployment_document,
+    ha_document,
+    job_option,
+    resolve_input,
+    with_ha,
+)
 from keygroup_cli.cli.inspect_render import print_summary
 from keygroup_cli.cli.options import operator_option, output_options
 from keygroup_cli.cli.render import Output, output_for
@@ -28,6 +35,7 @@ Examples:
   kg inspect savepoint/ --html skew.html                  # the key-group charts as one offline page
   kg inspect snapshot/ --json | jq '.operators[].uid'     # a kg snapshot, as JSON
   kg inspect zk://zk1:2181,zk2:2181/flink/my-cluster     # the checkpoint the job resumes from
+  kg inspect deployment.yaml                              # the state a FlinkDeployment starts from
   kg inspect my-cluster-<job-id>-config-map.yaml           # the same, from a Kubernetes HA ConfigMap
   kg inspect savepoint/ --operator keyed-long             # one operator, by uid (Flink 1.x: by its hash)
   kg inspect savepoint/ --kafka-source orders-source      # a KafkaSource's partitions and offsets
@@ -99,7 +107,8 @@ def command(
     PATH is a savepoint directory, a _metadata file, a chk-N directory, a job's checkpoint root (the
     latest completed checkpoint is used) or a kg snapshot directory; or a Flink HA store
     (zk://HOST:PORT/<root>/<cluster-id>, or an exported HA ConfigMap): the checkpoint the job would
-    resume from.
+    resume from; or a Flink Kubernetes Operator FlinkDeployment (YAML or JSON, with FlinkStateSnapshots):
+    the state it starts from.
     """
     out = output_for(ctx)
     source = resolve_input(out, path, job)
@@ -157,6 +166,8 @@ def _document(
             op_doc["key_group_sizes"] = key_group_sizes_document(sizes[op_doc["operator_id"]])
     if source.ha is not None:
         document["ha"] = ha_document(source)
+    if source.deployment is not None:
+        document["deployment"] = deployment_document(source)
     if kafka:
         # Deferred: connector state is read with the state tables (pyarrow), which plain inspect does without.
         from keygroup_cli.cli.connectors_render import connector_documents

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from keygroup_cli.cli.inputs import job_option, resolve_input
+from keygroup_cli.cli.inputs import Input, job_option, resolve_input
 from keygroup_cli.cli.options import (
     max_parallelism_option,
     migration_options,
@@ -24,6 +24,7 @@ from keygroup_cli.cli.options import (
     operator_option,
     output_options,
     require_bounds,
+    require_option,
     savepoint_format_option,
     subtasks_option,
     to_parallelism_option,
@@ -45,10 +46,18 @@ Examples:
   kg plan savepoint-1a2b/ --from 3 --to 8  # a Flink savepoint: bytes moved, from _metadata's offsets
   kg plan savepoint-1a2b/ --to 8 --rename counter=counter-v2   # with kg rescale's operator migration
   kg plan savepoint-1a2b/ --to 4 --format native   # the plan of kg rescale ... --format native
+  kg plan deployment.yaml --autoscaler-max 200   # may the autoscaler reach 200? if not, a better maxP
 
 With a Flink savepoint or checkpoint the plan is validated as kg rescale validates it (same refusals,
 same messages) from _metadata, the keyed headers and the operator state; keyed state is never read, so
 keyed rows are unknown (-, null in JSON) and bytes come from the key-group offsets.
+
+With a Flink Kubernetes Operator FlinkDeployment (YAML or JSON), kg plan judges the autoscaler's ceiling
+instead: whether the maxParallelism the job runs with (pipeline.max-parallelism, else the state's) lets the
+autoscaler choose parallelism N (--autoscaler-max N or --to N; default: the deployment's
+job.autoscaler.vertex.max-parallelism, 200 when the autoscaler is enabled). The autoscaler never exceeds
+maxParallelism and aligns a keyed vertex's parallelism to a divisor of it; if N is not one, kg proposes a
+maxParallelism N divides with the most divisors up to N, and the kg rescale command that writes it.
 """
 
 
@@ -71,13 +80,44 @@ def show_snapshot_plan(
         planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
     document = planned_document(typed, planned)
     for warning in document["warnings"]:
-        out.warn(warning)
+        out.warn(warning, even_quiet=True)  # what the rescale would write: said even under -q
     names = operator_names(planned)
     out.result(
         "plan",
         document,
         lambda console: render_snapshot_plan(console, planned.plan, document, names, subtasks),
     )
+
+
+def show_autoscaler_plan(out: Output, typed: str, source: Input, target: int | None) -> None:
+    """Judge the autoscaler's ceiling for a FlinkDeployment's state and print it (``kg plan DEPLOYMENT``).
+
+    The library decides (``planning.autoscaler.autoscaler_plan``); this prints the verdict, the ranked
+    maxParallelisms and the ``kg rescale`` command that writes the proposed one.
+    """
+    from keygroup_cli.assess.summary import summarize
+    from keygroup_cli.cli.k8s_render import autoscaler_document, render_autoscaler_plan
+    from keygroup_cli.planning.autoscaler import autoscaler_plan, autoscaler_target, state_max_parallelism
+
+    start = source.deployment
+    assert start is not None
+    deployment = start.deployment
+    where = "--autoscaler-max"
+    if target is None and deployment is not None:
+        configured = autoscaler_target(deployment.configuration)
+        if configured is not None:
+            target, where = configured
+    if target is None:
+        raise click.UsageError(
+            "Give --autoscaler-max N (or --to N): the deployment enables no autoscaler "
+            "(job.autoscaler.enabled) and sets no job.autoscaler.vertex.max-parallelism."
+        )
+    operators = summarize(source.path, read_states=False).operators
+    plan = autoscaler_plan(
+        target, state_max_parallelism(operators), None if deployment is None else deployment.max_parallelism
+    )
+    document = autoscaler_document(typed, start, plan, where)
+    out.result("plan", document, lambda console: render_autoscaler_plan(console, document, plan))
 
 
 @contextmanager
@@ -112,7 +152,16 @@ def from_hint(snapshot: str | Path, request: RescaleRequest) -> Iterator[None]:
 @click.argument("snapshot", required=False, type=click.Path(path_type=str))
 @job_option
 @click.option("--from", "from_parallelism", type=int, metavar="P", help="Current parallelism.")
-@to_parallelism_option()
+@to_parallelism_option(
+    "New parallelism; with a FlinkDeployment: the parallelism the autoscaler should reach.", required=False
+)
+@click.option(
+    "--autoscaler-max",
+    type=int,
+    metavar="N",
+    help="With a FlinkDeployment: judge the autoscaler's ceiling at N "
+    "(job.autoscaler.vertex.max-parallelism) [default: the deployment's].",
+)
 @max_parallelism_option(
     required=False, help="maxParallelism (required without SNAPSHOT; with one: a new maxParallelism)."
 )
@@ -127,25 +176,35 @@ def command(
     snapshot: str | None,
     job: str | None,
     from_parallelism: int | None,
-    to_parallelism: int,
+    to_parallelism: int | None,
+    autoscaler_max: int | None,
     max_parallelism: int | None,
     operators: tuple[str, ...],
     rename: tuple[str, ...],
     assign_uid: tuple[str, ...],
     drop: tuple[str, ...],
-    output_format: str,
+    output_format: str | None,
     subtasks: bool,
 ) -> None:
     """Plan a parallelism change: old and new subtask of every key group (of SNAPSHOT, if given).
 
-    SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (planned from its _metadata).
+    SNAPSHOT is a kg snapshot, or a Flink savepoint or retained checkpoint (planned from its _metadata), or
+    a FlinkDeployment (the autoscaler's ceiling, see below).
     """
     out = output_for(ctx)
     migration = migration_request(rename, assign_uid, drop)
     if snapshot is not None:
         from keygroup_cli.planning.request import RescaleRequest  # deferred: pure math needs no reader
 
-        typed, snapshot = snapshot, resolve_input(out, snapshot, job).path
+        source = resolve_input(out, snapshot, job)
+        if source.deployment is not None:
+            show_autoscaler_plan(out, snapshot, source, autoscaler_max or to_parallelism)
+            return
+        if autoscaler_max is not None:
+            raise click.UsageError("--autoscaler-max applies to a FlinkDeployment (YAML or JSON).")
+        if to_parallelism is None:
+            require_option(ctx, "to_parallelism")
+        typed, snapshot = snapshot, source.path
         request = RescaleRequest.of(
             to_parallelism,
             from_parallelism=from_parallelism,
@@ -156,11 +215,15 @@ def command(
         )
         show_snapshot_plan(out, snapshot, request, typed, subtasks)
         return
+    if to_parallelism is None:
+        require_option(ctx, "to_parallelism")
+    if autoscaler_max is not None:
+        raise click.UsageError("--autoscaler-max applies to a FlinkDeployment (YAML or JSON).")
     if (
         from_parallelism is None
         or max_parallelism is None
         or operators
-        or output_format != "canonical"
+        or output_format not in (None, "canonical")
         or not migration.empty
     ):
         raise click.UsageError(

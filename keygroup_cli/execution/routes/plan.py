@@ -29,7 +29,11 @@ from keygroup_cli.convert.inputs import readable
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.execution.routes.savepoint import OpenedInput, open_input
-from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
+from keygroup_cli.execution.routes.savepoint_plan import (
+    SavepointPlan,
+    choose_output_format,
+    plan_savepoint,
+)
 from keygroup_cli.flink import Savepoint, needs_canonical_view, try_open_savepoint
 from keygroup_cli.planning.migration import (
     MigrationRequest,
@@ -67,6 +71,11 @@ class RescaleInput:
     savepoint: Savepoint | None
     #: ``IN_PLACE``, ``DOWNLOAD`` or ``SNAPSHOT``.
     route: str
+    #: The savepoint format the rescale writes (``--format``, else chosen: ``choose_output_format``); None
+    #: for a kg snapshot.
+    output_format: str | None = None
+    #: Why kg chose ``output_format`` itself (no ``--format``, and canonical would be refused), else None.
+    format_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,11 @@ class PlannedRescale:
         """The written savepoint's keyed state (``--format``: ``canonical`` or ``native``); None for kg."""
         return self.request.output_format if self.input.savepoint is not None else None
 
+    @property
+    def format_reason(self) -> str | None:
+        """Why kg chose ``savepoint_format`` itself (no ``--format`` given), else None."""
+        return self.input.format_reason
+
 
 def plan(
     source: Path | str | Snapshot,
@@ -115,7 +129,7 @@ def plan(
     from_parallelism: int | None = None,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
-    output_format: str = "canonical",
+    output_format: str | None = None,
     migration: MigrationRequest | None = None,
     dest: Path | str | None = None,
     on_progress: OnProgress | None = None,
@@ -183,14 +197,18 @@ def open_rescale_input(
     if dest is not None:
         require_outside_input(source, dest)
     savepoint = try_open_savepoint(source)  # _metadata read once, here
+    output_format, reason = None, None
     if savepoint is None:
         require_savepoint_for_migration(request.migration, label)
         require_savepoint_for(request.output_format, label)
-    elif request.migration is not None:
-        # Refused before anything is downloaded or staged; the plan applies it to this opened savepoint.
-        apply_changes(savepoint.metadata, request.migration)
+    else:
+        if request.migration is not None:
+            # Refused before anything is downloaded or staged; the plan applies it to this opened savepoint.
+            apply_changes(savepoint.metadata, request.migration)
+        # Before the route: a NATIVE output to an object store is staged locally, then uploaded.
+        output_format, reason = choose_output_format(savepoint, request.output_format)
     remote_dest = dest is not None and is_remote(dest)
-    native_upload = request.output_format == "native" and remote_dest  # staged locally, then uploaded
+    native_upload = output_format == "native" and remote_dest  # staged locally, then uploaded
     if (
         savepoint is not None
         and (not is_remote(source) or not needs_canonical_view(savepoint))
@@ -201,7 +219,7 @@ def open_rescale_input(
         route = DOWNLOAD
     else:
         route = SNAPSHOT
-    return RescaleInput(source, label, savepoint, route)
+    return RescaleInput(source, label, savepoint, route, output_format, reason)
 
 
 def plan_input(
@@ -225,6 +243,10 @@ def plan_input(
     savepoint = rescale_input.savepoint
     if savepoint is None:
         return _plan_snapshot(rescale_input, request)
+    if rescale_input.output_format is None:
+        chosen, reason = choose_output_format(savepoint, request.output_format)
+        rescale_input = replace(rescale_input, output_format=chosen, format_reason=reason)
+    request = replace(request, output_format=rescale_input.output_format)
     opened = _open(rescale_input, savepoint, request, report, scratch)
     if on_opened is not None:
         on_opened(opened)
@@ -269,7 +291,7 @@ def _plan_snapshot(rescale_input: RescaleInput, request: RescaleRequest) -> Plan
     return PlannedRescale(planned, rescale_input, request)
 
 
-def require_savepoint_for(output_format: str, label: str) -> None:
+def require_savepoint_for(output_format: str | None, label: str) -> None:
     """Refuse ``--format native`` for a kg snapshot input (``label`` names it): its rescale is a kg snapshot.
 
     Raises:

@@ -62,7 +62,7 @@ def rescale(
     from_parallelism: int | None = None,
     operators: Sequence[str] | None = None,
     new_max_parallelism: int | None = None,
-    output_format: str = "canonical",
+    output_format: str | None = None,
     migration: MigrationRequest | None = None,
     engine: str | EngineChoice | None = None,
     master: str | None = None,
@@ -88,7 +88,9 @@ def rescale(
         operators: uids or operator ids to rescale (default: all); the others are copied unchanged.
         new_max_parallelism: Change maxParallelism too (keys are re-hashed, SQL jobs' row keys too;
             refused for binary keys).
-        output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases).
+        output_format: ``"canonical"``, or ``"native"`` (a savepoint's keyed state as RocksDB databases);
+            None: canonical, or native where only a NATIVE savepoint restores the state (the async state
+            API's; ``result.savepoint_format_reason`` says so).
         migration: Operator migration (rename, assign a uid, drop) applied in the same pass, as ``kg migrate``
             plans it; a Flink savepoint or checkpoint only. ``operators`` may name an operator by its uid
             before or after it.
@@ -170,14 +172,15 @@ def _savepoint_route(
         # The engine (a JVM for Spark) starts while operator state is decoded and planned.
         engines.append(EngineRunner.start(opened, options, report))
 
-    with savepoint_output(dest, request.output_format) as output:
+    with savepoint_output(dest, rescale_input.output_format or "canonical") as output:
         planned = plan_input(
             rescale_input, request, on_progress=report, scratch=output.scratch, on_opened=start_engine
         )
         assert planned.opened is not None and planned.savepoint is not None
-        return execute_savepoint_plan(
+        result = execute_savepoint_plan(
             planned.opened, planned.savepoint, planned.request, engines[0], output, report, started
         )
+    return replace(result, savepoint_format_reason=planned.format_reason)
 
 
 def _rescale_remote(
@@ -213,7 +216,7 @@ def _rescale_remote(
         if savepoint is not None:
             copy = try_open_savepoint(local_source)
             assert copy is not None
-            local = RescaleInput(local_source, label, copy, IN_PLACE)
+            local = replace(rescale_input, source=local_source, savepoint=copy, route=IN_PLACE)
             result = _savepoint_route(local, local_dest, request, options, on_progress)
         else:
             require_intact(local_source, on_progress=on_progress, label=label)

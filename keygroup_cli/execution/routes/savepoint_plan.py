@@ -13,7 +13,8 @@ order:
    checks it) planned on the savepoint's own handles (``planning.savepoint.plan_savepoint_operators``) and
    redistributed exactly as Flink does, on the driver (``operator_state.redistribute_savepoint_state``);
 4. ``finished.require_finished_kept``;
-5. state of the async state API in a canonical output (``FLINK_V2_STATE_CANONICAL``);
+5. state of the async state API in a canonical output asked for with ``--format canonical``
+   (``FLINK_V2_STATE_CANONICAL``; without ``--format`` kg writes native: ``choose_output_format``);
 6. timers kept in raw keyed state (the async state API on ForSt: a few hundred bytes per key group) read
    and placed (``flink.write.raw_timers.plan_raw_timers``).
 
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from keygroup_cli.convert.operator_tables import OperatorStateTables, read_operator_state
+from keygroup_cli.core.errors import KgError
 from keygroup_cli.core.progress import OnProgress
 from keygroup_cli.execution.routes.operator_state import redistribute_savepoint_state
 from keygroup_cli.execution.routes.savepoint import (
@@ -135,6 +137,31 @@ def plan_savepoint(
     )
     plan = replace(plan, operators=planned, migration=opened.changes)
     return SavepointPlan(plan, rescaled, held, targets, timers, native)
+
+
+def choose_output_format(savepoint: Savepoint, given: str | None) -> tuple[str, str | None]:
+    """Return the savepoint format a rescale writes, and why kg chose it when ``--format`` was not given.
+
+    ``given`` is ``--format``; it wins. Without it, canonical, unless an operator holds state of the async
+    state API (``KEY_VALUE_V2``, State V2): Flink restores that only from a NATIVE savepoint (the canonical
+    output is refused, ``require_no_v2_state_in_canonical``), so kg writes native and says why (the
+    reason, else None). Reads one keyed header per operator; a header kg cannot read chooses canonical and
+    leaves the refusal to the gate, which reads it again.
+    """
+    if given is not None:
+        return given, None
+    try:
+        headers = _layout_headers(savepoint) if needs_canonical_view(savepoint) else keyed_headers(savepoint)
+    except KgError:
+        return "canonical", None
+    for label, header in headers.items():
+        v2 = sorted(s.name for s in header.states or () if s.backend_type_name == "KEY_VALUE_V2")
+        if v2:
+            return "native", (
+                f"operator {label!r} holds state of the async state API (KEY_VALUE_V2: {', '.join(v2)}), "
+                "which Flink restores only from a NATIVE savepoint"
+            )
+    return "canonical", None
 
 
 def _checked_key_types(savepoint: Savepoint, request: RescaleRequest) -> dict[str, str]:
@@ -258,4 +285,4 @@ def _stage(report: OnProgress | None, name: str) -> OnProgress | None:
     return renamed
 
 
-__all__ = ["SavepointPlan", "plan_savepoint"]
+__all__ = ["SavepointPlan", "choose_output_format", "plan_savepoint"]

@@ -98,6 +98,9 @@ class RescaleResult:
     keyed_rows: Mapping[str, tuple[int, ...]] | None = None
     #: For a Flink savepoint written: ``"canonical"`` or ``"native"`` (``--format``); None for a kg snapshot.
     savepoint_format: str | None = None
+    #: Why kg chose ``savepoint_format`` itself (no ``--format`` given: native for state of the async state
+    #: API, which Flink restores only from a NATIVE savepoint), else None.
+    savepoint_format_reason: str | None = None
 
     def operator(self, operator_id: str) -> Operator:
         """Return the new manifest entry of ``operator_id``."""

@@ -30,8 +30,8 @@ from keygroup_cli.core.findings import Finding, fails_verify_error
 from keygroup_cli.core.javahash import PRIMITIVE_KEY_TYPES, hash_code, parse_key
 from keygroup_cli.core.keygroups import (
     KeyGroupRange,
+    find_named_operator,
     key_group_for_hash,
-    names_operator,
     operator_index_for_key_group,
 )
 from keygroup_cli.core.schema import KEY_ARROW_TYPES
@@ -115,14 +115,15 @@ class KeyLookup:
 
 
 def find_operator(savepoint: Savepoint, label: str) -> OperatorState:
-    """Return the operator ``label`` names (uid, name-derived id or 32-hex operator id).
+    """Return the operator ``label`` names: uid (or its hash), 32-hex id, name or id prefix.
 
     Raises:
-        InvalidArgumentError: No operator of the savepoint has that uid or id (``OPERATOR_NOT_FOUND``).
+        InvalidArgumentError: No operator of the savepoint is named so (``OPERATOR_NOT_FOUND``), or several
+            are (``OPERATOR_AMBIGUOUS``, ``core.keygroups.find_named_operator``).
     """
-    for op in savepoint.metadata.operators:
-        if names_operator(label, op.uid, op.operator_id):
-            return op
+    found = find_named_operator(label, savepoint.metadata.operators)
+    if found is not None:
+        return found
     known = ", ".join(op.label for op in savepoint.metadata.operators)
     raise InvalidArgumentError(
         f"No operator {label!r} in {savepoint.metadata_path} (operators: {known})", code="OPERATOR_NOT_FOUND"
