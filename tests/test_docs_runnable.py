@@ -70,6 +70,11 @@ NOT_RUNNABLE = {
     ),
     ("README.md", "kg check s3://"): "an S3 bucket",
     (
+        HOW_TO + "autoscaler-ceiling.md",
+        "kubectl get flinkdeployment/ceiling-demo",
+    ): "a Kubernetes cluster with the Flink operator",
+    (HOW_TO + "autoscaler-ceiling.md", "kubectl patch flinkdeployment"): "a Kubernetes cluster with the Flink operator",
+    (
         HOW_TO + "generate-synthetic-snapshots.md",
         "kg generate big/",
     ): "300 MB of Parquet: the example is about size",

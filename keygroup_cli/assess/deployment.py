@@ -92,7 +92,7 @@ class DeploymentStart:
             "resolved": self.pointer,
             "reason": self.reason,
             "considered": list(self.considered),
-            "snapshot": None if self.snapshot is None else self.snapshot.name,
+            "state_snapshot": None if self.snapshot is None else self.snapshot.name,
             "parallelism": None if d is None else d.parallelism,
             "max_parallelism": None if d is None else d.max_parallelism,
             "vertex_overrides": {} if d is None else d.vertex_overrides,

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "diff": "diff",
     "doctor": "doctor",
     "export": "export",
+    "gc": "gc",
     "generate": "generate",
     "get": "get",
     "inspect": "inspect",
@@ -63,7 +64,7 @@ Examples:
   kg rescale snapshot/ --to 4 --out rescaled/
 
 Exit codes: 0 ok, 1 check failed, 2 usage, 3 invalid snapshot, 4 unsupported,
-5 execution failed, 6 missing dependency, 7 HA leader live, 70 internal error,
+5 execution failed, 6 missing dependency, 7 job may be live, 70 internal error,
 130 interrupted.
 """
 

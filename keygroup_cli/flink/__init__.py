@@ -88,7 +88,7 @@ if TYPE_CHECKING:
         OperatorState,
         SubtaskState,
     )
-    from keygroup_cli.flink.metadata.state_files import offsets_finding, state_file_findings
+    from keygroup_cli.flink.metadata.state_files import offsets_finding, state_file_findings, state_references
     from keygroup_cli.flink.metadata.writer import CANONICAL_SAVEPOINT_PROPERTIES, write_metadata
     from keygroup_cli.flink.operator.codec import KIND_BY_MODE, decode_operator_file, write_operator_file
     from keygroup_cli.flink.operator.header import (
@@ -179,6 +179,7 @@ _LAZY = {
     "SubtaskState": "keygroup_cli.flink.metadata.reader",
     "offsets_finding": "keygroup_cli.flink.metadata.state_files",
     "state_file_findings": "keygroup_cli.flink.metadata.state_files",
+    "state_references": "keygroup_cli.flink.metadata.state_files",
     "CANONICAL_SAVEPOINT_PROPERTIES": "keygroup_cli.flink.metadata.writer",
     "write_metadata": "keygroup_cli.flink.metadata.writer",
     "AvroInstant": "keygroup_cli.flink.types.avro",

@@ -10,6 +10,7 @@ count operators and name an operator without a uid the same way in every command
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ SAVEPOINT = "fixtures/flink/2.3/heap-files-p3-maxp128-long"
 SNAPSHOT = "fixtures/snapshots/valid"
 KAFKA = "fixtures/flink/2.0/kafka-p2"
 HA_CONFIGMAP = "fixtures/ha/2.3/kubernetes/configmap.yaml"
+DEPLOYMENT = "fixtures/k8s/autoscaler-ceiling/deployment.yaml"
+CHECKPOINTS = "fixtures/flink/2.3/heap-checkpoint-p2-maxp128-string/0000000000006b670000000000000005"
 
 #: Values that are data, not fields: a key, a state's value, a map's user key, a namespace, a parsed HA entry.
-DATA = {"key", "value", "user_key", "namespace", "parsed", "environment"}
+DATA = {"key", "value", "user_key", "namespace", "parsed", "environment", "vertex_overrides", "merge_patch", "state_snapshot"}
 
 #: Names of schema 2 that schema 3 renamed: the glossary may not list them, so no document can carry them.
 RENAMED = {
@@ -56,7 +59,8 @@ NOT_RUN = {
     "master",
     "seconds",
     "note",
-    "path",
+    "method",  # kg gc --delete: how liveness was judged
+    "live",
     "writer",
     "writer_gone",
     "removed",
@@ -110,6 +114,9 @@ def typed_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _commands(tmp: Path) -> list[tuple[list[str], dict[str, str]]]:
     """Return every command's ``--json`` run, with the paths its document must echo as typed."""
     (tmp / "job-uids.txt").write_text("keyed-state\n", encoding="utf-8")
+    shutil.copytree(ROOT / CHECKPOINTS, tmp / "job")
+    (tmp / "job" / "shared").mkdir()
+    (tmp / "job" / "shared" / "leaked-sst").write_bytes(b"x" * 100)  # an orphan, just written: held
     return [
         (["ranges", "-m", "128", "-p", "3"], {}),
         (["ranges", "--default-max-parallelism", "3"], {}),
@@ -159,6 +166,11 @@ def _commands(tmp: Path) -> list[tuple[list[str], dict[str, str]]]:
         (["clean", "rescaled/"], {"output": "rescaled/"}),
         (["doctor"], {}),
         (["inspect", "no-such-savepoint"], {}),
+        (["inspect", DEPLOYMENT], {"input": DEPLOYMENT}),
+        (["check", DEPLOYMENT], {"input": DEPLOYMENT}),
+        (["plan", DEPLOYMENT], {}),
+        (["gc", "job"], {"input": "job"}),
+        (["rescale", DEPLOYMENT, "-m", "600", "--from", "3", "--out", "m600/"], {"output": "m600/"}),
     ]
 
 

@@ -120,6 +120,34 @@ def contain_references(metadata: CheckpointMetadata, directory: Path | Location)
                     continue  # a file system kg does not know: reported by whatever reads the file
 
 
+def state_references(metadata: CheckpointMetadata) -> Iterator[tuple[str, bool]]:
+    """Yield every file reference ``_metadata`` holds, as ``(reference, relative)``: what ``kg gc`` keeps.
+
+    Every stream of every subtask (keyed, operator, channel state; RocksDB shared, private and metadata
+    files; changelog files; file-merging segments, whose whole physical file is named); inline and empty
+    handles name no file. ``relative`` is True for a path relative to the ``_metadata``'s directory.
+
+    Raises:
+        UnsupportedFormatError: A stream handle kg does not know (``UNSUPPORTED_HANDLE``): a caller that
+            decides what may be deleted must not guess.
+    """
+    for op in metadata.operators:
+        for sub in op.subtasks:
+            for _owner, stream in _streams(sub):
+                while isinstance(stream, KeyGroupsHandle):
+                    stream = stream.delegate
+                if stream is None or isinstance(stream, (ByteStreamHandle, EmptySegmentFileHandle)):
+                    continue
+                reference = handle_reference(stream)
+                if reference is None:
+                    raise UnsupportedFormatError(
+                        f"{op.label} subtask {sub.index}: a state handle kg does not know "
+                        f"({type(stream).__name__})",
+                        code="UNSUPPORTED_HANDLE",
+                    )
+                yield reference
+
+
 _Owner = KeyGroupsHandle | OperatorStateHandle | str | None
 
 #: The owner of a changelog backend's file: Flink's handle of one can record fewer bytes than the file has
@@ -248,4 +276,4 @@ def _finding(code: str, subject: str, message: str, *, severity: Severity = Seve
     return Finding(code, severity, subject, message)
 
 
-__all__ = ["offsets_finding", "size_finding", "state_file_findings"]
+__all__ = ["offsets_finding", "size_finding", "state_file_findings", "state_references"]
