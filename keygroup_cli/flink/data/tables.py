@@ -144,7 +144,45 @@ def _typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: list[dict[str, An
         else:
             columns["value"].append(value_codec.to_arrow(entry.value))
         columns["undecoded"].append(None)
-    return pa.RecordBatch.from_pydict(columns, schema=schema)
+    try:
+        return pa.RecordBatch.from_pydict(columns, schema=schema)
+    except UnicodeEncodeError:
+        _keep_unpaired_surrogates_as_bytes(codecs, schema, columns, rows)
+        return pa.RecordBatch.from_pydict(columns, schema=schema)
+
+
+def _keep_unpaired_surrogates_as_bytes(
+    codecs: StateCodecs, schema: pa.Schema, columns: dict[str, list[Any]], rows: list[dict[str, Any]]
+) -> None:
+    """Move each value holding a Java string Arrow cannot hold to ``undecoded``, as its bytes; refuse a key.
+
+    A Java ``String`` or ``char`` may hold an unpaired UTF-16 surrogate, which UTF-8, and so an Arrow
+    string, cannot encode. The value keeps its exact bytes in ``undecoded`` (``kg write`` writes them back
+    unchanged); a key, namespace or map key has no such column.
+
+    Raises:
+        UnsupportedFormatError: A key, namespace or map key holds one (``STRING_NOT_UNICODE``).
+    """
+
+    def fits(value: Any, name: str) -> bool:
+        try:
+            pa.array([value], type=schema.field(name).type)
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    for i, row in enumerate(rows):
+        for part in ("key", "namespace", "user_key"):
+            if part in columns and not fits(columns[part][i], part):
+                raise UnsupportedFormatError(
+                    f"state {codecs.name!r}: a {part.replace('_', ' ')} in key group {row['key_group']} is a "
+                    "Java string with an unpaired UTF-16 surrogate, which an Arrow or Parquet string cannot "
+                    "hold",
+                    code="STRING_NOT_UNICODE",
+                )
+        if "value" in columns and not fits(columns["value"][i], "value"):
+            columns["value"][i] = None
+            columns["undecoded"][i] = row["value"]
 
 
 def _split_by_state(batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
