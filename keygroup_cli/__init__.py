@@ -17,7 +17,10 @@ such as ``kg ranges`` stay fast and never load pyarrow or Spark:
 - ``rescale(source, dest, new_parallelism, ...)``: rescale and commit
   (``keygroup_cli.execution.routes.rescale``);
 - ``run_rescale(source, dest, RescaleRequest(...), EngineOptions(...))``: the same, with the request and
-  the engine as values (``keygroup_cli.planning.request``, ``keygroup_cli.execution.options``).
+  the engine as values (``keygroup_cli.planning.request``, ``keygroup_cli.execution.options``);
+- ``write_state(savepoint, out, operator, state, mode, data)``, ``compact_state(savepoint, out, ...)`` and
+  ``transform(savepoint, out, operator, state, fn)``: change keyed state from data, by rule, or through a
+  function of Arrow record batches, and commit a new savepoint (``keygroup_cli.execution.routes.state_edit``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ _LAZY = {
     "EngineOptions": "keygroup_cli.execution.options",
     "RescaleResult": "keygroup_cli.execution.routes.rescale",
     "read_state": "keygroup_cli.execution.routes.state_data",
+    "transform": "keygroup_cli.execution.routes.state_edit",
+    "write_state": "keygroup_cli.execution.routes.state_edit",
+    "compact_state": "keygroup_cli.execution.routes.state_edit",
+    "StateEditResult": "keygroup_cli.execution.routes.state_edit",
 }
 
 
@@ -61,7 +68,9 @@ __all__ = [
     "PlannedRescale",
     "RescaleRequest",
     "RescaleResult",
+    "StateEditResult",
     "__version__",
+    "compact_state",
     "open_savepoint",
     "open_snapshot",
     "plan",
@@ -70,4 +79,6 @@ __all__ = [
     "read_state",
     "rescale",
     "run_rescale",
+    "transform",
+    "write_state",
 ]

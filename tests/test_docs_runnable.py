@@ -22,7 +22,7 @@ The conventions, for whoever writes a how-to:
   parallelism 3, maxParallelism 128), ``checkpoints/`` (a job's checkpoint directory holding ``chk-2``, a
   HashMap checkpoint at parallelism 2), ``ha.yaml`` (an exported Kubernetes HA ConfigMap), ``keys.txt``
   and ``hot-keys.txt``. ``fixtures/`` is the checkout's, so a page may use a bundled fixture by its path
-  from the checkout's root, and ``.venv/bin/kg`` is the README's.
+  from the checkout's root, and ``.venv/bin/kg`` and ``.venv/bin/python`` are the README's.
 - ``kg`` is the script beside ``sys.executable``: a directory first on PATH holds a link to it (the decoy
   ``python3``/``python`` of the test session stay behind it); HOME and TMPDIR are inside the work
   directory (shell-completion appends to ``~/.bashrc``), ``KG_*`` variables are cleared but for
@@ -73,7 +73,10 @@ NOT_RUNNABLE = {
         HOW_TO + "autoscaler-ceiling.md",
         "kubectl get flinkdeployment/ceiling-demo",
     ): "a Kubernetes cluster with the Flink operator",
-    (HOW_TO + "autoscaler-ceiling.md", "kubectl patch flinkdeployment"): "a Kubernetes cluster with the Flink operator",
+    (
+        HOW_TO + "autoscaler-ceiling.md",
+        "kubectl patch flinkdeployment",
+    ): "a Kubernetes cluster with the Flink operator",
     (
         HOW_TO + "generate-synthetic-snapshots.md",
         "kg generate big/",
@@ -353,6 +356,10 @@ def _lay_out_reader_files(work: Path) -> None:
     (work / "fixtures").symlink_to(FIXTURES, target_is_directory=True)
     (work / ".venv" / "bin").mkdir(parents=True)
     (work / ".venv" / "bin" / "kg").symlink_to(KG)
+    # The venv's Python, pyarrow and all (a link would lose the venv: Python finds it beside the path run).
+    python = work / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     (work / "home").mkdir()
     (work / "tmp").mkdir()
 

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "advise": "advise",
     "check": "check",
     "clean": "clean",
+    "compact": "compact",
     "completion": "completion",
     "convert": "convert",
     "diff": "diff",
@@ -53,6 +54,7 @@ COMMANDS: dict[str, str] = {
     "ranges": "ranges",
     "rescale": "rescale",
     "verify": "verify",
+    "write": "write",
 }
 
 ROOT_EPILOG = """\b

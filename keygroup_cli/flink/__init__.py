@@ -45,11 +45,13 @@ if TYPE_CHECKING:
         StateEntry,
         find_operator,
         lookup_keys,
+        state_codecs,
     )
     from keygroup_cli.flink.data.tables import (
         BatchReader,
         keyed_file_count,
         state_batches,
+        state_schema,
         state_table,
         typed_states,
     )
@@ -71,7 +73,13 @@ if TYPE_CHECKING:
     from keygroup_cli.flink.keyed.entry_parts import part_entries
     from keygroup_cli.flink.keyed.header import KeyedStateHeader, read_keyed_header
     from keygroup_cli.flink.keyed.key_group_bytes import operator_key_group_bytes
-    from keygroup_cli.flink.keyed.layout import KeyedLayout
+    from keygroup_cli.flink.keyed.layout import KeyedLayout, kg_kind
+    from keygroup_cli.flink.keyed.typed_entries import (
+        EncodedEntry,
+        encode_arrow_entry,
+        encode_entry,
+        require_encodable,
+    )
     from keygroup_cli.flink.layouts.heap import canonical_view, needs_canonical_view
     from keygroup_cli.flink.layouts.rocksdb import load_binding
     from keygroup_cli.flink.metadata.handles import (
@@ -113,12 +121,29 @@ if TYPE_CHECKING:
         StateMetaInfo,
     )
     from keygroup_cli.flink.types.serializers import ROW_DATA_SERIALIZER_SNAPSHOT
-    from keygroup_cli.flink.types.values import TtlValue
+    from keygroup_cli.flink.types.values import (
+        Codec,
+        NotEncodable,
+        StateCodecs,
+        TtlValue,
+        ValueNotEncodable,
+        arrow_rows,
+        arrow_values,
+    )
     from keygroup_cli.flink.write.commit import (
         SealedSavepoint,
         require_streams_decode,
         seal_in_place,
         seal_savepoint,
+    )
+    from keygroup_cli.flink.write.edit import (
+        CompactRule,
+        EditCounts,
+        KeyedEdit,
+        decoded_keys,
+        edited_batches,
+        header_codecs,
+        is_ttl,
     )
     from keygroup_cli.flink.write.finished import finished_before, finished_markers, require_finished_kept
     from keygroup_cli.flink.write.keyed_tasks import (
@@ -194,6 +219,11 @@ _LAZY = {
     "SerializerSnapshot": "keygroup_cli.flink.types.serializer_snapshots",
     "StateMetaInfo": "keygroup_cli.flink.types.serializer_snapshots",
     "TtlValue": "keygroup_cli.flink.types.values",
+    "Codec": "keygroup_cli.flink.types.values",
+    "NotEncodable": "keygroup_cli.flink.types.values",
+    "ValueNotEncodable": "keygroup_cli.flink.types.values",
+    "arrow_rows": "keygroup_cli.flink.types.values",
+    "arrow_values": "keygroup_cli.flink.types.values",
     "decode_keyed_file": "keygroup_cli.flink.keyed.decode",
     "write_keyed_file": "keygroup_cli.flink.keyed.encode",
     "Entries": "keygroup_cli.flink.keyed.entries",
@@ -202,6 +232,10 @@ _LAZY = {
     "read_keyed_header": "keygroup_cli.flink.keyed.header",
     "operator_key_group_bytes": "keygroup_cli.flink.keyed.key_group_bytes",
     "KeyedLayout": "keygroup_cli.flink.keyed.layout",
+    "EncodedEntry": "keygroup_cli.flink.keyed.typed_entries",
+    "encode_arrow_entry": "keygroup_cli.flink.keyed.typed_entries",
+    "encode_entry": "keygroup_cli.flink.keyed.typed_entries",
+    "require_encodable": "keygroup_cli.flink.keyed.typed_entries",
     "KIND_BY_MODE": "keygroup_cli.flink.operator.codec",
     "decode_operator_file": "keygroup_cli.flink.operator.codec",
     "write_operator_file": "keygroup_cli.flink.operator.codec",
@@ -265,6 +299,17 @@ _LAZY = {
     "state_table": "keygroup_cli.flink.data.tables",
     "state_batches": "keygroup_cli.flink.data.tables",
     "typed_states": "keygroup_cli.flink.data.tables",
+    "state_codecs": "keygroup_cli.flink.data.lookup",
+    "state_schema": "keygroup_cli.flink.data.tables",
+    "StateCodecs": "keygroup_cli.flink.types.values",
+    "kg_kind": "keygroup_cli.flink.keyed.layout",
+    "CompactRule": "keygroup_cli.flink.write.edit",
+    "EditCounts": "keygroup_cli.flink.write.edit",
+    "KeyedEdit": "keygroup_cli.flink.write.edit",
+    "decoded_keys": "keygroup_cli.flink.write.edit",
+    "edited_batches": "keygroup_cli.flink.write.edit",
+    "header_codecs": "keygroup_cli.flink.write.edit",
+    "is_ttl": "keygroup_cli.flink.write.edit",
 }
 
 

@@ -80,6 +80,6 @@ def test_bash_completes_through_the_printed_script(tmp_path: Path) -> None:
     rc = tmp_path / ".bashrc"
     with rc.open("w") as fh:
         subprocess.run(["kg", "completion", "bash"], env=env, stdout=fh, check=True)
-    probe = f'source {rc}; COMP_WORDS=(kg comp); COMP_CWORD=1; _kg_completion kg; echo "${{COMPREPLY[@]}}"'
+    probe = f'source {rc}; COMP_WORDS=(kg compl); COMP_CWORD=1; _kg_completion kg; echo "${{COMPREPLY[@]}}"'
     done = subprocess.run([bash, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "completion"

@@ -29,7 +29,10 @@ DEPLOYMENT = "fixtures/k8s/autoscaler-ceiling/deployment.yaml"
 CHECKPOINTS = "fixtures/flink/2.3/heap-checkpoint-p2-maxp128-string/0000000000006b670000000000000005"
 
 #: Values that are data, not fields: a key, a state's value, a map's user key, a namespace, a parsed HA entry.
-DATA = {"key", "value", "user_key", "namespace", "parsed", "environment", "vertex_overrides", "merge_patch", "state_snapshot"}
+DATA = {
+    *("key", "value", "user_key", "namespace", "parsed", "environment"),
+    *("vertex_overrides", "merge_patch", "state_snapshot"),  # Kubernetes resources and their fields
+}
 
 #: Names of schema 2 that schema 3 renamed: the glossary may not list them, so no document can carry them.
 RENAMED = {
@@ -170,6 +173,13 @@ def _commands(tmp: Path) -> list[tuple[list[str], dict[str, str]]]:
         (["check", DEPLOYMENT], {"input": DEPLOYMENT}),
         (["plan", DEPLOYMENT], {}),
         (["gc", "job"], {"input": "job"}),
+        (["export", SAVEPOINT, "-o", "keyed-state", "--state", "sum", "--out", "sum.parquet"], {}),
+        (
+            [*("write", SAVEPOINT, "-o", "keyed-state", "-s", "sum", "--mode", "upsert"), "--data", "sum.parquet"]
+            + ["--out", "written/"],
+            {"input": SAVEPOINT, "output": "written/"},
+        ),
+        (["compact", SAVEPOINT, "--drop-where", "key < 10", "--out", "compacted/"], {"output": "compacted/"}),
         (["rescale", DEPLOYMENT, "-m", "600", "--from", "3", "--out", "m600/"], {"output": "m600/"}),
     ]
 

@@ -22,6 +22,8 @@ from keygroup_cli.cli.render import short_ids
 from tests.conftest import FIXTURES
 
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
+DEPLOYMENT = FIXTURES / "k8s" / "autoscaler-ceiling" / "deployment.yaml"
+CHECKPOINTS = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string" / "0000000000006b670000000000000005"
 #: Operators without uids and names: shown by their (shortened) ids.
 UID_LESS = FIXTURES / "flink" / "1.17" / "uid-heap-canonical-p3"
 WIDTHS = (80, 120)
@@ -63,6 +65,18 @@ COMMANDS: list[tuple[str, tuple[str, ...], int]] = [
     ("generate", ("generate", "generated", "-o", "counter:long:3000:3:128"), 0),
     ("doctor", ("doctor",), 0),
     ("clean", ("clean", "r4"), 0),
+    ("export-sum", ("export", "savepoint", "-o", "keyed-state", "--state", "sum", "--out", "sum.parquet"), 0),
+    (
+        "write",
+        ("write", "savepoint", "-o", "keyed-state", "-s", "sum", "--mode", "upsert", "--data", "sum.parquet")
+        + ("--out", "written", "--dry-run"),
+        0,
+    ),
+    ("compact", ("compact", "uid-less", "--timers-before", "0", "--out", "compacted"), 0),
+    ("compact-dry-run", ("compact", "savepoint", "--drop-where", "key < 9", "--out", "c", "--dry-run"), 0),
+    ("gc", ("gc", "job"), 0),
+    ("inspect-deployment", ("inspect", str(DEPLOYMENT)), 0),
+    ("plan-deployment", ("plan", str(DEPLOYMENT)), 0),
 ]
 
 
@@ -72,6 +86,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("width")
     shutil.copytree(SAVEPOINT, root / "savepoint")
     shutil.copytree(UID_LESS, root / "uid-less")
+    shutil.copytree(CHECKPOINTS, root / "job")
+    (root / "job" / "shared").mkdir()
+    (root / "job" / "shared" / "leaked-sst-0123456789abcdef0123456789abcdef").write_bytes(b"x")  # an orphan
     return root
 
 
@@ -101,7 +118,7 @@ def outputs(workdir: Path) -> dict[tuple[str, int], str]:
 
 
 #: Output paths of COMMANDS (and the inputs later commands read from them), one per width.
-_OUTPUTS = {"exported", "snapshot", "r64", "r4", "r4s", "m", "generated"}
+_OUTPUTS = {"exported", "snapshot", "r64", "r4", "r4s", "m", "generated", "sum.parquet", "compacted"}
 
 
 def _ids(workdir: Path) -> Iterator[str]:

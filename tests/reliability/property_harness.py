@@ -114,6 +114,23 @@ def _rescale(*extra: str) -> Callable[[Fixture, Path, Path, Path], list[str]]:
     ]
 
 
+def _write_data(f: Fixture) -> Path:
+    """Return a one-key delete for ``kg write`` of ``f``: an input kept outside the work directory."""
+    import tempfile
+
+    import pyarrow as pa
+
+    root = Path(tempfile.gettempdir()) / f"kg-property-data-{os.getuid()}"
+    root.mkdir(exist_ok=True)
+    path = root / f"{f.name}.parquet"
+    if not path.exists():
+        key: object = int(f.key) if f.key.lstrip("-").isdigit() else f.key
+        part = root / f"{f.name}.{os.getpid()}.tmp"
+        pq.write_table(pa.table({"key": [key]}), part)
+        os.replace(part, path)
+    return path
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("inspect", lambda f, src, d, p: ["inspect", str(src)]),
     Command("check", lambda f, src, d, p: ["check", str(src), "-p", "4"]),
@@ -156,6 +173,24 @@ COMMANDS: tuple[Command, ...] = (
         "convert",
         lambda f, src, d, p: ["convert", str(src), "--out", str(d)],
         output="kg",
+        writer=True,
+        gated=True,
+    ),
+    Command(
+        "write",
+        lambda f, src, d, p: [
+            *("write", str(src), "-o", f.operator, "--state", "sum", "--mode", "delete"),
+            *("--data", str(_write_data(f)), "--out", str(d)),
+        ],
+        output="savepoint",
+        writer=True,
+        gated=True,
+        applies=lambda f: f.operator == "keyed-state",
+    ),
+    Command(
+        "compact",
+        lambda f, src, d, p: ["compact", str(src), "--timers-before", "0", "--out", str(d)],
+        output="savepoint",
         writer=True,
         gated=True,
     ),

@@ -461,8 +461,8 @@ def encode_row(
 
     ``reserve_nulls``: a null long DECIMAL or fine TIMESTAMP keeps its variable-part space, as the generated
     projections that build key rows write it (``BinaryWriter.createNullSetter``); False writes it as
-    ``RowDataSerializer.toBinaryRow`` does (``setNullAt``: no space), as a state value from a ``GenericRowData``
-    is written. Flink reads both alike; only the bytes differ.
+    ``RowDataSerializer.toBinaryRow`` does (``setNullAt``: no space), as a state value from a
+    ``GenericRowData`` is written. Flink reads both alike; only the bytes differ.
 
     Raises:
         InvalidArgumentError: A value that does not fit its field.
