@@ -5,6 +5,10 @@ provably no longer runs. On an object store: an upload kg never committed (its w
 ``_metadata`` or ``_manifest.json``), or the writer mark alone inside a committed one (a kill between the
 commit and the mark's removal). Anything whose writer may still run, or that kg did not write, is
 listed and left alone; ``force`` removes kg's own leftovers whatever their writer.
+
+Either way, the exchange prefixes a Spark re-key left under ``dest`` (``.kg-exchange-<id>``, beside the
+output's objects or in the directory ``spark.kg.exchange.dir`` named: ``storage.exchange``), by the same
+rule.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keygroup_cli.storage import transfer
+from keygroup_cli.storage.exchange import remove_exchange, stale_exchanges
 from keygroup_cli.storage.locations import Location, is_remote, location
 from keygroup_cli.storage.staging import stale_staging
 from keygroup_cli.storage.writer import Writer
@@ -37,15 +42,26 @@ def clean(dest: str | os.PathLike[str], *, force: bool = False, dry_run: bool = 
 
     ``dry_run`` removes nothing. ``dest`` itself, when committed, is never touched.
     """
+    found = _clean_exchanges(dest, force, dry_run)
     if is_remote(dest):
-        return _clean_upload(location(str(dest)), force, dry_run)
-    found = []
+        return found + _clean_upload(location(str(dest)), force, dry_run)
     for stale in stale_staging(Path(dest)):
         remove = (stale.removable or force) and not dry_run
         if remove:
             shutil.rmtree(stale.path, ignore_errors=True)
         writer = stale.writer.describe() if stale.writer is not None else "unknown (no writer mark)"
         found.append(Leftover(str(stale.path), writer, stale.removable, remove))
+    return found
+
+
+def _clean_exchanges(dest: str | os.PathLike[str], force: bool, dry_run: bool) -> list[Leftover]:
+    found = []
+    for stale in stale_exchanges(str(dest)):
+        remove = (stale.removable or force) and not dry_run
+        if remove:
+            remove_exchange(stale.where)
+        writer = stale.writer.describe() if stale.writer is not None else "unknown (no writer mark)"
+        found.append(Leftover(str(stale.where), writer, stale.removable, remove))
     return found
 
 

@@ -3,9 +3,10 @@
 ``StandaloneCluster.start(directory, workers=2)`` runs ``<pyspark>/bin/spark-class`` for one
 ``org.apache.spark.deploy.master.Master`` and N ``org.apache.spark.deploy.worker.Worker`` (1 core, 1 GB
 each by default), every one in its own process group with its log and work directory under
-``directory``, and returns once the master's JSON (``http://127.0.0.1:<webui>/json/``) reports every
-worker ALIVE. ``stop()`` kills the process groups (executors started by the workers included) and checks
-that none is left.
+``directory`` (and each worker its own ``SPARK_LOCAL_DIRS``: its executors share no directory), and
+returns once the master's JSON (``http://127.0.0.1:<webui>/json/``) reports every worker ALIVE.
+``stop()`` kills the process groups (executors started by the workers included) and checks that none is
+left.
 
 The daemons get ``SPARK_HOME`` (the pyspark package, so ``find-spark-home`` never asks a ``python3`` on
 PATH for it), ``SPARK_LOCAL_IP=127.0.0.1``, an empty ``SPARK_CONF_DIR`` (no ``spark-env.sh`` of the
@@ -150,6 +151,9 @@ class StandaloneCluster:
             for index in range(workers):
                 work_dir = directory / f"worker-{index}" / "work"
                 work_dir.mkdir(parents=True, exist_ok=True)
+                # Each worker's own scratch disk (its executors' shuffle and spill files): no two share one.
+                local_dir = directory / f"worker-{index}" / "local"
+                local_dir.mkdir(parents=True, exist_ok=True)
                 cluster.workers.append(
                     _launch(
                         f"worker-{index}",
@@ -167,7 +171,7 @@ class StandaloneCluster:
                             cluster.master_url,
                         ],
                         directory,
-                        env,
+                        {**env, "SPARK_LOCAL_DIRS": str(local_dir)},
                         work_dir=work_dir,
                         cpu=index % (os.cpu_count() or 1) if pin else None,
                     )

@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from keygroup_cli.execution.engines.local import LocalExecutor
-from keygroup_cli.execution.engines.spark.jobs import EXCHANGE_DIR, SparkExecutor
+from keygroup_cli.execution.engines.spark.jobs import SparkExecutor
 from keygroup_cli.execution.engines.spark.tasks import FAIL_FIRST_SPILL
 from keygroup_cli.execution.jobs import model as pipeline
 from keygroup_cli.execution.jobs.savepoint import FlinkPartRead, plan_keyed_jobs
 from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.execution.routes.savepoint import open_input
 from keygroup_cli.planning.request import RescaleRequest
+from keygroup_cli.storage.exchange import EXCHANGE_PREFIX
 
 pytestmark = pytest.mark.spark
 
@@ -90,10 +91,9 @@ def test_the_shared_store_exchange_writes_the_local_engines_bytes(
         runs[label] = _written(executor, jobs, out, scratch)
         if label == "shared":
             # The exchange ran through the scratch directory, and its spill files are gone.
-            assert executor.exchange == "shared"
-            assert (scratch / EXCHANGE_DIR).is_dir() and not any((scratch / EXCHANGE_DIR).iterdir())
-        else:
-            assert not (scratch / EXCHANGE_DIR).exists()
+            assert executor.exchange == executor.exchange_for(jobs) == "shared"
+        # No exchange is left in the scratch directory (nor was one made for Spark's shuffle).
+        assert list(scratch.glob(f"{EXCHANGE_PREFIX}*")) == []
     assert runs["local"] and sum(len(data) for _offsets, data in runs["local"].values()) > 0
     assert runs["shared"] == runs["local"]
     assert runs["shuffle"] == runs["local"]

@@ -69,3 +69,18 @@ def test_a_missing_or_short_spill_file_is_one_clear_error(tmp_path: Path) -> Non
     with pytest.raises(ExecutionError, match="shorter than what was written") as info:
         read_stretches([Stretch(str(short), 1, 4)])
     assert info.value.code == "SPILL_MISSING"
+
+
+def test_stretches_on_a_store_are_read_by_range_and_a_missing_object_is_one_error(tmp_path: Path) -> None:
+    # A file:// URI goes through the storage layer as an object store does (ranged reads, no seek).
+    data = bytes(range(256)) * 40
+    (tmp_path / "f").write_bytes(data)
+    uri = (tmp_path / "f").as_uri()
+    stretches = [Stretch(uri, 10, 5), Stretch(uri, 15, 20), Stretch(uri, 1000, 3000), Stretch(uri, 0, 4)]
+    assert bytes(read_stretches(stretches)) == data[10:35] + data[1000:4000] + data[0:4]
+    with pytest.raises(ExecutionError, match="missing from the exchange") as info:
+        read_stretches([Stretch((tmp_path / "gone").as_uri(), 0, 4)])
+    assert info.value.code == "SPILL_MISSING"
+    with pytest.raises(ExecutionError, match="shorter than what was written") as info:
+        read_stretches([Stretch(uri, len(data) - 2, 4)])
+    assert info.value.code == "SPILL_MISSING"

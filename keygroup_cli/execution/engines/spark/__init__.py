@@ -15,11 +15,13 @@ By concern:
 - ``data``: keyed state as data (``kg export --engine spark``, ``kg.read_state(engine="spark")``);
 - ``daemon``: the Python daemon of kg's embedded sessions (``spark.python.daemon.module``).
 
-Tasks write to the target directory directly, so with a ``--master`` other than local the staging
-directory beside DEST must be on a filesystem every executor mounts at the same path, and kg must be
-importable on the executors. A re-key's shuffle goes through spill files in kg's scratch directory with a
-local master (the shared-store exchange, ``engines.spill``), through Spark's shuffle with a cluster one
-unless ``spark.kg.exchange=shared`` says its executors reach that directory too (``jobs.exchange_mode``).
+Tasks write to the target directly, so with a ``--master`` other than local a local DEST's staging
+directory must be on a filesystem every executor mounts at the same path (an object-store DEST needs
+none), and kg must be importable on the executors. A re-key's shuffle goes through spill files in kg's
+scratch directory with a local master (the shared-store exchange, ``engines.spill``); with a cluster one,
+through the object store under an ``s3://`` DEST (or ``spark.kg.exchange.dir``), else through Spark's
+shuffle unless ``spark.kg.exchange=shared`` says its executors reach the scratch directory too
+(``jobs.exchange_mode``).
 
 The names below are loaded on first access (module ``__getattr__``): every Spark Python worker imports
 ``spark.daemon``, which must not pull in pyarrow, numpy or the task model through this package.

@@ -3,22 +3,25 @@
 - A narrow job (a kg snapshot's parallelism change): one task per new subtask, streaming its read tasks
   (pieces of old files) straight into its file (``pipeline.stream``): a narrow stage, no shuffle, as
   Flink itself intersects key-group ranges.
-- A job with a shuffle, through the **shared-store exchange** (``spark.kg.exchange=shared``; the default
-  with a local master, see ``exchange_mode``): a first Spark job runs the read tasks, each appending what
-  it routes (the byte route's parts, or the row route's rows as Arrow IPC) to a spill file of its own
-  attempt in a directory every executor reaches (``engines.spill``) and returning only where it wrote;
+- A job with a shuffle, through the **shared-store exchange** (``spark.kg.exchange=shared``, the default
+  with a local master: kg's scratch directory; ``store``, the default with a cluster master and an
+  object-store output: a hidden ``.kg-exchange-<id>`` prefix under ``--out s3://…`` or
+  ``spark.kg.exchange.dir``; see ``exchange_mode``): a first Spark job runs the read tasks, each appending
+  what it routes (the byte route's parts, or the row route's rows as Arrow IPC) to a spill file of its own
+  attempt where every executor reaches it (``engines.spill``) and returning only where it wrote;
   the driver gives each write task of the second Spark job its new subtask's stretches in read-task
   order, and the write task reads them back bucket by bucket. Nothing crosses into the JVM but those
   descriptors. A retried or speculative read attempt writes a file of its own, and only the stretches of
   the attempt Spark reports as successful are used.
 - A job with a shuffle through **Spark's shuffle** (``spark.kg.exchange=shuffle``; the default with a
-  cluster master): a map task per read task routes its rows (``pipeline.route``) and emits them as
-  Arrow IPC blocks keyed by ``(new subtask, bucket, read task, batch)``; ``partitionBy`` sends new
-  subtask *j*'s blocks to partition *j*; each reduce task appends them to one spill file on its
-  executor's local disk, then writes its file bucket by bucket, each bucket's blocks in input order
-  (``tasks._buckets``, ``pipeline.write``). Blocks, not rows, cross the shuffle, so no pandas and no
-  per-row conversion is needed, and no Python-side sort (PySpark's ``repartitionAndSortWithinPartitions``
-  sorts in the Python worker and spills pickles past ``spark.python.worker.memory``).
+  cluster master and a local output): a map task per read task routes its rows (``pipeline.route``)
+  and emits them as Arrow IPC blocks keyed by ``(new subtask, bucket, read task, batch)``;
+  ``partitionBy`` sends new subtask *j*'s blocks to partition *j*; each reduce task appends them to one
+  spill file on its executor's local disk, then writes its file bucket by bucket, each bucket's blocks
+  in input order (``tasks._buckets``, ``pipeline.write``). Blocks, not rows, cross the shuffle, so no
+  pandas and no per-row conversion is needed, and no Python-side sort (PySpark's
+  ``repartitionAndSortWithinPartitions`` sorts in the Python worker and spills pickles past
+  ``spark.python.worker.memory``).
 - The byte route (a maxParallelism change of a savepoint, ``KeyedJob.parts``) runs the same stages with
   the parts its map tasks pack (``flink.keyed.entry_parts``) as the shuffle records: plain bytes, no Arrow.
 - Copy jobs run on the driver.
@@ -31,10 +34,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import threading
-import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,39 +56,71 @@ from keygroup_cli.execution.engines.spill import SpilledTask, subtask_stretches
 from keygroup_cli.execution.jobs import model as pipeline
 from keygroup_cli.execution.jobs.model import CopyJob, KeyedJob, Progress, W
 from keygroup_cli.snapshot.parquet import DEFAULT_BATCH_ROWS
+from keygroup_cli.storage.exchange import new_exchange, remove_exchange
+from keygroup_cli.storage.locations import is_remote
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 
-#: Under the scratch directory: the spill files of the shared-store exchange (one directory per Spark job).
-EXCHANGE_DIR = ".kg-exchange"
-#: The Spark setting that chooses the byte route's exchange: ``shared``, ``shuffle`` or ``auto``.
+#: The setting that chooses the byte route's exchange: ``auto``, ``shared``, ``store`` or ``shuffle``.
 EXCHANGE_SETTING = "spark.kg.exchange"
-EXCHANGES = ("auto", "shared", "shuffle")
+#: The setting that names where the exchange goes (an object-store prefix, or a directory every executor
+#: mounts at the same path); default: the output's object store, else kg's scratch directory.
+EXCHANGE_DIR_SETTING = "spark.kg.exchange.dir"
+EXCHANGES = ("auto", "shared", "store", "shuffle")
 
 
-def exchange_mode(sc: SparkContext, exchange: str | None = None) -> str:
-    """Return how the byte route's parts are exchanged: ``shared`` or ``shuffle``.
+def exchange_mode(
+    sc: SparkContext,
+    exchange: str | None = None,
+    output: str | None = None,
+    directory: str | None = None,
+) -> str:
+    """Return how the re-key's parts are exchanged: ``shared``, ``store`` or ``shuffle``.
 
-    ``exchange`` (or the ``spark.kg.exchange`` setting, e.g. ``--conf spark.kg.exchange=shared``) decides;
-    ``auto`` (the default) is ``shared`` with a local master, whose executors all see the scratch
-    directory, and ``shuffle`` with a cluster master, whose executors may not (``shared`` there needs
-    DEST's directory on a filesystem every executor mounts at the same path).
+    - ``shared``: spill files in kg's scratch directory (every executor must reach it at the same path);
+    - ``store``: spill files under ``directory`` (``spark.kg.exchange.dir``), else under the output's own
+      object-store prefix ``output`` (``--out s3://…``), in a hidden ``.kg-exchange-<id>`` prefix removed
+      before the commit (``storage.exchange``): no directory is shared, only the store;
+    - ``shuffle``: Spark's own shuffle.
+
+    ``exchange`` (or ``spark.kg.exchange``) decides; ``auto`` (the default) is ``store`` where an exchange
+    directory is set, else ``shared`` with a local master, whose executors all see the scratch directory;
+    with a cluster master ``store`` when the output is on an object store, else ``shuffle``.
 
     Raises:
-        InvalidArgumentError: An unknown exchange (``UNKNOWN_EXCHANGE``).
+        InvalidArgumentError: An unknown exchange (``UNKNOWN_EXCHANGE``); ``store`` with neither an
+            exchange directory nor an object-store output (``EXCHANGE_NEEDS_STORE``).
     """
-    mode = exchange or sc.getConf().get(EXCHANGE_SETTING, "auto") or "auto"
+    conf = sc.getConf()
+    mode = exchange or conf.get(EXCHANGE_SETTING, "auto") or "auto"
     if mode not in EXCHANGES:
         raise InvalidArgumentError(
             f"unknown {EXCHANGE_SETTING} {mode!r}; expected one of {', '.join(EXCHANGES)}",
             code="UNKNOWN_EXCHANGE",
         )
-    if mode == "auto":
-        return "shared" if sc.master.startswith("local") else "shuffle"
-    return mode
+    directory = directory or conf.get(EXCHANGE_DIR_SETTING, None) or None
+    remote_output = output is not None and is_remote(output)
+    if mode == "store" and directory is None and output is not None and not remote_output:
+        raise InvalidArgumentError(
+            f"{EXCHANGE_SETTING}=store needs an object-store output (--out s3://…) or {EXCHANGE_DIR_SETTING}",
+            code="EXCHANGE_NEEDS_STORE",
+        )
+    if mode != "auto":
+        return mode
+    if directory is not None:
+        return "store"
+    if sc.master.startswith("local"):
+        return "shared"
+    return "store" if remote_output else "shuffle"
+
+
+def _output_root(jobs: Sequence[KeyedJob[Any]]) -> str | None:
+    """Return where the jobs' write tasks put their files (one root for all of them), or None."""
+    roots = {getattr(w, "root", None) for job in jobs for w in job.writes}
+    return roots.pop() if len(roots) == 1 else None
 
 
 class SparkExecutor:
@@ -103,6 +136,7 @@ class SparkExecutor:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         config: dict[str, str] | None = None,
         exchange: str | None = None,
+        exchange_dir: str | None = None,
     ) -> None:
         self._session = session
         self.context = (
@@ -112,9 +146,13 @@ class SparkExecutor:
         )
         self.batch_rows = batch_rows
         require_workers(self.context, master)
-        #: How the byte route's parts go from read to write tasks: ``shared`` (spill files in a directory
-        #: every executor reaches) or ``shuffle`` (Spark's shuffle); see ``exchange_mode``.
-        self.exchange = exchange_mode(self.context, exchange)
+        self._exchange_setting = exchange
+        #: Where the ``store`` exchange goes: this, else ``spark.kg.exchange.dir``, else the output's prefix.
+        self.exchange_dir = exchange_dir or self.context.getConf().get(EXCHANGE_DIR_SETTING, None) or None
+        #: How a re-key's parts go from read to write tasks before the output is known: ``shared`` (spill
+        #: files in the scratch directory), ``store`` (spill files on a store every executor reaches) or
+        #: ``shuffle`` (Spark's shuffle); see ``exchange_mode``. Each ``run`` decides with its output.
+        self.exchange = exchange_mode(self.context, exchange, directory=self.exchange_dir)
 
     @property
     def session(self) -> SparkSession:
@@ -143,11 +181,11 @@ class SparkExecutor:
         executor mounts, or an object store they reach); only the written files' descriptors come back
         to the driver. Copy jobs run on the driver.
 
-        With the shared-store exchange (``self.exchange == "shared"``) the byte route's jobs run as two
-        Spark jobs instead: read tasks append their parts to spill files under ``scratch`` (which every
-        executor must reach at the same path) and return where they wrote; then write tasks, one per new
-        subtask, read their stretches back, in the same job as the other operators' tasks. The spill
-        files are removed before this returns.
+        With the shared-store exchange (``exchange_for(jobs)`` is ``shared`` or ``store``) the shuffled
+        jobs run as two Spark jobs instead: read tasks append their parts to spill files under ``scratch``
+        (which every executor must reach at the same path) or on the object store (``_exchange``) and
+        return where they wrote; then write tasks, one per new subtask, read their stretches back, in the
+        same job as the other operators' tasks. The spill files are removed before this returns.
         """
         progress = Progress(jobs, on_progress)
         sc = self.context
@@ -170,8 +208,9 @@ class SparkExecutor:
                 start=progress.done[stage],
                 share=weight,
             )
-            with watch, spark_failures(sc):
-                results = self._collect(sc, together, scratch)
+            # The exchange is removed last: after Spark's jobs were cancelled on a failure or Ctrl-C.
+            with self._exchange(together, scratch) as root, watch, spark_failures(sc):
+                results = self._collect(sc, together, root)
             for index, job in enumerate(together):
                 mine = [(f, rows) for i, f, rows in results if i == index]
                 routed = sum(rows for _, rows in mine)
@@ -179,34 +218,64 @@ class SparkExecutor:
             progress.advance(stage, weight)
         return written
 
+    def exchange_for(self, jobs: Sequence[KeyedJob[Any]]) -> str:
+        """Return the exchange ``run`` uses for ``jobs``: ``shared``, ``store`` or ``shuffle``."""
+        output = _output_root(jobs)
+        output = output if output is not None else ""
+        return exchange_mode(self.context, self._exchange_setting, output, self.exchange_dir)
+
+    @contextlib.contextmanager
+    def _exchange(self, jobs: Sequence[KeyedJob[Any]], scratch: Path) -> Iterator[str | None]:
+        """Yield where the read tasks of ``jobs`` spill (None: no exchange, Spark's shuffle or none needed).
+
+        ``shared``: ``scratch/.kg-exchange-<id>``; ``store``: ``.kg-exchange-<id>`` under
+        ``spark.kg.exchange.dir``, else under the output's prefix. Created with a writer mark and removed
+        afterwards whatever happens (``storage.exchange``); after a success whatever cannot be removed
+        is an error, so nothing of it is left inside the output the caller then commits.
+        """
+        if all(job.feeds is not None for job in jobs):
+            yield None
+            return
+        mode = self.exchange_for(jobs)
+        if mode == "shuffle":
+            yield None
+            return
+        if mode == "shared":
+            base: str = str(scratch)
+        else:
+            base = self.exchange_dir or _output_root(jobs) or ""
+        where = new_exchange(base)
+        try:
+            yield where.uri if not where.is_local else where.path
+        except BaseException:
+            remove_exchange(where)
+            raise
+        remove_exchange(where, check=True)
+
     def _collect(
-        self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], scratch: Path
+        self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], root: str | None
     ) -> list[tuple[int, W, int]]:
         """Run ``jobs``; return ``(job index, written file, rows read)`` per write task.
 
-        One Spark job, two with the shared-store exchange (its read tasks first).
+        One Spark job, two with an exchange through spill files under ``root`` (its read tasks first).
         """
         narrow = [i for i, job in enumerate(jobs) if job.feeds is not None]
-        shared = self.exchange == "shared"
-        exchanged = [i for i, job in enumerate(jobs) if job.feeds is None and shared]
+        exchanged = [i for i, job in enumerate(jobs) if job.feeds is None and root is not None]
         shuffled = [i for i, job in enumerate(jobs) if job.feeds is None and i not in exchanged]
         parts = []
-        root = scratch / EXCHANGE_DIR / uuid.uuid4().hex
-        try:
-            if exchanged:
-                parts.append(self._exchanged(sc, jobs, exchanged, root))
-            if narrow:
-                parts.append(self._narrow(sc, jobs, narrow))
-            if shuffled:
-                parts.append(self._shuffled(sc, jobs, shuffled))
-            rdd = parts[0] if len(parts) == 1 else sc.union(parts)
-            results: list[tuple[int, W, int]] = rdd.collect()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        if exchanged:
+            assert root is not None
+            parts.append(self._exchanged(sc, jobs, exchanged, root))
+        if narrow:
+            parts.append(self._narrow(sc, jobs, narrow))
+        if shuffled:
+            parts.append(self._shuffled(sc, jobs, shuffled))
+        rdd = parts[0] if len(parts) == 1 else sc.union(parts)
+        results: list[tuple[int, W, int]] = rdd.collect()
         return results
 
     def _exchanged(
-        self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int], root: Path
+        self, sc: SparkContext, jobs: Sequence[KeyedJob[W]], chosen: Sequence[int], root: str
     ) -> Any:
         """Run the read tasks of ``chosen`` (a Spark job) spilling under ``root``; return the write tasks.
 
@@ -214,10 +283,9 @@ class SparkExecutor:
         per task, that of its successful attempt, so the stretches of a failed or speculative attempt are
         never used. Each write task gets its new subtask's stretches in read-task order.
         """
-        root.mkdir(parents=True)
         reads = [(k, r) for k, i in enumerate(chosen) for r in range(len(jobs[i].reads))]
-        spill = functools.partial(spill_task, jobs, tuple(chosen), self.batch_rows, str(root))
-        sc.setJobDescription("kg rescale: read tasks spill into the shared store")
+        spill = functools.partial(spill_task, jobs, tuple(chosen), self.batch_rows, root)
+        sc.setJobDescription(f"kg rescale: read tasks spill into the exchange {root}")
         try:
             described = sc.parallelize(reads, max(1, len(reads))).map(spill).collect()
         finally:
@@ -326,7 +394,7 @@ class _TaskProgress:
 
 __all__ = [
     "EXCHANGES",
-    "EXCHANGE_DIR",
+    "EXCHANGE_DIR_SETTING",
     "EXCHANGE_SETTING",
     "SparkExecutor",
     "exchange_mode",

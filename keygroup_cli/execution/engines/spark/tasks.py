@@ -83,7 +83,8 @@ def spill_task(
 
     ``read = (k, r)``: read task ``r`` of job ``chosen[k]``. The file's name is unique to the attempt, so
     a retried or speculative attempt never writes where another did; the driver uses the stretches of the
-    attempt Spark reports as successful (``spill.spill_read_task``).
+    attempt Spark reports as successful (``spill.spill_read_task``). With ``root`` on an object store the
+    file is first written on this executor's local disk (Spark's ``SPARK_LOCAL_DIRS``), then uploaded.
     """
     from pyspark import TaskContext
 
@@ -100,7 +101,8 @@ def spill_task(
             raise RuntimeError(f"{FAIL_FIRST_SPILL}: the first attempt of read task {index} fails")
 
     with naming_kg_errors():
-        return k, index, spill_read_task(jobs[chosen[k]], index, batch_rows, path, fail)
+        local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
+        return k, index, spill_read_task(jobs[chosen[k]], index, batch_rows, path, fail, local)
 
 
 def exchange_write_task(
