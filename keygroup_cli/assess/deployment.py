@@ -3,16 +3,32 @@
 ``resolve_start`` picks the state the deployment starts from, in the operator's order of preference as
 kg reads it from the resources given (one file):
 
-1. ``spec.job.initialSavepointPath`` (what the operator restores on first deploy and on a
+1. ``status.jobStatus.upgradeSavepointPath`` (operator 1.10+; before it
+   ``status.jobStatus.savepointInfo.lastSavepoint.location``, which 1.10+ still falls back to): the
+   savepoint (or, for a job that ended, the latest checkpoint) the operator recorded when it last stopped
+   the job, and what it restores when the job is resumed or upgraded in ``savepoint`` mode
+   (``AbstractJobReconciler.restoreJob``; the operator's docs, "Snapshots": "the savepoint path will also
+   be recorded in the upgradeSavepointPath job status field, which the operator will use when restarting
+   the job"). Not when ``spec.job.savepointRedeployNonce`` differs from the one last reconciled (the
+   operator then redeploys from ``initialSavepointPath``, docs "Redeploy using the
+   savepointRedeployNonce"), nor when it is the operator's last-state marker
+   (``KUBERNETES_OPERATOR_LAST_STATE``) or the last reconciled ``upgradeMode`` is ``last-state``: the
+   job then resumes from its HA metadata. Once the operator has deployed the spec (a
+   ``lastReconciledSpec``) and recorded an upgrade path, ``initialSavepointPath`` is passed over: the
+   operator reads it only before the first deployment and on a nonce change;
+2. else ``spec.job.initialSavepointPath`` (what the operator restores on first deploy and on a
    ``savepointRedeployNonce`` change);
-2. else the newest COMPLETED ``FlinkStateSnapshot`` whose ``spec.jobReference`` names the deployment
+3. else the newest COMPLETED ``FlinkStateSnapshot`` whose ``spec.jobReference`` names the deployment
    (``status.path``, else ``spec.savepoint.path``; newest by ``status.resultTimestamp``,
    ``status.triggerTimestamp``, ``metadata.creationTimestamp``);
-3. else the HA store named in ``spec.flinkConfiguration`` (``high-availability.type: kubernetes`` with the
+4. else the HA store named in ``spec.flinkConfiguration`` (``high-availability.type: kubernetes`` with the
    cluster's HA ConfigMaps exported into the same file; ``zookeeper`` with
    ``high-availability.zookeeper.quorum``): the checkpoint the job would resume from;
-4. else the checkpoint directory (``execution.checkpointing.dir``, or the older ``state.checkpoints.dir``),
+5. else the checkpoint directory (``execution.checkpointing.dir``, or the older ``state.checkpoints.dir``),
    with ``status.jobStatus.jobId`` when the export has it: its latest completed ``chk-N``.
+
+A path a resource names (1-3) of a job whose ``status.jobStatus.state`` is ``RUNNING`` comes with a warning:
+the job has moved on since, and an upgrade takes a new savepoint or resumes from the latest checkpoint.
 
 ``deployment_restore_plan`` turns the deployment's parallelism (``spec.job.parallelism``, else
 ``parallelism.default``), ``pipeline.max-parallelism`` and ``pipeline.jobvertex-parallelism-overrides``
@@ -46,7 +62,15 @@ if TYPE_CHECKING:
     from keygroup_cli.ha import HaResolution
 
 #: The kinds of start ``resolve_start`` can choose, in its order.
-SOURCES = ("initialSavepointPath", "FlinkStateSnapshot", "high-availability", "checkpoint-directory")
+SOURCES = (
+    "upgradeSavepointPath",
+    "initialSavepointPath",
+    "FlinkStateSnapshot",
+    "high-availability",
+    "checkpoint-directory",
+)
+#: What the operator writes to ``upgradeSavepointPath`` after a last-state deployment from HA metadata.
+LAST_STATE_MARKER = "KUBERNETES_OPERATOR_LAST_STATE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +143,11 @@ def resolve_start(path: str, *, name: str | None = None, job: str | None = None)
         return _from_snapshots_only(resources)
     deployment = resources.deployment(name)
     considered: list[str] = []
-    warnings = _upgrade_savepoint_warning(deployment)
-    if deployment.initial_savepoint_path:
+    warnings = _running_warning(deployment)
+    upgrade = _from_upgrade_savepoint(resources, deployment, considered, warnings)
+    if upgrade is not None:
+        return upgrade
+    if deployment.initial_savepoint_path and not _initial_passed_over(deployment, considered):
         written = deployment.initial_savepoint_path
         return DeploymentStart(
             resources,
@@ -129,11 +156,19 @@ def resolve_start(path: str, *, name: str | None = None, job: str | None = None)
             "spec.job.initialSavepointPath",
             written,
             _resolve_path(written, path),
-            "spec.job.initialSavepointPath is set: the operator restores it on first deploy and on every "
-            "savepointRedeployNonce change",
+            (
+                f"spec.job.savepointRedeployNonce changed ({deployment.reconciled_redeploy_nonce} -> "
+                f"{deployment.savepoint_redeploy_nonce}): the operator redeploys from "
+                "spec.job.initialSavepointPath"
+                if deployment.redeploy_pending
+                else "spec.job.initialSavepointPath is set: the operator restores it on first deploy and on "
+                "every savepointRedeployNonce change"
+            ),
+            tuple(considered),
             warnings=warnings,
         )
-    considered.append("spec.job.initialSavepointPath: not set")
+    if not deployment.initial_savepoint_path:
+        considered.append("spec.job.initialSavepointPath: not set")
     snapshots = resources.snapshots_of(deployment)
     done = [s for s in snapshots if s.completed and s.path]
     if done:
@@ -171,10 +206,9 @@ def resolve_start(path: str, *, name: str | None = None, job: str | None = None)
             resolution.pointer,
             f"the HA store's latest checkpoint (id {resolution.checkpoint_id}): what the job resumes from",
             tuple(considered),
-            ha=resolution,
-            warnings=warnings,
+            ha=resolution,  # a live leader is judged from the store itself
         )
-    return _from_checkpoint_dir(resources, deployment, job, considered, warnings)
+    return _from_checkpoint_dir(resources, deployment, job, considered, ())
 
 
 def _from_snapshots_only(resources: Resources) -> DeploymentStart:
@@ -198,13 +232,80 @@ def _from_snapshots_only(resources: Resources) -> DeploymentStart:
     )
 
 
-def _upgrade_savepoint_warning(deployment: FlinkDeployment) -> tuple[str, ...]:
-    upgrade = deployment.upgrade_savepoint_path
-    if not upgrade or upgrade == deployment.initial_savepoint_path:
+def _upgrade_path(deployment: FlinkDeployment) -> tuple[str, str] | None:
+    """Return (field, path) of the operator's recorded upgrade savepoint, the 1.10+ field first."""
+    if deployment.upgrade_savepoint_path:
+        return "status.jobStatus.upgradeSavepointPath", deployment.upgrade_savepoint_path
+    if deployment.last_savepoint_path:
+        return "status.jobStatus.savepointInfo.lastSavepoint.location", deployment.last_savepoint_path
+    return None
+
+
+def _from_upgrade_savepoint(
+    resources: Resources, deployment: FlinkDeployment, considered: list[str], warnings: tuple[str, ...]
+) -> DeploymentStart | None:
+    """Return the start from the recorded upgrade savepoint, or None (saying why in ``considered``)."""
+    recorded = _upgrade_path(deployment)
+    if recorded is None:
+        return None
+    where, written = recorded
+    if deployment.redeploy_pending and deployment.initial_savepoint_path:
+        considered.append(
+            f"{where} {written}: passed over, spec.job.savepointRedeployNonce changed "
+            f"({deployment.reconciled_redeploy_nonce} -> {deployment.savepoint_redeploy_nonce})"
+        )
+        return None
+    if written == LAST_STATE_MARKER or deployment.reconciled_upgrade_mode == "last-state":
+        what = (
+            "the operator's last-state marker"
+            if written == LAST_STATE_MARKER
+            else "the last reconciled upgradeMode is last-state"
+        )
+        considered.append(f"{where} {written}: {what}: the job resumes from its HA metadata")
+        return None
+    if written == deployment.initial_savepoint_path:
+        return None  # recorded from initialSavepointPath (first deployment, redeploy): that one says why
+    if deployment.initial_savepoint_path:
+        considered.append(_INITIAL_PASSED_OVER.format(deployment.initial_savepoint_path))
+    return DeploymentStart(
+        resources,
+        deployment,
+        "upgradeSavepointPath",
+        where,
+        written,
+        _resolve_path(written, resources.source),
+        f"{where} is set: the operator recorded it when it last stopped the job and restores it when the "
+        "job is resumed or upgraded (spec.job.initialSavepointPath is read only before the first "
+        "deployment and on a savepointRedeployNonce change)",
+        tuple(considered),
+        warnings=warnings,
+    )
+
+
+def _initial_passed_over(deployment: FlinkDeployment, considered: list[str]) -> bool:
+    """Whether the operator, having deployed the spec, restores no more from initialSavepointPath."""
+    recorded = _upgrade_path(deployment)
+    if deployment.redeploy_pending or not deployment.reconciled or recorded is None:
+        return False
+    if recorded[1] == deployment.initial_savepoint_path:
+        return False
+    considered.append(_INITIAL_PASSED_OVER.format(deployment.initial_savepoint_path))
+    return True
+
+
+_INITIAL_PASSED_OVER = (
+    "spec.job.initialSavepointPath {}: passed over, the operator reads it only before the first deployment "
+    "and on a savepointRedeployNonce change"
+)
+
+
+def _running_warning(deployment: FlinkDeployment) -> tuple[str, ...]:
+    if (deployment.job_state or "").upper() != "RUNNING":
         return ()
     return (
-        f"{deployment.label}: status.jobStatus.upgradeSavepointPath is {upgrade}: a suspended job resumes "
-        "from it, not from the state kg checks, unless savepointRedeployNonce changes",
+        f"{deployment.label}: status.jobStatus.state is RUNNING: the job's state has moved on since the "
+        "savepoint a resource names; an upgrade takes a new savepoint (or, last-state, resumes from the "
+        "latest checkpoint). Suspend it (spec.job.state: suspended) and export it again to check that one",
     )
 
 
@@ -254,7 +355,8 @@ def _from_ha(
             considered.append(f"{HA_TYPE_KEY} zookeeper: {HA_ZK_QUORUM_KEY} is not set")
             return None
         root = config.get(HA_ZK_ROOT_KEY, "/flink").strip("/") or "flink"
-        uri = f"zk://{quorum}/{root}/{cluster_id}"
+        # Flink joins path.root and the cluster id as ZooKeeper paths: "/kg-ha" and "kg-ha" name one node.
+        uri = f"zk://{quorum}/{root}/{cluster_id.strip('/')}"
         where = f"{HA_TYPE_KEY} zookeeper ({uri})"
         return _resolve_ha(deployment, where, uri, job), where
     considered.append(f"{HA_TYPE_KEY} {kind}: a store kg does not read")

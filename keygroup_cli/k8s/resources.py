@@ -10,7 +10,11 @@ Fields kg reads (operator 1.10+, CRD ``flink.apache.org/v1beta1``):
   ``spec.job.savepointRedeployNonce``, ``spec.job.parallelism``, ``spec.job.upgradeMode``,
   ``spec.flinkConfiguration`` (flat keys, or nested maps as the operator accepts them: ``pipeline:
   {max-parallelism: 720}`` is ``pipeline.max-parallelism``), ``status.jobStatus.jobId``,
-  ``status.jobStatus.upgradeSavepointPath``.
+  ``status.jobStatus.upgradeSavepointPath`` (operator 1.10+), else
+  ``status.jobStatus.savepointInfo.lastSavepoint.location`` (earlier operators; 1.10+ still falls back to
+  it), ``status.jobStatus.state``, and from
+  ``status.reconciliationStatus.lastReconciledSpec`` (the JSON string the operator writes) the reconciled
+  ``job.upgradeMode`` and ``job.savepointRedeployNonce``.
 - ``FlinkStateSnapshot``: ``metadata.name``, ``metadata.namespace``, ``metadata.creationTimestamp``,
   ``spec.jobReference{kind,name}``, ``spec.savepoint{path,alreadyExists,formatType}``, ``spec.checkpoint``,
   ``status.state``, ``status.path``, ``status.resultTimestamp``, ``status.triggerTimestamp``.
@@ -77,6 +81,13 @@ class FlinkDeployment:
             their shape in a patch).
         job_id: ``status.jobStatus.jobId``, if the export has a status.
         upgrade_savepoint_path: ``status.jobStatus.upgradeSavepointPath``, if any.
+        last_savepoint_path: ``status.jobStatus.savepointInfo.lastSavepoint.location`` (operators before
+            1.10), if any.
+        job_state: ``status.jobStatus.state`` (``RUNNING``, ``FINISHED``, ...), if any.
+        reconciled: Whether the status has a ``lastReconciledSpec``: the operator has deployed the spec.
+        reconciled_upgrade_mode: ``job.upgradeMode`` of ``lastReconciledSpec``: how the operator restores
+            the job next (``savepoint``: from the upgrade savepoint; ``last-state``: from HA metadata).
+        reconciled_redeploy_nonce: ``job.savepointRedeployNonce`` of ``lastReconciledSpec``.
     """
 
     name: str
@@ -91,6 +102,23 @@ class FlinkDeployment:
     config_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     job_id: str | None = None
     upgrade_savepoint_path: str | None = None
+    last_savepoint_path: str | None = None
+    job_state: str | None = None
+    reconciled: bool = False
+    reconciled_upgrade_mode: str | None = None
+    reconciled_redeploy_nonce: int | None = None
+
+    @property
+    def redeploy_pending(self) -> bool:
+        """Whether ``savepointRedeployNonce`` differs from the reconciled one (the operator redeploys then).
+
+        The operator ignores a nonce set to null (``@SpecDiff(onNullIgnore = true)``).
+        """
+        return (
+            self.reconciled
+            and self.savepoint_redeploy_nonce is not None
+            and self.savepoint_redeploy_nonce != self.reconciled_redeploy_nonce
+        )
 
     @property
     def max_parallelism(self) -> int | None:
@@ -402,9 +430,14 @@ def _deployment(path: str, resource: Mapping[str, Any]) -> FlinkDeployment:
     spec = _map(resource.get("spec"), where, "spec")
     job = _map(spec.get("job"), where, "spec.job")
     configuration, paths = flatten_configuration(spec.get("flinkConfiguration"), where)
-    job_status = _map(
-        _map(resource.get("status"), where, "status").get("jobStatus"), where, "status.jobStatus"
+    status = _map(resource.get("status"), where, "status")
+    job_status = _map(status.get("jobStatus"), where, "status.jobStatus")
+    last_savepoint = _map(
+        _map(job_status.get("savepointInfo"), where, "status.jobStatus.savepointInfo").get("lastSavepoint"),
+        where,
+        "status.jobStatus.savepointInfo.lastSavepoint",
     )
+    reconciled = _reconciled_job(status, where)
     return FlinkDeployment(
         name=name,
         namespace=_text(metadata.get("namespace"), where, "metadata.namespace"),
@@ -422,7 +455,46 @@ def _deployment(path: str, resource: Mapping[str, Any]) -> FlinkDeployment:
         upgrade_savepoint_path=_text(
             job_status.get("upgradeSavepointPath"), where, "status.jobStatus.upgradeSavepointPath"
         ),
+        last_savepoint_path=_text(
+            last_savepoint.get("location"), where, "status.jobStatus.savepointInfo.lastSavepoint.location"
+        ),
+        job_state=_text(job_status.get("state"), where, "status.jobStatus.state"),
+        reconciled=reconciled is not None,
+        reconciled_upgrade_mode=_text(
+            (reconciled or {}).get("upgradeMode"), where, RECONCILED + " upgradeMode"
+        ),
+        reconciled_redeploy_nonce=_int(
+            (reconciled or {}).get("savepointRedeployNonce"),
+            where,
+            RECONCILED + " savepointRedeployNonce",
+            minimum=None,
+        ),
     )
+
+
+RECONCILED = "status.reconciliationStatus.lastReconciledSpec"
+
+
+def _reconciled_job(status: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+    """Return ``job`` of the spec the operator last deployed (None when it has deployed none).
+
+    ``lastReconciledSpec`` is a JSON string: ``{"spec": {...}, "resource_metadata": {...}}`` (operator 1.3+),
+    or the spec itself (earlier ones).
+    """
+    reconciliation = _map(status.get("reconciliationStatus"), where, "status.reconciliationStatus")
+    text = reconciliation.get("lastReconciledSpec")
+    if text is None or text == "":
+        return None
+    try:
+        wrapper = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        wrapper = None
+    if not isinstance(wrapper, Mapping):
+        raise InvalidArgumentError(
+            f"{where}: {RECONCILED} is not the JSON object the operator writes", code="K8S_RESOURCE_INVALID"
+        )
+    spec = wrapper.get("spec") if "resource_metadata" in wrapper else wrapper
+    return _map(_map(spec, where, RECONCILED).get("job"), where, RECONCILED + " job")
 
 
 def _snapshot(path: str, resource: Mapping[str, Any]) -> StateSnapshot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ from keygroup_cli.assess.summary import summarize
 from keygroup_cli.core.errors import InvalidArgumentError
 from keygroup_cli.k8s import load_resources
 from tests.conftest import FIXTURES, ROOT
+from tests.k8s.crd_schema import validate_resource
 
 CEILING = FIXTURES / "k8s" / "autoscaler-ceiling" / "deployment.yaml"
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
@@ -170,3 +172,109 @@ def test_a_zookeeper_ha_store_is_read_at_the_uri_its_configuration_names(tmp_pat
         f"FlinkDeployment streaming/ceiling-demo: high-availability.type zookeeper "
         f"(zk://127.0.0.1:{port}/flink-prod/ceiling-demo): zk://127.0.0.1:{port}: no ZooKeeper server "
     )
+
+
+def _deployed(deployment, *, mode="savepoint", nonce=1, state="FINISHED", wrapped=True, **job_status):
+    """Give ``deployment`` the status the operator writes once it has deployed the spec (upgradeMode ``mode``,
+    savepointRedeployNonce ``nonce``) and stopped the job (``status.jobStatus.state``)."""
+    spec = copy.deepcopy(deployment["spec"])
+    spec["job"].update(upgradeMode=mode, savepointRedeployNonce=nonce)
+    reconciled = {"spec": spec, "resource_metadata": {"apiVersion": "flink.apache.org/v1beta1"}}
+    deployment["status"] = {
+        "jobStatus": {"jobId": HA_JOB, "state": state, **job_status},
+        "reconciliationStatus": {
+            "state": "DEPLOYED",
+            "lastReconciledSpec": json.dumps(reconciled if wrapped else spec),
+        },
+    }
+    assert validate_resource(deployment) == []  # the operator's own CRD: every field as it writes them
+    return deployment
+
+
+def test_the_upgrade_savepoint_the_operator_recorded_wins_over_an_older_initial_savepoint(tmp_path):
+    deployment, snapshot = _docs()
+    deployment["spec"]["job"].update(initialSavepointPath="/gone/first-savepoint", savepointRedeployNonce=1)
+    _deployed(deployment, upgradeSavepointPath=str(SAVEPOINT))
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert (start.source, start.field) == ("upgradeSavepointPath", "status.jobStatus.upgradeSavepointPath")
+    assert start.pointer == str(SAVEPOINT) and start.warnings == ()
+    assert start.considered == (
+        "spec.job.initialSavepointPath /gone/first-savepoint: passed over, the operator reads it only before "
+        "the first deployment and on a savepointRedeployNonce change",
+    )
+    assert "restores it when the job is resumed or upgraded" in start.reason
+    assert summarize(start.pointer, read_states=False).operators  # kg reads what the operator restores
+    # A savepointRedeployNonce changed since the operator reconciled: it redeploys from initialSavepointPath.
+    deployment["spec"]["job"]["savepointRedeployNonce"] = 2
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert (start.source, start.pointer) == ("initialSavepointPath", "/gone/first-savepoint")
+    assert "savepointRedeployNonce changed (1 -> 2)" in start.reason
+    assert start.considered == (
+        f"status.jobStatus.upgradeSavepointPath {SAVEPOINT}: passed over, spec.job.savepointRedeployNonce "
+        "changed (1 -> 2)",
+    )
+    # A nonce set to null is ignored by the operator (onNullIgnore): the upgrade savepoint still wins.
+    del deployment["spec"]["job"]["savepointRedeployNonce"]
+    assert resolve_start(_write(tmp_path, [deployment, snapshot])).source == "upgradeSavepointPath"
+
+
+def test_before_operator_1_10_the_last_savepoint_location_is_the_upgrade_savepoint(tmp_path):
+    deployment, snapshot = _docs()
+    deployment["spec"]["job"]["initialSavepointPath"] = "/gone/first-savepoint"
+    last = {"location": str(SAVEPOINT), "timeStamp": 1762074849000, "triggerType": "UPGRADE"}
+    _deployed(deployment, wrapped=False, savepointInfo={"lastSavepoint": last})
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert start.source == "upgradeSavepointPath" and start.pointer == str(SAVEPOINT)
+    assert start.field == "status.jobStatus.savepointInfo.lastSavepoint.location"
+    # Where both are set, the 1.10+ field is the one the operator reads first.
+    deployment["status"]["jobStatus"]["upgradeSavepointPath"] = str(CHECKPOINTS / HA_JOB / "chk-2")
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert start.field == "status.jobStatus.upgradeSavepointPath"
+
+
+def test_a_last_state_job_resumes_from_ha_not_from_a_recorded_path(tmp_path):
+    deployment, snapshot = _docs()
+    config = deployment["spec"]["flinkConfiguration"]
+    config["execution.checkpointing.dir"] = str(CHECKPOINTS)
+    deployment["spec"]["job"]["initialSavepointPath"] = "/gone/first-savepoint"
+    _deployed(deployment, mode="last-state", upgradeSavepointPath="KUBERNETES_OPERATOR_LAST_STATE")
+    start = resolve_start(_write(tmp_path, [deployment]))
+    # The marker is no path; initialSavepointPath is not read after the first deployment.
+    assert (start.source, start.pointer) == ("checkpoint-directory", f"{CHECKPOINTS}/{HA_JOB}")
+    assert start.considered[:2] == (
+        "status.jobStatus.upgradeSavepointPath KUBERNETES_OPERATOR_LAST_STATE: the operator's last-state "
+        "marker: the job resumes from its HA metadata",
+        "spec.job.initialSavepointPath /gone/first-savepoint: passed over, the operator reads it only before "
+        "the first deployment and on a savepointRedeployNonce change",
+    )
+    # A real path with last-state reconciled: passed over too (the operator restores HA metadata).
+    deployment["status"]["jobStatus"]["upgradeSavepointPath"] = str(SAVEPOINT)
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert start.source == "FlinkStateSnapshot"
+    assert "the last reconciled upgradeMode is last-state" in start.considered[0]
+
+
+def test_before_the_first_deployment_initial_savepoint_path_is_the_start(tmp_path):
+    deployment, snapshot = _docs()
+    deployment["spec"]["job"]["initialSavepointPath"] = str(SAVEPOINT)
+    # The operator records initialSavepointPath as upgradeSavepointPath before the first deployment.
+    deployment["status"] = {"jobStatus": {"upgradeSavepointPath": str(SAVEPOINT)}}
+    start = resolve_start(_write(tmp_path, [deployment, snapshot]))
+    assert (start.source, start.considered) == ("initialSavepointPath", ())
+
+
+def test_a_running_job_is_said_to_have_moved_past_the_savepoint(tmp_path):
+    deployment, _ = _docs()
+    _deployed(deployment, state="RUNNING", upgradeSavepointPath=str(SAVEPOINT))
+    start = resolve_start(_write(tmp_path, [deployment]))
+    assert start.source == "upgradeSavepointPath"
+    assert len(start.warnings) == 1 and "status.jobStatus.state is RUNNING" in start.warnings[0]
+
+
+def test_a_last_reconciled_spec_that_is_no_json_is_one_line(tmp_path):
+    deployment, _ = _docs()
+    deployment["status"] = {"reconciliationStatus": {"lastReconciledSpec": "{not json"}}
+    with pytest.raises(InvalidArgumentError) as err:
+        resolve_start(_write(tmp_path, [deployment]))
+    assert err.value.code == "K8S_RESOURCE_INVALID"
+    assert "status.reconciliationStatus.lastReconciledSpec is not the JSON object" in err.value.message

@@ -206,3 +206,31 @@ def test_bad_resources_are_one_line_errors(kg, tmp_path):
     path.write_text(yaml.safe_dump(deployment))
     result = kg("inspect", path, "--json")
     assert result.exit_code == ExitCode.USAGE and result.json()["error"]["code"] == "K8S_NO_STATE"
+
+
+def test_dry_run_prints_the_patch_the_run_prints_and_writes_nothing(kg, tmp_path):
+    out = tmp_path / "sp-m720-p24"
+    args = ("rescale", CEILING, "-m", "720", "--to", "24", "--out", out, "--engine", "local")
+    dry = kg(*args, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.stderr
+    assert not out.exists()
+    planned = dry.json()
+    assert planned["command"] == "plan"
+    assert {op["to_max_parallelism"] for op in planned["operators"] if op["has_state"]} == {720}
+    only_patch = kg(*args, "--dry-run", "--output", "patch")
+    only_snapshot = kg(*args, "--dry-run", "--output", "snapshot", "--patch-format", "yaml")
+    text = kg(*args, "--dry-run")
+    assert not out.exists()
+    done = kg(*args, "--json")
+    assert done.exit_code == 0, done.stderr
+    # Every field, the FlinkStateSnapshot's name (with the checkpoint id the rescale keeps) and format
+    # included: the dry run's patch is the run's.
+    assert planned["patch"] == done.json()["patch"]
+    assert planned["patch"]["merge_patch"]["spec"]["job"]["initialSavepointPath"] == str(out)
+    assert json.loads(only_patch.stdout) == done.json()["patch"]["merge_patch"]
+    assert yaml.safe_load(only_snapshot.stdout) == done.json()["patch"]["state_snapshot"]
+    assert "Patch for FlinkDeployment" in text.stdout and str(out) in text.stdout
+    assert "kubectl patch flinkdeployment ceiling-demo" in text.stdout
+    # With the savepoint written, the same dry run is refused as the rescale is: DEST exists.
+    again = kg(*args, "--dry-run", "--output", "patch")
+    assert again.exit_code == ExitCode.USAGE and again.stdout == ""

@@ -13,6 +13,7 @@ import yaml
 from keygroup_cli.core.errors import ExitCode
 from keygroup_cli.ha import javaser
 from tests.conftest import FIXTURES, ROOT
+from tests.k8s.crd_schema import validate_resource
 
 K8S = FIXTURES / "ha" / "2.3" / "kubernetes"
 CASE = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string"
@@ -145,3 +146,64 @@ def test_migrate_from_the_ha_store_and_refused_while_a_leader_lives(kg, export, 
     live = export("configmap.yaml", [_cluster_map(datetime.now(timezone.utc))])
     refused = kg("migrate", live, "--out", tmp_path / "out", "--drop", no_uid)
     assert refused.exit_code == ExitCode.LEADER_LIVE and not (tmp_path / "out").exists()
+
+
+def _deployment() -> dict:
+    """A FlinkDeployment with Kubernetes HA, no initialSavepointPath, no FlinkStateSnapshot: kg starts from
+    the HA ConfigMaps of its cluster (``kg-ha``, the deployment's name) exported in the same file."""
+    deployment = {
+        "apiVersion": "flink.apache.org/v1beta1",
+        "kind": "FlinkDeployment",
+        "metadata": {"name": "kg-ha", "namespace": "streaming"},
+        "spec": {
+            "image": "flink:2.0",
+            "flinkVersion": "v2_0",
+            "serviceAccount": "flink",
+            "flinkConfiguration": {
+                "high-availability.type": "kubernetes",
+                "high-availability.storageDir": "s3://flink-ha/kg-ha",
+            },
+            "job": {
+                "jarURI": "local:///opt/flink/usrlib/kg-ha.jar",
+                "parallelism": 2,
+                "upgradeMode": "last-state",
+            },
+        },
+    }
+    assert validate_resource(deployment) == []
+    return deployment
+
+
+def test_a_deployment_with_its_ha_configmaps_resolves_them_and_rescale_waits_for_the_lease(
+    kg, export, tmp_path
+):
+    out = tmp_path / "m256"
+    now = datetime.now(timezone.utc)
+    live = export("configmap.yaml", [_deployment(), _cluster_map(now)])
+    inspect = kg("inspect", live, "--json")
+    assert inspect.exit_code == 0, inspect.stderr
+    doc = inspect.json()
+    assert doc["deployment"]["source"] == "high-availability"
+    assert doc["deployment"]["field"] == "high-availability.type kubernetes (ConfigMaps of kg-ha)"
+    assert doc["deployment"]["resolved"] == doc["ha"]["pointer"]
+    assert doc["ha"]["entry"] == f"kg-ha-{JOB}-config-map/checkpointID-0000000000000000002"
+    assert doc["ha"]["live_leader"] is True and "live leader" in inspect.stderr
+    refused = kg("rescale", live, "-m", "256", "--out", out, "--engine", "local")
+    assert refused.exit_code == ExitCode.LEADER_LIVE == 7
+    assert "lease" in refused.stderr and refused.stdout == "" and not out.exists()
+    # The dry run only warns; it prints the patch the rescale prints once the lease has expired.
+    dry = kg("rescale", live, "-m", "256", "--out", out, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.stderr
+    assert "live leader" in dry.stderr and not out.exists()
+    stale = export("configmap.yaml", [_deployment(), _cluster_map(now - timedelta(minutes=5))])
+    check = kg("check", stale, "--json")
+    assert check.exit_code == 0, check.stdout + check.stderr
+    assert check.json()["deployment"]["parallelism"] == 2
+    done = kg("rescale", stale, "-m", "256", "--out", out, "--engine", "local", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert done.json()["patch"] == dry.json()["patch"]
+    assert done.json()["patch"]["merge_patch"]["spec"] == {
+        "job": {"initialSavepointPath": str(out), "savepointRedeployNonce": 1, "parallelism": 2},
+        "flinkConfiguration": {"pipeline.max-parallelism": "256"},
+    }
+    assert kg("check", out, "-p", "2", "-m", "256").exit_code == 0

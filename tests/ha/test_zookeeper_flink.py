@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.ha.harness import (
     HaJobProcess,
@@ -81,9 +82,45 @@ def _run(
         server.stop()
 
 
+def _deployment_yaml(tmp: Path, uri: str) -> Path:
+    """Write a FlinkDeployment whose flinkConfiguration names HaJob's ZooKeeper HA store, as HaJob sets it.
+
+    No initialSavepointPath, no FlinkStateSnapshot, no status: the HA store is what kg resolves. The
+    cluster id is HaJob's own (``/kg-ha``, with Flink's leading slash), not the deployment's name.
+    """
+    quorum = uri.removeprefix("zk://").split("/", 1)[0]
+    resource = {
+        "apiVersion": "flink.apache.org/v1beta1",
+        "kind": "FlinkDeployment",
+        "metadata": {"name": "ha-job", "namespace": "streaming"},
+        "spec": {
+            "image": "flink:2.0",
+            "flinkVersion": "v2_0",
+            "serviceAccount": "flink",
+            "flinkConfiguration": {
+                "high-availability.type": "zookeeper",
+                "high-availability.zookeeper.quorum": quorum,
+                "high-availability.zookeeper.path.root": "/flink",
+                "high-availability.cluster-id": "/kg-ha",
+                "high-availability.storageDir": (tmp / "jobmanager" / "ha").as_uri(),
+                "execution.checkpointing.dir": (tmp / "jobmanager" / "checkpoints").as_uri(),
+            },
+            "job": {
+                "jarURI": "local:///opt/flink/usrlib/ha-job.jar",
+                "parallelism": 2,
+                "upgradeMode": "last-state",
+            },
+        },
+    }
+    path = tmp / "deployment.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    return path
+
+
 @pytest.fixture(scope="module")
 def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("ha-checkpoints")
+    deployment = tmp / "deployment.yaml"
 
     def live(uri: str, zk: Any) -> dict[str, Any]:
         path = f"{NAMESPACE}/jobs/0000000000006b670000000000004841/checkpoints"
@@ -91,7 +128,19 @@ def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> 
         inspect = run_kg("inspect", uri, "--json")
         ids_after = sorted(int(c) for c in zk.get_children(path))
         rescale = run_kg("rescale", uri, "--to", "3", "--out", tmp / "refused", "--engine", "local")
-        return {"ids_before": ids_before, "ids_after": ids_after, "inspect": inspect, "rescale": rescale}
+        # The same store named by a FlinkDeployment's flinkConfiguration (no initialSavepointPath, no
+        # FlinkStateSnapshot): kg resolves it there too, and refuses to rescale while the leader lives.
+        deployment = _deployment_yaml(tmp, uri)
+        return {
+            "ids_before": ids_before,
+            "ids_after": ids_after,
+            "inspect": inspect,
+            "rescale": rescale,
+            "deployment_inspect": run_kg("inspect", deployment, "--json"),
+            "deployment_rescale": run_kg(
+                "rescale", deployment, "-m", "256", "--out", tmp / "refused-deployment", "--engine", "local"
+            ),
+        }
 
     def dead(uri: str) -> dict[str, Any]:
         inspect = run_kg("inspect", uri, "--json")
@@ -109,9 +158,16 @@ def checkpoints(ha_classpath: str, tmp_path_factory: pytest.TempPathFactory) -> 
             "rescale": rescale,
             "kg_dump": kg_dump,
             "own_dump": own_dump,
+            "deployment_inspect": run_kg("inspect", deployment, "--json"),
+            "deployment_check": run_kg("check", deployment, "--json"),
+            "deployment_dry_run": run_kg(
+                "rescale", deployment, "-m", "256", "--to", "3", "--out", tmp / "m256", "--dry-run", "--json"
+            ),
         }
 
-    return _run(tmp, ha_classpath, None, live, dead)
+    result = _run(tmp, ha_classpath, None, live, dead)
+    result["dry_run_out"] = tmp / "m256"
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +255,57 @@ def test_after_the_crash_the_heap_checkpoint_rescales_and_restores_like_flinks_o
     keys = dead["own_dump"]["keyedOperators"]["keyed-state"]["keys"]
     assert len(keys) > 0
     assert comparable_dump(dead["kg_dump"]) == comparable_dump(dead["own_dump"])
+
+
+def test_a_deployment_naming_the_zookeeper_store_resolves_it_and_rescale_refuses_while_live(checkpoints):
+    live = checkpoints["live"]
+    inspect = live["deployment_inspect"]
+    assert inspect.exit_code == 0, inspect.stderr
+    doc = inspect.json()
+    start, ha = doc["deployment"], doc["ha"]
+    assert (start["source"], start["deployment"], start["namespace"]) == (
+        "high-availability",
+        "ha-job",
+        "streaming",
+    )
+    # The URI kg built from the configuration: quorum, path.root and HaJob's cluster id "/kg-ha".
+    assert start["field"].endswith(f"({live['inspect'].json()['input']})")
+    assert start["considered"] == [
+        "spec.job.initialSavepointPath: not set",
+        "FlinkStateSnapshot of ha-job: none in the file",
+    ]
+    assert start["resolved"] == ha["pointer"] and ha["live_leader"] is True
+    assert ha["pointer"].endswith(f"/{checkpoints['job_id']}/chk-{ha['checkpoint_id']}")
+    assert ha["checkpoint_id"] >= live["ids_before"][-1]
+    assert "live leader" in inspect.stderr
+    refused = live["deployment_rescale"]
+    assert refused.exit_code == 7, refused.stderr
+    assert "pekko://flink/user/rpc/jobmanager" in refused.stderr and refused.stderr.count("kg: error:") == 1
+    assert "FlinkDeployment" not in refused.stdout and refused.stdout == ""
+
+
+def test_after_the_crash_the_deployment_resolves_the_resume_checkpoint_and_checks_it(checkpoints):
+    dead = checkpoints["dead"]
+    inspect = dead["deployment_inspect"]
+    assert inspect.exit_code == 0, inspect.stderr
+    doc, own = inspect.json(), dead["inspect"].json()
+    # The deployment and the zk:// URI resolve to the same checkpoint, the one the job resumes from.
+    assert doc["ha"]["pointer"] == own["ha"]["pointer"] == doc["deployment"]["resolved"]
+    assert doc["checkpoint_id"] == own["checkpoint_id"] == max(doc["ha"]["checkpoint_ids"])
+    assert doc["ha"]["live_leader"] is False and inspect.stderr == ""
+    check = dead["deployment_check"]
+    assert check.exit_code == 0, check.stdout + check.stderr
+    checked = check.json()
+    assert checked["deployment"]["source"] == "high-availability"
+    assert checked["deployment"]["parallelism"] == 2
+    # The dry run prints the plan and the patch the run would print, pointing at --out.
+    dry = dead["deployment_dry_run"]
+    assert dry.exit_code == 0, dry.stderr
+    patch = dry.json()["patch"]["merge_patch"]
+    assert patch["spec"]["job"]["initialSavepointPath"] == str(checkpoints["dry_run_out"])
+    assert patch["spec"]["job"]["parallelism"] == 3
+    assert patch["spec"]["flinkConfiguration"] == {"pipeline.max-parallelism": "256"}
+    assert not checkpoints["dry_run_out"].exists()
 
 
 def test_savepoint_entry_is_shown_as_the_savepoint_the_job_started_from(savepoint):

@@ -35,6 +35,7 @@ from keygroup_cli.core.errors import KgError
 from keygroup_cli.planning import plan as planning
 
 if TYPE_CHECKING:
+    from keygroup_cli.execution.routes.plan import PlannedRescale
     from keygroup_cli.planning.request import RescaleRequest
 
 EPILOG = """\b
@@ -71,13 +72,9 @@ def show_snapshot_plan(
     leads to, the migration comes first, then the operators as it leaves them. ``typed`` is the input as
     the user typed it (``input``).
     """
-    # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
-    from keygroup_cli.cli.progress import progress
     from keygroup_cli.cli.rescale_render import operator_names, planned_document, render_snapshot_plan
-    from keygroup_cli.execution.routes.plan import plan_rescale_input
 
-    with progress(out) as on_progress, from_hint(snapshot, request):
-        planned = plan_rescale_input(snapshot, request, on_progress=on_progress)
+    planned = plan_snapshot(out, snapshot, request)
     document = planned_document(typed, planned)
     for warning in document["warnings"]:
         out.warn(warning, even_quiet=True)  # what the rescale would write: said even under -q
@@ -87,6 +84,16 @@ def show_snapshot_plan(
         document,
         lambda console: render_snapshot_plan(console, planned.plan, document, names, subtasks),
     )
+
+
+def plan_snapshot(out: Output, snapshot: str | Path, request: RescaleRequest) -> PlannedRescale:
+    """Return the library's plan of the rescale (``plan_rescale_input``), with progress and ``from_hint``."""
+    # Deferred: the snapshot plan needs the snapshot and savepoint readers, pure math does not.
+    from keygroup_cli.cli.progress import progress
+    from keygroup_cli.execution.routes.plan import plan_rescale_input
+
+    with progress(out) as on_progress, from_hint(snapshot, request):
+        return plan_rescale_input(snapshot, request, on_progress=on_progress)
 
 
 def show_autoscaler_plan(out: Output, typed: str, source: Input, target: int | None) -> None:

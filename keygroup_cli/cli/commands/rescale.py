@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from keygroup_cli.execution.options import EngineOptions
-    from keygroup_cli.k8s import FlinkDeployment
+    from keygroup_cli.k8s import DeploymentPatch, FlinkDeployment
+    from keygroup_cli.planning.plan import RescalePlan
     from keygroup_cli.planning.request import RescaleRequest
 
 EPILOG = """\b
@@ -84,6 +85,8 @@ spec.flinkConfiguration pipeline.max-parallelism and spec.job.parallelism (--to,
 deployment's). --output patch prints only that JSON merge patch (kubectl patch flinkdeployment NAME --type
 merge -p "$(...)"), --output snapshot a FlinkStateSnapshot that registers DEST (alreadyExists: true);
 --patch-format yaml prints either as YAML. DEST must be a path the JobManager can read (an object store).
+--dry-run prints the plan and the patch the rescale would print for DEST (with --output patch or snapshot
+only that), writing nothing.
 """
 
 
@@ -149,7 +152,8 @@ merge -p "$(...)"), --output snapshot a FlinkStateSnapshot that registers DEST (
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Validate, print the plan (exactly as `kg plan` does) and write nothing.",
+    help="Validate, print the plan (exactly as `kg plan` does; with a FlinkDeployment also the patch the "
+    "rescale prints) and write nothing.",
 )
 @click.option(
     "--output",
@@ -217,7 +221,12 @@ def command(
         from keygroup_cli.cli.commands.plan import show_snapshot_plan
 
         require_free_destination(snapshot, dest)
-        show_snapshot_plan(out, snapshot, request, typed, subtasks)
+        if deployment is None:
+            show_snapshot_plan(out, snapshot, request, typed, subtasks)
+        else:
+            _dry_run_deployment(
+                out, (typed, snapshot), dest, request, subtasks, (deployment, output, patch_format)
+            )
         return
     from keygroup_cli.execution.options import EngineOptions
 
@@ -272,23 +281,16 @@ def _run(
         out.result("rescale", document, lambda console: render_rescale(console, document, subtasks))
         return
     from keygroup_cli.cli.k8s_render import render_patch
-    from keygroup_cli.k8s import deployment_patch, dump
-    from keygroup_cli.storage import is_remote
 
-    keyed = [op for op in result.plan.operators if op.keyed_mode != "none"]
-    patch = deployment_patch(
+    patch = _redeploy_patch(
         deployment,
-        savepoint_path=dest if is_remote(dest) else str(Path(dest).absolute()),
-        max_parallelism=min(op.new_max_parallelism for op in keyed or result.plan.operators),
-        parallelism=request.new_parallelism,
-        checkpoint_id=result.manifest.snapshot_id,
-        format_type="NATIVE" if result.savepoint_format == "native" else "CANONICAL",
+        dest,
+        result.plan,
+        request.new_parallelism,
+        result.manifest.snapshot_id,
+        result.savepoint_format,
     )
-    if output == "patch":
-        click.echo(dump(patch.merge_patch(), patch_format))
-        return
-    if output == "snapshot":
-        click.echo(dump(patch.snapshot_resource(), patch_format))
+    if _print_patch_only(patch, output, patch_format):
         return
     document["patch"] = patch.document()
 
@@ -297,6 +299,86 @@ def _run(
         render_patch(console, patch, patch_format)
 
     out.result("rescale", document, text)
+
+
+def _dry_run_deployment(
+    out: Output,
+    source: tuple[str, str],
+    dest: str,
+    request: RescaleRequest,
+    subtasks: bool,
+    k8s: tuple[FlinkDeployment, str, str],
+) -> None:
+    """Print the plan of a FlinkDeployment's rescale and the patch the run would print, writing nothing.
+
+    The patch is built from the plan as the run builds it from the plan it executes (``_redeploy_patch``):
+    DEST, the planned maxParallelism, the parallelism, the input's checkpoint id (which the rescale keeps)
+    and the savepoint format the plan writes. ``--output patch``/``snapshot`` print only that, as a run
+    does.
+    """
+    from keygroup_cli.cli.commands.plan import plan_snapshot
+    from keygroup_cli.cli.k8s_render import render_patch
+    from keygroup_cli.cli.rescale_render import operator_names, planned_document, render_snapshot_plan
+
+    typed, snapshot = source
+    deployment, output, patch_format = k8s
+    planned = plan_snapshot(out, snapshot, request)
+    document = planned_document(typed, planned)
+    for warning in document["warnings"]:
+        out.warn(warning, even_quiet=True)  # what the rescale would write: said even under -q
+    if planned.input.savepoint is not None:
+        checkpoint_id: int | None = planned.input.savepoint.metadata.checkpoint_id
+    else:
+        checkpoint_id = None if planned.snapshot is None else planned.snapshot.manifest.snapshot_id
+    patch = _redeploy_patch(
+        deployment, dest, planned.plan, request.new_parallelism, checkpoint_id, planned.savepoint_format
+    )
+    if _print_patch_only(patch, output, patch_format):
+        return
+    document = {**document, "patch": patch.document()}
+    names = operator_names(planned)
+
+    def text(console: Console) -> None:
+        render_snapshot_plan(console, planned.plan, document, names, subtasks)
+        render_patch(console, patch, patch_format)
+
+    out.result("plan", document, text)
+
+
+def _redeploy_patch(
+    deployment: FlinkDeployment,
+    dest: str,
+    plan: RescalePlan,
+    parallelism: int,
+    checkpoint_id: int | None,
+    savepoint_format: str | None,
+) -> DeploymentPatch:
+    """Return the patch that redeploys ``deployment`` from DEST, for the run and for ``--dry-run`` alike."""
+    from keygroup_cli.k8s import deployment_patch
+    from keygroup_cli.storage import is_remote
+
+    keyed = [op for op in plan.operators if op.keyed_mode != "none"]
+    return deployment_patch(
+        deployment,
+        savepoint_path=dest if is_remote(dest) else str(Path(dest).absolute()),
+        max_parallelism=min(op.new_max_parallelism for op in keyed or plan.operators),
+        parallelism=parallelism,
+        checkpoint_id=checkpoint_id,
+        format_type="NATIVE" if savepoint_format == "native" else "CANONICAL",
+    )
+
+
+def _print_patch_only(patch: DeploymentPatch, output: str, patch_format: str) -> bool:
+    """Print only the merge patch (``--output patch``) or the FlinkStateSnapshot (``snapshot``), if asked."""
+    from keygroup_cli.k8s import dump
+
+    if output == "patch":
+        click.echo(dump(patch.merge_patch(), patch_format))
+        return True
+    if output == "snapshot":
+        click.echo(dump(patch.snapshot_resource(), patch_format))
+        return True
+    return False
 
 
 def _parse_conf(values: tuple[str, ...]) -> dict[str, str]:
