@@ -158,3 +158,47 @@ def test_a_refused_deletion_is_exit_5_with_one_line(tmp_path: Path) -> None:
     assert "cannot delete" in done.stderr and "Read-only file system" in done.stderr
     gone = set(before) - set(_digest(job))
     assert gone <= strays and not any(g.startswith("shared/") for g in gone)
+
+
+def test_concurrent_deletions_remove_only_orphans(tmp_path: Path) -> None:
+    """Three ``kg gc --delete`` at once on one directory: each exits 0 or 5 with one line; only orphans go."""
+    job, strays = _job_with_strays(tmp_path)
+    before = _digest(job)
+    args = [sys.executable, "-m", "keygroup_cli", "gc", str(job), "--delete", "--older-than", "0"]
+    procs = [
+        subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "KG_PROGRESS": "off"})  # fmt: skip
+        for _ in range(3)
+    ]
+    for proc in procs:
+        _out, err = proc.communicate(timeout=HANG)
+        assert proc.returncode in (0, 5), (proc.returncode, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+    after = _digest(job)
+    assert set(before) - set(after) <= strays
+    assert {k: before[k] for k in after} == after
+    assert _kg("verify", job / "chk-3").returncode == 0
+    again = _kg("gc", job, "--delete", "--older-than", "0")
+    assert again.returncode == 0, again.stderr
+    assert set(before) - set(_digest(job)) == strays
+
+
+def test_low_memory_is_a_clean_refusal_or_a_complete_run(tmp_path: Path) -> None:
+    """Under a 300 MiB address-space limit kg gc finishes or stops with one line; nothing referenced goes."""
+    job, strays = _job_with_strays(tmp_path)
+    before = _digest(job)
+    limit = 300 * 1024 * 1024
+    code = (
+        "import resource, runpy, sys; "
+        f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); "
+        "sys.argv = ['kg', *sys.argv[1:]]; runpy.run_module('keygroup_cli', run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code, "gc", str(job), "--delete", "--older-than", "0"],
+                          capture_output=True, text=True, timeout=HANG,
+                          env={**os.environ, "KG_PROGRESS": "off"})  # fmt: skip
+    assert done.returncode in (0, 5), (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 1, done.stderr
+    gone = set(before) - set(_digest(job))
+    assert gone <= strays
+    if done.returncode == 0:
+        assert gone == strays
