@@ -35,6 +35,11 @@ OTHER_ENVIRONMENT = [
     ),
     ("KG_SPARK_CDS", "`0`: no class-data-sharing archive of Spark's classes"),
     (
+        "KG_SPARK_DIRECT",
+        "`0`: always start Spark's driver JVM through spark-submit (by default kg starts it itself with the "
+        "command Spark's launcher printed for an earlier session, when nothing the launcher reads is set)",
+    ),
+    (
         "KG_NATIVE",
         "`0`: pure Python; `1`: the native kernels of the `[native]` extra (exit 6 without numba); "
         "`auto` (default): the kernels when numba imports, once the process has walked 32 MiB of blocks, "

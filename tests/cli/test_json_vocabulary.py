@@ -175,8 +175,8 @@ def _commands(tmp: Path) -> list[tuple[list[str], dict[str, str]]]:
         (["gc", "job"], {"input": "job"}),
         (["export", SAVEPOINT, "-o", "keyed-state", "--state", "sum", "--out", "sum.parquet"], {}),
         (
-            [*("write", SAVEPOINT, "-o", "keyed-state", "-s", "sum", "--mode", "upsert"), "--data", "sum.parquet"]
-            + ["--out", "written/"],
+            [*("write", SAVEPOINT, "-o", "keyed-state", "-s", "sum", "--mode", "upsert")]
+            + ["--data", "sum.parquet", "--out", "written/"],
             {"input": SAVEPOINT, "output": "written/"},
         ),
         (["compact", SAVEPOINT, "--drop-where", "key < 10", "--out", "compacted/"], {"output": "compacted/"}),

@@ -23,7 +23,8 @@ from tests.conftest import FIXTURES
 
 SAVEPOINT = FIXTURES / "flink" / "2.3" / "heap-files-p3-maxp128-long"
 DEPLOYMENT = FIXTURES / "k8s" / "autoscaler-ceiling" / "deployment.yaml"
-CHECKPOINTS = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string" / "0000000000006b670000000000000005"
+JOB_ID = "0000000000006b670000000000000005"
+CHECKPOINTS = FIXTURES / "flink" / "2.3" / "heap-checkpoint-p2-maxp128-string" / JOB_ID
 #: Operators without uids and names: shown by their (shortened) ids.
 UID_LESS = FIXTURES / "flink" / "1.17" / "uid-heap-canonical-p3"
 WIDTHS = (80, 120)

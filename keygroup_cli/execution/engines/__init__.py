@@ -1,8 +1,9 @@
 """Executors that run a rescale's jobs: one protocol, a pyarrow engine and a Spark engine.
 
 ``get_executor("local" | "spark", **options)`` imports the engine's module only when asked, so metadata
-commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where pyspark is
-installed (kg's ``[spark]`` extra), else the local engine, with a notice on kg's logger. Every route
+commands never load Spark (or start a JVM). ``choose_engine`` resolves the default: Spark where a master is
+set or a session given, else the local engine (``ONE_MACHINE`` says why), with a notice on kg's logger
+where pyspark is missing. Every route
 compiles its plan into the jobs of ``keygroup_cli.execution.jobs.model`` (a kg snapshot's in
 ``execution.jobs.snapshot``, a savepoint's in ``execution.jobs.savepoint``); both engines run them with the
 same task bodies through one entry, ``Executor.run``, and write byte-identical files. The caller (the route)
@@ -65,6 +66,13 @@ def spark_master(master: str | None, spark_conf: Mapping[str, str] | None) -> st
     return master or (spark_conf or {}).get("spark.master") or os.environ.get(MASTER_ENV) or None
 
 
+#: Why the default on one machine is the local engine: ``local[*]`` never wins there (``choose_engine``).
+ONE_MACHINE = (
+    "default engine: one machine, where the local engine is the faster at every size (Spark local[*] "
+    "costs as much per byte, plus about 4 CPU s to start); Spark: --engine spark or a master"
+)
+
+
 def choose_engine(
     engine: str | EngineChoice | None,
     *,
@@ -76,9 +84,11 @@ def choose_engine(
 
     The default is the fastest correct engine for where kg runs. With a Spark master set (``master``,
     ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
-    goes to the cluster. On one machine it is the local engine: past its start Spark's tasks cost what the
-    local engine's threads cost per byte, and its start (a JVM, Python workers) adds about 7 CPU seconds
-    (docs/performance.md). A missing pyspark is announced once on the ``keygroup_cli`` logger.
+    goes to the cluster. On one machine it is the local engine at every size (``ONE_MACHINE``): the local
+    engine uses every core too, Spark ``local[*]``'s tasks cost what the local engine costs per byte
+    (0.9-1.1x, measured at 0.1 and 0.83 GB: there is no size past which it pays back its start), and its
+    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). A missing pyspark is
+    announced once on the ``keygroup_cli`` logger.
 
     Raises:
         InvalidArgumentError: An unknown engine name.
@@ -97,7 +107,7 @@ def choose_engine(
         if not spark_installed():
             log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
             return EngineChoice("local", "default engine; pyspark is not installed")
-        return EngineChoice("local", "default engine: one machine (Spark: --engine spark or a master)")
+        return EngineChoice("local", ONE_MACHINE)
     if engine not in ENGINES:
         raise unknown_engine_error(engine)
     if engine == "spark":
@@ -250,6 +260,7 @@ __all__ = [
     "ENGINES",
     "INSTALL_SPARK",
     "MASTER_ENV",
+    "ONE_MACHINE",
     "EngineChoice",
     "ExecutionResult",
     "Executor",

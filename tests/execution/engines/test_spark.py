@@ -93,10 +93,8 @@ def test_a_java_that_exits_is_reported_as_gateway_failure(monkeypatch, tmp_path)
 
 
 def test_class_data_sharing_archive_is_created_then_published_then_used(monkeypatch, tmp_path):
-    import subprocess
-    import sys
-
     from keygroup_cli.execution.engines.spark import class_data_sharing_option
+    from keygroup_cli.execution.engines.spark.jvm import class_archive_complete
 
     monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("KG_SPARK_CDS", raising=False)
@@ -106,20 +104,156 @@ def test_class_data_sharing_archive_is_created_then_published_then_used(monkeypa
     # Written by a JVM that is still running (here: this very process): never published.
     partial.write_bytes(b"archive")
     assert class_data_sharing_option() == first
-    # Written by a process that has exited, and unchanged for 30 s: published under the final name.
+    # Written by a process that has exited, whose session ran a job, unchanged for 30 s: published.
+    class_archive_complete()
+    finished = _as_if_written_by_an_exited_process(partial)
+    used = class_data_sharing_option()
+    assert (
+        used.startswith("-XX:SharedArchiveFile=") and Path(used.split("=", 1)[1]).read_bytes() == b"archive"
+    )
+    assert not finished.exists() and not finished.with_suffix(".ran").exists()
+    monkeypatch.setenv("KG_SPARK_CDS", "0")
+    assert class_data_sharing_option() == ""
+
+
+def _as_if_written_by_an_exited_process(partial: Path) -> Path:
+    """Rename ``partial`` (and its ``.ran`` mark, if any) to an exited process's, 60 s old; return it."""
+    import subprocess
+    import sys
+
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     finished = partial.with_name(partial.name.replace(f".{os.getpid()}.", f".{dead.stdout.strip()}."))
     partial.rename(finished)
+    if partial.with_suffix(".ran").exists():
+        partial.with_suffix(".ran").rename(finished.with_suffix(".ran"))
     os.utime(finished, (time.time() - 60, time.time() - 60))
-    used = class_data_sharing_option()
-    assert (
-        used.startswith("-XX:SharedArchiveFile=") and Path(used.split("=", 1)[1]).read_bytes() == b"archive"
-    )
-    assert not finished.exists()
-    monkeypatch.setenv("KG_SPARK_CDS", "0")
-    assert class_data_sharing_option() == ""
+    return finished
+
+
+def test_a_class_archive_of_a_session_that_ran_no_job_is_removed_not_published(monkeypatch, tmp_path):
+    from keygroup_cli.execution.engines.spark import class_data_sharing_option
+
+    monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("KG_SPARK_CDS", raising=False)
+    partial = Path(class_data_sharing_option().split("=", 1)[1])
+    partial.write_bytes(b"a start cut short: few classes")
+    finished = _as_if_written_by_an_exited_process(partial)
+    # Not mapped by later sessions: this one writes a new archive instead.
+    assert class_data_sharing_option().startswith("-XX:ArchiveClassesAtExit=")
+    assert not finished.exists() and not list(tmp_path.glob("*.jsa"))
+
+
+#: What ``bin/spark-class`` prints with ``SPARK_PRINT_LAUNCH_COMMAND`` (arguments joined by spaces).
+PRINTED = (
+    "Spark Command: /opt/java/bin/java -cp /spark/conf:/spark/jars/* -Xmx1g -XX:+UseSerialGC "
+    "-XX:+IgnoreUnrecognizedVMOptions --add-opens=java.base/java.lang=ALL-UNNAMED "
+    "org.apache.spark.deploy.SparkSubmit --conf spark.master=local[*] --conf "
+    "spark.driver.extraJavaOptions=-XX:+UseSerialGC pyspark-shell"
+)
+
+
+def test_the_driver_command_spark_submit_printed_is_started_directly_next_time(monkeypatch, tmp_path):
+    from keygroup_cli.execution.engines.spark.jvm import forget_launch, launch_command, learn_launch
+
+    monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("keygroup_cli.execution.engines.spark.jvm.shutil.which", lambda name: name)
+    log = tmp_path / "console.log"
+    settings = {"spark.master": "local[*]", "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+    assert launch_command(settings) is None  # nothing learnt yet: spark-submit starts it
+    log.write_text(f"{PRINTED}\n========================================\nSpark's log lines\n")
+    learn_launch(log, settings)
+    command, environment = launch_command({**settings, "spark.app.name": "kg rescale"})
+    assert command == [
+        "/opt/java/bin/java",
+        "-cp",
+        "/spark/conf:/spark/jars/*",
+        "-Xmx1g",
+        "-XX:+UseSerialGC",
+        "-XX:+IgnoreUnrecognizedVMOptions",
+        "--add-opens=java.base/java.lang=ALL-UNNAMED",
+        "org.apache.spark.deploy.SparkSubmit",
+        "--conf",
+        "spark.master=local[*]",
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:+UseSerialGC",
+        "--conf",
+        "spark.app.name=kg rescale",
+        "pyspark-shell",
+    ]
+    # What Spark's scripts export to the JVM; PySpark's workers need a fixed string hash seed.
+    assert environment["PYTHONHASHSEED"] == "0" and environment["SPARK_ENV_LOADED"] == "1"
+    forget_launch()
+    assert launch_command(settings) is None
+
+
+def test_a_printed_command_that_does_not_parse_back_is_not_learnt(monkeypatch, tmp_path):
+    from keygroup_cli.execution.engines.spark.jvm import launch_command, learn_launch
+
+    monkeypatch.setenv("KG_CACHE_DIR", str(tmp_path))
+    log = tmp_path / "console.log"
+    log.write_text(PRINTED + "\n")
+    # The driver options printed are not this session's (say, a path with a space split them apart).
+    learn_launch(log, {"spark.driver.extraJavaOptions": "-XX:SharedArchiveFile=/a b.jsa"})
+    assert launch_command({}) is None
+    log.write_text("no command printed\n")
+    learn_launch(log, {})
+    assert launch_command({}) is None
+
+
+def test_spark_submit_starts_the_jvm_where_its_launcher_would_read_more(monkeypatch, tmp_path):
+    from keygroup_cli.execution.engines.spark.jvm import direct_launch
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    for name in ("KG_SPARK_DIRECT", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS", "HADOOP_CONF_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert direct_launch({"spark.master": "local[*]"})
+    assert not direct_launch({"spark.driver.memory": "4g"})
+    assert not direct_launch({"spark.jars.packages": "org.example:lib:1.0"})
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Dx=y")
+    assert not direct_launch({})
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS")
+    (conf / "spark-defaults.conf").write_text("spark.driver.memory 4g\n")
+    assert not direct_launch({})
+    (conf / "spark-defaults.conf").unlink()
+    monkeypatch.setenv("KG_SPARK_DIRECT", "0")
+    assert not direct_launch({})
+
+
+#: A session started, probed and stopped as kg does, in a fresh process: how its JVM was started.
+SESSION = """
+import os, sys
+from pyspark import SparkContext
+from keygroup_cli.execution.engines.spark import session, workers
+sc = session.spark_context()
+workers.require_workers(sc)
+seed = sc.parallelize([0], 1).map(lambda _: os.environ.get("PYTHONHASHSEED")).collect()[0]
+launcher = os.path.basename(sc._gateway.proc.args[0])
+session._stop_quietly(sc)
+print(launcher, seed, SparkContext._active_spark_context is None)
+"""
+
+
+def test_a_session_is_started_through_spark_submit_once_then_directly(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KG_SPARK_DIRECT", "SPARK_SUBMIT_OPTS")}
+    env.update(KG_CACHE_DIR=str(tmp_path), KG_SPARK_CDS="0")
+
+    def session() -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", SESSION], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+        )
+        return proc.stdout.split()
+
+    # The first session learns the command spark-submit's launcher builds; the next one starts it itself.
+    # Both run a job on workers with PYTHONHASHSEED=0 (spark-submit exports it; kg does the same) and stop.
+    assert session() == ["spark-submit", "0", "True"]
+    assert session() == ["java", "0", "True"]
 
 
 def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsys):

@@ -199,6 +199,18 @@ def test_only_kgs_own_interpreter_gets_kgs_daemon(monkeypatch):
     assert daemon(None) is None
 
 
+def test_spark_ui_is_off_on_one_machine_and_on_for_a_cluster():
+    from keygroup_cli.execution.engines.spark.session import session_settings
+
+    def ui(master, config=None):  # type: ignore[no-untyped-def]
+        return session_settings(master, config).get("spark.ui.enabled")
+
+    assert ui(None) == "false" and ui("local[2]") == "false"
+    assert ui("spark://host:7077") is None  # Spark's default: the UI is on
+    assert ui("spark://host:7077", {"spark.ui.enabled": "false"}) == "false"
+    assert ui("local[2]", {"spark.ui.enabled": "true"}) == "true"
+
+
 def test_a_context_another_thread_is_still_starting_is_taken_only_once_whole() -> None:
     # pyspark makes a SparkContext the active one before it initializes it. A kg run that failed early leaves
     # its PendingExecutor thread starting one; the next run in the same process (kg's Python API) took the

@@ -9,8 +9,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import json
 import logging
 import os
+import shlex
 import shutil
 import time
 from datetime import datetime
@@ -90,10 +92,15 @@ def class_data_sharing_option() -> str:
     Loading Spark's classes is about half of a session's start. The first session kg starts writes an
     archive of them when its JVM exits (``-XX:ArchiveClassesAtExit``); later ones map it
     (``-XX:SharedArchiveFile``), which starts the driver about 2 s sooner on two cores. The archive lives
-    in ``$KG_CACHE_DIR`` (default ``~/.cache/kg``), one per pyspark version and Java installation, and is
-    published only once its writer has finished: ``*.<pid>.partial`` is renamed once process ``pid`` is
-    gone and the file has not changed for 30 s. A JVM that cannot use an archive (classpath changed) ignores
-    it. ``KG_SPARK_CDS=0`` turns this off; any problem with the cache directory does too (returns "").
+    in ``$KG_CACHE_DIR`` (default ``~/.cache/kg``), one per pyspark version and Java installation (and
+    ``ARCHIVE_REVISION``), and is published only once its writer has finished and only if that session ran
+    a Spark job (``class_archive_complete``): an archive of a session that stopped early (a failed start,
+    Ctrl-C) holds too few of the classes a job loads and would be mapped by every later run (one such
+    archive held 5,500 of the 9,800 classes a run loads; a whole one 7,800, the rest being generated
+    lambda classes). ``*.<pid>.partial`` is renamed once process ``pid`` is gone, its ``*.<pid>.ran`` marker
+    exists and the file has not changed for 30 s; a finished partial without the marker is removed. A JVM
+    that cannot use an archive (classpath changed) ignores it. ``KG_SPARK_CDS=0`` turns this off; any
+    problem with the cache directory does too (returns "").
     The first run that writes the archive says so on kg's logger (a notice on stderr), once per archive.
     """
     if os.environ.get("KG_SPARK_CDS", "1") == "0":
@@ -106,7 +113,7 @@ def class_data_sharing_option() -> str:
         if os.environ.get("JAVA_HOME")
         else shutil.which("java")
     )
-    identity = f"{pyspark.__version__}|{Path(java).resolve() if java else ''}"
+    identity = f"{pyspark.__version__}|{Path(java).resolve() if java else ''}|{ARCHIVE_REVISION}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     final = cache / f"spark-{key}.jsa"
     try:
@@ -114,7 +121,16 @@ def class_data_sharing_option() -> str:
         for partial in cache.glob(f"spark-{key}.*.partial"):
             pid = int(partial.suffixes[-2].lstrip("."))
             if _finished(pid, partial):
-                os.replace(partial, final)
+                ran = partial.with_suffix(".ran")
+                if ran.exists():
+                    os.replace(partial, final)
+                else:
+                    partial.unlink()  # a session that ran no job: too few classes to be worth mapping
+                ran.unlink(missing_ok=True)
+        for ran in cache.glob(f"spark-{key}.*.ran"):
+            # A mark whose JVM wrote no archive (the session ran without one, or was killed): dropped.
+            if not ran.with_suffix(".partial").exists() and _finished(int(ran.suffixes[-2][1:]), ran):
+                ran.unlink()
     except (OSError, ValueError):
         return ""
     if final.is_file():
@@ -129,7 +145,28 @@ def class_data_sharing_option() -> str:
             "later runs start Spark about 2 s sooner; KG_SPARK_CDS=0 turns this off",
             cache,
         )
-    return f"-XX:ArchiveClassesAtExit={cache / f'spark-{key}.{os.getpid()}.partial'}"
+    partial = cache / f"spark-{key}.{os.getpid()}.partial"
+    _archive["writing"] = partial
+    return f"-XX:ArchiveClassesAtExit={partial}"
+
+
+#: Bumped when what a session loads changes enough that archives written before should be replaced.
+ARCHIVE_REVISION = "2"
+
+
+_archive: dict[str, Path] = {}
+
+
+def class_archive_complete() -> None:
+    """Mark the archive this process's JVM writes at exit as worth publishing: its session ran a job.
+
+    Called when a session kg started stops after running at least one Spark job; without the mark the
+    archive is removed rather than published (``class_data_sharing_option``).
+    """
+    partial = _archive.get("writing")
+    if partial is not None:
+        with contextlib.suppress(OSError):
+            partial.with_suffix(".ran").touch()
 
 
 #: Seconds a finished writer's archive must stay unchanged before it is published.
@@ -149,6 +186,148 @@ def _finished(pid: int, partial: Path) -> bool:
     return time.time() - partial.stat().st_mtime > _SETTLED_SECONDS
 
 
+#: What Spark's launch scripts read that would change the driver JVM's command: with any of them set,
+#: kg leaves the launch to ``bin/spark-submit`` (``direct_launch``).
+LAUNCH_ENVIRONMENT = (
+    "PYSPARK_SUBMIT_ARGS",
+    "PYSPARK_GATEWAY_PORT",
+    "SPARK_SUBMIT_OPTS",
+    "SPARK_DIST_CLASSPATH",
+    "SPARK_PREPEND_CLASSES",
+    "SPARK_DRIVER_MEMORY",
+    "SPARK_CLASSPATH",
+    "SPARK_LAUNCHER_OPTS",
+    "HADOOP_CONF_DIR",
+    "YARN_CONF_DIR",
+    "SPARK_TESTING",
+)
+#: Settings Spark's launcher turns into the driver JVM's own options (besides ``extraJavaOptions``).
+LAUNCH_SETTINGS = (
+    "spark.driver.memory",
+    "spark.driver.extraClassPath",
+    "spark.driver.extraLibraryPath",
+    "spark.driver.defaultJavaOptions",
+    "spark.submit.deployMode",
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.jars.repositories",
+    "spark.jars.ivy",
+    "spark.files",
+    "spark.submit.pyFiles",
+)
+#: The line ``bin/spark-class`` prints, with ``SPARK_PRINT_LAUNCH_COMMAND``, before it starts the JVM.
+_COMMAND_LINE = "Spark Command: "
+_SUBMIT_CLASS = "org.apache.spark.deploy.SparkSubmit"
+_DEFAULT_DRIVER_MEMORY = "-Xmx1g"
+
+
+def spark_home() -> Path:
+    """Return the Spark installation pyspark launches from (``SPARK_HOME``, else pyspark's package)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def _launch_record() -> Path:
+    import pyspark
+
+    java = os.environ.get("JAVA_HOME") or shutil.which("java") or ""
+    identity = f"{pyspark.__version__}|{spark_home()}|{Path(java).resolve() if java else ''}"
+    return cache_directory() / f"spark-launch-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
+
+
+def direct_launch(settings: dict[str, str]) -> bool:
+    """Return whether kg may start the driver JVM itself, as ``bin/spark-submit`` would start it.
+
+    ``bin/spark-submit`` costs a shell, a Python interpreter (``find_spark_home.py``, for a pip install),
+    ``ps``, and a JVM of its own (Spark's launcher, which prints the driver's command): 0.3 s of CPU and
+    0.5-1 s of wall on two loaded cores, before the driver JVM starts at all. Where nothing the launcher
+    reads is set (``LAUNCH_ENVIRONMENT``, ``LAUNCH_SETTINGS``, ``spark-env.sh``, ``spark-defaults.conf``),
+    its command is the one it printed for an earlier session of the same pyspark, Spark home and Java
+    (``learn_launch``, kept in ``$KG_CACHE_DIR``) with this session's ``--conf`` settings: kg starts that.
+    ``KG_SPARK_DIRECT=0`` turns this off.
+    """
+    if os.environ.get("KG_SPARK_DIRECT", "1") == "0":
+        return False
+    if any(os.environ.get(name) for name in LAUNCH_ENVIRONMENT):
+        return False
+    if any(key in settings for key in LAUNCH_SETTINGS):
+        return False
+    try:
+        home = spark_home()
+    except Exception:  # noqa: BLE001 - pyspark's search failed: spark-submit reports it
+        return False
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or home / "conf")
+    return not (conf_dir / "spark-env.sh").exists() and not (conf_dir / "spark-defaults.conf").exists()
+
+
+def launch_command(settings: dict[str, str]) -> tuple[list[str], dict[str, str]] | None:
+    """Return the driver JVM's command and environment for ``settings``, or None (not learnt yet).
+
+    The command is what Spark's launcher printed for an earlier session (``learn_launch``): its Java, its
+    classpath and its module options, with this session's driver options and ``--conf`` settings. The
+    environment is what Spark's scripts export to the JVM (``SPARK_HOME``, ``SPARK_CONF_DIR``,
+    ``SPARK_ENV_LOADED``, ``PYTHONHASHSEED=0``, the last needed by PySpark's workers).
+    """
+    try:
+        record = json.loads(_launch_record().read_text())
+        java, classpath, options = record["java"], record["classpath"], list(record["options"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not Path(java).is_file() and shutil.which(java) is None:
+        return None
+    home = spark_home()
+    command = [java, "-cp", classpath, _DEFAULT_DRIVER_MEMORY]
+    command += shlex.split(settings.get("spark.driver.extraJavaOptions", ""))
+    command += [*options, _SUBMIT_CLASS]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    command.append("pyspark-shell")
+    environment = dict(os.environ)
+    environment.update(
+        SPARK_HOME=str(home),
+        SPARK_CONF_DIR=os.environ.get("SPARK_CONF_DIR") or str(home / "conf"),
+        SPARK_ENV_LOADED="1",
+        PYTHONHASHSEED="0",
+    )
+    return command, environment
+
+
+def learn_launch(console_log: Path, settings: dict[str, str]) -> None:
+    """Keep the driver command ``bin/spark-class`` printed into ``console_log``, for ``launch_command``.
+
+    The printed line joins the arguments with spaces: it is kept only if it parses back unambiguously
+    (the Java, ``-cp`` and the classpath, the default heap, this session's driver options, then only
+    JVM options up to ``SparkSubmit``), else nothing is kept and the next session learns again.
+    """
+    try:
+        lines = console_log.read_text(errors="replace").splitlines()
+        line = next((ln for ln in lines if ln.startswith(_COMMAND_LINE)), "")
+    except OSError:
+        return
+    words = line[len(_COMMAND_LINE) :].split(" ")
+    if _SUBMIT_CLASS not in words or len(words) < 4 or words[1] != "-cp":
+        return
+    java, classpath, jvm = words[0], words[2], words[3 : words.index(_SUBMIT_CLASS)]
+    ours = settings.get("spark.driver.extraJavaOptions", "").split()
+    if jvm[:1] != [_DEFAULT_DRIVER_MEMORY] or jvm[1 : 1 + len(ours)] != ours:
+        return
+    options = jvm[1 + len(ours) :]
+    if not all(o.startswith("-") for o in options):
+        return
+    record = _launch_record()
+    partial = record.with_name(f"{record.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        partial.write_text(json.dumps({"java": java, "classpath": classpath, "options": options}))
+        os.replace(partial, record)
+
+
+def forget_launch() -> None:
+    """Drop the learnt driver command (a direct start failed: the next session asks spark-submit again)."""
+    with contextlib.suppress(OSError):
+        _launch_record().unlink()
+
+
 def gateway_message(exc: Exception, console_log: Path) -> str:
     """Return the one line that says why Spark's Java gateway did not start (a too-old Java, say)."""
     details = ""
@@ -166,8 +345,17 @@ def gateway_message(exc: Exception, console_log: Path) -> str:
 __all__ = [
     "INSTALL_JAVA",
     "KEPT_LOGS",
+    "LAUNCH_ENVIRONMENT",
+    "LAUNCH_SETTINGS",
+    "direct_launch",
+    "forget_launch",
+    "launch_command",
+    "learn_launch",
+    "spark_home",
+    "ARCHIVE_REVISION",
     "cache_directory",
     "require_java",
+    "class_archive_complete",
     "class_data_sharing_option",
     "gateway_message",
     "keep_console_log",

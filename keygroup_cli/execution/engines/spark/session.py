@@ -14,13 +14,18 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines.spark.jvm import (
     class_data_sharing_option,
+    direct_launch,
+    forget_launch,
     gateway_message,
     keep_console_log,
+    launch_command,
+    learn_launch,
     new_console_log,
     require_java,
 )
@@ -35,7 +40,9 @@ if TYPE_CHECKING:
 DAEMON_MODULE = "keygroup_cli.execution.engines.spark.daemon"
 
 
-#: Settings of a session kg creates itself (an existing session is used as it is).
+#: Settings of a session kg creates itself (an existing session is used as it is). Spark's UI is off with
+#: a local master (its Jetty server is part of the start, and nobody watches a one-machine run) and on
+#: with any other (``session_settings``); ``--conf spark.ui.enabled=...`` decides either way.
 SESSION_CONFIG = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -156,6 +163,8 @@ def session_settings(
     """Return the settings kg gives a session it starts: its own, then the caller's ``config`` (which win)."""
     settings = {**SESSION_CONFIG, **pythonpath_config(), **(config or {})}
     local = (master or ("local" if not submitted else "")).startswith("local")
+    if not local and "spark.ui.enabled" not in (config or {}):
+        del settings["spark.ui.enabled"]  # a cluster keeps Spark's UI (its default: on)
     if local and worker_python(master, config) == sys.executable:
         # kg's own interpreter runs the workers: their daemon imports pyspark from the installed package,
         # with bytecode, rather than from Spark's zip (``spark.daemon``). Another interpreter (PYSPARK_PYTHON,
@@ -185,15 +194,14 @@ def _launch(conf: SparkConf, verbose: bool) -> SparkContext:
 
     def start() -> None:
         from pyspark import SparkContext
-        from pyspark.java_gateway import launch_gateway
 
         try:
             # The JVM (and the Python workers it forks) write their console output to the log for the
             # whole session; handing it to the JVM's Popen, rather than redirecting our own descriptors,
             # keeps stdout clean for --json and stderr for kg's progress even while the JVM starts.
             with open(console_log, "ab") as jvm_console:
-                gateway = launch_gateway(  # type: ignore[no-untyped-call]
-                    conf, popen_kwargs=None if verbose else {"stdout": jvm_console, "stderr": jvm_console}
+                gateway = _gateway(
+                    conf, None if verbose else {"stdout": jvm_console, "stderr": jvm_console}, console_log
                 )
             outcome["context"] = SparkContext(conf=conf, gateway=gateway)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread below
@@ -218,6 +226,108 @@ def _launch(conf: SparkConf, verbose: bool) -> SparkContext:
     raise MissingDependencyError(gateway_message(error, console_log), code="SPARK_GATEWAY_FAILED") from None
 
 
+def _gateway(conf: SparkConf, popen_kwargs: dict[str, Any] | None, console_log: Path) -> Any:
+    """Start the driver JVM and connect to its Py4J gateway: directly where kg may, else via spark-submit.
+
+    Directly (``jvm.direct_launch``): the command Spark's launcher printed for an earlier session,
+    started here, without spark-submit's shell, Python and launcher JVM. A direct start that fails is
+    forgotten and retried through spark-submit, whose command is learnt (``jvm.learn_launch``) when kg
+    may start it directly next time.
+    """
+    from pyspark.java_gateway import launch_gateway
+
+    settings = dict(conf.getAll())
+    direct = direct_launch(settings)
+    launch = launch_command(settings) if direct else None
+    if launch is not None:
+        try:
+            return _connect(*launch, popen_kwargs)
+        except Exception:  # noqa: BLE001 - spark-submit below starts it, or says why it cannot
+            forget_launch()
+    learn = direct and popen_kwargs is not None  # spark-class prints the command: into the log only
+    if learn:
+        os.environ["SPARK_PRINT_LAUNCH_COMMAND"] = "1"
+    try:
+        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)  # type: ignore[no-untyped-call]
+    finally:
+        if learn:
+            os.environ.pop("SPARK_PRINT_LAUNCH_COMMAND", None)
+    if learn:
+        learn_launch(console_log, settings)
+    return gateway
+
+
+def _connect(command: list[str], environment: dict[str, str], popen_kwargs: dict[str, Any] | None) -> Any:
+    """Start the driver JVM with ``command`` and connect to its gateway, as pyspark's ``launch_gateway``.
+
+    Raises:
+        RuntimeError: The JVM exited before it wrote its gateway's port.
+    """
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
+    from py4j.java_gateway import GatewayParameters, JavaGateway
+    from pyspark.java_gateway import java_import
+    from pyspark.serializers import UTF8Deserializer, read_int
+
+    directory = tempfile.mkdtemp(prefix="kg-spark-")
+    try:
+        info = os.path.join(directory, "gateway")
+        environment = {**environment, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": info}
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,  # the JVM ends when this pipe closes, i.e. when kg exits
+            env=environment,
+            # Ctrl-C is kg's to handle: not sent to the JVM (as pyspark's own launch does).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            **(popen_kwargs or {}),
+        )
+        while process.poll() is None and not os.path.isfile(info):
+            time.sleep(0.02)
+        if not os.path.isfile(info):
+            raise RuntimeError(f"the Java gateway exited ({process.returncode}) before sending its port")
+        with open(info, "rb") as connection:
+            port = read_int(connection)
+            secret = UTF8Deserializer().loads(connection)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    gateway: Any
+    if os.environ.get("PYSPARK_PIN_THREAD", "true").lower() == "true":
+        gateway = ClientServer(
+            java_parameters=JavaParameters(port=port, auth_token=secret, auto_convert=True),
+            python_parameters=PythonParameters(port=0, eager_load=False),
+        )
+    else:
+        gateway = JavaGateway(
+            gateway_parameters=GatewayParameters(port=port, auth_token=secret, auto_convert=True)
+        )
+    gateway.proc = process
+    for name in _GATEWAY_IMPORTS:
+        java_import(gateway.jvm, name)
+    return gateway
+
+
+#: The JVM classes pyspark's ``launch_gateway`` imports into a new gateway's view.
+_GATEWAY_IMPORTS = (
+    "org.apache.spark.SparkConf",
+    "org.apache.spark.api.java.*",
+    "org.apache.spark.api.python.*",
+    "org.apache.spark.ml.python.*",
+    "org.apache.spark.mllib.api.python.*",
+    "org.apache.spark.resource.*",
+    "org.apache.spark.sql.Encoders",
+    "org.apache.spark.sql.OnSuccessCall",
+    "org.apache.spark.sql.functions",
+    "org.apache.spark.sql.classic.*",
+    "org.apache.spark.sql.api.python.*",
+    "org.apache.spark.sql.hive.*",
+    "scala.Tuple2",
+)
+
+
 def _cancel_jobs(context: SparkContext, _signum: int, _frame: Any) -> None:
     """Cancel the context's Spark jobs, then raise ``KeyboardInterrupt`` (a SIGINT handler)."""
     try:
@@ -227,6 +337,17 @@ def _cancel_jobs(context: SparkContext, _signum: int, _frame: Any) -> None:
 
 
 def _stop_quietly(context: SparkContext) -> None:
+    """Stop the context kg started, at exit: the JVM's side, not the accumulator server's.
+
+    pyspark's ``stop`` ends with the accumulator server's ``shutdown``, which waits for its handler's
+    one-second poll: about 0.8 s of every run's wall. The process is exiting, and the server's thread is
+    a daemon: only the JVM's side is stopped (the application ends FINISHED, its event log is complete).
+    """
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None and isinstance(server.server_address, tuple):
+        # A TCP server (the default): nothing of it outlives the process. A Unix-socket one is shut down
+        # by ``stop`` as usual, which removes its socket file.
+        context._accumulatorServer = None  # type: ignore[assignment]
     with contextlib.suppress(Exception):
         context.stop()
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import keygroup_cli
 from keygroup_cli.core.errors import MissingDependencyError
 from keygroup_cli.execution.engines.spark.errors import worker_cause
-from keygroup_cli.execution.engines.spark.jvm import keep_console_log
+from keygroup_cli.execution.engines.spark.jvm import class_archive_complete, keep_console_log
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -99,6 +99,8 @@ def require_workers(sc: SparkContext, master: str | None = None) -> None:
             code="SPARK_WORKER_FAILED",
         ) from None
     executable, version, problems = next((a for a in answers if a[2]), answers[0])
+    # The session ran a job: the class archive its JVM writes at exit holds what a job loads.
+    class_archive_complete()
     if problems:
         raise MissingDependencyError(
             f"Spark's Python workers ({executable}, Python {version}) cannot import what kg needs "
