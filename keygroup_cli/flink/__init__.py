@@ -145,6 +145,7 @@ if TYPE_CHECKING:
         header_codecs,
         is_ttl,
     )
+    from keygroup_cli.flink.write.edit_copy import copies_key_groups, edit_copying
     from keygroup_cli.flink.write.finished import finished_before, finished_markers, require_finished_kept
     from keygroup_cli.flink.write.keyed_tasks import (
         KeyedReadTask,
@@ -310,6 +311,8 @@ _LAZY = {
     "edited_batches": "keygroup_cli.flink.write.edit",
     "header_codecs": "keygroup_cli.flink.write.edit",
     "is_ttl": "keygroup_cli.flink.write.edit",
+    "copies_key_groups": "keygroup_cli.flink.write.edit_copy",
+    "edit_copying": "keygroup_cli.flink.write.edit_copy",
 }
 
 

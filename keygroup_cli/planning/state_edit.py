@@ -273,7 +273,13 @@ def write_edit(
     require_encodable(codecs, data.column_names, mode)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     keys, namespaces, user_keys, values, stamps = [], [], [], [], []
-    for row in arrow_rows(data):
+    vector = None if mode == "delete" else _column_entries(codecs, data, key_type, request.ttl_timestamp, now)
+    if vector is not None:
+        keys, values = vector
+        namespaces = pa.array([b"\x00"] * len(keys), pa.binary())
+        user_keys = pa.nulls(len(keys), pa.binary())
+        stamps = pa.nulls(len(keys), pa.int64())
+    for row in arrow_rows(data) if vector is None else ():
         if mode == "delete":
             key = codecs.key.encode_arrow(row["key"])
             ns = codecs.namespace.encode_arrow(row["namespace"]) if "namespace" in row else None
@@ -326,6 +332,118 @@ def write_edit(
     if mode == "replace":
         return KeyedEdit(frozenset({codecs.name}), replace=True, inserts=_sorted(inserts))
     return KeyedEdit(frozenset({codecs.name}), matches=_sorted(matches), inserts=_sorted(inserts))
+
+
+#: Value serializers ``_column_entries`` encodes column-wise: Flink's big-endian Long and Integer.
+_FIXED_VALUES = {"Long": ">i8", "Integer": ">i4"}
+
+
+def _column_entries(
+    codecs: StateCodecs, data: pa.Table, key_type: str, stamp: int | None, now_ms: int
+) -> tuple[pa.Array, pa.Array] | None:
+    """Return the keys and encoded values of a value state's rows, column-wise; None: encode row by row.
+
+    Taken: a value state in ``VoidNamespace``, Int, Long or String keys, values of Long, Integer or short
+    ASCII String (``StringValue``: length + 1 in one byte, then the chars), optionally under TTL (the
+    last-access long first: ``stamp``, else the row's, else ``now_ms``), no nulls. Anything else, and any
+    row the first rows' row-by-row encoding does not confirm, goes row by row (``encode_arrow_entry``).
+    """
+    value_codec = codecs.value
+    if (
+        codecs.kind != "value"
+        or value_codec is None
+        or codecs.namespace is None
+        or codecs.namespace.type_name != "VoidNamespace"
+        or key_type not in ("int", "long", "string")
+        or not set(data.column_names) <= {"key", "value", "key_group", "undecoded"}
+        or "value" not in data.column_names
+        or data.num_rows == 0
+    ):
+        return None
+    if "undecoded" in data.column_names and data.column("undecoded").null_count != data.num_rows:
+        return None
+    ttl = is_ttl(value_codec)
+    inner = getattr(value_codec, "value", None) if ttl else value_codec
+    if inner is None or inner.type_name not in (*_FIXED_VALUES, "String"):
+        return None
+    column = data.column("value").combine_chunks()
+    key_column = data.column("key").combine_chunks()
+    if column.null_count or key_column.null_count:
+        return None
+    try:
+        keys = key_column.cast(KEY_ARROW_TYPES[key_type])
+        if ttl:
+            if not pa.types.is_struct(column.type) or {f.name for f in column.type} != {
+                "value",
+                "ttl_last_access",
+            }:
+                return None
+            given = column.field("ttl_last_access").cast(pa.int64())
+            inner_values = column.field("value")
+            if inner_values.null_count:
+                return None
+            if stamp is not None:
+                last = np.full(len(column), stamp, dtype=np.int64)
+            else:
+                last = np.asarray(given.fill_null(now_ms).to_numpy(zero_copy_only=False), dtype=np.int64)
+        else:
+            inner_values, last = column, None
+        encoded = _encoded_values(inner.type_name, inner_values, last)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError):
+        return None
+    if encoded is None:
+        return None
+    # The first rows encoded row by row must be these bytes (the column-wise path is the same encoder).
+    for i, row in enumerate(arrow_rows(data.slice(0, 3))):
+        entry = encode_arrow_entry(codecs, _stamped(codecs, row, stamp, now_ms))
+        if entry.value != encoded[i].as_py() or entry.namespace != b"\x00":
+            return None
+    return keys, encoded
+
+
+def _encoded_values(type_name: str, values: pa.Array, last: np.ndarray | None) -> pa.Array | None:
+    """Return ``values`` serialized (after each ``last`` long where given), as one binary array."""
+    n = len(values)
+    head = 8 if last is not None else 0
+    if type_name in _FIXED_VALUES:
+        dtype = _FIXED_VALUES[type_name]
+        width = np.dtype(dtype).itemsize
+        numbers = values.cast(pa.int64() if width == 8 else pa.int32())  # refuses what does not fit
+        cells = np.empty((n, head + width), dtype=np.uint8)
+        if last is not None:
+            cells[:, :8] = last.astype(">i8").view(np.uint8).reshape(n, 8)
+        raw = np.asarray(numbers.to_numpy(zero_copy_only=False)).astype(dtype)
+        cells[:, head:] = raw.view(np.uint8).reshape(n, width)
+        offsets = np.arange(0, (n + 1) * cells.shape[1], cells.shape[1], dtype=np.int64)
+        return pa.Array.from_buffers(
+            pa.large_binary(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(cells.tobytes())]
+        ).cast(pa.binary())
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        return None
+    strings = values.cast(pa.large_string())
+    if not bool(pc.all(pc.string_is_ascii(strings)).as_py()):
+        return None
+    lengths = np.asarray(pc.binary_length(strings).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if len(lengths) and int(lengths.max()) >= 127:
+        return None  # StringValue's length + 1 takes more than one byte
+    sizes = head + 1 + lengths
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    out = np.empty(int(offsets[-1]), dtype=np.uint8)
+    starts = offsets[:-1]
+    if last is not None:
+        out[starts[:, None] + np.arange(8)] = last.astype(">i8").view(np.uint8).reshape(n, 8)
+    out[starts + head] = (lengths + 1).astype(np.uint8)
+    total = int(lengths.sum())
+    if total:
+        buffers = strings.buffers()
+        chars = np.frombuffer(buffers[2], dtype=np.uint8)
+        source = np.frombuffer(buffers[1], dtype=np.int64)[strings.offset : strings.offset + n + 1]
+        before = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        at = np.arange(total, dtype=np.int64) + np.repeat(source[:-1] - before, lengths)
+        out[at + np.repeat(starts + head + 1 - source[:-1], lengths)] = chars[at]
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(out.tobytes())]
+    ).cast(pa.binary())
 
 
 def _require_unique(table: pa.Table, columns: list[str], state: str) -> None:

@@ -12,7 +12,9 @@ One spine, as ``kg rescale`` of a savepoint runs it (``execution.routes.savepoin
    operators, states and keyed files rewritten; ``--dry-run`` runs the tasks' read half and prints rows per
    key group written, deleted and kept, which the run reproduces.
 3. **Tasks.** One task per keyed file of an edited operator: decode its key groups (strictly), apply its
-   part of the edit, encode the new file (same subtask, same key-group range, the operator's header). The
+   part of the edit, encode the new file (same subtask, same key-group range, the operator's header). When
+   the file's header is the one written, the key groups the edit leaves alone are copied as bytes and a
+   TTL expiry or a write of a value state is done on the entries' bytes (``flink.write.edit_copy``). The
    other operators' key groups are copied as bytes, each block checked. Operator state, coordinator and
    master state, the checkpoint id and the properties are the input's.
 4. **Staged, verified, atomic commit.** Everything is written in a staging directory beside DEST;
@@ -54,6 +56,8 @@ from keygroup_cli.flink import (
     RegroupedFile,
     Savepoint,
     StateCodecs,
+    copies_key_groups,
+    edit_copying,
     edited_batches,
     find_operator,
     read_keyed_task,
@@ -270,9 +274,21 @@ def run_edit_task(
 ) -> RegroupedFile | None:
     """Run one task: the file's rows edited, then encoded into the new file (``write``) or only counted.
 
+    Key groups the edit leaves alone are copied as bytes (``flink.write.edit_copy``) when the file's
+    header is the one written; otherwise every block is decoded and encoded again.
+
     Raises:
         InvalidInputError: A block ``kg verify`` rejects, or a key stored in the wrong key group.
     """
+    if copies_key_groups(task.read, task.write):
+        written_fast = edit_copying(
+            task.read, task.write, task.edit, codecs, task.key_type, task.state_names, counts, output=write
+        )
+        if written_fast is None:
+            return None
+        return RegroupedFile(
+            written_fast.subtask, written_fast.handle, written_fast.size, written_fast.key_groups_with_data
+        )
     rows = edited_batches(
         read_keyed_task(task.read, task.state_names),
         task.edit,

@@ -314,6 +314,44 @@ def check_entries(
     return found.count if _keys_in_group(block, found, key_group, layout, max_parallelism) else None
 
 
+def proven_entries(
+    block: bytes | memoryview, key_group: int, layout: KeyedLayout, max_parallelism: int
+) -> Any:
+    """Return the entry positions of a whole uncompressed block, checked as ``check_entries`` checks.
+
+    The structure proven (lengths, flags, state ids, prefixes, the END mark as the last bytes) and every
+    key hashed against ``key_group``, no row made: what a block copied or filtered as bytes needs. The
+    result has ``key_starts``, ``key_ends``, ``value_ends`` and ``state_ids`` (one per entry). None where
+    the proof does not take the block (the caller decodes it instead).
+    """
+    states = all_states(layout)
+    if not states or len(block) >= 2**31:
+        return None
+    whole = bytes(block) if isinstance(block, memoryview) else block
+    ids = tuple(range(len(layout.states)))
+    walked = walk_window(whole, None, key_group, layout, max_parallelism, max_parallelism, ids)
+    if walked is not None and walked[8] and walked[6] == len(whole) and len(walked[1]):
+        # The fused kernel walked, proved and checked it all (as ``check_entries`` takes it).
+        _raw, starts, ends, _groups, state_ids, key_length = walked[:6]
+        starts = np.asarray(starts, dtype=np.int64)
+        return _Structure(starts - layout.prefix_bytes, starts + key_length, np.asarray(ends), state_ids)
+    scanned = _scan_block(whole, states)
+    if scanned is None or scanned[2] != len(whole):
+        return None
+    value_ends, run_starts, end = scanned
+    found = _structure(whole, states, value_ends, _run_ends(len(value_ends), run_starts), end)
+    if found is None or not _prefixes_match(np.frombuffer(whole, dtype=np.uint8), found, key_group, layout):
+        return None
+    if not _keys_in_group(whole, found, key_group, layout, max_parallelism):
+        return None
+    return found
+
+
+def walked_entries(block: bytes) -> Any:
+    """Return the entry positions of a block another check proved, read one entry at a time."""
+    return _walk(block)
+
+
 def _keys_in_group(
     block: bytes | bytearray | memoryview,
     found: _Structure,
@@ -618,5 +656,7 @@ __all__ = [
     "all_states",
     "check_entries",
     "check_entries_in_windows",
+    "proven_entries",
     "walk_window",
+    "walked_entries",
 ]
