@@ -535,13 +535,37 @@ def _spark_options(engine: str, master: str | None, spark: Any) -> dict[str, Any
     return {k: v for k, v in (("master", master), ("session", spark)) if v is not None}
 
 
+def _data_table(data: pa.Table | str | Any) -> pa.Table:
+    """Return ``write_state``'s data as an Arrow table (a Spark DataFrame through its ``toArrow()``).
+
+    Raises:
+        InvalidArgumentError: Data of another kind (``DATA_UNREADABLE``).
+    """
+    if isinstance(data, (str, Path)):
+        return read_data(str(data))
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    to_arrow = getattr(data, "toArrow", None)  # pyspark.sql.DataFrame (Spark 4); pyspark is not imported
+    if callable(to_arrow):
+        table = to_arrow()
+        if isinstance(table, pa.Table):
+            return table
+    raise InvalidArgumentError(
+        f"data of type {type(data).__name__} is not an Arrow table, a Parquet/Arrow file or a Spark "
+        "DataFrame",
+        code="DATA_UNREADABLE",
+    )
+
+
 def write_state(
     savepoint: str | Path | Savepoint,
     out: str | Path,
     operator: str,
     state: str,
     mode: str,
-    data: pa.Table | str,
+    data: pa.Table | str | Any,
     *,
     ttl_timestamp: int | None = None,
     new_max_parallelism: int | None = None,
@@ -551,7 +575,10 @@ def write_state(
     dry_run: bool = False,
     on_progress: OnProgress | None = None,
 ) -> StateEditResult:
-    """Change keyed state ``state`` of ``operator`` from ``data`` (a table, or a Parquet/Arrow file path).
+    """Change keyed state ``state`` of ``operator`` from ``data``.
+
+    ``data``: an Arrow table, a Parquet or Arrow file (a path or an object-store URI), or a Spark DataFrame
+    (collected to Arrow on the driver with its ``toArrow()``), each in ``kg export``'s shape.
 
     ``mode``: ``upsert``, ``delete`` or ``replace`` (``planning.state_edit``). The new savepoint at ``out``
     keeps the checkpoint id; every other state and operator is the input's. ``new_max_parallelism``
@@ -561,7 +588,7 @@ def write_state(
     Raises:
         See ``execute``.
     """
-    table = read_data(data) if isinstance(data, str) else data
+    table = _data_table(data)
     request = WriteRequest(operator, state, mode, table, ttl_timestamp)
     options = _spark_options(engine, master, spark)
     return execute(

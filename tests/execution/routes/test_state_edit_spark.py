@@ -56,3 +56,25 @@ def test_spark_compacts_what_the_local_engine_compacts(spark: Any, tmp_path: Pat
         rows = [sorted(map(repr, state_table(p, "keyed-state", state).to_pylist())) for p in (local, remote)]
         assert rows[0] == rows[1], state
     assert {r["state"]: r["deleted"] for r in done.plan.totals()}["sum"] == 111
+
+
+def test_a_spark_dataframe_is_data_as_its_arrow_table(spark: Any, tmp_path: Path) -> None:
+    """``write_state`` takes a Spark DataFrame in the export's shape, as it takes the same Arrow table."""
+    data = pa.table({"key": pa.array([7, 123], pa.int64()), "value": pa.array([70, 1230], pa.int64())})
+    frame = spark.createDataFrame(data.to_pylist(), schema="key long, value long")
+    from_table, from_frame = tmp_path / "table", tmp_path / "frame"
+    write_state(UID, from_table, "keyed-long", "sum", "upsert", data)
+    write_state(UID, from_frame, "keyed-long", "sum", "upsert", frame)
+    paths = (from_table, from_frame)
+    rows = [sorted(map(repr, state_table(p, "keyed-long", "sum").to_pylist())) for p in paths]
+    assert rows[0] == rows[1]
+    values = {r["key"]: r["value"] for r in state_table(from_frame, "keyed-long", "sum").to_pylist()}
+    assert values[7] == 70 and values[123] == 1230
+
+
+def test_other_data_is_refused_in_one_line(tmp_path: Path) -> None:
+    from keygroup_cli.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError) as caught:
+        write_state(UID, tmp_path / "o", "keyed-long", "sum", "upsert", {"key": [1]})
+    assert caught.value.code == "DATA_UNREADABLE" and not (tmp_path / "o").exists()
