@@ -27,6 +27,8 @@ engine does not run them yet.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -43,11 +45,12 @@ from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.core.schema import KEY_ARROW_TYPES
 from keygroup_cli.execution.engines import get_executor
 from keygroup_cli.execution.jobs.state_edit import plan_edit_job
-from keygroup_cli.execution.routes.savepoint import OpenedInput, open_input, savepoint_output
+from keygroup_cli.execution.routes.savepoint import METADATA, OpenedInput, open_input, savepoint_output
 from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
 from keygroup_cli.flink import (
     CompactRule,
     EditCounts,
+    FlinkCheckpoint,
     KeyedEdit,
     KeyedReadTask,
     KeyedStream,
@@ -60,8 +63,10 @@ from keygroup_cli.flink import (
     edit_copying,
     edited_batches,
     find_operator,
+    open_savepoint,
     read_keyed_task,
     regroup_keyed_state,
+    require_streams_decode,
     seal_savepoint,
     shared_keyed_header,
     state_batches,
@@ -83,7 +88,9 @@ from keygroup_cli.planning.state_edit import (
     read_data,
     write_edit,
 )
-from keygroup_cli.storage.locations import is_remote
+from keygroup_cli.storage import transfer
+from keygroup_cli.storage.locations import is_remote, location
+from keygroup_cli.storage.remote import scratch_root
 from keygroup_cli.storage.staging import staged_directory
 
 #: The progress stage of the edit tasks.
@@ -501,10 +508,7 @@ def execute(
     started = time.monotonic()
     report = on_progress or no_progress
     if is_remote(str(out)):
-        raise InvalidArgumentError(
-            f"{out}: kg write and kg compact stage and commit on local disk; copy the savepoint after",
-            code="DESTINATION_NOT_LOCAL",
-        )
+        return _execute_to_store(source, str(out), make_plan, dry_run, report, engine)
     dest = Path(out)
     with savepoint_output(dest) as output:
         label = str(source.directory) if isinstance(source, Savepoint) else str(source)
@@ -526,6 +530,38 @@ def execute(
     return StateEditResult(
         _with_changes(plan, counts), str(out), False, before, after, time.monotonic() - started
     )
+
+
+def _execute_to_store(
+    source: str | Path | Savepoint,
+    out: str,
+    make_plan: Callable[[OpenedInput], StateEditPlan],
+    dry_run: bool,
+    report: OnProgress,
+    engine: EngineChoice | None,
+) -> StateEditResult:
+    """``execute`` to an object store: staged and verified on local disk, then uploaded, ``_metadata`` last.
+
+    DEST must hold no object. The upload decodes every operator-state stream where it now is before it
+    writes ``_metadata``; on any failure (Ctrl-C included) what it wrote is deleted (``kg clean`` removes
+    what a kill leaves).
+    """
+    remote = location(out)
+    transfer.require_empty(remote, METADATA)
+    scratch = Path(tempfile.mkdtemp(prefix="kg-edit-", dir=scratch_root()))
+    try:
+        staged_out = scratch / "out"
+        result = execute(source, staged_out, make_plan, dry_run=dry_run, on_progress=report, engine=engine)
+        if not dry_run:
+            metadata = open_savepoint(staged_out).metadata
+
+            def check() -> None:
+                require_streams_decode(FlinkCheckpoint(remote / METADATA, metadata), remote)
+
+            transfer.commit_upload(staged_out, remote, METADATA, report, before_commit=check)
+        return replace(result, out=out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _spark_options(engine: str, master: str | None, spark: Any) -> dict[str, Any]:
