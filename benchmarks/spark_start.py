@@ -19,7 +19,13 @@ scripts and launcher, or kg's direct start), the SparkContext, kg's worker probe
 daemon, workers, their imports), a second tiny job, and the stop at exit. No assertion on timings: the
 figures go to docs/performance.md.
 
-Usage: python benchmarks/spark_start.py [--savepoint DIR] [--repeat 3] [--before DIR] [--breakdown] [--json]
+``--overlap`` runs ``kg rescale --engine spark`` of ``--savepoint`` in fresh processes and marks when Spark's
+start begins (the engine starts in the background once the input is open), when the driver has finished its
+own work (gate, plan) and waits for it, and when it is ready: the wall Spark's start adds to the run is
+that wait.
+
+Usage: python benchmarks/spark_start.py [--savepoint DIR] [--repeat 3] [--before DIR] [--breakdown]
+[--overlap] [--json]
 """
 
 from __future__ import annotations
@@ -63,6 +69,32 @@ marks["stop"] = time.perf_counter()
 print(json.dumps(marks))
 """
 PHASES = ("imported", "gateway", "context", "probe", "job", "stop")
+
+#: Run in a fresh process by ``--overlap``: ``kg rescale --engine spark``, marking when the engine's start
+#: begins (``PendingExecutor``), when the driver has done its own work and waits for it, and when it is
+#: ready. Spark's start overlaps the driver's open, gate and plan; what it adds to the run's wall is the
+#: wait (JSON of the marks on stderr's last line).
+OVERLAP = """
+import atexit, json, sys, time
+marks = {"begin": time.perf_counter()}
+from keygroup_cli.execution import engines
+pending = engines.PendingExecutor
+init, result = pending.__init__, pending.result
+def timed_init(self, *args, **kwargs):
+    marks.setdefault("start", time.perf_counter())
+    init(self, *args, **kwargs)
+def timed_result(self):
+    marks.setdefault("wait", time.perf_counter())
+    try:
+        return result(self)
+    finally:
+        marks.setdefault("ready", time.perf_counter())
+pending.__init__, pending.result = timed_init, timed_result
+atexit.register(lambda: print(json.dumps({**marks, "end": time.perf_counter()}), file=sys.stderr))
+from keygroup_cli.cli import main
+sys.argv = ["kg", *sys.argv[1:]]
+main()
+"""
 
 
 def _once(run: str, savepoint: Path, before: Path | None) -> tuple[float, float]:
@@ -146,17 +178,59 @@ def breakdown(args: argparse.Namespace) -> None:
         print(f"| {phase} | " + " | ".join(f"{row[phase]:.2f}" for row in result.values()) + " |")
 
 
+def _overlap_once(savepoint: Path) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="kg-spark-start-") as work:
+        command = [sys.executable, "-c", OVERLAP, "rescale", str(savepoint), "--to", "4", "-m", "1024"]
+        command += ["--engine", "spark", "--out", str(Path(work) / "out"), "-q"]
+        proc = subprocess.run(command, cwd=work, capture_output=True, text=True, check=True)
+        _wait_for_descendants()
+    marks = json.loads(proc.stderr.strip().splitlines()[-1])
+    return {
+        "before_start": marks["start"] - marks["begin"],
+        "driver_meanwhile": marks["wait"] - marks["start"],
+        "start": marks["ready"] - marks["start"],
+        "spark_adds": marks["ready"] - marks["wait"],
+        "wall": marks["end"] - marks["begin"],
+    }
+
+
+def overlap(args: argparse.Namespace) -> None:
+    """Print how much of Spark's start a ``kg rescale`` waits for (median of ``--repeat`` fresh runs)."""
+    _overlap_once(args.savepoint)  # untimed: class archive, compile caches, the learnt launch
+    rows = [_overlap_once(args.savepoint) for _ in range(args.repeat)]
+    result = {key: round(statistics.median(row[key] for row in rows), 2) for key in rows[0]}
+    if args.json:
+        print(json.dumps({"savepoint": str(args.savepoint), "repeat": args.repeat, "overlap": result}))
+        return
+    print(f"{args.savepoint} ({args.repeat} fresh runs, median; load {os.getloadavg()[0]:.1f} at the end)")
+    labels = {
+        "before_start": "process start to Spark's start (imports, open)",
+        "driver_meanwhile": "the driver's own work meanwhile (gate, plan)",
+        "start": "Spark's start (JVM, context, worker probe)",
+        "spark_adds": "of which the run waits for",
+        "wall": "whole run",
+    }
+    print("| phase | wall s |")
+    print("|---|---:|")
+    for key, label in labels.items():
+        print(f"| {label} | {result[key]:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--savepoint", type=Path, default=DEFAULT)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=Path)
     parser.add_argument("--breakdown", action="store_true", help="split a bare session's start")
+    parser.add_argument("--overlap", action="store_true", help="how much of the start a kg rescale waits for")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     become_subreaper()
     if args.breakdown:
         breakdown(args)
+        return
+    if args.overlap:
+        overlap(args)
         return
     runs = ["local", "spark", *(["spark-before"] if args.before else [])]
     walls: dict[str, list[float]] = {run: [] for run in runs}

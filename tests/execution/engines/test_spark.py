@@ -232,8 +232,11 @@ sc = session.spark_context()
 workers.require_workers(sc)
 seed = sc.parallelize([0], 1).map(lambda _: os.environ.get("PYTHONHASHSEED")).collect()[0]
 launcher = os.path.basename(sc._gateway.proc.args[0])
+from keygroup_cli.execution.engines.spark import jvm
+# log4j configured once, from Spark's defaults named up front: Spark did not configure it a second time.
+again = jvm._console_logs["path"].read_text().count("Using Spark's default log4j profile")
 session._stop_quietly(sc)
-print(launcher, seed, SparkContext._active_spark_context is None)
+print(launcher, seed, SparkContext._active_spark_context is None, again)
 """
 
 
@@ -252,8 +255,37 @@ def test_a_session_is_started_through_spark_submit_once_then_directly(tmp_path):
 
     # The first session learns the command spark-submit's launcher builds; the next one starts it itself.
     # Both run a job on workers with PYTHONHASHSEED=0 (spark-submit exports it; kg does the same) and stop.
-    assert session() == ["spark-submit", "0", "True"]
-    assert session() == ["java", "0", "True"]
+    assert session() == ["spark-submit", "0", "True", "0"]
+    assert session() == ["java", "0", "True", "0"]
+
+
+def test_spark_default_log4j_setup_is_named_only_where_nothing_else_could_configure_log4j(
+    monkeypatch, tmp_path
+):
+    from keygroup_cli.execution.engines.spark.jvm import SPARK_LOG4J_DEFAULTS, logging_option
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    for name in ("KG_SPARK_DIRECT", "SPARK_SUBMIT_OPTS", "PYSPARK_SUBMIT_ARGS", "HADOOP_CONF_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("LOG4J_CONFIGURATION_FILE", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    named = f"-Dlog4j2.configurationFile=classpath:{SPARK_LOG4J_DEFAULTS}"
+    assert logging_option({"spark.master": "local[*]"}) == named
+    # The user's own configuration, or what spark-submit would read, decides instead.
+    assert logging_option({"spark.driver.extraClassPath": "/opt/lib/*"}) == ""
+    monkeypatch.setenv("LOG4J_CONFIGURATION_FILE", "/etc/log4j2.xml")
+    assert logging_option({}) == ""
+    monkeypatch.delenv("LOG4J_CONFIGURATION_FILE")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Dlog4j2.configurationFile=/etc/log4j2.xml")
+    assert logging_option({}) == ""
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS")
+    (conf / "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert logging_option({}) == ""
+    (conf / "log4j2.properties").unlink()
+    monkeypatch.setenv("KG_SPARK_DIRECT", "0")
+    assert logging_option({}) == ""
 
 
 def test_a_ctrl_c_that_python_drops_in_a_finalizer_still_interrupts(spark, capsys):

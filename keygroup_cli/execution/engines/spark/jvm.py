@@ -322,6 +322,38 @@ def learn_launch(console_log: Path, settings: dict[str, str]) -> None:
         os.replace(partial, record)
 
 
+#: Spark's own log4j configuration (in ``spark-common-utils``), which Spark loads when log4j found none.
+SPARK_LOG4J_DEFAULTS = "org/apache/spark/log4j2-defaults.properties"
+#: Where a log4j configuration of the user's would come from: files in the conf directory (on the driver's
+#: classpath), the environment, options every JVM reads.
+_LOG4J_FILES = ("log4j2-test.*", "log4j2.*", "log4j2-*.*")
+_LOG4J_ENVIRONMENT = ("LOG4J_CONFIGURATION_FILE", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+
+
+def logging_option(settings: dict[str, str]) -> str:
+    """Return the JVM option that names Spark's default log4j configuration up front, or "".
+
+    Without a configuration of its own, log4j looks for one on the classpath (``log4j2-test`` and
+    ``log4j2`` in five formats each), starts with its default configuration, and Spark then configures it
+    a second time from ``SPARK_LOG4J_DEFAULTS`` ("Using Spark's default log4j profile", printed twice).
+    Named up front, log4j is configured once, from the same file: the same console lines, about 0.15 s
+    less of the session's CPU on two cores (0.1-0.25 s of the JVM's start to its gateway). Only where
+    nothing else could configure log4j: kg starts the JVM as ``direct_launch`` allows (no
+    ``spark-defaults.conf``, ``spark-env.sh``, extra classpath, ``SPARK_SUBMIT_OPTS``), the conf directory
+    holds no log4j2 file, and neither ``LOG4J_CONFIGURATION_FILE`` nor ``JAVA_TOOL_OPTIONS``,
+    ``JDK_JAVA_OPTIONS`` or ``_JAVA_OPTIONS`` is set.
+    """
+    if not direct_launch(settings) or any(os.environ.get(name) for name in _LOG4J_ENVIRONMENT):
+        return ""
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or spark_home() / "conf")
+    try:
+        if any(next(conf_dir.glob(pattern), None) for pattern in _LOG4J_FILES):
+            return ""
+    except OSError:
+        return ""
+    return f"-Dlog4j2.configurationFile=classpath:{SPARK_LOG4J_DEFAULTS}"
+
+
 def forget_launch() -> None:
     """Drop the learnt driver command (a direct start failed: the next session asks spark-submit again)."""
     with contextlib.suppress(OSError):
@@ -351,6 +383,7 @@ __all__ = [
     "forget_launch",
     "launch_command",
     "learn_launch",
+    "logging_option",
     "spark_home",
     "ARCHIVE_REVISION",
     "cache_directory",

@@ -26,6 +26,7 @@ from keygroup_cli.execution.engines.spark.jvm import (
     keep_console_log,
     launch_command,
     learn_launch,
+    logging_option,
     new_console_log,
     require_java,
 )
@@ -170,9 +171,11 @@ def session_settings(
         # with bytecode, rather than from Spark's zip (``spark.daemon``). Another interpreter (PYSPARK_PYTHON,
         # spark.pyspark.python) keeps pyspark's daemon: it may not have kg at all.
         settings.setdefault("spark.python.daemon.module", DAEMON_MODULE)
-    sharing = class_data_sharing_option()
-    if sharing and "spark.driver.extraJavaOptions" not in (config or {}):
-        settings["spark.driver.extraJavaOptions"] = f"{settings['spark.driver.extraJavaOptions']} {sharing}"
+    if "spark.driver.extraJavaOptions" not in (config or {}):
+        # kg's driver options, unless the caller gives their own: the class archive, then log4j's setup.
+        for option in (class_data_sharing_option(), logging_option(settings)):
+            if option:
+                settings["spark.driver.extraJavaOptions"] += f" {option}"
     return settings
 
 
