@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from keygroup_cli.core.errors import InvalidArgumentError, UnsupportedFormatError
 from keygroup_cli.core.javahash import hash_codes
-from keygroup_cli.core.keygroups import KeyGroupRange, key_groups_for_hashes
+from keygroup_cli.core.keygroups import key_groups_for_hashes
 from keygroup_cli.core.schema import KEY_ARROW_TYPES
 from keygroup_cli.flink import (
     CompactRule,
@@ -42,6 +42,7 @@ from keygroup_cli.flink import (
     KeyedEdit,
     StateCodecs,
     arrow_rows,
+    edit_in_range,
     encode_arrow_entry,
     is_ttl,
 )
@@ -464,20 +465,6 @@ def _require_unique(table: pa.Table, columns: list[str], state: str) -> None:
 def _sorted(table: pa.Table) -> pa.Table:
     """Return ``table`` stably sorted by key group."""
     return table.take(pc.sort_indices(table, sort_keys=[("key_group", "ascending")]))
-
-
-def edit_in_range(edit: KeyedEdit, key_groups: KeyGroupRange) -> KeyedEdit:
-    """Return ``edit`` with only the data rows of ``key_groups`` (what one keyed file's task carries)."""
-
-    def part(table: pa.Table | None) -> pa.Table | None:
-        if table is None:
-            return None
-        groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int64)
-        lo = int(np.searchsorted(groups, key_groups.start, side="left"))
-        hi = int(np.searchsorted(groups, key_groups.end, side="right"))
-        return table.slice(lo, hi - lo)
-
-    return KeyedEdit(edit.states, edit.replace, part(edit.matches), part(edit.inserts), edit.rule)
 
 
 def touched_key_groups(edit: KeyedEdit, max_parallelism: int) -> list[int] | None:

@@ -77,7 +77,7 @@ def plan_edit_job(
 
     ``streams`` are the operator's keyed files in key-group order, ``chosen`` the one whose header declares
     every state (the new files carry it); ``slice_edit(edit, key_groups)`` cuts the edit to a read task's
-    range (``planning.state_edit.edit_in_range``). The job keeps the operator's parallelism.
+    range (``flink.write.edit.edit_in_range``). The job keeps the operator's parallelism.
     """
     reads = []
     for index, stream in enumerate(streams):

@@ -30,6 +30,7 @@ import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from keygroup_cli.core.errors import InvalidInputError
+from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.schema import keyed_schema
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.keyed.layout import kg_kind
@@ -69,6 +70,23 @@ class KeyedEdit:
     #: Rows to add: kg's keyed schema with ``state`` as text, ascending by ``key_group``.
     inserts: pa.Table | None = None
     rule: CompactRule | None = None
+
+
+def edit_in_range(edit: KeyedEdit, key_groups: KeyGroupRange) -> KeyedEdit:
+    """Return ``edit`` with only the data rows of ``key_groups`` (its tables ascending by key group).
+
+    What one keyed file's task carries.
+    """
+
+    def part(table: pa.Table | None) -> pa.Table | None:
+        if table is None:
+            return None
+        groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int64)
+        lo = int(np.searchsorted(groups, key_groups.start, side="left"))
+        hi = int(np.searchsorted(groups, key_groups.end, side="right"))
+        return table.slice(lo, hi - lo)
+
+    return KeyedEdit(edit.states, edit.replace, part(edit.matches), part(edit.inserts), edit.rule)
 
 
 @dataclass
@@ -429,6 +447,7 @@ __all__ = [
     "CompactRule",
     "EditCounts",
     "KeyedEdit",
+    "edit_in_range",
     "decoded_keys",
     "edited_batches",
     "header_codecs",

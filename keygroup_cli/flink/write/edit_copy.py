@@ -47,7 +47,7 @@ from keygroup_cli.flink.keyed.entry_parts import copy_ranges
 from keygroup_cli.flink.keyed.header import read_keyed_header
 from keygroup_cli.flink.keyed.layout import END_OF_KEY_GROUP_MARK, FIRST_BIT_IN_BYTE_MASK, KeyedLayout
 from keygroup_cli.flink.types.values import StateCodecs
-from keygroup_cli.flink.write.edit import EditCounts, KeyedEdit, edited_batches, is_ttl
+from keygroup_cli.flink.write.edit import EditCounts, KeyedEdit, edit_in_range, edited_batches, is_ttl
 from keygroup_cli.flink.write.keyed_tasks import (
     KeyedReadTask,
     KeyedWriteTask,
@@ -87,20 +87,6 @@ def touched_groups(edit: KeyedEdit) -> frozenset[int]:
                 np.unique(np.asarray(table.column("key_group").to_numpy(), dtype=np.int64)).tolist()
             )
     return frozenset(groups)
-
-
-def _sliced(edit: KeyedEdit, span: KeyGroupRange) -> KeyedEdit:
-    """Return ``edit`` with only the data rows of ``span`` (its tables ascending by key group)."""
-
-    def part(table: pa.Table | None) -> pa.Table | None:
-        if table is None:
-            return None
-        groups = np.asarray(table.column("key_group").to_numpy(), dtype=np.int64)
-        lo = int(np.searchsorted(groups, span.start, side="left"))
-        hi = int(np.searchsorted(groups, span.end, side="right"))
-        return table.slice(lo, hi - lo)
-
-    return KeyedEdit(edit.states, edit.replace, part(edit.matches), part(edit.inserts), edit.rule)
 
 
 class _Shifted:
@@ -213,7 +199,7 @@ def _edited(
     """Yield the reference path's edited rows of the key groups ``span`` of ``read``'s file."""
     task = KeyedReadTask(read.root, read.handle, read.max_parallelism, span, read.order, 0, read.header)
     yield from edited_batches(
-        read_keyed_task(task, state_names), _sliced(edit, span), codecs, key_type, state_names, counts
+        read_keyed_task(task, state_names), edit_in_range(edit, span), codecs, key_type, state_names, counts
     )
 
 
