@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,22 @@ def s3_server_checking_credentials(tmp_path_factory: pytest.TempPathFactory) -> 
         yield endpoint
     finally:
         _stop(proc)
+
+
+@pytest.fixture
+def spark_reaching_s3(spark: Any, s3_server: S3Server) -> Iterator[Any]:
+    """The run's one SparkSession, its Python workers given the S3 server's environment.
+
+    The session may have started before ``s3_server`` set the AWS variables, and its workers keep the
+    environment they started with. pyspark sends ``SparkContext.environment`` with every Python function and
+    starts workers for a new environment, so tasks run from here reach the server as executors configured
+    with ``spark.executorEnv.*`` would, whatever ran first.
+    """
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    environment.update(s3_server.env)
+    try:
+        yield spark
+    finally:
+        environment.clear()
+        environment.update(saved)

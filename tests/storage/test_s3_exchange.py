@@ -57,8 +57,9 @@ def _jobs(savepoint: Path, root: str, scratch: Path, new_p: int, new_max: int) -
     [("heap-files-p3-maxp128-long", 4, 1024), ("rocksdb-canonical-snappy-p2-maxp256-string", 5, 37)],
 )
 def test_the_object_store_exchange_writes_the_local_engines_bytes(
-    s3_server, spark, tmp_path, name, new_p, new_max
+    s3_server, spark_reaching_s3, tmp_path, name, new_p, new_max
 ):
+    spark = spark_reaching_s3
     bucket = s3_server.bucket("kg-exchange")
     out = f"{bucket}/{name}"
     local_out = tmp_path / "local"
@@ -132,7 +133,8 @@ def test_kg_clean_removes_an_exchange_whose_writer_is_gone_and_keeps_a_live_ones
 
 
 @pytest.mark.spark
-def test_a_failed_rekey_leaves_no_exchange_behind(s3_server, spark, tmp_path):
+def test_a_failed_rekey_leaves_no_exchange_behind(s3_server, spark_reaching_s3, tmp_path):
+    spark = spark_reaching_s3
     # A keyed file with a stretch of zeros in its middle: a read task finds it corrupt, the Spark job
     # fails, and the exchange under the output (writer mark and the other tasks' spill files) is removed.
     from keygroup_cli.core.errors import KgError
@@ -161,7 +163,10 @@ def test_a_failed_rekey_leaves_no_exchange_behind(s3_server, spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_a_kg_snapshot_rekeyed_through_an_exchange_directory_on_the_store(s3_server, spark, tmp_path):
+def test_a_kg_snapshot_rekeyed_through_an_exchange_directory_on_the_store(
+    s3_server, spark_reaching_s3, tmp_path
+):
+    spark = spark_reaching_s3
     # The row route (a kg snapshot: Arrow IPC rows, not parts) through spark.kg.exchange.dir on the store,
     # its output local: the same files as the local engine's.
     from keygroup_cli.execution.routes.rescale import rescale
