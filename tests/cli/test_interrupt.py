@@ -218,6 +218,10 @@ WRITERS = {
     "convert": (["convert", "{source}", "--out", "{dest}"], "convert"),
     "migrate": (["migrate", "{source}", "--rename", "bench-keyed=x", "--out", "{dest}"], "copy state files"),
     "export": (["export", "{source}", "-o", "bench-keyed", "--out", "{dest}"], "export"),
+    "compact": (
+        ["compact", "{source}", "-o", "bench-keyed", "--drop-where", "key < 1000", "--out", "{dest}"],
+        "rewrite keyed state",
+    ),
 }
 
 
