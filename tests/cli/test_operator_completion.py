@@ -58,6 +58,8 @@ def test_dash_o_completes_the_operators_of_a_savepoint():
         ["get", str(SAVEPOINT)],
         ["rescale", str(SAVEPOINT), "--to", "4"],
         ["plan", str(SAVEPOINT)],
+        ["write", str(SAVEPOINT)],
+        ["compact", str(SAVEPOINT)],
     ):
         assert set(_values(_complete([*command, "-o", ""]))) == SAVEPOINT_OPERATORS, command
     assert _values(_complete(["export", str(SAVEPOINT), "-o", "ke"])) == ["keyed-state"]

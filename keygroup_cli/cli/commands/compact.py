@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from keygroup_cli.cli.options import output_options
+from keygroup_cli.cli.options import operator_option, output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.cli.state_edit_render import Duration, Instant, render_state_edit, state_edit_document
@@ -42,7 +42,7 @@ savepoint, 4 unsupported, 5 execution failed (nothing committed).
 @click.option("--drop-where", metavar="EXPR", help="Drop the entries of keys this predicate selects.")
 @click.option("--keep-where", metavar="EXPR", help="Keep only the entries of keys this predicate selects.")
 @click.option("--timers-before", type=Instant(), help="Drop timers before this time (ms or ISO 8601).")
-@click.option("--operator", "-o", "operators", multiple=True, metavar="UID", help="Only this operator.")
+@operator_option()
 @click.option("--state", "-s", "states", multiple=True, metavar="NAME", help="Only this state.")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True)
 @click.option("--master", metavar="URL", help="Spark master URL (default: embedded local[*]).")
