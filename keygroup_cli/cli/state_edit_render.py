@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from keygroup_cli.assess.summary import operator_label
 from keygroup_cli.cli.render import (
     counted,
     format_bytes,
@@ -123,9 +124,12 @@ def state_edit_document(result: StateEditResult, source: str) -> dict[str, Any]:
 
 
 def _labels(plan: StateEditPlan) -> dict[str, str]:
-    """Return how text names each edited operator: uid, else name, else its id shortened as git does."""
+    """Return how text names each edited operator (``operator_label``), its id shortened as git does."""
     short = short_ids(op.operator_id for op in plan.operators)
-    return {op.label: op.uid or op.name or short.get(op.operator_id, op.operator_id) for op in plan.operators}
+    return {
+        op.label: operator_label(op.uid, op.name, short.get(op.operator_id, op.operator_id))
+        for op in plan.operators
+    }
 
 
 def render_state_edit(console: Console, result: StateEditResult) -> None:
