@@ -250,6 +250,13 @@ def operator_option(help: str = "Only this operator (repeatable).", metavar: str
     )
 
 
+def one_operator_option(help: str = "The operator (uid or operator id).") -> Callable[[F], F]:
+    """``-o/--operator UID``, required, once: the operator a command reads or writes; TAB completes it."""
+    return click.option(
+        "--operator", "-o", required=True, metavar="UID", help=help, shell_complete=complete_operators
+    )
+
+
 #: The names commands give the snapshot or savepoint argument whose operators ``-o <TAB>`` completes.
 _PATH_PARAMS = ("snapshot", "savepoint", "path")
 

@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 
 from keygroup_cli.assess.summary import operator_label
-from keygroup_cli.cli.options import complete_operators, output_options
+from keygroup_cli.cli.options import one_operator_option, output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import counted, format_count, operator_document, output_for
 
@@ -31,14 +31,7 @@ Exit codes: 0 written, 2 usage (OUT exists, no such operator or state), 3 invali
 
 @click.command(epilog=EPILOG)
 @click.argument("savepoint", type=click.Path())
-@click.option(
-    "--operator",
-    "-o",
-    required=True,
-    metavar="UID",
-    help="The operator (uid or operator id).",
-    shell_complete=complete_operators,
-)
+@one_operator_option()
 @click.option("--state", "-s", metavar="NAME", help="Only this state: OUT is then one Parquet file.")
 @click.option("--out", required=True, type=click.Path(), metavar="FILE_OR_DIR", help="Where to write.")
 @click.option(

@@ -6,7 +6,7 @@ from typing import BinaryIO
 
 import click
 
-from keygroup_cli.cli.options import complete_operators, output_options
+from keygroup_cli.cli.options import one_operator_option, output_options
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.core.errors import ExitCode
 
@@ -35,14 +35,7 @@ Exit codes: 0 every key holds state, 1 a key holds none, 2 usage, 3 invalid save
 
 @click.command(epilog=EPILOG)
 @click.argument("savepoint", type=click.Path())
-@click.option(
-    "--operator",
-    "-o",
-    required=True,
-    metavar="UID",
-    help="The operator (uid or operator id).",
-    shell_complete=complete_operators,
-)
+@one_operator_option()
 @click.option("--key", "-k", "key_args", multiple=True, metavar="KEY", help="A key (repeatable).")
 @click.option("--keys-file", "-f", type=click.File("rb"), help="Keys from FILE, one per line ('-' = stdin).")
 @click.option(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from keygroup_cli.cli.options import complete_operators, output_options
+from keygroup_cli.cli.options import one_operator_option, output_options
 from keygroup_cli.cli.progress import progress
 from keygroup_cli.cli.render import output_for
 from keygroup_cli.cli.state_edit_render import Instant, render_state_edit, state_edit_document
@@ -43,14 +43,7 @@ a value that does not fit its type), 3 invalid savepoint, 4 unsupported (a type 
 
 @click.command(epilog=EPILOG)
 @click.argument("savepoint", type=click.Path())
-@click.option(
-    "--operator",
-    "-o",
-    required=True,
-    metavar="UID",
-    help="The operator (uid or operator id).",
-    shell_complete=complete_operators,
-)
+@one_operator_option()
 @click.option("--state", "-s", required=True, metavar="NAME", help="The keyed state to change.")
 @click.option("--mode", required=True, type=click.Choice(["upsert", "delete", "replace"]), help="How.")
 @click.option("--data", required=True, metavar="FILE", help="Parquet or Arrow rows in kg export's shape.")
