@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from keygroup_cli.core.javahash import hash_code
 from keygroup_cli.core.keygroups import key_group_for_hash, operator_index_for_key_group, subtask_ranges
 
@@ -412,6 +415,12 @@ def comparable_dump(dump: Dump) -> dict[str, Any]:
     for sub in in_flight[ASYNC]["subtasks"]:
         sub["elements"] = sorted(sub["elements"], key=canonical)
     return {**out, "operatorState": op_state, "asyncInFlight": in_flight}
+
+
+def doubled(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A ``transform`` fn the restore tests write with: the batch with its numeric ``value`` doubled."""
+    i = batch.schema.get_field_index("value")
+    return batch.set_column(i, batch.schema.field(i), pc.multiply(batch.column(i), 2))
 
 
 # ---------------------------------------------------------------------------------------------

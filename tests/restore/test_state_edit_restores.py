@@ -39,6 +39,7 @@ from tests.restore.harness import (
     RestoreRequest,
     UidRestoreRequest,
     build_versioned_classpath,
+    doubled,
     dumped_keys,
     restore_error,
     run_uid_restores,
@@ -86,12 +87,7 @@ def _edits(source: Path, work: Path) -> dict[str, Any]:
     dropped = keys[7:9]
     literal = ", ".join(f"'{k}'" if isinstance(k, str) else str(k) for k in dropped)
     compact_state(source, work / "compact", operators=[OP], where=f"key IN ({literal})", timers_before=cut)
-
-    def double(batch: pa.RecordBatch) -> pa.RecordBatch:
-        i = batch.schema.get_field_index("value")
-        return batch.set_column(i, batch.schema.field(i), pc.multiply(batch.column(i), 2))
-
-    transform(source, work / "transform", OP, "sum", double)
+    transform(source, work / "transform", OP, "sum", doubled)
     return {
         "original": source,
         **{name: work / name for name in EDITS[1:]},

@@ -1,4 +1,4 @@
-"""Every Flink version kg claims restores ``kg write`` and ``kg compact`` outputs: the edit, nothing else.
+"""Every Flink version kg claims restores ``kg write``, ``kg compact`` and ``transform`` outputs: the edit.
 
 One JVM per version (``UidJob restore``, module fixture ``run`` parametrised by version) restores:
 
@@ -6,10 +6,12 @@ One JVM per version (``UidJob restore``, module fixture ``run`` parametrised by 
   maxParallelism) and ``uid-rocksdb-canonical-p3`` (RocksDB, a job that sets none), each as written and
   after, through the CLI, an upsert (``kg export`` of ``keyed-long``'s ``sum``, three values edited,
   ``kg write --mode upsert``), a delete (``kg write --mode delete`` of two ``keyed-string`` counts, one of
-  them a non-ASCII key) and a compaction (``kg compact --drop-where`` of a ``keyed-long`` key range, then
-  of the ``keyed-string`` keys ``LIKE 'k-11%'``). Each key's first record reads its restored state through
-  Flink's key-group lookup:
-  every edited key holds the written value, every deleted or dropped key reads nothing, every other key is
+  them a non-ASCII key), a compaction (``kg compact --drop-where`` of a ``keyed-long`` key range, then of
+  the ``keyed-string`` keys ``LIKE 'k-11%'``) and a replace (``kg write --mode replace``: ``keyed-string``'s
+  ``count`` becomes three keys' new counts, one key non-ASCII), and through the Python API a transform
+  (``kg.transform`` of ``keyed-long``'s ``sum``: every value doubled, one key's row dropped). Each key's
+  first record reads its restored state through Flink's key-group lookup: every edited key holds the
+  written or mapped value, every deleted, dropped or not replaced key reads nothing, every other key is
   the version's own restore of the original (value, key group, subtask).
 - **TTL at a time T, 1.20.3 and 2.3.0:** the ``typed-*-canonical-p2`` savepoints (HashMap and RocksDB) hold
   ``ttl-value``, ``ttl-list`` and ``ttl-map`` entries with distinct last-access times. Flink's own TTL filter
@@ -42,6 +44,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+import keygroup_cli as kg
 from keygroup_cli.cli import cli
 from keygroup_cli.flink import state_table
 from tests.restore.harness import (
@@ -53,6 +56,7 @@ from tests.restore.harness import (
     SqlRestoreRequest,
     UidRestoreRequest,
     build_versioned_classpath,
+    doubled,
     restore_error,
     run_uid_restores,
     sql_case_queries,
@@ -67,7 +71,7 @@ UID_SOURCES: dict[str, tuple[str, Mapping[str, int], str | None]] = {
     "heap": ("uid-heap-canonical-p3", UID_OWN_M, None),
     "rocksdb": ("uid-rocksdb-canonical-p3", {}, "rocksdb"),
 }
-UID_EDITS = ("original", "upsert", "delete", "compact")
+UID_EDITS = ("original", "upsert", "delete", "compact", "replace", "transform")
 #: The versions with TypedJob and SqlJob savepoints (fixtures/flink/<v>/typed-*, sql-*).
 TTL_VERSIONS = ("1.20.3", "2.3.0")
 TYPED_SOURCES = {
@@ -148,19 +152,24 @@ def _literal(key: str | int) -> str:
     return "'" + key.replace("'", "''") + "'" if isinstance(key, str) else str(key)
 
 
-# -- UidJob: upsert, delete, compaction ---------------------------------------------------------------------
+# -- UidJob: upsert, delete, compaction, replace, transform -------------------------------------------------
+
+
+def _with_values(export: pa.Table, values: Mapping[Any, int]) -> pa.Table:
+    """The rows of ``export`` (a ``kg export`` table) whose key is in ``values``, each with its new value."""
+    keys = pa.array(list(values), export.schema.field("key").type)
+    rows = export.filter(pc.is_in(export.column("key"), value_set=keys))
+    new = pa.array([values[k] for k in rows.column("key").to_pylist()], pa.int64())
+    return rows.set_column(rows.schema.get_field_index("value"), "value", new)
 
 
 def _uid_edits(source: Path, work: Path) -> dict[str, Any]:
-    """Write the upsert, delete and compaction of ``source`` with the CLI; return the outputs and edits."""
+    """Write every edit of ``source`` (``kg write``, ``kg compact``, ``kg.transform``); return them."""
     work.mkdir(parents=True)
     sums = _export(source, "keyed-long", "sum", work / "sum.parquet")
     longs = sorted(sums.column("key").to_pylist())
     upserted = {longs[0]: -1001, longs[UID_NUM_KEYS // 2]: -1002, longs[-1]: -1003}
-    fix = sums.filter(pc.is_in(sums.column("key"), value_set=pa.array(list(upserted), pa.int64())))
-    values = [upserted[k] for k in fix.column("key").to_pylist()]
-    fix = fix.set_column(fix.schema.get_field_index("value"), "value", pa.array(values, pa.int64()))
-    pq.write_table(fix, work / "fix.parquet")
+    pq.write_table(_with_values(sums, upserted), work / "fix.parquet")
     _kg("write", str(source), "-o", "keyed-long", "-s", "sum", "--mode", "upsert",
         "--data", str(work / "fix.parquet"), "--out", str(work / "upsert"))  # fmt: skip
     counts = _export(source, "keyed-string", "count", work / "count.parquet")
@@ -178,11 +187,26 @@ def _uid_edits(source: Path, work: Path) -> dict[str, Any]:
         "keyed-long": {str(k) for k in longs if low <= k <= high},
         "keyed-string": {s for s in strings if s.startswith("k-11")},
     }
+    # Replace: keyed-string's count becomes exactly these keys (counts unlike the job's 5).
+    non_ascii = [s for s in strings if not s.isascii()][-1]
+    replaced = {strings[-1]: 101, strings[UID_NUM_KEYS // 2]: 102, non_ascii: 103}
+    pq.write_table(_with_values(counts, replaced), work / "replace.parquet")
+    _kg("write", str(source), "-o", "keyed-string", "-s", "count", "--mode", "replace",
+        "--data", str(work / "replace.parquet"), "--out", str(work / "replace"))  # fmt: skip
+    # Transform, through the public Python API: every sum doubled, one key's row dropped.
+    gone = longs[20]
+
+    def double_all_but_one(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return doubled(batch).filter(pc.not_equal(batch.column("key"), gone))
+
+    kg.transform(source, work / "transform", "keyed-long", "sum", double_all_but_one)
     return {
         "savepoints": {"original": source, **{e: work / e for e in UID_EDITS[1:]}},
         "upserted": {str(k): v for k, v in upserted.items()},
         "deleted": set(deleted),
         "dropped": dropped,
+        "replaced": replaced,
+        "transform_dropped": str(gone),
     }
 
 
@@ -396,6 +420,24 @@ def test_a_compaction_restores_without_the_dropped_keys_and_nothing_else(run: Ru
     dropped = run.uid[source]["dropped"]
     assert all(len(keys) >= 4 for keys in dropped.values())
     assert _changed(run, source, "compact") == {op: dict.fromkeys(keys) for op, keys in dropped.items()}
+
+
+@pytest.mark.parametrize("source", list(UID_SOURCES))
+def test_a_replace_restores_exactly_the_data_and_nothing_else(run: Run, source: str) -> None:
+    replaced = run.uid[source]["replaced"]
+    assert len(replaced) == 3 and not all(k.isascii() for k in replaced)
+    # Every key of the replaced state reads the data's value, or nothing where the data has no row.
+    want = {k: replaced.get(k) for k in _ok(run.uid[source]["dumps"]["original"])["keyed"]["keyed-string"]}
+    assert _changed(run, source, "replace") == {"keyed-long": {}, "keyed-string": want}
+
+
+@pytest.mark.parametrize("source", list(UID_SOURCES))
+def test_a_transform_restores_the_mapped_values_and_nothing_else(run: Run, source: str) -> None:
+    gone = run.uid[source]["transform_dropped"]
+    original = _ok(run.uid[source]["dumps"]["original"])["keyed"]["keyed-long"]
+    # fn doubled every sum and dropped one key's row: the state is exactly what fn returned.
+    want = {k: None if k == gone else 2 * e["restored"] for k, e in original.items()}
+    assert _changed(run, source, "transform") == {"keyed-long": want, "keyed-string": {}}
 
 
 # -- TTL ---------------------------------------------------------------------------------------------------
