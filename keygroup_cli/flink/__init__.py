@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         state_batches,
         state_schema,
         state_table,
+        typed_batch,
         typed_states,
     )
     from keygroup_cli.flink.download import copy_savepoint
@@ -301,6 +302,7 @@ _LAZY = {
     "state_table": "keygroup_cli.flink.data.tables",
     "state_batches": "keygroup_cli.flink.data.tables",
     "typed_states": "keygroup_cli.flink.data.tables",
+    "typed_batch": "keygroup_cli.flink.data.tables",
     "state_codecs": "keygroup_cli.flink.data.lookup",
     "state_schema": "keygroup_cli.flink.data.tables",
     "StateCodecs": "keygroup_cli.flink.types.values",

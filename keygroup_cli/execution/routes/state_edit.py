@@ -21,8 +21,11 @@ One spine, as ``kg rescale`` of a savepoint runs it (``execution.routes.savepoin
    ``_metadata`` is encoded, checked against the files (``flink.write.commit.seal_savepoint``) and written
    last, then the directory is renamed to DEST. A failure or Ctrl-C at any point leaves DEST absent.
 
-The local engine runs the tasks in this process. They are plain values (an edit pickles), but the Spark
-engine does not run them yet.
+The local engine runs the tasks in this process. With ``engine="spark"`` (or a new maxParallelism) the
+edit runs as the engine's jobs instead (``execution.jobs.state_edit``): read tasks carrying their slice of
+the edit (it pickles), a shuffle where keys move, one write task per subtask; Spark runs them on its
+executors. ``transform`` with ``engine="spark"`` runs the user's function inside those read tasks
+(``plan_transform_job``), so the state never passes through the driver.
 """
 
 from __future__ import annotations
@@ -44,7 +47,15 @@ from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.core.schema import KEY_ARROW_TYPES
 from keygroup_cli.execution.engines import get_executor
-from keygroup_cli.execution.jobs.state_edit import plan_edit_job
+from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES
+from keygroup_cli.execution.jobs.state_edit import (
+    Transform,
+    TransformedKeyedFile,
+    TransformFn,
+    apply_fn,
+    plan_edit_job,
+    plan_transform_job,
+)
 from keygroup_cli.execution.routes.savepoint import METADATA, OpenedInput, open_input, savepoint_output
 from keygroup_cli.execution.routes.savepoint_plan import SavepointPlan, plan_savepoint
 from keygroup_cli.flink import (
@@ -86,6 +97,7 @@ from keygroup_cli.planning.state_edit import (
     WriteRequest,
     edit_in_range,
     read_data,
+    require_encodable,
     write_edit,
 )
 from keygroup_cli.storage import transfer
@@ -426,17 +438,88 @@ def _engine_files(
 
 
 @dataclass(frozen=True)
+class TransformRequest:
+    """``transform`` run as an engine's jobs: ``fn`` on the state's batches inside the read tasks."""
+
+    state: str
+    fn: TransformFn
+    ttl_timestamp: int | None = None
+    #: "Now" for TTL entries without a last-access time (ms since the epoch).
+    now_ms: int = 0
+
+
+@dataclass(frozen=True)
 class EngineChoice:
     """How the edit runs: kg's own loop (``local``, same maxParallelism), or an engine's jobs."""
 
     name: str = "local"
     new_max_parallelism: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: A transform whose function the jobs' read tasks run (the plan's edit then only names the state).
+    transform: TransformRequest | None = None
 
     @property
     def jobs(self) -> bool:
-        """Return whether the engine's jobs run the edit (Spark, or a maxParallelism change)."""
-        return self.name != "local" or self.new_max_parallelism is not None
+        """Return whether the engine's jobs run the edit (Spark, a maxParallelism change, a transform)."""
+        return self.name != "local" or self.new_max_parallelism is not None or self.transform is not None
+
+
+def _transform_files(
+    opened: OpenedInput,
+    plan: StateEditPlan,
+    staging: Path,
+    scratch: Path,
+    engine: EngineChoice,
+    report: OnProgress,
+) -> tuple[dict[str, list[RegroupedFile]], dict[str, EditCounts]]:
+    """Run a transform as the engine's job: ``fn`` in its read tasks, a shuffle by key group, write tasks.
+
+    Counts: the rows of the state each write task wrote, per key group (nothing is read on the driver).
+
+    Raises:
+        InvalidInputError: A block ``kg verify`` rejects (``INPUT_FAILS_VERIFY``).
+        ExecutionError: ``fn`` raised (``TRANSFORM_FN_FAILED``).
+        InvalidArgumentError, UnsupportedFormatError: What ``fn`` returned cannot be encoded.
+        MissingDependencyError: Spark or Java missing (``engine="spark"``).
+    """
+    request = engine.transform
+    assert request is not None and len(plan.operators) == 1
+    savepoint = opened.savepoint
+    operator = plan.operators[0]
+    op = next(o for o in savepoint.metadata.operators if o.operator_id == operator.operator_id)
+    streams, chosen = _chosen_streams(savepoint, op)
+    # The state's serializers are those of the first file that declares it, as ``_codecs`` takes them.
+    declaring = next(s for s in streams if request.state in state_codecs(s))
+    transform = Transform(
+        op.label,
+        request.state,
+        request.fn,
+        declaring.raw_header,
+        chosen.layout.codec,
+        op.max_parallelism,
+        request.ttl_timestamp,
+        request.now_ms,
+    )
+    executor = get_executor(engine.name, **engine.options)
+    job = plan_transform_job(
+        *(op, streams, chosen, transform, str(savepoint.directory), str(staging)),
+        pieces=executor.read_pieces(),
+        min_piece_bytes=MIN_READ_TASK_BYTES,
+    )
+    try:
+        written = executor.run([job], scratch, report)
+    except InvalidInputError as exc:
+        if exc.code == "INPUT_FAILS_VERIFY":
+            raise
+        raise fails_verify_error(opened.label, exc) from None
+    counts = EditCounts()
+    files = []
+    for f in written.get(op.operator_id, []):
+        files.append(RegroupedFile(f.subtask, f.handle, f.size, f.key_groups_with_data))
+        if isinstance(f, TransformedKeyedFile):
+            for group, n in f.state_rows:
+                counts.inserted[(request.state, group)] = n
+    return {op.operator_id: files}, {op.operator_id: counts}
 
 
 def _commit(
@@ -452,7 +535,9 @@ def _commit(
     savepoint = opened.savepoint
     edited = {op.operator_id for op in plan.operators}
     with staged_directory(dest) as staging:
-        if engine.jobs:
+        if engine.transform is not None:
+            files, counts = _transform_files(opened, plan, staging, scratch, engine, report)
+        elif engine.jobs:
             files, counts = _engine_files(opened, plan, staging, scratch, engine, report)
         else:
             files, counts = _run_tasks(opened, edit_tasks(opened, plan, str(staging)), report, write=True)
@@ -515,6 +600,9 @@ def execute(
         opened = open_input(source, output.scratch, RescaleRequest(1), staged(report, "verify input"), label)
         plan = make_plan(opened)
         before = _keyed_bytes(opened.savepoint, plan)
+        if dry_run and engine is not None and engine.transform is not None:
+            # What the jobs would run, without running fn (see ``transform``).
+            return StateEditResult(plan, str(out), True, before, {}, time.monotonic() - started)
         if dry_run:
             _files, counts = _run_tasks(
                 opened, edit_tasks(opened, plan, str(output.scratch)), report, write=False
@@ -682,14 +770,53 @@ def compact_state(
     )
 
 
+def _transformed_state(opened: OpenedInput, operator: str, state: str) -> tuple[OperatorState, StateCodecs]:
+    """Return the operator and the codecs of the state a transform rewrites, refused before ``fn`` runs.
+
+    Raises:
+        InvalidArgumentError: No such operator or state.
+        UnsupportedFormatError: No keyed state, or a column of the state kg cannot encode
+            (``TYPE_NOT_ENCODABLE``, exit 4).
+    """
+    op = find_operator(opened.savepoint, operator)
+    streams, _chosen = _chosen_streams(opened.savepoint, op)
+    codecs = _codecs(streams)
+    _require_states(op, codecs, [state])
+    require_encodable(codecs[state], state_schema(codecs[state]).names, "replace")
+    return op, codecs[state]
+
+
+def plan_transform(opened: OpenedInput, operator: str, state: str) -> StateEditPlan:
+    """Plan a transform run as the engine's jobs: ``state`` of ``operator`` replaced by what ``fn`` makes.
+
+    Nothing is read and ``fn`` is not called: the rows come from the jobs' read tasks.
+
+    Raises:
+        See ``_transformed_state``.
+    """
+    op, _codec = _transformed_state(opened, operator, state)
+    streams, _chosen = _chosen_streams(opened.savepoint, op)
+    edit = KeyedEdit(frozenset({state}), replace=True)
+    operator_edit = OperatorEdit(
+        *(op.operator_id, op.label, op.parallelism, op.max_parallelism, (state,), edit, len(streams)),
+        uid=op.uid,
+        name=op.name,
+    )
+    checkpoint = opened.savepoint.metadata.checkpoint_id
+    return StateEditPlan("transform", opened.label, checkpoint, (operator_edit,), mode="replace")
+
+
 def transform(
     savepoint: str | Path | Savepoint,
     out: str | Path,
     operator: str,
     state: str,
-    fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+    fn: TransformFn,
     *,
     ttl_timestamp: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
+    spark: Any = None,
     dry_run: bool = False,
     on_progress: OnProgress | None = None,
 ) -> StateEditResult:
@@ -698,31 +825,57 @@ def transform(
     ``fn`` is called once per batch of the state in ``kg export``'s schema (``key_group``, ``key``, ...)
     and returns a batch or table in the same shape (rows may be dropped, changed or added; ``key_group`` is
     recomputed from the key, so a changed key lands where Flink looks for it; None drops the batch). The
-    result replaces the state (``kg write --mode replace`` with the batches as data).
+    result replaces the state: every row is encoded with the state's own serializers, as
+    ``kg write --mode replace`` encodes its data. The operator's other states and the other operators are
+    the input's; the checkpoint id is kept.
+
+    Engines (the same options as ``write_state``): ``engine="local"`` calls ``fn`` in this process over every
+    batch and writes the collected result (the state's output is held in memory: fine for small state);
+    ``engine="spark"`` (``master``, ``spark``) calls ``fn`` inside the read tasks on Spark's executors, each
+    decoding its key-group range, applying ``fn``, encoding the rows and sending them, by key group, through
+    Spark's shuffle to the write tasks: the state never passes through the driver. ``fn`` is pickled by
+    Spark's cloudpickle (a lambda or a closure works); it must not depend on how rows are cut into batches
+    (the engines cut them differently), and then both engines write byte-identical keyed files.
+
+    ``dry_run``: the input is gated and the operator, the state and its serializers checked (what kg cannot
+    encode is refused, exit 4), nothing is written. With ``engine="local"`` ``fn`` runs over the state and
+    the plan counts the rows per key group it would write; with ``engine="spark"`` ``fn`` is not called
+    (that is the run's work, on the executors) and the plan holds no counts.
+
+    Counts: the local engine's plan counts the rows per key group before and written; the Spark engine's
+    counts those its write tasks wrote (the rows before are not counted: that would take a pass over the
+    state on the driver).
 
     Raises:
-        See ``execute``; also InvalidArgumentError when ``fn`` returns something else than Arrow data.
+        ExecutionError: ``fn`` raised (``TRANSFORM_FN_FAILED``, exit 5), in one line (its exception's type and
+            first line), on either engine; nothing written.
+        InvalidArgumentError: ``fn`` returned something else than Arrow data (``TRANSFORM_RESULT``), columns
+            not the export's, a value that does not fit its type (``ValueNotEncodable``), or two rows for one
+            entry (exit 2); nothing written.
+        UnsupportedFormatError: A column of the state kg cannot encode (``NotEncodable``, exit 4).
+        See ``execute`` for the rest.
     """
+    if engine != "local":
+        request = TransformRequest(state, fn, ttl_timestamp, int(time.time() * 1000))
+        return execute(
+            savepoint,
+            out,
+            lambda opened: plan_transform(opened, operator, state),
+            dry_run=dry_run,
+            on_progress=on_progress,
+            engine=EngineChoice(engine, None, _spark_options(engine, master, spark), request),
+        )
 
     def make(opened: OpenedInput) -> StateEditPlan:
+        _op, codec = _transformed_state(opened, operator, state)
         outputs = []
         for name, batch in state_batches(opened.savepoint, operator, frozenset({state}), label=opened.label):
             if name != state:
                 continue
-            result = fn(batch)
-            if result is None:
-                continue
-            if not isinstance(result, pa.RecordBatch | pa.Table):
-                raise InvalidArgumentError(
-                    f"transform: fn returned {type(result).__name__}, not a pyarrow RecordBatch or Table",
-                    code="TRANSFORM_RESULT",
-                )
-            outputs.append(pa.Table.from_batches([result]) if isinstance(result, pa.RecordBatch) else result)
-        op = find_operator(opened.savepoint, operator)
-        streams, _chosen = _chosen_streams(opened.savepoint, op)
-        codecs = _codecs(streams)
-        _require_states(op, codecs, [state])
-        schema = state_schema(codecs[state])
+            result = apply_fn(fn, batch)
+            if result is not None:
+                outputs.append(result)
+        schema = state_schema(codec)
         data = pa.concat_tables(outputs, promote_options="permissive") if outputs else schema.empty_table()
         plan = plan_write(opened, WriteRequest(operator, state, "replace", data, ttl_timestamp))
         return replace(plan, command="transform")
@@ -734,10 +887,12 @@ __all__ = [
     "EditTask",
     "EngineChoice",
     "StateEditResult",
+    "TransformRequest",
     "compact_state",
     "edit_tasks",
     "execute",
     "plan_compact",
+    "plan_transform",
     "plan_write",
     "run_edit_task",
     "transform",

@@ -377,13 +377,22 @@ def state_batches(
                 names = batch.column("state").cast(pa.string())
                 batch = batch.filter(pc.is_in(names, value_set=wanted))
             for name, rows in _split_by_state(batch):
-                fast = _column_batch(codecs[name], schemas[name], rows)
-                yield (
-                    name,
-                    fast if fast is not None else _typed_batch(codecs[name], schemas[name], rows.to_pylist()),
-                )
+                yield name, typed_batch(codecs[name], schemas[name], rows)
         if on_progress is not None:
             on_progress("export", done + 1, len(chosen))
+
+
+def typed_batch(codecs: StateCodecs, schema: pa.Schema, rows: pa.RecordBatch) -> pa.RecordBatch:
+    """Return one state's decoded rows (kg's keyed schema) as its typed batch, as ``state_batches`` yields it.
+
+    ``schema`` is ``state_schema(codecs)``. Column-wise where the state allows, else row by row.
+
+    Raises:
+        InvalidInputError: A key its serializer does not decode (``FLINK_KEY_UNDECODABLE``).
+        UnsupportedFormatError: A key, namespace or map key Arrow cannot hold (``STRING_NOT_UNICODE``).
+    """
+    fast = _column_batch(codecs, schema, rows)
+    return fast if fast is not None else _typed_batch(codecs, schema, rows.to_pylist())
 
 
 def keyed_file_count(savepoint: Savepoint, operator: str) -> int:
@@ -453,5 +462,6 @@ __all__ = [
     "state_table",
     "state_batches",
     "state_schema",
+    "typed_batch",
     "typed_states",
 ]

@@ -57,7 +57,9 @@ def naming_kg_errors() -> Iterator[None]:
     try:
         yield
     except KgError as exc:
-        raise RuntimeError(f"{TASK_ERROR}:{type(exc).__name__}:{exc.code}:{exc.message}") from None
+        # Named by its nearest class the driver knows: a subclass (``ValueNotEncodable``) keeps its exit code.
+        known = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in TASK_ERRORS), "ExecutionError")
+        raise RuntimeError(f"{TASK_ERROR}:{known}:{exc.code}:{exc.message}") from None
     except OSError as exc:
         # No space or another refusal of the executor's file system: exit 5 with its one line, not
         # "a Spark task failed" with the worker's traceback.
