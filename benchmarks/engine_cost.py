@@ -41,7 +41,8 @@ the wall ratios: Spark local[*] against local, 1 -> 2 workers) are not. Prefer t
 
 Usage: python benchmarks/engine_cost.py [--keys 1000000 2000000] [--work DIR]
     [--engines local spark [cluster-1 cluster-2]] [--modes rekey copy [native-rekey native-copy]]
-    [--repeat 1] [--kg DIR] [--native 0|1] [--warmup] [--json] [--table SAVED.json]
+    [--repeat 1] [--kg DIR] [--native 0|1] [--warmup] [--generator-backend hashmap|rocksdb] [--json]
+    [--table SAVED.json]
     (``benchmarks/wall_model.py SAVED.json`` fits the wall-time model of docs/performance.md on it)
 """
 
@@ -457,6 +458,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/kg-engine-cost"))
     parser.add_argument("--engines", nargs="+", default=["local", "spark"])
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["rekey", "copy"])
+    parser.add_argument(
+        "--generator-backend",
+        choices=["hashmap", "rocksdb"],
+        default="hashmap",
+        help="The state backend of the job that writes the input (rocksdb: GB-sized inputs in a small heap).",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="Runs of each case (the median counts).")
     parser.add_argument(
         "--kg", type=Path, default=ROOT, help="Where kg is imported from (e.g. a `git archive` of a commit)."
@@ -488,7 +495,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = {}
     for keys in args.keys:
-        path, _generated = pipeline.savepoint_for(keys, args.work, log)
+        path, _generated = pipeline.savepoint_for(keys, args.work, log, args.generator_backend)
         sizes[keys] = (path, size_mb(path))
     runs: list[dict[str, Any]] = []
     smallest = min(sizes)

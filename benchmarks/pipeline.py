@@ -164,16 +164,34 @@ def run_child(*args: str) -> dict[str, Any]:
 # -- one size -----------------------------------------------------------------------------------------------
 
 
-def savepoint_for(keys: int, work: Path, log: Callable[[str], None]) -> tuple[Path, dict[str, Any] | None]:
-    """Return the cached ``work/savepoint-<keys>``, generating it with Flink first if missing."""
-    path = work / f"savepoint-{keys}"
+def savepoint_for(
+    keys: int, work: Path, log: Callable[[str], None], backend: str = "hashmap"
+) -> tuple[Path, dict[str, Any] | None]:
+    """Return the cached ``work/savepoint-<keys>``, generating it with Flink first if missing.
+
+    ``backend="rocksdb"`` (cached as ``savepoint-<keys>-rocksdb``) makes the job keep its state in RocksDB
+    instead of the heap, so savepoints of several GB need no larger heap: the savepoint is the same canonical
+    format (the three states, the same keys and values; the entries of a key group in RocksDB's byte order).
+    """
+    suffix = "" if backend == "hashmap" else f"-{backend}"
+    path = work / f"savepoint-{keys}{suffix}"
     if path.exists():
         return path, None
-    partial = work / f"savepoint-{keys}.partial"
+    partial = work / f"savepoint-{keys}{suffix}.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    log(f"generating a {keys}-key savepoint with Flink into {path} ...")
+    log(f"generating a {keys}-key savepoint with Flink ({backend}) into {path} ...")
     summary, wall, peak = sr.java(
-        sr.classpath(), "BenchSavepointGen", str(partial), "--keys", str(keys), "--payload-bytes", "24"
+        sr.classpath(),
+        "BenchSavepointGen",
+        str(partial),
+        "--keys",
+        str(keys),
+        "--payload-bytes",
+        "24",
+        "--backend",
+        backend,
+        "--status-timeout",
+        "900",
     )
     partial.rename(path)
     return path, {"wall_s": wall, "java_peak_rss_mib": peak, **summary}
