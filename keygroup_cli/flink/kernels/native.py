@@ -56,6 +56,10 @@ class Kernels:
     rekey_window: Any
     frame_bucket: Any
     check_block: Any
+    #: ``splice``'s kernels: an edit of a block done on its bytes (``flink.write.edit_copy``).
+    splice_match: Any
+    splice_block: Any
+    ttl_expired: Any
 
 
 #: In ``auto`` mode, the bytes of blocks a process walks in Python before it loads the kernels.
@@ -119,6 +123,7 @@ def _load() -> Kernels | None:
     os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_directory() / "numba"))
     try:
         compiled = importlib.import_module("keygroup_cli.flink.kernels.compiled")
+        splice = importlib.import_module("keygroup_cli.flink.kernels.splice")
     except ImportError:
         return None
     return Kernels(
@@ -131,6 +136,9 @@ def _load() -> Kernels | None:
         compiled.rekey_window,
         compiled.frame_bucket,
         compiled.check_block,
+        splice.splice_match,
+        splice.splice_block,
+        splice.ttl_expired,
     )
 
 

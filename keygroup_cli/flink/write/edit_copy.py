@@ -13,8 +13,14 @@ group, as ``kg verify`` and ``regroup`` check a block they copy) and its entries
   ``--expired-ttl`` alone on TTL value states (the last-access timestamp is the value's first 8 bytes),
   and a write (upsert, delete) of one value state; both for Int and Long keys (``_ttl_filters``,
   ``_Splice``). Kept entries are copied, inserted ones added after their state's run, and the runs
-  framed anew (ids, last-entry flags, END mark) as ``FullSnapshotAsyncWriter`` frames them;
+  framed anew (ids, last-entry flags, END mark) as ``FullSnapshotAsyncWriter`` frames them. With the
+  native kernels (``KG_NATIVE``), a write's match and splice are ``kernels.splice``'s: one pass over the
+  entries to find the data's keys, then the kept entries between two dropped ones copied as one range
+  and only the ends of those ranges framed anew; the same bytes as the numpy code, which stays the
+  reference;
 - any other key group it changes goes through the reference path, decoded, edited and encoded.
+
+Steps are written as they are made, so a file's new blocks are never all held in memory at once.
 
 An uncompressed block the reference path re-encodes comes out byte for byte as it was read
 (``keyed.encode``), so the file is the reference path's, byte for byte. A snappy block copied keeps
@@ -40,7 +46,7 @@ from keygroup_cli.flink.check.verify import block_finding
 from keygroup_cli.flink.io.snappy import decode_frames, encode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, RelativeFileHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
-from keygroup_cli.flink.kernels.native import expect
+from keygroup_cli.flink.kernels.native import expect, kernels, state_mask
 from keygroup_cli.flink.keyed.encode import write_keyed_file
 from keygroup_cli.flink.keyed.entries import proven_entries, walked_entries
 from keygroup_cli.flink.keyed.entry_parts import copy_ranges
@@ -139,11 +145,12 @@ def edit_copying(
         layout = KeyedLayout.from_header(header, read.max_parallelism, src.source)
         extents = {g: (a, b) for g, a, b in key_group_extents(read.handle, src.size) if g in read.key_groups}
         expect(sum(b - a for a, b in extents.values()))
-        plan = list(_plan(src, extents, edit, layout, header.compressed, read, codecs, key_type, counts))
-        if copied is not None:
-            copied.extend(step[0] for step in plan if not isinstance(step, KeyGroupRange) and step[3])
-        if filtered is not None:
-            filtered.extend(step[0] for step in plan if not isinstance(step, KeyGroupRange) and not step[3])
+        # Each step is written (and let go) as it comes: a file's new blocks are never held all at once.
+        plan = _noted(
+            _plan(src, extents, edit, layout, header.compressed, read, codecs, key_type, counts),
+            copied,
+            filtered,
+        )
         if not output:
             for step in plan:
                 if isinstance(step, KeyGroupRange):
@@ -187,6 +194,20 @@ def edit_copying(
     return WrittenKeyedFile(write.subtask, handle, pos, rows, sum(1 for o in offsets if o))
 
 
+def _noted(
+    plan: Iterable[tuple[int, bytes | np.ndarray, int, bool] | KeyGroupRange],
+    copied: list[int] | None,
+    filtered: list[int] | None,
+) -> Iterator[tuple[int, bytes | np.ndarray, int, bool] | KeyGroupRange]:
+    """Yield ``plan``'s steps, adding each key group written as bytes to ``copied`` or ``filtered``."""
+    for step in plan:
+        if not isinstance(step, KeyGroupRange):
+            into = copied if step[3] else filtered
+            if into is not None:
+                into.append(step[0])
+        yield step
+
+
 def _edited(
     read: KeyedReadTask,
     span: KeyGroupRange,
@@ -222,6 +243,7 @@ def _plan(
     by_rule = edit.replace or edit.rule is not None
     data_groups = touched_groups(edit)
     edited_ids = np.asarray([i for i, s in enumerate(layout.states) if s.name in edit.states], dtype=np.int64)
+    edited_mask = state_mask(frozenset(edited_ids.tolist()))
     filters = _ttl_filters(edit, layout, codecs, key_type)
     splice = _Splice.of(edit, layout, read.key_groups) if data_groups else None
     wanted = sorted(set(extents) | {g for g in data_groups if g in read.key_groups})
@@ -237,7 +259,7 @@ def _plan(
         elif proven is not None:
             raw, block, found = proven
             ids = np.asarray(found.state_ids, dtype=np.int64)
-            if not (by_rule and bool(np.isin(ids, edited_ids).any())):
+            if not (by_rule and bool(edited_mask[ids].any())):
                 _count_kept(counts, ids, edited_ids, layout, group)
                 step = (group, raw, len(ids), True)
             elif filters is not None:
@@ -281,8 +303,9 @@ def _count_kept(
     """Add a copied block's entries of the edited states to ``counts.before``."""
     if counts is None:
         return
-    present, n = np.unique(ids, return_counts=True)
-    for sid, count in zip(present.tolist(), n.tolist(), strict=True):
+    n = np.bincount(ids)  # state ids are 2 bytes, never negative
+    present = np.flatnonzero(n)
+    for sid, count in zip(present.tolist(), n[present].tolist(), strict=True):
         if sid in edited_ids:
             key = (layout.states[sid].name, group)
             counts.before[key] = counts.before.get(key, 0) + int(count)
@@ -321,6 +344,15 @@ class _Splice:
             insert_bytes,
             insert_offsets,
         )
+        self.insert_array = np.frombuffer(insert_bytes, dtype=np.uint8)
+        # The data's keys as the kernels compare them: the first (up to) 8 bytes of each one's key and
+        # namespace, a big-endian unsigned number; where that is all of them, the numbers say it all.
+        cell = match_keys.dtype.itemsize
+        self.number_width = min(cell, 8)
+        keys = np.frombuffer(match_keys.tobytes(), dtype=np.uint8).reshape(-1, cell)
+        padded = np.zeros((len(keys), 8), dtype=np.uint8)
+        padded[:, 8 - self.number_width :] = keys[:, : self.number_width]
+        self.match_numbers = padded.view(">u8").ravel().astype(np.uint64)
 
     @classmethod
     def of(cls, edit: KeyedEdit, layout: KeyedLayout, span: KeyGroupRange) -> _Splice | None:
@@ -356,13 +388,14 @@ class _Splice:
             return None
         match_ns = "namespace" in matches.column_names
         cell = width + (namespace if match_ns else 0)
-        keys = _key_bytes(matches.column("key"), width)
+        cells = np.empty((matches.num_rows, cell), dtype=np.uint8)
+        cells[:, :width] = _key_bytes(matches.column("key"), width)
         if match_ns:
-            ns = matches.column("namespace").to_pylist()
-            if any(v is None or len(v) != namespace for v in ns):
+            ns = _fixed_cells(matches.column("namespace").combine_chunks(), namespace)
+            if ns is None:
                 return None
-            keys = [k + v for k, v in zip(keys, ns, strict=True)]
-        match_keys = np.asarray(keys, dtype=f"S{cell}")
+            cells[:, width:] = ns
+        match_keys = cells.view(f"S{cell}").ravel()
         prefix = layout.prefix_bytes
         built = _entries(inserts, prefix, width, namespace)
         if built is None:
@@ -379,6 +412,59 @@ class _Splice:
             np.asarray(inserts.column("key_group").to_numpy(), dtype=np.int64),
             *built,
         )
+
+    def _dropped(
+        self,
+        buf: np.ndarray,
+        ids: np.ndarray,
+        key_starts: np.ndarray,
+        key_ends: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> tuple[int, np.ndarray] | None:
+        """Return the state's entries in a block and, ascending, those the data matches (None: decode it)."""
+        mine = ids == self.sid
+        if bool((key_ends[mine] - key_starts[mine] != self.prefix + self.width + self.namespace).any()):
+            return None
+        cell = self.width + (self.namespace if self.match_ns else 0)
+        drop = np.zeros(len(ids), dtype=bool)
+        rows = np.flatnonzero(mine)
+        if hi > lo and len(rows):
+            drop[rows] = self._matched(
+                _cells(buf, key_starts[rows] + self.prefix, cell), self.match_keys[lo:hi]
+            )
+        return len(rows), np.flatnonzero(drop)
+
+    def _dropped_natively(
+        self,
+        native: Any,
+        buf: np.ndarray,
+        ids: np.ndarray,
+        key_starts: np.ndarray,
+        key_ends: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> tuple[int, np.ndarray] | None:
+        """``_dropped`` by the ``splice_match`` kernel: one pass over the block's entries, the same result."""
+        ok, mine, hits = native.splice_match(
+            buf,
+            np.ascontiguousarray(ids, dtype=np.int64),
+            np.ascontiguousarray(key_starts, dtype=np.int64),
+            np.ascontiguousarray(key_ends, dtype=np.int64),
+            self.sid,
+            self.prefix + self.width + self.namespace,
+            self.prefix,
+            self.number_width,
+            np.unique(self.match_numbers[lo:hi]),
+        )
+        if not ok:
+            return None
+        cell = self.match_keys.dtype.itemsize
+        if len(hits) and cell > self.number_width:
+            # Matched on their first 8 bytes; then by all their bytes (a Long key and a namespace).
+            found = _cells(buf, key_starts[hits] + self.prefix, cell).view(f"S{cell}")
+            hits = hits[np.isin(found, self.match_keys[lo:hi])]
+        return int(mine), np.asarray(hits, dtype=np.int64)
 
     def _matched(self, cells: np.ndarray, wanted: np.ndarray) -> np.ndarray:
         """Return which entries' ``cells`` (key, then namespace where matched, back to back) are wanted.
@@ -418,38 +504,55 @@ class _Splice:
             ends = np.asarray(found.value_ends, dtype=np.int64)
         else:
             ids = starts = key_starts = key_ends = ends = np.zeros(0, dtype=np.int64)
-        mine = ids == self.sid
-        if bool((key_ends[mine] - key_starts[mine] != self.prefix + self.width + self.namespace).any()):
-            return None
         buf = np.frombuffer(block, dtype=np.uint8)
-        cell = self.width + (self.namespace if self.match_ns else 0)
-        lo, hi = np.searchsorted(self.match_groups, [group, group + 1])
-        drop = np.zeros(len(ids), dtype=bool)
-        rows = np.flatnonzero(mine)
-        if hi > lo and len(rows):
-            drop[rows] = self._matched(
-                _cells(buf, key_starts[rows] + self.prefix, cell), self.match_keys[lo:hi]
-            )
+        lo, hi = (int(i) for i in np.searchsorted(self.match_groups, [group, group + 1]))
+        native = kernels() if len(ids) else None
+        if native is not None:
+            matched = self._dropped_natively(native, buf, ids, key_starts, key_ends, lo, hi)
+        else:
+            matched = self._dropped(buf, ids, key_starts, key_ends, lo, hi)
+        if matched is None:
+            return None
+        mine, dropped = matched
         a, b = (int(i) for i in np.searchsorted(self.insert_groups, [group, group + 1]))
         added = b - a
         if counts is not None:
             key = (self.name, group)
-            if len(rows):
-                counts.before[key] = counts.before.get(key, 0) + len(rows)
-            removed = int(drop.sum())
+            if mine:
+                counts.before[key] = counts.before.get(key, 0) + mine
+            removed = len(dropped)
             if removed:
                 counts.removed[key] = counts.removed.get(key, 0) + removed
-                size = removed * (self.width + self.namespace) + int((ends[drop] - key_ends[drop] - 4).sum())
+                values = int((ends[dropped] - key_ends[dropped] - 4).sum())
+                size = removed * (self.width + self.namespace) + values
                 counts.removed_bytes[self.name] = counts.removed_bytes.get(self.name, 0) + size
             if added:
                 counts.inserted[key] = counts.inserted.get(key, 0) + added
-        keep = np.flatnonzero(~drop)
+        kept = len(ids) - len(dropped)
         if not added:
-            if not len(keep):
+            if not kept:
                 return group, b"", 0, False
-            if len(keep) == len(ids):
+            if kept == len(ids):
                 return group, proven[0] if proven is not None else b"", len(ids), proven is not None
         offsets = self.insert_offsets[a : b + 1]
+        if native is not None:
+            # The kernel: the kept entries between two dropped ones copied as one range, the added ones
+            # after them, the ends of the ranges framed anew (0: a framing it does not take; _rebuilt).
+            framed, data = native.splice_block(
+                buf,
+                np.ascontiguousarray(ids, dtype=np.int64),
+                np.ascontiguousarray(starts, dtype=np.int64),
+                np.ascontiguousarray(ends, dtype=np.int64),
+                dropped,
+                self.sid,
+                self.insert_array[int(offsets[0]) : int(offsets[-1])],
+                offsets - offsets[0],
+            )
+            if framed:
+                return group, (encode_frames(data.tobytes()) if compressed else data), kept + added, False
+        drop = np.zeros(len(ids), dtype=bool)
+        drop[dropped] = True
+        keep = np.flatnonzero(~drop)
         extra = self.insert_bytes[int(offsets[0]) : int(offsets[-1])]
         lengths = np.diff(offsets)
         new_starts = len(block) + offsets[:-1] - offsets[0]
@@ -548,11 +651,29 @@ def _in_span(table: pa.Table | None, span: KeyGroupRange) -> pa.Table:
     return table.slice(lo, hi - lo)
 
 
-def _key_bytes(keys: pa.Array | pa.ChunkedArray, width: int) -> list[bytes]:
-    """Return Int or Long keys as Flink's ``IntSerializer``/``LongSerializer`` write them (big-endian)."""
+def _key_bytes(keys: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray:
+    """Return Int or Long keys as Flink's ``IntSerializer``/``LongSerializer`` write them (big-endian).
+
+    One row of ``width`` bytes per key.
+    """
     values = np.asarray(keys.to_numpy(zero_copy_only=False), dtype=np.int64 if width == 8 else np.int32)
-    cells = values.astype(">i8" if width == 8 else ">i4").view(np.uint8).reshape(-1, width)
-    return [bytes(c) for c in cells]
+    return values.astype(">i8" if width == 8 else ">i4").view(np.uint8).reshape(-1, width)
+
+
+def _fixed_cells(values: pa.Array, size: int) -> np.ndarray | None:
+    """Return binary ``values`` of ``size`` bytes each, as a matrix's rows; None: a null or another size."""
+    values = values.cast(pa.large_binary())
+    n = len(values)
+    if values.null_count:
+        return None
+    lengths = np.asarray(pc.binary_length(values).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if bool((lengths != size).any()):
+        return None
+    if not n or not size:
+        return np.empty((n, size), dtype=np.uint8)
+    buffers = values.buffers()
+    at = np.frombuffer(buffers[1], dtype=np.int64)[values.offset : values.offset + n]
+    return np.frombuffer(buffers[2], dtype=np.uint8)[at[:, None] + np.arange(size)]
 
 
 # -- TTL expiry as bytes ------------------------------------------------------------------------------------
@@ -623,26 +744,56 @@ def _filtered(
     key_starts = np.asarray(found.key_starts, dtype=np.int64)
     key_ends = np.asarray(found.key_ends, dtype=np.int64)
     value_ends = np.asarray(found.value_ends, dtype=np.int64)
-    trimmed = np.isin(ids, np.asarray(list(filters), dtype=np.int64))
-    rows = np.flatnonzero(trimmed)
-    value_starts = key_ends + 4
-    if bool((value_ends[rows] - value_starts[rows] < 8).any()):
-        return None  # a TTL value shorter than its timestamp: the reference path says so
-    stamps = _cells(buf, value_starts[rows], 8).view(">i8").astype(np.int64)
-    long_max = np.iinfo(np.int64).max
-    saturated = stamps > long_max - rule.ttl_ms
-    expires = np.where(saturated, long_max, stamps + np.where(saturated, 0, rule.ttl_ms))
-    drop = np.zeros(len(ids), dtype=bool)
-    drop[rows] = expires <= rule.now_ms
+    native = kernels() if len(ids) else None
+    if native is not None:
+        # The kernels: which values expired in one pass, then the kept entries copied in ranges.
+        ok, dropped = native.ttl_expired(
+            buf,
+            np.ascontiguousarray(ids, dtype=np.int64),
+            np.ascontiguousarray(key_ends, dtype=np.int64),
+            np.ascontiguousarray(value_ends, dtype=np.int64),
+            state_mask(frozenset(filters)),
+            rule.ttl_ms,
+            rule.now_ms,
+        )
+        if not ok:
+            return None  # a TTL value shorter than its timestamp: the reference path says so
+    else:
+        trimmed = np.isin(ids, np.asarray(list(filters), dtype=np.int64))
+        rows = np.flatnonzero(trimmed)
+        value_starts = key_ends + 4
+        if bool((value_ends[rows] - value_starts[rows] < 8).any()):
+            return None  # a TTL value shorter than its timestamp: the reference path says so
+        stamps = _cells(buf, value_starts[rows], 8).view(">i8").astype(np.int64)
+        long_max = np.iinfo(np.int64).max
+        saturated = stamps > long_max - rule.ttl_ms
+        expires = np.where(saturated, long_max, stamps + np.where(saturated, 0, rule.ttl_ms))
+        dropped = rows[expires <= rule.now_ms]
     edited_ids = np.asarray([i for i, s in enumerate(layout.states) if s.name in edit.states], dtype=np.int64)
     if counts is not None:
         _count_kept(counts, ids, edited_ids, layout, group)
-        _count_removed(counts, ids, drop, key_ends, value_ends, filters, layout, group)
-    if not bool(drop.any()):
+        _count_removed(counts, ids, dropped, key_ends, value_ends, filters, layout, group)
+    if not len(dropped):
         return group, raw, len(ids), True
-    keep = np.flatnonzero(~drop)
-    if not len(keep):
+    kept = len(ids) - len(dropped)
+    if not kept:
         return group, b"", 0, False
+    if native is not None:
+        framed, data = native.splice_block(
+            buf,
+            np.ascontiguousarray(ids, dtype=np.int64),
+            np.ascontiguousarray(key_starts - 4, dtype=np.int64),
+            np.ascontiguousarray(value_ends, dtype=np.int64),
+            dropped,
+            -1,
+            np.zeros(0, dtype=np.uint8),
+            np.zeros(1, dtype=np.int64),
+        )
+        if framed:
+            return group, (encode_frames(data.tobytes()) if compressed else data), kept, False
+    drop = np.zeros(len(ids), dtype=bool)
+    drop[dropped] = True
+    keep = np.flatnonzero(~drop)
     data = _rebuilt(buf, ids[keep], key_starts[keep] - 4, value_ends[keep])
     return group, (encode_frames(data.tobytes()) if compressed else data), len(keep), False
 
@@ -650,21 +801,22 @@ def _filtered(
 def _count_removed(
     counts: EditCounts,
     ids: np.ndarray,
-    drop: np.ndarray,
+    dropped: np.ndarray,
     key_ends: np.ndarray,
     value_ends: np.ndarray,
     filters: dict[int, int],
     layout: KeyedLayout,
     group: int,
 ) -> None:
-    """Add the dropped entries to ``counts.removed`` and their bytes to ``counts.removed_bytes``.
+    """Add the ``dropped`` entries to ``counts.removed`` and their bytes to ``counts.removed_bytes``.
 
     The bytes are ``edit._count_bytes``'s: the key's width, the namespace and the value (as rows hold them).
     """
     key_width = layout.codec.key_type
+    dropped_ids = ids[dropped]
     for sid, ns in filters.items():
-        mine = drop & (ids == sid)
-        n = int(mine.sum())
+        mine = dropped[dropped_ids == sid]
+        n = len(mine)
         if not n:
             continue
         name = layout.states[sid].name

@@ -22,6 +22,7 @@ from keygroup_cli.flink import open_savepoint, state_codecs
 from keygroup_cli.flink.io.snappy import decode_frames
 from keygroup_cli.flink.io.stream_handles import KeyGroupsHandle, key_group_extents
 from keygroup_cli.flink.io.stream_source import StreamSource
+from keygroup_cli.flink.kernels.native import NATIVE_ENV
 from keygroup_cli.flink.write.edit import CompactRule, EditCounts, KeyedEdit, edited_batches, is_ttl
 from keygroup_cli.flink.write.edit_copy import copies_key_groups, edit_copying, touched_groups
 from keygroup_cli.flink.write.keyed_tasks import (
@@ -119,8 +120,13 @@ def _run_both(
     return ref, ref_counts, fast, fast_counts, copied, filtered
 
 
+@pytest.mark.parametrize("native", ["0", "1"])
 @pytest.mark.parametrize("fixture", CANONICAL)
-def test_copied_key_groups_write_what_the_reference_path_writes(fixture: str, tmp_path: Path) -> None:
+def test_copied_key_groups_write_what_the_reference_path_writes(
+    fixture: str, native: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KG_NATIVE=1: the splice's kernels (``kernels.splice``) match and frame the blocks; 0: numpy does.
+    monkeypatch.setenv(NATIVE_ENV, native)
     sp = open_savepoint(FLINK_FIXTURES / fixture)
     runs = copied_total = filtered_total = 0
     for op in sp.metadata.operators:
