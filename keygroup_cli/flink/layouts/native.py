@@ -10,7 +10,10 @@ records for the subtask: the database's files as a *private* list under their Ro
 
 The database is built with the ``rocksdict`` binding (the ``[rocksdb]`` extra), never by hand: one SST file
 per column family from its ``SstFileWriter`` (entries sorted by key), ingested into the family, then a
-RocksDB checkpoint of the database gives the consistent file set Flink's own NATIVE snapshot copies. Tables
+RocksDB checkpoint of the database gives the consistent file set Flink's own NATIVE snapshot copies. The
+file is read one key group at a time: a RocksDB key starts with its key group, so sorting each key group's
+entries and writing the key groups in order gives every family's sorted order, and the memory held is one
+key group's, whatever the state's size. Tables
 use block-based ``format_version`` 5 and no compression, which FRocksDB 6.20 (Flink 1.x) and 8.10 (Flink 2.x)
 and ForSt read. Flink 2.3's RocksDB and ForSt backends both restore these files
 (tests/restore/test_native.py).
@@ -25,9 +28,10 @@ import shutil
 import struct
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from keygroup_cli.core.allocator import is_memory_failure, not_enough_memory, require_address_space
 from keygroup_cli.core.errors import ExecutionError, InvalidInputError, KgError, UnsupportedFormatError
@@ -114,19 +118,21 @@ def build_native_handle(
         InvalidInputError: A block is truncated or names a state the header lacks.
     """
     rocksdict = load_binding()
-    data = keyed_file.read_bytes()
-    first = min((o for o in offsets if o), default=len(data))
-    header = read_keyed_header(data[:first], str(keyed_file), first)
-    if header.states is None or header.end is None:
-        raise UnsupportedFormatError(
-            f"{keyed_file}: the keyed-state header holds a serializer snapshot kg cannot delimit",
-            code="FLINK_STATE_HEADER_UNKNOWN",
-        )
-    names = [info.name for info in header.states]
-    columns = _collect_columns(keyed_file, data, offsets, names)
-    private = _write_database_files(rocksdict, target, names, columns)
+    with open(keyed_file, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        first = min((o for o in offsets if o), default=size)
+        head = fh.read(first)
+        header = read_keyed_header(head, str(keyed_file), first)
+        if header.states is None or header.end is None:
+            raise UnsupportedFormatError(
+                f"{keyed_file}: the keyed-state header holds a serializer snapshot kg cannot delimit",
+                code="FLINK_STATE_HEADER_UNKNOWN",
+            )
+        names = [info.name for info in header.states]
+        key_groups = _key_group_columns(fh, size, offsets, names, str(keyed_file), head[4] != 0)
+        private = _write_database_files(rocksdict, target, names, key_groups)
     meta_name = str(uuid.uuid4())
-    meta = data[:4] + b"\x00" + data[5 : header.end]  # the files are RocksDB's, not snappy streams
+    meta = head[:4] + b"\x00" + head[5 : header.end]  # the files are RocksDB's, not snappy streams
     (target / meta_name).write_bytes(meta)
     size = len(meta) + sum(f.handle.size for f in private if isinstance(f.handle, RelativeFileHandle))
     return IncrementalKeyedHandle(
@@ -143,35 +149,35 @@ def build_native_handle(
     )
 
 
-def _collect_columns(
-    keyed_file: Path, data: bytes, offsets: tuple[int, ...], names: list[str]
-) -> list[list[tuple[bytes, bytes]]]:
-    """Return each state's ``(RocksDB key, value)`` entries from the key-group blocks at ``offsets``."""
-    compressed = data[4] != 0
-    columns: list[list[tuple[bytes, bytes]]] = [[] for _ in names]
-    bounds = sorted({o for o in offsets if o} | {len(data)})
+def _key_group_columns(
+    fh: BinaryIO, size: int, offsets: tuple[int, ...], names: list[str], where: str, compressed: bool
+) -> Iterator[list[list[tuple[bytes, bytes]]]]:
+    """Yield, key group by key group in range order, each state's ``(RocksDB key, value)`` entries."""
+    bounds = sorted({o for o in offsets if o} | {size})
     ends = dict(zip(bounds, bounds[1:], strict=False))
     for offset in offsets:
-        if offset:
-            block = data[offset : ends[offset]]
-            if compressed:  # each key group is its own snappy-framed stream
-                block = decode_frames(block, str(keyed_file))
-            for state, key, value in iter_block_entries(block, str(keyed_file)):
-                if state >= len(names):
-                    raise InvalidInputError(
-                        f"{keyed_file}: state id {state} beyond the header's {len(names)}",
-                        code="FLINK_STATE_CORRUPT",
-                    )
-                columns[state].append((key, value))
-    return columns
+        if not offset:
+            continue
+        fh.seek(offset)
+        block = fh.read(ends[offset] - offset)
+        if compressed:  # each key group is its own snappy-framed stream
+            block = decode_frames(block, where)
+        columns: list[list[tuple[bytes, bytes]]] = [[] for _ in names]
+        for state, key, value in iter_block_entries(block, where):
+            if state >= len(names):
+                raise InvalidInputError(
+                    f"{where}: state id {state} beyond the header's {len(names)}", code="FLINK_STATE_CORRUPT"
+                )
+            columns[state].append((key, value))
+        yield columns
 
 
 def _write_database_files(
-    rocksdict: Any, target: Path, names: list[str], columns: list[list[tuple[bytes, bytes]]]
+    rocksdict: Any, target: Path, names: list[str], key_groups: Iterable[list[list[tuple[bytes, bytes]]]]
 ) -> list[LocalHandle]:
     """Build the database and copy its files into ``target`` under UUID names; return their handles."""
     with tempfile.TemporaryDirectory(dir=target, prefix=".native-") as tmp:
-        files = _build_database(rocksdict, Path(tmp), names, columns)
+        files = _build_database(rocksdict, Path(tmp), names, key_groups)
         private = []
         for name, path in files:
             stored = str(uuid.uuid4())
@@ -181,9 +187,13 @@ def _write_database_files(
 
 
 def _build_database(
-    rocksdict: Any, work: Path, names: list[str], columns: list[list[tuple[bytes, bytes]]]
+    rocksdict: Any, work: Path, names: list[str], key_groups: Iterable[list[list[tuple[bytes, bytes]]]]
 ) -> list[tuple[str, Path]]:
-    """Create the database in ``work`` and return its checkpoint's files as ``(RocksDB name, path)``."""
+    """Create the database in ``work`` and return its checkpoint's files as ``(RocksDB name, path)``.
+
+    ``key_groups`` yields each key group's entries per state, in key-group order: each family's SST file is
+    written key group by key group, its entries sorted within the key group.
+    """
     db_dir, snapshot_dir = work / "db", work / "checkpoint"
     options = _table_options(rocksdict)
     options.create_if_missing(True)
@@ -191,23 +201,26 @@ def _build_database(
     try:
         db = rocksdict.Rdict(str(db_dir), options=options)
         try:
-            for index, (name, entries) in enumerate(zip(names, columns, strict=True)):
-                family = db.create_column_family(name, _table_options(rocksdict))
-                if not entries:
-                    continue
-                entries.sort(key=lambda e: e[0])
-                for (a, _), (b, _) in zip(entries, entries[1:], strict=False):
-                    if a == b:
-                        raise InvalidInputError(
-                            f"state {name!r} holds the key {a!r} twice", code="FLINK_STATE_CORRUPT"
-                        )
-                sst = work / f"{index}.sst"
-                writer = rocksdict.SstFileWriter(options=_table_options(rocksdict))
-                writer.open(str(sst))
-                for key, value in entries:
-                    writer[key] = value
-                writer.finish()
-                family.ingest_external_file([str(sst)])
+            families = [db.create_column_family(name, _table_options(rocksdict)) for name in names]
+            writers: list[Any] = [None] * len(names)
+            last: list[bytes | None] = [None] * len(names)
+            for columns in key_groups:
+                for index, entries in enumerate(columns):
+                    if not entries:
+                        continue
+                    entries.sort(key=itemgetter(0))
+                    _require_ascending(names[index], last[index], entries)
+                    if writers[index] is None:
+                        writers[index] = rocksdict.SstFileWriter(options=_table_options(rocksdict))
+                        writers[index].open(str(work / f"{index}.sst"))
+                    writer = writers[index]
+                    for key, value in entries:
+                        writer[key] = value
+                    last[index] = entries[-1][0]
+            for index, writer in enumerate(writers):
+                if writer is not None:
+                    writer.finish()
+                    families[index].ingest_external_file([str(work / f"{index}.sst")])
             rocksdict.Checkpoint(db).create_checkpoint(str(snapshot_dir))
         finally:
             db.close()
@@ -221,6 +234,22 @@ def _build_database(
         for p in snapshot_dir.iterdir()
         if p.is_file() and (p.name.endswith(".sst") or p.name.startswith(keep))
     )
+
+
+def _require_ascending(name: str, previous: bytes | None, entries: list[tuple[bytes, bytes]]) -> None:
+    """Refuse a key held twice, or a key group whose keys do not follow the previous key group's.
+
+    Raises:
+        InvalidInputError: ``FLINK_STATE_CORRUPT``.
+    """
+    if previous is not None and entries[0][0] <= previous:
+        raise InvalidInputError(
+            f"state {name!r} holds the key {entries[0][0]!r} twice or outside its key group",
+            code="FLINK_STATE_CORRUPT",
+        )
+    for (a, _), (b, _) in zip(entries, entries[1:], strict=False):
+        if a == b:
+            raise InvalidInputError(f"state {name!r} holds the key {a!r} twice", code="FLINK_STATE_CORRUPT")
 
 
 #: RocksDB's I/O errors that are the file system's answer, by the text ``strerror`` gives them.
