@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from keygroup_cli.core.errors import InvalidInputError
 from keygroup_cli.flink import open_savepoint
 from keygroup_cli.flink.io.snappy import decode_frames
-from keygroup_cli.flink.layouts.native import build_native_handle, iter_block_entries
+from keygroup_cli.flink.layouts.native import block_columns, build_native_handle, iter_block_entries
 from keygroup_cli.flink.layouts.rocksdb import load_binding, read_options
 from tests.conftest import FIXTURES
 
@@ -69,3 +72,43 @@ def test_every_canonical_entry_is_in_the_database_under_its_state(tmp_path):
     finally:
         db.close()
     assert got == want
+
+
+def _blocks(path: Path, offsets: tuple[int, ...], compressed: bool) -> list[bytes]:
+    data = path.read_bytes()
+    starts = sorted(o for o in offsets if o)
+    ends = [*starts[1:], len(data)]
+    return [
+        b"".join(decode_frames(data[a:b])) if compressed else data[a:b]
+        for a, b in zip(starts, ends, strict=True)
+    ]
+
+
+def test_block_columns_are_the_reference_entries_grouped_by_state():
+    """The NATIVE build's loop gives, per state and in order, exactly what ``iter_block_entries`` yields."""
+    checked = 0
+    for fixture in (SAVEPOINT, FIXTURES / "flink" / "2.3" / "typed-heap-canonical-p2"):
+        savepoint = open_savepoint(fixture)
+        for streams in savepoint.keyed_streams.values():
+            for stream in streams:
+                path = fixture / stream.handle.delegate.relative_path
+                states = len(stream.header.states)
+                for block in _blocks(path, stream.handle.offsets, stream.header.compressed):
+                    want: list[list[tuple[bytes, bytes]]] = [[] for _ in range(states)]
+                    for state, key, value in iter_block_entries(block, "t"):
+                        want[state].append((key, value))
+                    assert block_columns(block, states, "t") == want
+                    checked += 1
+    assert checked > 100
+
+
+def test_block_columns_refuse_a_truncated_block_and_an_unknown_state():
+    savepoint = open_savepoint(SAVEPOINT)
+    stream = next(s for streams in savepoint.keyed_streams.values() for s in streams)
+    path = SAVEPOINT / stream.handle.delegate.relative_path
+    block = _blocks(path, stream.handle.offsets, stream.header.compressed)[0]
+    states = len(stream.header.states)
+    for damaged, count in ((block[:-7], states), (block[: len(block) // 2], states), (block, 0)):
+        with pytest.raises(InvalidInputError) as caught:
+            block_columns(damaged, count, "t")
+        assert caught.value.code == "FLINK_STATE_CORRUPT"
