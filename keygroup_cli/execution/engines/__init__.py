@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,11 +67,43 @@ def spark_master(master: str | None, spark_conf: Mapping[str, str] | None) -> st
     return master or (spark_conf or {}).get("spark.master") or os.environ.get(MASTER_ENV) or None
 
 
-#: Why the default on one machine is the local engine: ``local[*]`` never wins there (``choose_engine``).
+#: Why the default on one machine is the local engine (``choose_engine``).
 ONE_MACHINE = (
-    "default engine: one machine, where the local engine is the faster at every size (Spark local[*] "
-    "costs as much per byte, plus about 4 CPU s to start); Spark: --engine spark or a master"
+    "default engine: one machine, where the local engine is the faster (Spark local[*] costs as much per "
+    "byte, plus about 4 CPU s to start); Spark: --engine spark or a master"
 )
+
+#: Keyed bytes to re-key from which Spark ``local[*]`` is the faster on a machine of several cores when the
+#: native kernels are off: the local engine's numpy route then runs much of its work holding Python's lock,
+#: while Spark's Python workers are processes (docs/performance.md: 1.2x faster at 1 GB, 1.4x at 4 GB).
+SPARK_LOCAL_PAYS_OFF_BYTES = 1 << 30
+
+
+def java_found() -> bool:
+    """Return whether a ``java`` is there to start (``JAVA_HOME``'s, else on PATH), without running it."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return os.access(Path(home) / "bin" / "java", os.X_OK)
+    return shutil.which("java") is not None
+
+
+def usable_cores() -> int:
+    """Return the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _spark_local_pays_off(rekey_bytes: int, native_kernels: bool) -> bool:
+    """Return whether Spark ``local[*]`` re-keys ``rekey_bytes`` faster than the local engine here."""
+    return (
+        not native_kernels
+        and rekey_bytes >= SPARK_LOCAL_PAYS_OFF_BYTES
+        and usable_cores() >= 2
+        and spark_installed()
+        and java_found()
+    )
 
 
 def choose_engine(
@@ -79,16 +112,19 @@ def choose_engine(
     master: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
     session: Any = None,
+    rekey_bytes: int = 0,
+    native_kernels: bool = True,
 ) -> EngineChoice:
     """Resolve ``engine`` (``spark``, ``local``, or None for the default) to the engine that will run.
 
     The default is the fastest correct engine for where kg runs. With a Spark master set (``master``,
     ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
-    goes to the cluster. On one machine it is the local engine at every size (``ONE_MACHINE``): the local
-    engine uses every core too, Spark ``local[*]``'s tasks cost what the local engine costs per byte
-    (0.9-1.1x, measured at 0.1 and 0.83 GB: there is no size past which it pays back its start), and its
-    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). A missing pyspark is
-    announced once on the ``keygroup_cli`` logger.
+    goes to the cluster. On one machine it is the local engine (``ONE_MACHINE``): it uses every core too,
+    Spark ``local[*]``'s tasks cost what the local engine costs per byte (0.96-1.1x at 1 and 4 GB), and its
+    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). One exception: a re-key of
+    at least ``SPARK_LOCAL_PAYS_OFF_BYTES`` (``rekey_bytes``) without the native kernels (``native_kernels``),
+    on several cores, with pyspark and Java there: Spark ``local[*]``'s Python workers are processes, and
+    there it is the faster. A missing pyspark is announced once on the ``keygroup_cli`` logger.
 
     Raises:
         InvalidArgumentError: An unknown engine name.
@@ -107,6 +143,13 @@ def choose_engine(
         if not spark_installed():
             log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
             return EngineChoice("local", "default engine; pyspark is not installed")
+        if _spark_local_pays_off(rekey_bytes, native_kernels):
+            return EngineChoice(
+                "spark",
+                f"default engine: a re-key of {rekey_bytes / (1 << 30):.1f} GiB without the native kernels, "
+                "where Spark local[*] runs kg's Python on every core and is the faster (with kg[native] the "
+                "local engine is); --engine local to keep it",
+            )
         return EngineChoice("local", ONE_MACHINE)
     if engine not in ENGINES:
         raise unknown_engine_error(engine)
@@ -261,6 +304,7 @@ __all__ = [
     "INSTALL_SPARK",
     "MASTER_ENV",
     "ONE_MACHINE",
+    "SPARK_LOCAL_PAYS_OFF_BYTES",
     "EngineChoice",
     "ExecutionResult",
     "Executor",
@@ -268,7 +312,9 @@ __all__ = [
     "WrittenOperator",
     "choose_engine",
     "get_executor",
+    "java_found",
     "spark_installed",
     "spark_master",
     "unknown_engine_error",
+    "usable_cores",
 ]

@@ -69,6 +69,7 @@ from keygroup_cli.flink import (
     WrittenState,
     as_native,
     canonical_view,
+    kernels_expected,
     needs_canonical_view,
     open_savepoint,
     regroup_keyed_state,
@@ -386,8 +387,14 @@ class EngineRunner:
             # on the driver by either engine: starting a JVM would only add seconds.
             reason = "key groups copied as bytes (same maxParallelism): no Spark needed"
             return cls(get_executor("local", workers=workers), None, reason, workers)
+        keyed = opened.savepoint.keyed_streams.values()
         choice = choose_engine(
-            options.engine, master=options.master, spark_conf=options.spark_conf, session=options.spark
+            options.engine,
+            master=options.master,
+            spark_conf=options.spark_conf,
+            session=options.spark,
+            rekey_bytes=sum(stream.handle.size for streams in keyed for stream in streams),
+            native_kernels=kernels_expected(),
         )
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor(

@@ -240,7 +240,6 @@ def require_verified(savepoint: Savepoint, label: str | None = None) -> None:
         raise fails_verify_error(str(label or savepoint.directory), problem)
 
 
-
 def _entries(
     savepoint: Savepoint, stream: KeyedStream, op: OperatorState, group: int, keys: set[Any]
 ) -> Iterator[tuple[Any, StateEntry]]:

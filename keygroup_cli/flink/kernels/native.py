@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import threading
 from dataclasses import dataclass
@@ -75,6 +76,14 @@ def mode() -> str:
     """Return ``KG_NATIVE``'s setting: ``0``, ``1`` or ``auto`` (anything else reads as ``auto``)."""
     value = os.environ.get(NATIVE_ENV, "auto").strip().lower()
     return value if value in ("0", "1") else "auto"
+
+
+def kernels_expected() -> bool:
+    """Return whether a large walk will run the kernels: ``KG_NATIVE`` is not 0 and numba is installed.
+
+    Nothing is imported: this is what an engine choice asks before any work.
+    """
+    return mode() != "0" and importlib.util.find_spec("numba") is not None
 
 
 def kernels(walking: int = 0) -> Kernels | None:
@@ -170,6 +179,7 @@ __all__ = [
     "Kernels",
     "expect",
     "kernels",
+    "kernels_expected",
     "mode",
     "scan_window",
     "state_mask",
