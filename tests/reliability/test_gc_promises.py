@@ -166,8 +166,13 @@ def test_concurrent_deletions_remove_only_orphans(tmp_path: Path) -> None:
     before = _digest(job)
     args = [sys.executable, "-m", "keygroup_cli", "gc", str(job), "--delete", "--older-than", "0"]
     procs = [
-        subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "KG_PROGRESS": "off"})  # fmt: skip
+        subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "KG_PROGRESS": "off"},
+        )  # fmt: skip
         for _ in range(3)
     ]
     for proc in procs:

@@ -95,10 +95,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _spark_local_pays_off(rekey_bytes: int, native_kernels: bool) -> bool:
+def _spark_local_pays_off(rekey_bytes: int, native_kernels: bool, native_output: bool) -> bool:
     """Return whether Spark ``local[*]`` re-keys ``rekey_bytes`` faster than the local engine here."""
     return (
-        not native_kernels
+        (not native_kernels or native_output)
         and rekey_bytes >= SPARK_LOCAL_PAYS_OFF_BYTES
         and usable_cores() >= 2
         and spark_installed()
@@ -114,6 +114,7 @@ def choose_engine(
     session: Any = None,
     rekey_bytes: int = 0,
     native_kernels: bool = True,
+    native_output: bool = False,
 ) -> EngineChoice:
     """Resolve ``engine`` (``spark``, ``local``, or None for the default) to the engine that will run.
 
@@ -121,10 +122,12 @@ def choose_engine(
     ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
     goes to the cluster. On one machine it is the local engine (``ONE_MACHINE``): it uses every core too,
     Spark ``local[*]``'s tasks cost what the local engine costs per byte (0.96-1.1x at 1 and 4 GB), and its
-    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). One exception: a re-key of
-    at least ``SPARK_LOCAL_PAYS_OFF_BYTES`` (``rekey_bytes``) without the native kernels (``native_kernels``),
-    on several cores, with pyspark and Java there: Spark ``local[*]``'s Python workers are processes, and
-    there it is the faster. A missing pyspark is announced once on the ``keygroup_cli`` logger.
+    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). The exceptions: a re-key of
+    at least ``SPARK_LOCAL_PAYS_OFF_BYTES`` (``rekey_bytes``) without the native kernels (``native_kernels``)
+    or written as RocksDB databases (``native_output``), on several cores, with pyspark and Java there. Both
+    are work in Python that holds its lock (the numpy route; building the databases), which the local
+    engine's threads share and Spark ``local[*]``'s worker processes do not. A missing pyspark is announced
+    once on the ``keygroup_cli`` logger.
 
     Raises:
         InvalidArgumentError: An unknown engine name.
@@ -143,13 +146,16 @@ def choose_engine(
         if not spark_installed():
             log.info("pyspark is not installed: using the local engine (for Spark: %s)", INSTALL_SPARK)
             return EngineChoice("local", "default engine; pyspark is not installed")
-        if _spark_local_pays_off(rekey_bytes, native_kernels):
-            return EngineChoice(
-                "spark",
-                f"default engine: a re-key of {rekey_bytes / (1 << 30):.1f} GiB without the native kernels, "
-                "where Spark local[*] runs kg's Python on every core and is the faster (with kg[native] the "
-                "local engine is); --engine local to keep it",
+        if _spark_local_pays_off(rekey_bytes, native_kernels, native_output):
+            size = f"{rekey_bytes / (1 << 30):.1f} GiB"
+            why = (
+                f"a NATIVE output of {size}, whose RocksDB databases Spark local[*] builds on every core"
+                if native_output
+                else f"a re-key of {size} without the native kernels, where Spark local[*] runs kg's Python "
+                "on every core"
             )
+            reason = f"default engine: {why} and is the faster; --engine local to keep it"
+            return EngineChoice("spark", reason)
         return EngineChoice("local", ONE_MACHINE)
     if engine not in ENGINES:
         raise unknown_engine_error(engine)

@@ -170,7 +170,8 @@ def _savepoint_route(
 
     def start_engine(opened: OpenedInput) -> None:
         # The engine (a JVM for Spark) starts while operator state is decoded and planned.
-        engines.append(EngineRunner.start(opened, options, report))
+        native = rescale_input.output_format == "native"
+        engines.append(EngineRunner.start(opened, options, report, native_output=native))
 
     with savepoint_output(dest, rescale_input.output_format or "canonical") as output:
         planned = plan_input(

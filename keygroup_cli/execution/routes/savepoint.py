@@ -374,10 +374,13 @@ class EngineRunner:
     workers: int = 1
 
     @classmethod
-    def start(cls, opened: OpenedInput, options: EngineOptions, report: OnProgress) -> EngineRunner:
+    def start(
+        cls, opened: OpenedInput, options: EngineOptions, report: OnProgress, *, native_output: bool = False
+    ) -> EngineRunner:
         """Start the engine for ``opened``: kg's own copy of key groups as bytes, or one in the background.
 
         A JVM for Spark starts while the plan is made (``EngineRunner.executor`` waits for it).
+        ``native_output``: the keyed state is written as RocksDB databases (``--format native``).
         """
         workers = worker_count(options.workers)
         if options.executor is not None:
@@ -395,6 +398,7 @@ class EngineRunner:
             session=options.spark,
             rekey_bytes=sum(stream.handle.size for streams in keyed for stream in streams),
             native_kernels=kernels_expected(),
+            native_output=native_output,
         )
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor(

@@ -61,10 +61,20 @@ def test_a_large_rekey_without_the_native_kernels_runs_spark_local_and_says_why(
     choice = choose_engine(None, rekey_bytes=large, native_kernels=False)
     assert choice.name == "spark"
     assert choice.reason.startswith("default engine: a re-key of 1.0 GiB without the native kernels")
+    assert choice.reason.endswith("and is the faster; --engine local to keep it")
     # With the kernels, below the size, or when asked for, the local engine runs.
     assert choose_engine(None, rekey_bytes=large, native_kernels=True).name == "local"
     assert choose_engine(None, rekey_bytes=large - 1, native_kernels=False).name == "local"
     assert choose_engine("local", rekey_bytes=large, native_kernels=False).name == "local"
+
+
+def test_a_large_native_output_runs_spark_local_with_or_without_the_kernels():
+    """Building RocksDB databases is Python work under its lock: the local engine builds one at a time."""
+    large = SPARK_LOCAL_PAYS_OFF_BYTES
+    choice = choose_engine(None, rekey_bytes=large, native_kernels=True, native_output=True)
+    assert choice.name == "spark"
+    assert choice.reason.startswith("default engine: a NATIVE output of 1.0 GiB")
+    assert choose_engine(None, rekey_bytes=large - 1, native_kernels=True, native_output=True).name == "local"
 
 
 def test_spark_local_is_not_the_default_where_it_cannot_start(monkeypatch, tmp_path):
