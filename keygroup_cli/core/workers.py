@@ -49,7 +49,7 @@ def worker_count(requested: int | None = None) -> int:
                 code="INVALID_WORKERS",
             ) from None
         return _at_least_one(number, WORKERS_ENV)
-    return max(1, min(DEFAULT_MAX, _usable_cores()))
+    return max(1, min(DEFAULT_MAX, usable_cores()))
 
 
 def _at_least_one(number: int, name: str) -> int:
@@ -58,7 +58,8 @@ def _at_least_one(number: int, name: str) -> int:
     return number
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """Return the CPUs this process may run on (its affinity where the system has one)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS and Windows have no affinity call
@@ -165,6 +166,7 @@ __all__ = [
     "FD_RESERVE",
     "WORKERS_ENV",
     "ordered_map",
+    "usable_cores",
     "worker_count",
     "workers_within_open_files",
 ]

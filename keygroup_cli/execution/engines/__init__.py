@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keygroup_cli.core.errors import InvalidArgumentError, MissingDependencyError
 from keygroup_cli.core.progress import OnProgress
+from keygroup_cli.core.workers import usable_cores
 
 # Typed only: every Spark Python worker imports this package on the way to ``spark.daemon``.
 if TYPE_CHECKING:
@@ -80,19 +80,15 @@ SPARK_LOCAL_PAYS_OFF_BYTES = 1 << 30
 
 
 def java_found() -> bool:
-    """Return whether a ``java`` is there to start (``JAVA_HOME``'s, else on PATH), without running it."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        return os.access(Path(home) / "bin" / "java", os.X_OK)
-    return shutil.which("java") is not None
+    """Return whether a ``java`` is there to start, as ``--engine spark`` checks it, without running it."""
+    # Imported here: Spark's Python workers import this package and never start a JVM.
+    from keygroup_cli.execution.engines.spark.jvm import require_java
 
-
-def usable_cores() -> int:
-    """Return the CPUs this process may run on."""
     try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        require_java()
+    except MissingDependencyError:
+        return False
+    return True
 
 
 def _spark_local_pays_off(rekey_bytes: int, native_kernels: bool, native_output: bool) -> bool:
@@ -322,5 +318,4 @@ __all__ = [
     "spark_installed",
     "spark_master",
     "unknown_engine_error",
-    "usable_cores",
 ]

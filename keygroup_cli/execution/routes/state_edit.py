@@ -46,7 +46,7 @@ from keygroup_cli.core.findings import fails_verify_error
 from keygroup_cli.core.keygroups import KeyGroupRange
 from keygroup_cli.core.progress import OnProgress, no_progress, staged
 from keygroup_cli.core.schema import KEY_ARROW_TYPES
-from keygroup_cli.execution.engines import get_executor
+from keygroup_cli.execution.engines import Executor, get_executor
 from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES
 from keygroup_cli.execution.jobs.state_edit import (
     Transform,
@@ -389,6 +389,22 @@ def _rescale_request(
     )
 
 
+def _run_jobs(
+    opened: OpenedInput, executor: Executor, jobs: list[Any], scratch: Path, report: OnProgress
+) -> dict[str, list[Any]]:
+    """Run ``jobs`` on ``executor``; a block a task rejects is the input failing ``kg verify`` (exit 3).
+
+    Raises:
+        InvalidInputError: ``INPUT_FAILS_VERIFY``.
+    """
+    try:
+        return executor.run(jobs, scratch, report)
+    except InvalidInputError as exc:
+        if exc.code == "INPUT_FAILS_VERIFY":
+            raise
+        raise fails_verify_error(opened.label, exc) from None
+
+
 def _engine_files(
     opened: OpenedInput,
     plan: StateEditPlan,
@@ -423,13 +439,7 @@ def _engine_files(
                 edit_in_range,
             )
         )
-    executor = get_executor(engine.name, **engine.options)
-    try:
-        written = executor.run(jobs, scratch, report)
-    except InvalidInputError as exc:
-        if exc.code == "INPUT_FAILS_VERIFY":
-            raise
-        raise fails_verify_error(opened.label, exc) from None
+    written = _run_jobs(opened, get_executor(engine.name, **engine.options), jobs, scratch, report)
     files = {
         op_id: [RegroupedFile(f.subtask, f.handle, f.size, f.key_groups_with_data) for f in op_files]
         for op_id, op_files in written.items()
@@ -506,12 +516,7 @@ def _transform_files(
         pieces=executor.read_pieces(),
         min_piece_bytes=MIN_READ_TASK_BYTES,
     )
-    try:
-        written = executor.run([job], scratch, report)
-    except InvalidInputError as exc:
-        if exc.code == "INPUT_FAILS_VERIFY":
-            raise
-        raise fails_verify_error(opened.label, exc) from None
+    written = _run_jobs(opened, executor, [job], scratch, report)
     counts = EditCounts()
     files = []
     for f in written.get(op.operator_id, []):

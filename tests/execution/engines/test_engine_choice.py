@@ -9,8 +9,9 @@ import os
 import pytest
 
 from keygroup_cli.core.errors import InvalidArgumentError
+from keygroup_cli.core.workers import usable_cores
 from keygroup_cli.execution import engines
-from keygroup_cli.execution.engines import SPARK_LOCAL_PAYS_OFF_BYTES, choose_engine, java_found, usable_cores
+from keygroup_cli.execution.engines import SPARK_LOCAL_PAYS_OFF_BYTES, choose_engine, java_found
 from keygroup_cli.execution.routes.rescale import rescale
 from keygroup_cli.flink import kernels_expected, open_savepoint
 from tests.conftest import FIXTURES
