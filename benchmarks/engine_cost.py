@@ -19,7 +19,7 @@ there), this script runs, each in a fresh process, one after the other:
 Every Spark run writes Spark's event log (``spark.eventLog.enabled``, uncompressed, under ``--work``);
 from it: the application's start (to the first rescale job), each rescale stage's summed task run time
 and the executors' JVM CPU time, and the **job throughput per executor core** (input MB per second of task
-run time: one task holds one core). The first job of a session is kg's worker probe and is not counted.
+run time: one task holds one core). Only the jobs in kg's job group count (a cluster's worker probe does not).
 The **peak RSS per executor** comes from ``/proc`` (every 50 ms): for local[*] the driver JVM with its Python
 workers, for a cluster each executor JVM with its Python workers; for the local engine the kg process.
 The target is a peak independent of the input's size.
@@ -84,6 +84,8 @@ EXCHANGES = {"spark-shuffle": "shuffle", "spark-shared": "shared"}
 CLUSTERS = {"cluster-1": 1, "cluster-2": 2}
 #: What a process's command line says it is (the first match), for the peak RSS per executor.
 ROLES = (
+    # kg's prestarted Python daemon (local[*]) and the workers it forks: the driver JVM's Python workers.
+    ("spark.prestart", "workers"),
     ("CoarseGrainedExecutorBackend", "executor"),
     ("deploy.worker.Worker", "cluster"),
     ("deploy.master.Master", "cluster"),
@@ -258,11 +260,17 @@ class TreeCpu:
             _ppid, start, cpu, resident, name = stats[pid]
             self.seen[(pid, start)] = cpu
             role = self._role((pid, start), name)
-            if role in ("executor", "driver-jvm", "kg") and not owner.startswith(("executor", "driver")):
-                owner = "kg" if role == "kg" else f"{role}:{pid}"
+            if role in ("executor", "driver-jvm", "kg", "workers") and not owner.startswith(
+                ("executor", "driver")
+            ):
+                owner = role if role in ("kg", "workers") else f"{role}:{pid}"
             if owner and role != "cluster":
                 rss[owner] = rss.get(owner, 0) + resident
             todo.extend((child, owner) for child in children.get(pid, ()))
+        drivers = [owner for owner in rss if owner.startswith("driver-jvm")]
+        if "workers" in rss and len(drivers) == 1:
+            # local[*]: the prestarted daemon's workers are the driver JVM's, though kg started them.
+            rss[drivers[0]] += rss.pop("workers")
         for owner, total in rss.items():
             self.peak_rss[owner] = max(self.peak_rss.get(owner, 0), total)
 
@@ -364,10 +372,11 @@ def run_kg(
 def event_stats(events: Path) -> dict[str, Any]:
     """Read Spark's event log under ``events``: the start, the rescale jobs' stages, the executor cores.
 
-    Returns ``startup_s`` (application start to the first rescale job: executors, the worker probe),
+    Returns ``startup_s`` (application start to the first rescale job: executors, a cluster's worker probe),
     ``jobs_s`` (the rescale jobs' summed wall), ``after_s`` (last job's end to the application's end),
     ``stages`` (per rescale stage in submission order: wall, tasks, summed task run time, summed executor
-    JVM CPU time, shuffle bytes) and ``cores`` (executor cores). The first job is the worker probe.
+    JVM CPU time, shuffle bytes) and ``cores`` (executor cores). The rescale's jobs are those in kg's job
+    group (``kg-…``).
     """
     # Spark 4 writes a directory per application (``eventlog_v2_*/events_1_*``); older ones one file.
     log = next(
@@ -393,7 +402,11 @@ def event_stats(events: Path) -> dict[str, Any]:
             elif kind == "SparkListenerExecutorAdded":
                 cores += event["Executor Info"]["Total Cores"]
             elif kind == "SparkListenerJobStart":
-                jobs[event["Job ID"]] = {"start": event["Submission Time"] / 1000}
+                group = (event.get("Properties") or {}).get("spark.jobGroup.id") or ""
+                jobs[event["Job ID"]] = {
+                    "start": event["Submission Time"] / 1000,
+                    "kg": group.startswith("kg-"),
+                }
                 for stage_id in event["Stage IDs"]:
                     stage_job[stage_id] = event["Job ID"]
             elif kind == "SparkListenerJobEnd":
@@ -419,8 +432,8 @@ def event_stats(events: Path) -> dict[str, Any]:
                 stage = stages.setdefault(info["Stage ID"], {"tasks": 0, "run_s": 0.0, "jvm_cpu_s": 0.0})
                 stage["name"] = info.get("Stage Name", "")
                 stage["wall_s"] = (info.get("Completion Time", 0) - info.get("Submission Time", 0)) / 1000
-    probe = min(jobs) if jobs else None
-    rescale = [j for j in sorted(jobs) if j != probe]
+    # The rescale's jobs run in kg's job group; the worker probe (a cluster's) runs outside it.
+    rescale = [j for j in sorted(jobs) if jobs[j]["kg"]]
     first = jobs[rescale[0]]["start"] if rescale else app_end
     last = max((jobs[j].get("end", app_end) for j in rescale), default=app_end)
     kept = [stages[s] | {"id": s} for s in sorted(stages) if stage_job.get(s) in rescale]

@@ -40,6 +40,11 @@ OTHER_ENVIRONMENT = [
         "command Spark's launcher printed for an earlier session, when nothing the launcher reads is set)",
     ),
     (
+        "KG_SPARK_PRESTART",
+        "`0`: no Python daemon prestarted beside an embedded (`local`) Spark session's JVM (by default one "
+        "imports what the workers need while the JVM starts, on a machine of at least 2 cores)",
+    ),
+    (
         "KG_NATIVE",
         "`0`: pure Python; `1`: the native kernels of the `[native]` extra (exit 6 without numba); "
         "`auto` (default): the kernels when numba imports, once the process has walked 32 MiB of blocks, "

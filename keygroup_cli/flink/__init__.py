@@ -68,7 +68,7 @@ if TYPE_CHECKING:
         stream_size,
     )
     from keygroup_cli.flink.io.stream_source import StreamSource
-    from keygroup_cli.flink.kernels.native import kernels_expected
+    from keygroup_cli.flink.kernels.native import kernels_expected, warm_kernels
     from keygroup_cli.flink.keyed.decode import decode_keyed_file
     from keygroup_cli.flink.keyed.encode import write_keyed_file
     from keygroup_cli.flink.keyed.entries import Entries
@@ -180,6 +180,7 @@ if TYPE_CHECKING:
 #: Public name -> the module inside flink/ that defines it, imported on first access.
 _LAZY = {
     "kernels_expected": "keygroup_cli.flink.kernels.native",
+    "warm_kernels": "keygroup_cli.flink.kernels.native",
     "KeyedStream": "keygroup_cli.flink.savepoint",
     "Savepoint": "keygroup_cli.flink.savepoint",
     "open_savepoint": "keygroup_cli.flink.savepoint",

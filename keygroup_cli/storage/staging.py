@@ -27,7 +27,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,10 +135,13 @@ def staged_directory(dest: Path | str) -> Iterator[Path]:
 
 
 def flush_soon(path: Path) -> None:
-    """Start flushing a finished file to disk now, if it lies in a staging directory this process commits.
+    """Start flushing a finished file to disk now, if it lies in a staging directory being committed.
 
-    The commit waits for it (raising its error) and still fsyncs every file; starting early lets the disk
-    work while the next file is computed. Elsewhere (a Spark worker's process, a scratch file) a no-op.
+    In the process that commits it, the commit waits for the flush (raising its error) and still fsyncs
+    every file; starting early lets the disk work while the next file is computed. In another process (a
+    Spark worker writing into the driver's staging directory) the flush is started and not waited for:
+    the driver's commit fsyncs the file anyway, and finds little left to write rather than all of the
+    job's output at once. A scratch file (``…-work``) is never flushed.
     """
     parents = Path(os.path.abspath(path)).parents
     with _early_lock:
@@ -146,6 +149,14 @@ def flush_soon(path: Path) -> None:
             if root in parents:
                 futures.append(background.submit(background.fsync_file, path, True))
                 return
+    if any(_STAGING_MARK in p.name and not p.name.endswith("-work") for p in parents):
+        background.submit(_flush_quietly, path)
+
+
+def _flush_quietly(path: Path) -> None:
+    # Best effort: the committing process's own fsync decides durability and raises what fails.
+    with suppress(OSError):
+        background.fsync_file(path, missing_ok=True)
 
 
 def _early_flushes(staging: Path) -> list[Future[None]]:

@@ -230,11 +230,15 @@ def command(
                 out, (typed, snapshot), dest, request, subtasks, (deployment, output, patch_format)
             )
         return
+    from keygroup_cli.execution.engines import start_early
     from keygroup_cli.execution.options import EngineOptions
 
     options = EngineOptions(
         engine=engine, master=master, spark_conf=spark_conf or None, verbose=verbose, workers=workers
     )
+    # Where the run will use Spark whatever the input holds, its JVM starts while kg opens the input.
+    rekey = max_parallelism is not None or output_format == "native"
+    start_early(engine, rekey=rekey, master=master, spark_conf=spark_conf or None, verbose=verbose)
     _run(out, (typed, snapshot), dest, request, options, subtasks, (deployment, output, patch_format))
 
 

@@ -225,6 +225,10 @@ class Executor(Protocol):
         ...
 
 
+#: The options of ``get_executor`` that the Spark engine takes.
+SPARK_OPTIONS = ("master", "session", "verbose", "batch_rows", "config")
+
+
 def get_executor(name: str, **options: Any) -> Executor:
     """Return the executor called ``name`` (``local`` or ``spark``), importing it on demand.
 
@@ -245,7 +249,7 @@ def get_executor(name: str, **options: Any) -> Executor:
         choose_engine("spark")  # a one-line error naming the pip command when pyspark is missing
         from keygroup_cli.execution.engines.spark import SparkExecutor
 
-        return SparkExecutor(**_known(options, ("master", "session", "verbose", "batch_rows", "config")))
+        return SparkExecutor(**_known(options, SPARK_OPTIONS))
     raise unknown_engine_error(name)
 
 
@@ -263,14 +267,36 @@ class PendingExecutor:
 
     STAGE = "starting Spark"
 
+    #: The executor ``start_early`` began, with its name and options, until one ``claim`` takes it.
+    _early: tuple[str, dict[str, Any], PendingExecutor] | None = None
+    _early_lock = threading.Lock()
+
     def __init__(self, name: str, on_progress: OnProgress | None = None, **options: Any) -> None:
         self._executor: Executor | None = None
         self._error: BaseException | None = None
+        self._report: OnProgress | None = None
+        self._watch(name, on_progress)
+        self._thread = threading.Thread(target=self._create, args=(name, options), daemon=True)
+        self._thread.start()
+
+    def _watch(self, name: str, on_progress: OnProgress | None) -> None:
         self._report = on_progress if name == "spark" else None
         if self._report is not None:
             self._report(self.STAGE, 0, None)
-        self._thread = threading.Thread(target=self._create, args=(name, options), daemon=True)
-        self._thread.start()
+
+    @classmethod
+    def claim(cls, name: str, on_progress: OnProgress | None = None, **options: Any) -> PendingExecutor:
+        """Return the executor ``start_early`` began for ``name`` with these ``options``, else a new one."""
+        with cls._early_lock:
+            early, cls._early = cls._early, None
+        if (
+            early is not None
+            and early[0] == name
+            and _known(early[1], SPARK_OPTIONS) == _known(options, SPARK_OPTIONS)
+        ):
+            early[2]._watch(name, on_progress)
+            return early[2]
+        return cls(name, on_progress, **options)
 
     def _create(self, name: str, options: dict[str, Any]) -> None:
         try:
@@ -296,6 +322,35 @@ class PendingExecutor:
         return self._executor
 
 
+def start_early(
+    engine: str | EngineChoice | None,
+    *,
+    rekey: bool,
+    master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    **options: Any,
+) -> bool:
+    """Begin Spark's start now, before the input is opened, where the run will use Spark whatever it holds.
+
+    That is a re-key (``rekey``: a new maxParallelism or a NATIVE output; a parallelism change alone copies
+    key groups as bytes without any engine) with ``--engine spark`` or a master set. The JVM then starts
+    while kg imports its routes and opens the input (about 0.2 s sooner); the route's
+    ``PendingExecutor.claim`` takes it when its options match, and a start nobody claims ends with kg.
+    ``options``: as ``get_executor``'s. Return whether a start began.
+    """
+    if not rekey or isinstance(engine, EngineChoice) or options.get("session") is not None:
+        return False
+    if engine != "spark" and not (engine in (None, "auto") and spark_master(master, spark_conf)):
+        return False
+    if not spark_installed():
+        return False  # the route says so, in one line
+    settings = {**options, "master": master, "config": spark_conf}
+    pending = PendingExecutor("spark", None, **settings)
+    with PendingExecutor._early_lock:
+        PendingExecutor._early = ("spark", settings, pending)
+    return True
+
+
 def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     # Options meant for the other engine are ignored, so callers can pass one set for either.
     return {k: v for k, v in options.items() if k in names and v is not None}
@@ -317,5 +372,6 @@ __all__ = [
     "java_found",
     "spark_installed",
     "spark_master",
+    "start_early",
     "unknown_engine_error",
 ]

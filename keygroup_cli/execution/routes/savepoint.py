@@ -401,7 +401,7 @@ class EngineRunner:
             native_output=native_output,
         )
         # The engine (a JVM for Spark) starts while operator state is decoded.
-        pending = PendingExecutor(
+        pending = PendingExecutor.claim(
             choice.name,
             report,
             master=options.master,

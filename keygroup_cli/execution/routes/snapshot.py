@@ -160,7 +160,7 @@ def _start_engine(
 ) -> tuple[Executor, str]:
     """Start the engine in the background while the input is verified; return it and why it runs."""
     choice = choose_engine(engine, master=master, spark_conf=spark_conf, session=spark)
-    pending = PendingExecutor(
+    pending = PendingExecutor.claim(
         choice.name, report, master=master, session=spark, verbose=verbose, config=spark_conf
     )
     require_input_files_intact(snapshot, report)

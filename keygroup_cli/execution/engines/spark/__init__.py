@@ -13,7 +13,8 @@ By concern:
 - ``tasks``: what runs inside Spark tasks, on the workers;
 - ``errors``: a task's kg error, a failed Spark job and py4j's errors mapped to ``KgError``;
 - ``data``: keyed state as data (``kg export --engine spark``, ``kg.read_state(engine="spark")``);
-- ``daemon``: the Python daemon of kg's embedded sessions (``spark.python.daemon.module``).
+- ``daemon``: the Python daemon of kg's embedded sessions (``spark.python.daemon.module``);
+- ``prestart``: that daemon prestarted beside the JVM, its imports done while the JVM starts.
 
 Tasks write to the target directly, so with a ``--master`` other than local a local DEST's staging
 directory must be on a filesystem every executor mounts at the same path (an object-store DEST needs

@@ -2,7 +2,7 @@
 
 The JVM starts in a thread of its own so that Ctrl-C interrupts the wait, never the start (``_launch``);
 a context kg started is stopped when kg exits. Under ``spark-submit`` the submitted JVM and its settings
-are used.
+are used. An embedded session's Python daemon is prestarted as its JVM is launched (``spark.prestart``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from keygroup_cli.execution.engines.spark.jvm import (
     new_console_log,
     require_java,
 )
+from keygroup_cli.execution.engines.spark.prestart import PRESTARTED_SOCKET, PrestartedDaemon
 from keygroup_cli.execution.engines.spark.workers import pythonpath_config, worker_python
 
 if TYPE_CHECKING:
@@ -52,8 +53,11 @@ SESSION_CONFIG = {
     # A rescale is one short job; dynamic allocation and speculation would only add latency.
     "spark.speculation": "false",
     # The driver JVM only schedules tasks and moves shuffle blocks (Python workers do the work): the C1
-    # compiler alone and the serial collector start it markedly faster on small machines.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    # compiler alone (one thread of it), the serial collector and no performance-data file start it
+    # markedly faster on small machines.
+    "spark.driver.extraJavaOptions": (
+        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:-UsePerfData"
+    ),
 }
 
 
@@ -128,7 +132,14 @@ def spark_context(
         if active is not None:
             return active
         require_java()
-        context = _launch(_session_conf(master, config), verbose)
+        conf = _session_conf(master, config)
+        prestarted = _prestart(conf)
+        try:
+            context = _launch(conf, verbose)
+        except BaseException:
+            if prestarted is not None:
+                prestarted.close()
+            raise
         python = worker_python(context.master, config)
         if python is not None:
             # The interpreter every Python worker is started with (pickled into each task's function).
@@ -138,6 +149,22 @@ def spark_context(
         atexit.register(_stop_quietly, context)
         context.setLogLevel("WARN" if verbose else "ERROR")
         return context
+
+
+def _prestart(conf: SparkConf) -> PrestartedDaemon | None:
+    """Prestart the Python daemon of a local session that runs kg's (``spark.prestart``); None: not here.
+
+    Its socket goes into the workers' environment, where kg's daemon module finds it. It is closed at
+    exit (it ends then if nothing took it over).
+    """
+    settings = dict(conf.getAll())
+    if settings.get("spark.python.daemon.module") != DAEMON_MODULE:
+        return None
+    prestarted = PrestartedDaemon.start(settings)
+    if prestarted is not None:
+        conf.set(f"spark.executorEnv.{PRESTARTED_SOCKET}", prestarted.socket)
+        atexit.register(prestarted.close)
+    return prestarted
 
 
 def _session_conf(master: str | None, config: dict[str, str] | None) -> SparkConf:
