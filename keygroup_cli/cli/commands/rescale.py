@@ -74,7 +74,7 @@ downloaded to a scratch directory ($KG_SCRATCH_DIR) first. An object-store DEST 
 written state files first and _metadata (or _manifest.json) last, so it is a savepoint only once complete.
 
 The default engine is local on one machine (past its start Spark's cores do no more per byte, and its start
-costs about 4 CPU seconds), except for a re-key of 1 GiB or more without the native kernels (kg[native])
+costs about 3 CPU seconds), except for a re-key of 1 GiB or more without the native kernels (kg[native])
 or written with --format native, which Spark local[*] runs faster on several cores; and spark once a master
 is set (--master, --conf spark.master=..., SPARK_MASTER). The summary and --json say which and why.
 Spark's Python workers run kg's own interpreter in local mode; PYSPARK_PYTHON or --conf

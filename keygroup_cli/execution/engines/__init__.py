@@ -70,7 +70,7 @@ def spark_master(master: str | None, spark_conf: Mapping[str, str] | None) -> st
 #: Why the default on one machine is the local engine (``choose_engine``).
 ONE_MACHINE = (
     "default engine: one machine, where the local engine is the faster (Spark local[*] costs as much per "
-    "byte, plus about 4 CPU s to start); Spark: --engine spark or a master"
+    "byte, plus about 3 CPU s to start); Spark: --engine spark or a master"
 )
 
 #: Keyed bytes to re-key from which Spark ``local[*]`` is the faster on a machine of several cores when the
@@ -118,7 +118,7 @@ def choose_engine(
     ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
     goes to the cluster. On one machine it is the local engine (``ONE_MACHINE``): it uses every core too,
     Spark ``local[*]``'s tasks cost what the local engine costs per byte (0.96-1.1x at 1 and 4 GB), and its
-    start (a JVM, Python workers) adds about 4 CPU seconds (docs/performance.md). The exceptions: a re-key of
+    start (a JVM, Python workers) adds about 3 CPU seconds (docs/performance.md). The exceptions: a re-key of
     at least ``SPARK_LOCAL_PAYS_OFF_BYTES`` (``rekey_bytes``) without the native kernels (``native_kernels``)
     or written as RocksDB databases (``native_output``), on several cores, with pyspark and Java there. Both
     are work in Python that holds its lock (the numpy route; building the databases), which the local
@@ -351,6 +351,23 @@ def start_early(
     return True
 
 
+#: Keyed bytes to re-key from which Spark's prestarted workers load the native kernels before the job.
+PRELOAD_KERNELS_BYTES = 64 << 20
+
+
+def expect_rekey(engine: str, rekey_bytes: int, native_kernels: bool) -> None:
+    """Tell the engine starting for a run that it will re-key ``rekey_bytes`` (``native_kernels``: with them).
+
+    Spark's prestarted Python daemon (``spark.prestart``) then loads numba and the kernels while the JVM
+    starts, for a re-key large enough to use them; a smaller one leaves them to the tasks that need them.
+    """
+    if engine == "spark" and native_kernels and rekey_bytes >= PRELOAD_KERNELS_BYTES:
+        # Imported here: Spark's Python workers import this package and never start a daemon.
+        from keygroup_cli.execution.engines.spark.prestart import want_kernels
+
+        want_kernels()
+
+
 def _known(options: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     # Options meant for the other engine are ignored, so callers can pass one set for either.
     return {k: v for k, v in options.items() if k in names and v is not None}
@@ -361,6 +378,7 @@ __all__ = [
     "INSTALL_SPARK",
     "MASTER_ENV",
     "ONE_MACHINE",
+    "PRELOAD_KERNELS_BYTES",
     "SPARK_LOCAL_PAYS_OFF_BYTES",
     "EngineChoice",
     "ExecutionResult",
@@ -368,6 +386,7 @@ __all__ = [
     "PendingExecutor",
     "WrittenOperator",
     "choose_engine",
+    "expect_rekey",
     "get_executor",
     "java_found",
     "spark_installed",

@@ -51,7 +51,13 @@ from keygroup_cli.convert.from_savepoint import (
 from keygroup_cli.core.errors import InvalidArgumentError, KgError, UnsupportedFormatError
 from keygroup_cli.core.progress import OnProgress, staged
 from keygroup_cli.core.workers import worker_count
-from keygroup_cli.execution.engines import Executor, PendingExecutor, choose_engine, get_executor
+from keygroup_cli.execution.engines import (
+    Executor,
+    PendingExecutor,
+    choose_engine,
+    expect_rekey,
+    get_executor,
+)
 from keygroup_cli.execution.jobs.model import MIN_READ_TASK_BYTES, KeyedJob
 from keygroup_cli.execution.jobs.savepoint import plan_keyed_jobs
 from keygroup_cli.execution.options import EngineOptions
@@ -391,15 +397,17 @@ class EngineRunner:
             reason = "key groups copied as bytes (same maxParallelism): no Spark needed"
             return cls(get_executor("local", workers=workers), None, reason, workers)
         keyed = opened.savepoint.keyed_streams.values()
+        rekey_bytes = sum(stream.handle.size for streams in keyed for stream in streams)
         choice = choose_engine(
             options.engine,
             master=options.master,
             spark_conf=options.spark_conf,
             session=options.spark,
-            rekey_bytes=sum(stream.handle.size for streams in keyed for stream in streams),
+            rekey_bytes=rekey_bytes,
             native_kernels=kernels_expected(),
             native_output=native_output,
         )
+        expect_rekey(choice.name, rekey_bytes, kernels_expected())
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor.claim(
             choice.name,

@@ -122,6 +122,35 @@ def test_spark_s_sigterm_reaches_the_prestarted_daemon() -> None:
         daemon.process.wait(PATIENCE)
 
 
+def _has_numba(pid: int) -> bool:
+    return "llvmlite" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize("wanted", [True, False], ids=["large-re-key", "small-job"])
+def test_the_kernels_are_loaded_only_when_a_large_re_key_is_coming(wanted: bool) -> None:
+    daemon = PrestartedDaemon.start(SETTINGS)
+    assert daemon is not None
+    try:
+        _wait_listening(daemon)
+        if wanted:
+            daemon.want_kernels()
+            deadline = time.monotonic() + PATIENCE
+            while not _has_numba(daemon.process.pid):
+                assert time.monotonic() < deadline, "numba was not loaded"
+                time.sleep(0.05)
+        shim = _as_spark_starts_it(daemon.socket)
+        assert shim.stdout is not None and shim.stdin is not None
+        port = int.from_bytes(shim.stdout.read(4), "big")
+        assert _listener_pid(port) == daemon.process.pid
+        # Serving now: what it loaded is what its workers start with.
+        assert _has_numba(daemon.process.pid) is wanted
+        shim.stdin.close()
+        shim.wait(PATIENCE)
+        daemon.process.wait(PATIENCE)
+    finally:
+        daemon.close()
+
+
 def test_another_hash_seed_is_declined_and_the_daemon_runs_itself() -> None:
     daemon = PrestartedDaemon.start(SETTINGS)
     assert daemon is not None

@@ -1,11 +1,12 @@
 """A Python daemon prestarted beside the driver's JVM, for kg's embedded (``local``) sessions.
 
 A Spark job's first Python task waits for Spark's daemon to start and for each forked worker to import
-what kg's tasks run: numpy, pyarrow, kg's tasks, pyspark's worker, numba and the native kernels' cached
-code (about 0.7 s of a process's CPU, most of it numba). The JVM only asks for the daemon once its context
-is up, about a second after kg launched it, while a second core sits idle. ``PrestartedDaemon.start``
-launches ``python -m keygroup_cli.execution.engines.spark.prestart SOCKET`` as the JVM is launched: it
-imports all that (``preload``) and waits; the daemon module the JVM then starts hands it its role
+what kg's tasks run: numpy, pyarrow, kg's tasks, pyspark's worker, and for a large re-key numba and the
+native kernels' cached code (about 0.7 s of a process's CPU, most of it numba). The JVM only asks for the
+daemon once its context is up, about a second after kg launched it, while a second core sits idle.
+``PrestartedDaemon.start`` launches ``python -m keygroup_cli.execution.engines.spark.prestart SOCKET`` as
+the JVM is launched: it imports all that (``preload``; the kernels once ``want_kernels`` says a re-key that
+uses them is coming) and waits; the daemon module the JVM then starts hands it its role
 (``spark.daemon.hand_over``), and the workers it forks begin with everything imported. Imports that would
 start a thread are kept from it (pyarrow's jemalloc): a fork must not copy threads, and the prestarted
 process declines to take over if it runs one.
@@ -30,6 +31,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -44,6 +47,27 @@ PRESTART_MODULE = "keygroup_cli.execution.engines.spark.prestart"
 PRESTART_ENV = "KG_SPARK_PRESTART"
 #: How long a prestarted daemon waits to be taken over before it ends on its own.
 WAIT_SECONDS = 600.0
+#: What kg writes to a prestarted daemon's stdin to have it load the native kernels.
+KERNELS = b"k"
+
+#: The prestarted daemons of this process, and whether a re-key that uses the native kernels is coming.
+_daemons: list[PrestartedDaemon] = []
+_kernels_wanted = [False]
+_lock = threading.Lock()
+
+
+def want_kernels() -> None:
+    """Say that a re-key large enough for the native kernels will run: prestarted daemons load them.
+
+    Told to a daemon already started (over its stdin) and to one started later; without it a daemon loads
+    only the imports (numba and the kernels cost about 0.5 CPU s, wasted on a small job). Workers load
+    the kernels themselves where they were not loaded.
+    """
+    with _lock:
+        _kernels_wanted[0] = True
+        daemons = list(_daemons)
+    for daemon in daemons:
+        daemon.want_kernels()
 
 
 class PrestartedDaemon:
@@ -89,10 +113,26 @@ class PrestartedDaemon:
         except OSError:
             shutil.rmtree(directory, ignore_errors=True)
             return None
-        return cls(process, directory)
+        daemon = cls(process, directory)
+        with _lock:
+            _daemons.append(daemon)
+            wanted = _kernels_wanted[0]
+        if wanted:
+            daemon.want_kernels()
+        return daemon
+
+    def want_kernels(self) -> None:
+        """Have the process load the native kernels before it takes over (if it has not yet)."""
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.process.stdin.write(KERNELS)
+                self.process.stdin.flush()
 
     def close(self) -> None:
         """Let the process end if it has not taken over (it has its own streams otherwise)."""
+        with _lock:
+            if self in _daemons:
+                _daemons.remove(self)
         if self.process.stdin is not None:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
@@ -117,21 +157,28 @@ def worker_start_environment(settings: Mapping[str, str]) -> dict[str, str]:
 
 
 def preload() -> None:
-    """Import what every worker imports, and load the native kernels where a job would use them."""
+    """Import what every worker imports."""
     import pyspark.daemon  # noqa: F401
     import pyspark.worker  # noqa: F401
 
     from keygroup_cli.execution.engines.spark.workers import WORKER_MODULES
-    from keygroup_cli.flink import kernels_expected, warm_kernels
 
     for name in WORKER_MODULES:
         importlib.import_module(name)
-    if kernels_expected():
-        warm_kernels()
+
+
+def preload_kernels() -> None:
+    """Load numba and the native kernels' cached code (a re-key large enough to use them is coming)."""
+    from keygroup_cli.flink import warm_kernels
+
+    warm_kernels()
 
 
 def main() -> None:
-    """The prestarted process: preload, then wait for the daemon module to connect, or for kg to go."""
+    """The prestarted process: preload, then wait for the daemon module to connect, or for kg to go.
+
+    A byte ``KERNELS`` on stdin (``PrestartedDaemon.want_kernels``) loads the native kernels meanwhile.
+    """
     where = sys.argv[1]
     started = {name: os.environ.get(name) for name in READ_AT_START}
     keep_freed_memory()
@@ -143,15 +190,34 @@ def main() -> None:
     poller = select.poll()
     poller.register(listener, select.POLLIN)
     poller.register(0, select.POLLIN)
-    events = dict(poller.poll(int(WAIT_SECONDS * 1000)))
-    if listener.fileno() not in events:
-        return  # kg closed stdin (or ended), or nobody came in time
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        events = dict(poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+        if listener.fileno() in events:
+            break
+        if 0 not in events:
+            return  # nobody came in time
+        asked = os.read(0, 64)
+        if not asked:
+            return  # kg closed stdin (or ended)
+        if KERNELS in asked:
+            with contextlib.suppress(Exception):  # without them, the first tasks load them
+                preload_kernels()
     with contextlib.suppress(OSError):
         os.unlink(where)
     adopt(listener, started)
 
 
-__all__ = ["PRESTARTED_SOCKET", "PRESTART_ENV", "PRESTART_MODULE", "PrestartedDaemon", "preload"]
+__all__ = [
+    "KERNELS",
+    "PRESTARTED_SOCKET",
+    "PRESTART_ENV",
+    "PRESTART_MODULE",
+    "PrestartedDaemon",
+    "preload",
+    "preload_kernels",
+    "want_kernels",
+]
 
 
 if __name__ == "__main__":
