@@ -42,7 +42,7 @@ OTHER_ENVIRONMENT = [
     (
         "KG_SPARK_PRESTART",
         "`0`: no Python daemon prestarted beside an embedded (`local`) Spark session's JVM (by default one "
-        "imports what the workers need while the JVM starts, on a machine of at least 2 cores)",
+        "imports what the workers need while the JVM starts; Linux, at least 2 cores)",
     ),
     (
         "KG_NATIVE",

@@ -15,8 +15,9 @@ It ends when kg closes its stdin (kg's exit, or the session's stop) before takin
 most ``WAIT_SECONDS``; once it has taken over, it ends as Spark's daemon does (with its JVM). It ignores
 SIGINT, as the JVM does: Ctrl-C is kg's to handle.
 
-Used where the session runs kg's own interpreter with kg's daemon module, on a machine with at least two
-usable cores (on one, preloading would compete with the JVM's start). ``KG_SPARK_PRESTART=0`` turns it off.
+Used on Linux where the session runs kg's own interpreter with kg's daemon module, on a machine with at
+least two usable cores (on one, preloading would compete with the JVM's start). ``KG_SPARK_PRESTART=0``
+turns it off.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class PrestartedDaemon:
         environment Spark gives its workers where Python reads it at start (``READ_AT_START``,
         ``PYTHONPATH``); ``console`` takes its output until it takes over.
         """
-        if os.environ.get(PRESTART_ENV, "").strip() == "0":
-            return None
+        if os.environ.get(PRESTART_ENV, "").strip() == "0" or not sys.platform.startswith("linux"):
+            return None  # off, or where a process's threads and a socket's peer cannot be checked
         if not settings.get("spark.master", "").startswith("local") or usable_cores() < 2:
             return None
         environment = {
