@@ -38,6 +38,8 @@ from keygroup_cli.storage.locations import is_remote
 from keygroup_cli.storage.writer import Writer, pid_exists
 
 _STAGING_MARK = ".kg-staging-"
+#: The suffix of a scratch directory's name (a staging directory's, for intermediate files).
+_SCRATCH_SUFFIX = "-work"
 # The staging directories this process will commit, and the early flushes started in each.
 _early: dict[Path, list[Future[None]]] = {}
 _early_lock = threading.Lock()
@@ -149,7 +151,7 @@ def flush_soon(path: Path) -> None:
             if root in parents:
                 futures.append(background.submit(background.fsync_file, path, True))
                 return
-    if any(_STAGING_MARK in p.name and not p.name.endswith("-work") for p in parents):
+    if any(_STAGING_MARK in p.name and not p.name.endswith(_SCRATCH_SUFFIX) for p in parents):
         background.submit(_flush_quietly, path)
 
 
@@ -177,7 +179,7 @@ def scratch_directory(dest: Path | str) -> Iterator[Path]:
     """
     dest = Path(dest)
     remove_stale_staging(dest)
-    scratch = _new_staging(dest, "-work")
+    scratch = _new_staging(dest, _SCRATCH_SUFFIX)
     try:
         yield scratch
     except OSError as exc:

@@ -117,7 +117,7 @@ def choose_engine(
     The default is the fastest correct engine for where kg runs. With a Spark master set (``master``,
     ``spark.master`` in ``spark_conf``, ``SPARK_MASTER``) or a SparkSession given, that is Spark: the work
     goes to the cluster. On one machine it is the local engine (``ONE_MACHINE``): it uses every core too,
-    Spark ``local[*]``'s tasks cost what the local engine costs per byte (0.96-1.1x at 1 and 4 GB), and its
+    Spark ``local[*]``'s tasks cost what the local engine costs per byte (0.89-1.19x at 1 and 4 GB), and its
     start (a JVM, Python workers) adds about 3 CPU seconds (docs/performance.md). The exceptions: a re-key of
     at least ``SPARK_LOCAL_PAYS_OFF_BYTES`` (``rekey_bytes``) without the native kernels (``native_kernels``)
     or written as RocksDB databases (``native_output``), on several cores, with pyspark and Java there. Both
