@@ -60,6 +60,11 @@ from keygroup_cli.planning.state_edit import WriteRequest, write_edit
 TransformFn = Callable[[pa.RecordBatch], "pa.RecordBatch | pa.Table | None"]
 
 
+def _task_fields(task: KeyedReadTask) -> dict[str, Any]:
+    """Return ``task``'s fields by name: a read task of this module is the same task with one more."""
+    return {f.name: getattr(task, f.name) for f in fields(task)}
+
+
 @dataclass(frozen=True, slots=True)
 class FlinkEditedRead(FlinkKeyedRead):
     """A key-group range of one keyed file with its part of an edit: yields the edited rows."""
@@ -69,7 +74,7 @@ class FlinkEditedRead(FlinkKeyedRead):
     @classmethod
     def edited(cls, task: KeyedReadTask, edit: KeyedEdit) -> FlinkEditedRead:
         """Return ``task`` carrying ``edit`` (already sliced to the task's key groups)."""
-        return cls(**{f.name: getattr(task, f.name) for f in fields(task)}, edit=edit)
+        return cls(**_task_fields(task), edit=edit)
 
     def read(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[Rows]:
         """Yield the range's rows, edited, with their new key group under a new maxParallelism.
@@ -249,7 +254,7 @@ class FlinkTransformRead(FlinkKeyedRead):
     @classmethod
     def transforming(cls, task: KeyedReadTask, transform: Transform) -> FlinkTransformRead:
         """Return ``task`` running ``transform``."""
-        return cls(**{f.name: getattr(task, f.name) for f in fields(task)}, transform=transform)
+        return cls(**_task_fields(task), transform=transform)
 
     def read(self, job: KeyedJob[Any], batch_rows: int) -> Iterator[Rows]:
         """Yield the other states' rows as read, and what ``fn`` makes of the state's, each in its key group.

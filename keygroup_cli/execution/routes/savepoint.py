@@ -398,16 +398,17 @@ class EngineRunner:
             return cls(get_executor("local", workers=workers), None, reason, workers)
         keyed = opened.savepoint.keyed_streams.values()
         rekey_bytes = sum(stream.handle.size for streams in keyed for stream in streams)
+        native_kernels = kernels_expected()
         choice = choose_engine(
             options.engine,
             master=options.master,
             spark_conf=options.spark_conf,
             session=options.spark,
             rekey_bytes=rekey_bytes,
-            native_kernels=kernels_expected(),
+            native_kernels=native_kernels,
             native_output=native_output,
         )
-        expect_rekey(choice.name, rekey_bytes, kernels_expected())
+        expect_rekey(choice.name, rekey_bytes, native_kernels)
         # The engine (a JVM for Spark) starts while operator state is decoded.
         pending = PendingExecutor.claim(
             choice.name,

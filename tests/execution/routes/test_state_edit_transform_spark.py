@@ -10,11 +10,10 @@ import pyarrow.compute as pc
 import pytest
 
 from keygroup_cli.core.errors import ExecutionError, InvalidArgumentError, UnsupportedFormatError
-from keygroup_cli.core.javahash import hash_code
-from keygroup_cli.core.keygroups import key_group_for_hash
 from keygroup_cli.execution.routes.state_edit import transform
 from keygroup_cli.flink import open_savepoint, state_table
 from keygroup_cli.flink.check.verify import verify_flink
+from tests.execution.jobs.test_state_edit_transform import key_in_group, keyed_files
 from tests.kg_fixture_state import FLINK_FIXTURES
 
 pytestmark = pytest.mark.spark
@@ -22,26 +21,6 @@ pytestmark = pytest.mark.spark
 UID = FLINK_FIXTURES / "uid-heap-canonical-p3"
 HEAP = FLINK_FIXTURES / "heap-files-p3-maxp128-string"
 TYPED = FLINK_FIXTURES / "typed-heap-canonical-p2"
-
-
-def _keyed_files(path: Path) -> dict[tuple[str, int], tuple[Any, ...]]:
-    """Return each keyed file's range and offsets in ``_metadata`` and its bytes, by (operator, subtask)."""
-    savepoint = open_savepoint(path)
-    out = {}
-    for operator_id, streams in savepoint.keyed_streams.items():
-        for stream in streams:
-            name = Path(str(stream.handle.delegate.relative_path)).name  # type: ignore[union-attr]
-            handle = stream.handle
-            content = (path / name).read_bytes()
-            out[(operator_id, stream.subtask)] = (handle.key_group_start, tuple(handle.offsets), content)
-    return out
-
-
-def _key_in_group(group: int, key_type: str, make: Any) -> Any:
-    n = 0
-    while key_group_for_hash(hash_code(make(n), key_type), 128) != group:
-        n += 1
-    return make(n)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +37,7 @@ def test_spark_runs_fn_in_its_tasks_and_writes_the_local_bytes(
     by_group = sorted(before, key=lambda k: (groups[k], repr(k)))
     drop, move = by_group[1], by_group[0]  # both in subtask 0's key groups
     typed = "long" if pa.types.is_integer(key_type) else "string"
-    to = _key_in_group(
+    to = key_in_group(
         groups[by_group[-1]], typed, (lambda n: 7 + n) if typed == "long" else (lambda n: f"m{n}")
     )
     factor = 2  # a closure: Spark's cloudpickle takes fn by value
@@ -78,7 +57,7 @@ def test_spark_runs_fn_in_its_tasks_and_writes_the_local_bytes(
     local, remote = tmp_path / "local", tmp_path / "spark"
     transform(source, local, operator, "sum", fn)
     done = transform(source, remote, operator, "sum", fn, engine="spark", spark=spark)
-    assert _keyed_files(local) == _keyed_files(remote)
+    assert keyed_files(local) == keyed_files(remote)
     expected = {k: factor * v for k, v in before.items() if k not in (drop, move)} | {
         to: factor * before[move]
     }
