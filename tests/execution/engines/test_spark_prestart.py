@@ -246,3 +246,37 @@ def test_the_test_runs_workers_are_forks_of_the_prestarted_daemon(spark) -> None
     for command, preloaded in sc.parallelize(range(2), 2).map(parent).collect():
         assert "spark.prestart" in command and socket in command
         assert preloaded
+
+
+def test_the_workers_start_with_their_imports_exempt_from_collections(spark) -> None:
+    """pyspark's worker runs a full collection after every task: what its daemon loaded is exempt."""
+
+    def frozen(_index: int) -> int:
+        import gc
+
+        return gc.get_freeze_count()
+
+    counts = spark.sparkContext.parallelize(range(2), 2).map(frozen).collect()
+    # numpy, pyarrow and kg's task modules, preloaded: tens of thousands of objects, none traversed again.
+    assert min(counts) > 20_000, counts
+
+
+def test_a_kg_task_exempts_what_its_worker_imported_from_collections() -> None:
+    """A cluster's workers (pyspark's own daemon) import kg in their first task: each kg task freezes it."""
+    code = (
+        "import gc, sys\n"
+        "from keygroup_cli.execution.engines.spark.tasks import state_task\n"
+        "from keygroup_cli.flink import find_operator, open_savepoint\n"
+        "savepoint = open_savepoint(sys.argv[1])\n"
+        "operator = find_operator(savepoint, 'typed-state').operator_id\n"
+        "before = gc.get_freeze_count()\n"
+        "batches = list(state_task(str(savepoint.metadata_path), operator, None, 0))\n"
+        "print(before, gc.get_freeze_count(), len(batches))\n"
+    )
+    case = Path(ROOT) / "fixtures" / "flink" / "2.3" / "typed-rocksdb-canonical-p2"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(case)], capture_output=True, text=True, timeout=PATIENCE, check=True
+    )
+    before, after, batches = (int(x) for x in done.stdout.split())
+    assert before == 0 and batches > 0
+    assert after > 20_000  # numpy, pyarrow and kg's modules, loaded before the task began

@@ -28,6 +28,7 @@ only), so the daemon starts no threads before it forks its workers, and it sets 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -87,6 +88,11 @@ def serve() -> None:
     keep_freed_memory()
     from pyspark import daemon
 
+    # pyspark's workers run a full collection after every task: what is loaded by now (all of a prestarted
+    # daemon's imports) is exempt from it, and the workers' collections do not write into the pages they
+    # share with this process.
+    gc.freeze()
+    gc.enable()  # a prestarted daemon imports with the collector off
     daemon.manager()
 
 
