@@ -31,9 +31,13 @@ WORKER_MODULES = (
     "mmh3",
     "xxhash",
     "keygroup_cli",
-    # What the read and write tasks run: imported by the probe, the first task of each executor does not
-    # pay for it.
+    # What the read and write tasks run, and the task classes their closures hold (unpickling one imports
+    # its module: about 0.1 s for all three): imported by the probe or the prestarted daemon, the first
+    # task of each worker does not pay for it.
     "keygroup_cli.execution.engines.spark.tasks",
+    "keygroup_cli.execution.jobs.savepoint",
+    "keygroup_cli.execution.jobs.snapshot",
+    "keygroup_cli.execution.jobs.state_edit",
 )
 
 
