@@ -21,11 +21,14 @@ from dataclasses import dataclass
 
 from keygroup_cli.core.errors import ExecutionError, KgError
 from keygroup_cli.storage.locations import Location, location
-from keygroup_cli.storage.transfer import WRITER_MARK, retrying
+from keygroup_cli.storage.transfer import WRITER_MARK, in_flight, retrying
 from keygroup_cli.storage.writer import Writer
 
 #: The name prefix of an exchange's directory (or object-store prefix) under its root.
 EXCHANGE_PREFIX = ".kg-exchange-"
+#: Spill files deleted at once: a local unlink frees the file's cached pages (0.03 s per 100 MB here, on
+#: the threads at hand), an object store takes one request per object.
+DELETES_IN_FLIGHT = 8
 
 
 def new_exchange(root: str | Location) -> Location:
@@ -50,11 +53,18 @@ def remove_exchange(where: Location, *, check: bool = False) -> None:
     Raises:
         ExecutionError: With ``check``, objects remain (``EXCHANGE_NOT_REMOVED``).
     """
+
+    def delete(name: str) -> None:
+        target = where / name
+        retrying(target.delete, str(target))
+
     try:
         names = [name for name, _size in where.walk_files()]
-        for name in sorted(names, key=lambda n: n == WRITER_MARK):
-            target = where / name
-            retrying(target.delete, str(target))
+        spilled = [name for name in names if name != WRITER_MARK]
+        for _ in in_flight(delete, spilled, DELETES_IN_FLIGHT, ordered=False):
+            pass
+        if WRITER_MARK in names:
+            delete(WRITER_MARK)  # last: until it goes, `kg clean` sees whose exchange this is
         with contextlib.suppress(KgError, OSError):
             where.fs.delete_dir(where.path)
         left = [name for name, _size in where.walk_files()]
