@@ -6,10 +6,12 @@ JVM starts it (its environment, its pipes). In a real session the test run's wor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,26 @@ def _wait_listening(daemon: PrestartedDaemon) -> None:
         assert daemon.process.poll() is None, "the prestarted daemon ended before it listened"
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _listening_daemon() -> Iterator[PrestartedDaemon]:
+    """Yield a prestarted daemon once it listens; afterwards it is let go and ended whatever happened."""
+    daemon = PrestartedDaemon.start(SETTINGS)
+    assert daemon is not None
+    try:
+        _wait_listening(daemon)
+        yield daemon
+    finally:
+        daemon.close()
+        daemon.process.kill()
+        daemon.process.wait(PATIENCE)
+
+
+def _daemon_port(shim: subprocess.Popen[bytes]) -> int:
+    """Return the port the daemon Spark started tells the JVM it listens on."""
+    assert shim.stdout is not None
+    return int.from_bytes(shim.stdout.read(4), "big")
 
 
 def _as_spark_starts_it(socket: str, **overrides: str) -> subprocess.Popen[bytes]:
@@ -85,41 +107,25 @@ def _listener_pid(port: int) -> int | None:
 
 
 def test_the_daemon_spark_starts_hands_its_role_to_the_prestarted_one() -> None:
-    daemon = PrestartedDaemon.start(SETTINGS)
-    assert daemon is not None
-    try:
-        _wait_listening(daemon)
+    with _listening_daemon() as daemon:
         shim = _as_spark_starts_it(daemon.socket)
-        assert shim.stdout is not None and shim.stdin is not None
-        port = int.from_bytes(shim.stdout.read(4), "big")
+        assert shim.stdin is not None
         # The daemon listening for Spark's workers is the prestarted process; the one Spark started waits.
-        assert _listener_pid(port) == daemon.process.pid
+        assert _listener_pid(_daemon_port(shim)) == daemon.process.pid
         assert shim.poll() is None
         # Spark ends a daemon by closing its stdin: both end (pyspark's daemon always exits 1).
         shim.stdin.close()
         shim.wait(PATIENCE)
         daemon.process.wait(PATIENCE)
-    finally:
-        daemon.close()
-        daemon.process.kill()
-        daemon.process.wait(PATIENCE)
 
 
 def test_spark_s_sigterm_reaches_the_prestarted_daemon() -> None:
-    daemon = PrestartedDaemon.start(SETTINGS)
-    assert daemon is not None
-    try:
-        _wait_listening(daemon)
+    with _listening_daemon() as daemon:
         shim = _as_spark_starts_it(daemon.socket)
-        assert shim.stdout is not None
-        shim.stdout.read(4)
+        _daemon_port(shim)
         shim.terminate()  # what Spark's JVM does to stop a daemon: it is passed on, and both end
         daemon.process.wait(PATIENCE)
         shim.wait(PATIENCE)
-    finally:
-        daemon.close()
-        daemon.process.kill()
-        daemon.process.wait(PATIENCE)
 
 
 def _has_numba(pid: int) -> bool:
@@ -128,10 +134,7 @@ def _has_numba(pid: int) -> bool:
 
 @pytest.mark.parametrize("wanted", [True, False], ids=["large-re-key", "small-job"])
 def test_the_kernels_are_loaded_only_when_a_large_re_key_is_coming(wanted: bool) -> None:
-    daemon = PrestartedDaemon.start(SETTINGS)
-    assert daemon is not None
-    try:
-        _wait_listening(daemon)
+    with _listening_daemon() as daemon:
         if wanted:
             daemon.want_kernels()
             deadline = time.monotonic() + PATIENCE
@@ -139,39 +142,29 @@ def test_the_kernels_are_loaded_only_when_a_large_re_key_is_coming(wanted: bool)
                 assert time.monotonic() < deadline, "numba was not loaded"
                 time.sleep(0.05)
         shim = _as_spark_starts_it(daemon.socket)
-        assert shim.stdout is not None and shim.stdin is not None
-        port = int.from_bytes(shim.stdout.read(4), "big")
-        assert _listener_pid(port) == daemon.process.pid
+        assert shim.stdin is not None
+        assert _listener_pid(_daemon_port(shim)) == daemon.process.pid
         # Serving now: what it loaded is what its workers start with.
         assert _has_numba(daemon.process.pid) is wanted
         shim.stdin.close()
         shim.wait(PATIENCE)
         daemon.process.wait(PATIENCE)
-    finally:
-        daemon.close()
 
 
 def test_another_hash_seed_is_declined_and_the_daemon_runs_itself() -> None:
-    daemon = PrestartedDaemon.start(SETTINGS)
-    assert daemon is not None
-    try:
-        _wait_listening(daemon)
+    with _listening_daemon() as daemon:
         shim = _as_spark_starts_it(daemon.socket, PYTHONHASHSEED="7")
-        assert shim.stdout is not None and shim.stdin is not None
-        port = int.from_bytes(shim.stdout.read(4), "big")
-        assert _listener_pid(port) == shim.pid
+        assert shim.stdin is not None
+        assert _listener_pid(_daemon_port(shim)) == shim.pid
         assert daemon.process.wait(PATIENCE) == 0  # declined, then ended
         shim.stdin.close()
         shim.wait(PATIENCE)
-    finally:
-        daemon.close()
 
 
 def test_without_a_prestarted_daemon_the_daemon_runs_itself(tmp_path: Path) -> None:
     shim = _as_spark_starts_it(str(tmp_path / "nobody-listens"))
-    assert shim.stdout is not None and shim.stdin is not None
-    port = int.from_bytes(shim.stdout.read(4), "big")
-    assert _listener_pid(port) == shim.pid
+    assert shim.stdin is not None
+    assert _listener_pid(_daemon_port(shim)) == shim.pid
     shim.stdin.close()
     shim.wait(PATIENCE)
 
